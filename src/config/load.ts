@@ -1,0 +1,111 @@
+/**
+ * Config loading: YAML text → validated, resolved `GatewayConfig`.
+ * Owns: YAML parsing, reporting every validation error at once, `${NAME}` expansion from
+ * Worker secrets/vars, duration parsing and namespace defaults. Must never: include a secret's
+ * value in an error message, or return a config that failed any check.
+ */
+import { parse as parseYaml } from "yaml";
+import { configSchema, type ParsedConfig } from "./schema.ts";
+
+export interface UpstreamConfig {
+  name: string;
+  url: string;
+  description?: string;
+  /** True when exposed names carry the `<name>__` prefix (and URIs the `<name>+` scheme prefix). */
+  namespaced: boolean;
+  /** Resolved headers (secrets expanded). Never log these. */
+  headers: Record<string, string>;
+  allow: string[];
+  deny: string[];
+  timeoutMs: number;
+}
+
+export interface GatewayConfig {
+  actor: string;
+  allowedHosts: string[];
+  allowedOrigins: string[];
+  sseRetryMs: number;
+  sessionTtlS: number;
+  upstreams: UpstreamConfig[];
+}
+
+export class ConfigError extends Error {
+  readonly problems: string[];
+  constructor(problems: string[]) {
+    super(`invalid config:\n${problems.map((p) => `  - ${p}`).join("\n")}`);
+    this.problems = problems;
+  }
+}
+
+function durationMs(v: number | string | undefined, fallback: number): number {
+  if (v === undefined) return fallback;
+  if (typeof v === "number") return v;
+  const m = /^(\d+)(ms|s|m)$/.exec(v);
+  if (!m) return fallback;
+  const n = Number(m[1]);
+  return m[2] === "ms" ? n : m[2] === "s" ? n * 1000 : n * 60000;
+}
+
+/** Expands `${NAME}` from `vars`; a missing name is a problem reported by name, never by value. */
+function expand(value: string, vars: Record<string, unknown>, where: string, problems: string[]): string {
+  return value.replace(/\$\{([A-Za-z_][A-Za-z0-9_]*)\}/g, (_, name: string) => {
+    const v = vars[name];
+    if (typeof v !== "string") {
+      problems.push(`${where}: \${${name}} is not set as a Worker secret or var`);
+      return "";
+    }
+    return v;
+  });
+}
+
+function formatPath(path: PropertyKey[]): string {
+  return path.map((p) => (typeof p === "number" ? `[${p}]` : `.${String(p)}`)).join("").replace(/^\./, "") || "(root)";
+}
+
+export function validateConfig(raw: unknown): { ok: true; config: ParsedConfig } | { ok: false; problems: string[] } {
+  const res = configSchema.safeParse(raw);
+  if (res.success) return { ok: true, config: res.data };
+  const problems = res.error.issues.map((i) => {
+    const keys = i.code === "unrecognized_keys" ? ` (${(i as { keys: string[] }).keys.join(", ")})` : "";
+    return `${formatPath(i.path)}: ${i.message}${keys}`;
+  });
+  return { ok: false, problems };
+}
+
+export function loadConfig(yamlText: string, vars: Record<string, unknown>): GatewayConfig {
+  let raw: unknown;
+  try {
+    raw = parseYaml(yamlText, { uniqueKeys: true });
+  } catch (e) {
+    throw new ConfigError([`YAML: ${(e as Error).message.split("\n")[0]}`]);
+  }
+  const v = validateConfig(raw ?? {});
+  if (!v.ok) throw new ConfigError(v.problems);
+  const c = v.config;
+  const problems: string[] = [];
+  const single = c.upstreams.length === 1;
+  const upstreams = c.upstreams.map((u, i): UpstreamConfig => {
+    const headers: Record<string, string> = {};
+    for (const [k, val] of Object.entries(u.headers ?? {})) headers[k] = expand(val, vars, `upstreams[${i}].headers.${k}`, problems);
+    const out: UpstreamConfig = {
+      name: u.name,
+      url: u.url,
+      namespaced: u.namespace ?? !single,
+      headers,
+      allow: u.allow ?? [],
+      deny: u.deny ?? [],
+      timeoutMs: durationMs(u.timeout, 60000),
+    };
+    if (u.description !== undefined) out.description = u.description;
+    return out;
+  });
+  if (problems.length) throw new ConfigError(problems);
+  return {
+    actor: c.actor,
+    allowedHosts: c.gateway.allowed_hosts.map((h) => h.toLowerCase()),
+    allowedOrigins: c.gateway.allowed_origins,
+    sseRetryMs: c.gateway.sse_retry_ms,
+    sessionTtlS: c.gateway.session_ttl_s,
+    upstreams,
+  };
+}

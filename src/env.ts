@@ -1,0 +1,11 @@
+/**
+ * Worker bindings. Owns only the Env type; must never hold logic or defaults.
+ */
+import type { SessionDO } from "../durable-objects/session.ts";
+
+export interface Env {
+  SESSIONS: DurableObjectNamespace<SessionDO>;
+  /** portcullis.yaml text, delivered as a var at deploy (or by `portcullis dev`). */
+  PORTCULLIS_CONFIG?: string;
+  [secretOrVar: string]: unknown;
+}

@@ -1,0 +1,50 @@
+/**
+ * The governance seam of the tools/call path (DESIGN steps 4–13). Owns the hook contract and
+ * the one hook that exists before identity and policy land: the upstream's allow/deny globs.
+ * Must never: let a call through when a hook throws (the caller treats a throw as a denial).
+ */
+import type { UpstreamConfig } from "../config/load.ts";
+import type { JsonObject } from "../mcp/jsonrpc.ts";
+import { toolAllowed } from "../mcp/names.ts";
+
+export interface ToolCall {
+  principal: string;
+  upstream: UpstreamConfig;
+  /** The upstream's own tool name. */
+  tool: string;
+  /** The name the client used. */
+  exposedName: string;
+  arguments: JsonObject | undefined;
+}
+
+export type Verdict =
+  | { kind: "allow" }
+  /** The tool is not visible to this caller: answered exactly like an unknown tool. */
+  | { kind: "unknown" }
+  | { kind: "deny"; reason: string };
+
+export interface CallHook {
+  name: string;
+  before(call: ToolCall): Promise<Verdict> | Verdict;
+}
+
+export const upstreamAllowDeny: CallHook = {
+  name: "upstream-allow-deny",
+  before: (call) => (toolAllowed(call.upstream, call.tool) ? { kind: "allow" } : { kind: "unknown" }),
+};
+
+export const defaultHooks: CallHook[] = [upstreamAllowDeny];
+
+/** Runs hooks in order; the first non-allow verdict wins; a throwing hook denies (fail closed). */
+export async function decide(call: ToolCall, hooks: CallHook[] = defaultHooks): Promise<Verdict> {
+  for (const h of hooks) {
+    let v: Verdict;
+    try {
+      v = await h.before(call);
+    } catch (e) {
+      return { kind: "deny", reason: `governance check ${h.name} failed (${(e as Error).message}); denied to fail closed` };
+    }
+    if (v.kind !== "allow") return v;
+  }
+  return { kind: "allow" };
+}

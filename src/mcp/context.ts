@@ -1,0 +1,44 @@
+/**
+ * The per-request context every MCP method handler receives, independent of the client's era.
+ * Owns only the contract between the fronts (legacy.ts, modern.ts) and the method handlers.
+ * Must never: carry the client's credentials (handlers have no way to send them upstream).
+ */
+import type { GatewayConfig, UpstreamConfig } from "../config/load.ts";
+import type { JsonObject, JsonRpcNotification, JsonRpcRequest } from "./jsonrpc.ts";
+import type { Era, Leg } from "./upstream.ts";
+
+export interface Relay {
+  /** Sends a notification (or a relayed request) to the client on the stream of the request being served. */
+  send(msg: JsonRpcNotification | JsonRpcRequest): Promise<void>;
+  /** An upstream sent a server→client request on this request's stream; relay it or refuse it upstream. */
+  upstreamRequest(up: UpstreamConfig, leg: Leg, req: JsonRpcRequest): Promise<void>;
+  /** Asks the client a server→client request and waits for its answer (era bridge); absent when impossible. */
+  ask?(method: string, params: JsonObject): Promise<JsonObject>;
+}
+
+export interface CallContext {
+  cfg: GatewayConfig;
+  /** The client's era. */
+  era: Era;
+  principal: string;
+  /** The leg to `up` for this client context; null when the upstream is unavailable. */
+  leg(up: UpstreamConfig): Promise<Leg | null>;
+  /** The legacy upstream session expired: make a new one (or null). */
+  renewLeg(up: UpstreamConfig): Promise<Leg | null>;
+  /** Capabilities the upstream declared, when known. */
+  capabilities(up: UpstreamConfig): Promise<JsonObject | undefined>;
+  relay: Relay;
+  signal: AbortSignal;
+  /** Mcp-Param-* headers of the client request (modern), forwarded verbatim. */
+  paramHeaders: [string, string][];
+  /** Whether lists depend on the caller (grant filtering); they are then `cacheScope: private`. */
+  callerFiltered: boolean;
+  /** Records which upstream serves client request `id` (legacy cancellation). */
+  recordRequest(id: string | number, up: UpstreamConfig): Promise<void>;
+}
+
+export interface Outcome {
+  response: import("./jsonrpc.ts").JsonRpcResponse;
+  /** HTTP status for a JSON answer (an upstream's 4xx passes through for modern clients). */
+  status: number;
+}

@@ -1,0 +1,135 @@
+/**
+ * Method routing for client requests, shared by both eras: which upstream serves a request,
+ * how its names map back, and what the gateway answers itself.
+ * Owns: the method table (lists, tools/call with its governance seam, prompts, resources,
+ * completion, logging fan-out, tasks by id, verbatim pass-through of unknown methods to a
+ * single transparent upstream). Must never: forward a tools/call that governance did not allow,
+ * or route a name to an upstream that does not own it.
+ */
+import type { UpstreamConfig } from "../config/load.ts";
+import { decide } from "../governance/hooks.ts";
+import { aggregateList, LISTS, resolveAlias } from "./aggregate.ts";
+import type { CallContext, Outcome } from "./context.ts";
+import { forward } from "./forward.ts";
+import { ErrorCode, type JsonObject, type JsonRpcRequest, errorResponse, isObject } from "./jsonrpc.ts";
+import { exposeHandle, splitHandle, splitName, splitUri } from "./names.ts";
+
+function fail(req: JsonRpcRequest, code: number, message: string, status = 200, data?: JsonObject): Outcome {
+  return { response: errorResponse(req.id, code, message, data), status };
+}
+function ok(req: JsonRpcRequest, result: JsonObject): Outcome {
+  return { response: { jsonrpc: "2.0", id: req.id, result }, status: 200 };
+}
+
+function withParam(req: JsonRpcRequest, key: string, value: unknown): JsonRpcRequest {
+  return { ...req, params: { ...(req.params ?? {}), [key]: value as JsonObject[string] } };
+}
+
+/** Maps task ids in a result back to exposed handles when several upstreams share the front. */
+function exposeTask(up: UpstreamConfig, out: Outcome): Outcome {
+  const r = out.response.result;
+  if (!up.namespaced || !isObject(r)) return out;
+  const fix = (o: JsonObject): JsonObject => (typeof o.taskId === "string" ? { ...o, taskId: exposeHandle(up, o.taskId) } : o);
+  const result = fix(r);
+  if (isObject(result.task)) result.task = fix(result.task);
+  return { ...out, response: { ...out.response, result } };
+}
+
+async function toolsCall(ctx: CallContext, req: JsonRpcRequest): Promise<Outcome> {
+  const name = req.params?.name;
+  if (typeof name !== "string") return fail(req, ErrorCode.InvalidParams, "Invalid params: tools/call needs a string name", ctx.era === "modern" ? 400 : 200);
+  const target = splitName(ctx.cfg.upstreams, name);
+  const unknown = () => fail(req, ErrorCode.InvalidParams, `Unknown tool: ${name}`);
+  if (!target) return unknown();
+  const tool = resolveAlias(target.up, target.name);
+  const args = isObject(req.params?.arguments) ? req.params.arguments : undefined;
+  const verdict = await decide({ principal: ctx.principal, upstream: target.up, tool, exposedName: name, arguments: args });
+  if (verdict.kind === "unknown") return unknown();
+  if (verdict.kind === "deny") {
+    return ok(req, { content: [{ type: "text", text: `Portcullis denied this call: ${verdict.reason}` }], isError: true });
+  }
+  return exposeTask(target.up, await forward(ctx, target.up, withParam(req, "name", tool)));
+}
+
+async function byName(ctx: CallContext, req: JsonRpcRequest, what: string): Promise<Outcome> {
+  const name = req.params?.name;
+  if (typeof name !== "string") return fail(req, ErrorCode.InvalidParams, `Invalid params: ${req.method} needs a string name`, ctx.era === "modern" ? 400 : 200);
+  const target = splitName(ctx.cfg.upstreams, name);
+  if (!target) return fail(req, ErrorCode.InvalidParams, `Unknown ${what}: ${name}`);
+  return forward(ctx, target.up, withParam(req, "name", target.name));
+}
+
+async function byUri(ctx: CallContext, req: JsonRpcRequest): Promise<Outcome> {
+  const uri = req.params?.uri;
+  if (typeof uri !== "string") return fail(req, ErrorCode.InvalidParams, `Invalid params: ${req.method} needs a string uri`, ctx.era === "modern" ? 400 : 200);
+  const target = splitUri(ctx.cfg.upstreams, uri);
+  if (!target) return fail(req, ErrorCode.InvalidParams, `Resource not found: ${uri}`, 200, { uri });
+  const out = await forward(ctx, target.up, withParam(req, "uri", target.uri));
+  const err = out.response.error;
+  // 2026-07-28 (SEP-2164): -32002 is gone; resource-not-found is -32602 with data.uri.
+  if (ctx.era === "modern" && err && err.code === ErrorCode.ResourceNotFoundLegacy) {
+    return { ...out, response: errorResponse(req.id, ErrorCode.InvalidParams, err.message, { uri }) };
+  }
+  if (isObject(out.response.result) && Array.isArray(out.response.result.contents) && target.up.namespaced) {
+    const contents = out.response.result.contents.map((c) => (isObject(c) && c.uri === target.uri ? { ...c, uri } : c));
+    return { ...out, response: { ...out.response, result: { ...out.response.result, contents } } };
+  }
+  return out;
+}
+
+async function complete(ctx: CallContext, req: JsonRpcRequest): Promise<Outcome> {
+  const ref = req.params?.ref;
+  if (!isObject(ref)) return fail(req, ErrorCode.InvalidParams, "Invalid params: completion/complete needs a ref", ctx.era === "modern" ? 400 : 200);
+  if (ref.type === "ref/prompt" && typeof ref.name === "string") {
+    const t = splitName(ctx.cfg.upstreams, ref.name);
+    if (!t) return fail(req, ErrorCode.InvalidParams, `Unknown prompt: ${ref.name}`);
+    return forward(ctx, t.up, withParam(req, "ref", { ...ref, name: t.name }));
+  }
+  if (ref.type === "ref/resource" && typeof ref.uri === "string") {
+    const t = splitUri(ctx.cfg.upstreams, ref.uri);
+    if (!t) return fail(req, ErrorCode.InvalidParams, `Unknown resource: ${ref.uri}`);
+    return forward(ctx, t.up, withParam(req, "ref", { ...ref, uri: t.uri }));
+  }
+  return fail(req, ErrorCode.InvalidParams, "Invalid params: ref must be ref/prompt with a name or ref/resource with a uri", ctx.era === "modern" ? 400 : 200);
+}
+
+/** logging/setLevel reaches every upstream that declared logging; the client gets {} once all answered. */
+async function setLevel(ctx: CallContext, req: JsonRpcRequest): Promise<Outcome> {
+  await Promise.all(ctx.cfg.upstreams.map(async (up) => {
+    const caps = await ctx.capabilities(up).catch(() => undefined);
+    if (!caps || !isObject(caps.logging)) return;
+    const leg = await ctx.leg(up);
+    if (leg?.era !== "legacy") return;
+    await forward(ctx, up, { ...req, id: `${String(req.id)}:${up.name}` }).catch(() => undefined);
+  }));
+  return ok(req, {});
+}
+
+async function byTask(ctx: CallContext, req: JsonRpcRequest): Promise<Outcome> {
+  const taskId = req.params?.taskId;
+  if (typeof taskId !== "string") return fail(req, ErrorCode.InvalidParams, `Invalid params: ${req.method} needs a string taskId`, ctx.era === "modern" ? 400 : 200);
+  const t = splitHandle(ctx.cfg.upstreams, taskId);
+  if (!t) return fail(req, ErrorCode.InvalidParams, `Unknown task: ${taskId}`);
+  return exposeTask(t.up, await forward(ctx, t.up, withParam(req, "taskId", t.name)));
+}
+
+/** Routes one client request. The front has already validated era, session and headers. */
+export async function dispatch(ctx: CallContext, req: JsonRpcRequest): Promise<Outcome> {
+  if (LISTS[req.method]) return aggregateList(ctx, req);
+  switch (req.method) {
+    case "tools/call": return toolsCall(ctx, req);
+    case "prompts/get": return byName(ctx, req, "prompt");
+    case "resources/read":
+    case "resources/subscribe":
+    case "resources/unsubscribe": return byUri(ctx, req);
+    case "completion/complete": return complete(ctx, req);
+    case "logging/setLevel": return setLevel(ctx, req);
+    case "ping": return ok(req, {});
+    case "tasks/get":
+    case "tasks/update":
+    case "tasks/cancel": return byTask(ctx, req);
+  }
+  const ups = ctx.cfg.upstreams;
+  if (ups.length === 1 && !ups[0]!.namespaced) return forward(ctx, ups[0]!, req);
+  return fail(req, ErrorCode.MethodNotFound, `Method not found: ${req.method}`, ctx.era === "modern" ? 404 : 200);
+}

@@ -1,0 +1,121 @@
+/**
+ * Forwarding one client request to one upstream and relaying what comes back.
+ * Owns: id rewriting toward the upstream, relaying interim messages (progress, logs, resource
+ * updates, server→client requests), renewing an expired legacy upstream session once, and the
+ * MRTR bridge for legacy clients of 2026-07-28-only upstreams. Must never: change a result's
+ * fields other than the exposed names it is told to map, or lose the client's request id.
+ */
+import type { UpstreamConfig } from "../config/load.ts";
+import type { CallContext, Outcome } from "./context.ts";
+import {
+  ErrorCode, type JsonObject, type JsonRpcMessage, type JsonRpcRequest, type JsonRpcResponse,
+  errorResponse, isNotification, isObject, isRequest,
+} from "./jsonrpc.ts";
+import { exposeUri } from "./names.ts";
+import { answers, requestUpstream, UpstreamError, UpstreamSessionGone, type Leg } from "./upstream.ts";
+import { META } from "./versions.ts";
+
+/** Upstream ids are the client's id, tagged so gateway-originated ids can never collide. */
+export function upstreamId(id: string | number): string {
+  return `c:${typeof id === "number" ? "n" : "s"}:${id}`;
+}
+
+/** Relays one interim upstream message to the client (names mapped), or answers it. */
+async function relayInterim(ctx: CallContext, up: UpstreamConfig, leg: Leg, msg: JsonRpcMessage): Promise<void> {
+  if (isRequest(msg)) return ctx.relay.upstreamRequest(up, leg, msg);
+  if (!isNotification(msg)) return;
+  if (msg.method === "notifications/resources/updated" && isObject(msg.params) && typeof msg.params.uri === "string") {
+    return ctx.relay.send({ ...msg, params: { ...msg.params, uri: exposeUri(up, msg.params.uri) } });
+  }
+  return ctx.relay.send(msg);
+}
+
+const MAX_MRTR_ROUNDS = 8;
+/** Requests a client may cancel: their upstream is recorded so notifications/cancelled can follow. */
+const TRACKED = new Set(["tools/call", "prompts/get", "resources/read", "completion/complete"]);
+
+/**
+ * Sends `req` (already in the upstream's names) to `up` and returns the final response with the
+ * client's id restored. Interim messages are relayed as they arrive.
+ */
+export async function forward(ctx: CallContext, up: UpstreamConfig, req: JsonRpcRequest): Promise<Outcome> {
+  let leg = await ctx.leg(up);
+  if (!leg) return { response: unavailable(req, up), status: 200 };
+  if (TRACKED.has(req.method)) ctx.recordRequest(req.id, up).catch(() => undefined);
+  let params = withLegMeta(req.params, leg, ctx);
+  for (let round = 0; ; round++) {
+    const upReq: JsonRpcRequest = { jsonrpc: "2.0", id: round === 0 ? upstreamId(req.id) : `${upstreamId(req.id)}:r${round}`, method: req.method };
+    if (params !== undefined) upReq.params = params;
+    let out: Outcome;
+    try {
+      out = await once(ctx, up, leg, upReq, req.id);
+    } catch (e) {
+      if (e instanceof UpstreamSessionGone) {
+        const renewed = await ctx.renewLeg(up);
+        if (!renewed) return { response: unavailable(req, up), status: 200 };
+        leg = renewed;
+        out = await once(ctx, up, leg, upReq, req.id);
+      } else throw e;
+    }
+    const result = out.response.result;
+    // Legacy client, modern upstream: answer input_required rounds through server→client requests.
+    if (ctx.era === "legacy" && leg.era === "modern" && isObject(result) && result.resultType === "input_required") {
+      if (!ctx.relay.ask || round >= MAX_MRTR_ROUNDS) {
+        return { response: errorResponse(req.id, ErrorCode.InternalError, `upstream ${up.name} needs more input rounds than Portcullis relays (${MAX_MRTR_ROUNDS})`), status: 200 };
+      }
+      const inputs = isObject(result.inputRequests) ? result.inputRequests : {};
+      const answers: JsonObject = {};
+      for (const [key, ir] of Object.entries(inputs)) {
+        if (!isObject(ir) || typeof ir.method !== "string") continue;
+        answers[key] = await ctx.relay.ask(ir.method, isObject(ir.params) ? ir.params : {});
+      }
+      params = { ...(params ?? {}), inputResponses: answers };
+      if (result.requestState !== undefined) params.requestState = result.requestState;
+      else delete params.requestState;
+      continue;
+    }
+    return out;
+  }
+}
+
+async function once(ctx: CallContext, up: UpstreamConfig, leg: Leg, upReq: JsonRpcRequest, clientId: string | number): Promise<Outcome> {
+  for await (const f of requestUpstream(up, leg, upReq, { signal: ctx.signal, paramHeaders: ctx.paramHeaders })) {
+    const m = f.message;
+    if (answers(m, upReq.id)) {
+      const response: JsonRpcResponse = { ...(m as JsonRpcResponse), id: clientId };
+      // 2026-07-28 results always carry resultType; a legacy upstream's results are complete.
+      if (ctx.era === "modern" && leg.era === "legacy" && isObject(response.result) && response.result.resultType === undefined) {
+        response.result = { ...response.result, resultType: "complete" };
+      }
+      return { response, status: f.status };
+    }
+    await relayInterim(ctx, up, leg, m);
+  }
+  throw new UpstreamError(up.name, `no response to ${upReq.method}`, 502);
+}
+
+/** The `_meta` the upstream leg needs: modern legs carry per-request protocol metadata. */
+function withLegMeta(params: JsonObject | undefined, leg: Leg, ctx: CallContext): JsonObject | undefined {
+  if (leg.era !== "modern") {
+    if (ctx.era === "modern" && params && isObject(params._meta)) {
+      // A legacy upstream does not know the modern per-request keys; drop them, keep the rest.
+      const meta: JsonObject = {};
+      for (const [k, v] of Object.entries(params._meta)) if (!k.startsWith("io.modelcontextprotocol/")) meta[k] = v;
+      return { ...params, _meta: meta };
+    }
+    return params;
+  }
+  const incoming = params && isObject(params._meta) ? params._meta : {};
+  const meta: JsonObject = { ...incoming, ...leg.meta };
+  if (ctx.era === "modern") {
+    // The client's own per-request metadata wins: it is the same era.
+    for (const k of [META.protocolVersion, META.clientCapabilities, META.clientInfo, META.logLevel]) {
+      if (incoming[k] !== undefined) meta[k] = incoming[k]!;
+    }
+  }
+  return { ...(params ?? {}), _meta: meta };
+}
+
+export function unavailable(req: JsonRpcRequest, up: UpstreamConfig): JsonRpcResponse {
+  return errorResponse(req.id, ErrorCode.InternalError, `upstream ${up.name} is unavailable; try again later`);
+}

@@ -1,0 +1,60 @@
+/**
+ * /readyz and /summary: upstream reachability (cached ≤ 2 s) and a schema-free catalogue.
+ * Owns the probe (one `server/discover` POST: any JSON-RPC answer means the upstream is up).
+ * Must never: include tool schemas or upstream credentials in what it returns.
+ */
+import type { GatewayConfig, UpstreamConfig } from "../config/load.ts";
+import { type JsonObject, isObject } from "./jsonrpc.ts";
+import { callUpstream, modernMeta } from "./upstream.ts";
+import { modernClientLeg } from "./legs.ts";
+
+let readyCache: { at: number; key: string; body: { ok: boolean; upstreams: { name: string; ok: boolean }[] } } | null = null;
+const READY_TTL_MS = 2000;
+
+async function probe(up: UpstreamConfig): Promise<boolean> {
+  try {
+    await callUpstream({ ...up, timeoutMs: Math.min(up.timeoutMs, 5000) }, { era: "modern", meta: modernMeta({}) }, {
+      jsonrpc: "2.0", id: "portcullis-readyz", method: "server/discover", params: { _meta: modernMeta({}) },
+    });
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+export async function readiness(cfg: GatewayConfig) {
+  const key = cfg.upstreams.map((u) => u.name + u.url).join("|");
+  if (readyCache && readyCache.key === key && Date.now() - readyCache.at < READY_TTL_MS) return readyCache.body;
+  const upstreams = await Promise.all(cfg.upstreams.map(async (u) => ({ name: u.name, ok: await probe(u) })));
+  const body = { ok: upstreams.every((u) => u.ok), upstreams };
+  readyCache = { at: Date.now(), key, body };
+  return body;
+}
+
+export async function summary(cfg: GatewayConfig, principal: string) {
+  const upstreams = await Promise.all(cfg.upstreams.map(async (up) => {
+    let tools: number | null = null;
+    try {
+      const rec = await modernClientLeg(up, principal);
+      if (rec.leg) {
+        let count = 0;
+        let cursor: string | undefined;
+        for (let page = 0; page < 50; page++) {
+          const params: JsonObject = rec.leg.era === "modern" ? { _meta: modernMeta({}) } : {};
+          if (cursor) params.cursor = cursor;
+          const { response } = await callUpstream(up, rec.leg, { jsonrpc: "2.0", id: `portcullis-summary-${page}`, method: "tools/list", params });
+          const r = response.result;
+          if (!isObject(r) || !Array.isArray(r.tools)) break;
+          count += r.tools.length;
+          if (typeof r.nextCursor !== "string" || !r.nextCursor) break;
+          cursor = r.nextCursor;
+        }
+        tools = count;
+      }
+    } catch {
+      tools = null;
+    }
+    return { name: up.name, description: up.description ?? null, namespaced: up.namespaced, tools };
+  }));
+  return { upstreams };
+}

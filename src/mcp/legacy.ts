@@ -1,0 +1,236 @@
+/**
+ * The legacy front (2025-11-25, 2025-06-18, 2025-03-26): initialize, Mcp-Session-Id sessions in
+ * SessionDO, POST with JSON or SSE answers, the GET stream, resumption by Last-Event-ID, DELETE.
+ * Owns: session creation and lookup by principal, routing client notifications and answers
+ * (cancellation via the id map, relayed server→client answers back to their upstream), and the
+ * legacy CallContext. Must never: serve a session to a principal that did not open it (404),
+ * or accept a JSON-RPC batch.
+ */
+import type { GatewayConfig, UpstreamConfig } from "../config/load.ts";
+import type { Env } from "../env.ts";
+import type { CallContext } from "./context.ts";
+import { dispatch } from "./dispatch.ts";
+import { checkOrigin, readPost, refuse } from "./edge.ts";
+import { upstreamId } from "./forward.ts";
+import {
+  ErrorCode, type JsonObject, type JsonRpcMessage, type JsonRpcNotification, type JsonRpcRequest, type JsonRpcResponse,
+  errorResponse, isNotification, isObject, isRequest,
+} from "./jsonrpc.ts";
+import { mergeCapabilities, mergeInstructions, openLegacyClientLeg } from "./legs.ts";
+import { jsonResponse, respond, type Resumable } from "./respond.ts";
+import type { SessionApi, SessionRecord, UpstreamLegRecord } from "./session-types.ts";
+import { relayGetStream, replayStream } from "./streams.ts";
+import { postUpstream, type Leg, modernMeta } from "./upstream.ts";
+import { GATEWAY_INFO, LATEST_LEGACY, LEGACY_VERSIONS, META, isLegacyVersion } from "./versions.ts";
+
+export interface FrontContext {
+  env: Env;
+  cfg: GatewayConfig;
+  principal: string;
+  waitUntil(p: Promise<unknown>): void;
+}
+
+export function sessionStub(env: Env, id: string): SessionApi {
+  return env.SESSIONS.get(env.SESSIONS.idFromName(id)) as unknown as SessionApi;
+}
+type Stub = SessionApi;
+
+function newSessionId(): string {
+  const b = crypto.getRandomValues(new Uint8Array(24));
+  return Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
+}
+
+const SESSION_HDR = "mcp-session-id";
+const BRIDGE = "__bridge__";
+
+function notFound(id: JsonRpcMessage | null = null): Response {
+  const rid = id && "id" in id && (typeof id.id === "string" || typeof id.id === "number") ? id.id : null;
+  return refuse(404, ErrorCode.ServerError, "Session not found: it ended or never existed; send initialize to start a new one", rid);
+}
+
+/** The leg record's Leg, with the session's current log level on modern legs. */
+function legOf(rec: SessionRecord, up: UpstreamConfig): Leg | null {
+  const l = rec.upstreams[up.name]?.leg;
+  if (!l) return null;
+  if (l.era === "modern") {
+    return { era: "modern", meta: modernMeta(rec.clientCapabilities, rec.logLevel ? { [META.logLevel]: rec.logLevel } : {}) };
+  }
+  return l;
+}
+
+async function initialize(fc: FrontContext, req: JsonRpcRequest): Promise<Response> {
+  const p = req.params ?? {};
+  const requested = typeof p.protocolVersion === "string" ? p.protocolVersion : LATEST_LEGACY;
+  const version = isLegacyVersion(requested) ? requested : LATEST_LEGACY;
+  const clientCaps = isObject(p.capabilities) ? p.capabilities : {};
+  const clientInfo = isObject(p.clientInfo) ? p.clientInfo : undefined;
+  const upstreams: Record<string, UpstreamLegRecord> = {};
+  await Promise.all(fc.cfg.upstreams.map(async (up) => {
+    upstreams[up.name] = await openLegacyClientLeg(up, version, clientCaps, clientInfo);
+  }));
+  const id = newSessionId();
+  const now = Date.now();
+  const rec: SessionRecord = {
+    id, principal: fc.principal, protocolVersion: version, clientCapabilities: clientCaps, upstreams,
+    createdAt: now, touchedAt: now, ttlS: fc.cfg.sessionTtlS,
+  };
+  if (clientInfo) rec.clientInfo = clientInfo;
+  await sessionStub(fc.env, id).create(rec);
+  const result: JsonObject = { protocolVersion: version, capabilities: mergeCapabilities(fc.cfg, upstreams), serverInfo: { ...GATEWAY_INFO } };
+  const instructions = mergeInstructions(fc.cfg, upstreams);
+  if (instructions) result.instructions = instructions;
+  return jsonResponse({ jsonrpc: "2.0", id: req.id, result }, 200, { "mcp-session-id": id });
+}
+
+function legacyContext(fc: FrontContext, stub: Stub, rec: SessionRecord, signal: AbortSignal, emit: (m: JsonRpcMessage) => Promise<void>): CallContext {
+  return {
+    cfg: fc.cfg, era: "legacy", principal: fc.principal, signal, paramHeaders: [], callerFiltered: false,
+    leg: async (up) => legOf(rec, up),
+    renewLeg: async (up) => {
+      const fresh = await openLegacyClientLeg(up, rec.protocolVersion, rec.clientCapabilities, rec.clientInfo);
+      rec.upstreams[up.name] = fresh;
+      await stub.update(fc.principal, { upstreams: { [up.name]: fresh } });
+      return legOf(rec, up);
+    },
+    capabilities: async (up) => rec.upstreams[up.name]?.capabilities,
+    recordRequest: async (id, up) => { await stub.begin(fc.principal, JSON.stringify(id), up.name); },
+    relay: {
+      send: emit,
+      upstreamRequest: async (up, leg, req) => {
+        const cap = ({ "sampling/createMessage": "sampling", "elicitation/create": "elicitation", "roots/list": "roots" } as Record<string, string>)[req.method];
+        if (leg.era === "legacy" && (cap === undefined || rec.clientCapabilities[cap] !== undefined)) {
+          const gid = `pc-${crypto.randomUUID()}`;
+          await stub.addPending(fc.principal, { id: gid, upstream: up.name, upId: req.id });
+          await emit({ ...req, id: gid });
+          return;
+        }
+        const why = cap ? `the client did not declare the ${cap} capability` : "it cannot be routed back";
+        await postUpstream(up, leg, errorResponse(req.id, ErrorCode.MethodNotFound, `Portcullis did not relay ${req.method}: ${why}`)).catch(() => undefined);
+      },
+      ask: async (method, params) => {
+        const gid = `pc-${crypto.randomUUID()}`;
+        await stub.addPending(fc.principal, { id: gid, upstream: BRIDGE, upId: gid });
+        await emit({ jsonrpc: "2.0", id: gid, method, params });
+        const answer = await stub.awaitAnswer(fc.principal, gid, 120_000);
+        if (!answer) throw new Error(`the client did not answer ${method} in time`);
+        if (answer.error) return { error: answer.error } as unknown as JsonObject;
+        return answer.result ?? {};
+      },
+    },
+  };
+}
+
+/** A client notification or answer on a session. */
+async function clientMessage(fc: FrontContext, stub: Stub, rec: SessionRecord, msg: JsonRpcNotification | JsonRpcResponse): Promise<Response> {
+  const accepted = () => new Response(null, { status: 202 });
+  if (isNotification(msg)) {
+    if (msg.method === "notifications/cancelled" && msg.params && (typeof msg.params.requestId === "string" || typeof msg.params.requestId === "number")) {
+      const requestId = msg.params.requestId;
+      const upName = await stub.lookupRequest(fc.principal, JSON.stringify(requestId));
+      const up = fc.cfg.upstreams.find((u) => u.name === upName);
+      const leg = up ? legOf(rec, up) : null;
+      if (up && leg?.era === "legacy") {
+        fc.waitUntil(postUpstream(up, leg, { ...msg, params: { ...msg.params, requestId: upstreamId(requestId) } }).catch(() => undefined));
+      }
+      return accepted();
+    }
+    if (msg.method === "notifications/roots/list_changed") {
+      for (const up of fc.cfg.upstreams) {
+        const leg = legOf(rec, up);
+        if (leg?.era === "legacy") fc.waitUntil(postUpstream(up, leg, msg).catch(() => undefined));
+      }
+    }
+    return accepted();
+  }
+  // An answer to a request the gateway relayed.
+  if (typeof msg.id !== "string") return refuse(400, ErrorCode.InvalidRequest, "Invalid Request: no relayed request has this id");
+  const pending = await stub.takePending(fc.principal, msg.id);
+  if (!pending) return refuse(400, ErrorCode.InvalidRequest, `Invalid Request: no relayed request with id ${msg.id} is waiting`);
+  if (pending.upstream === BRIDGE) {
+    await stub.putAnswer(fc.principal, msg.id, msg);
+    return accepted();
+  }
+  const up = fc.cfg.upstreams.find((u) => u.name === pending.upstream);
+  const leg = up ? legOf(rec, up) : null;
+  if (up && leg) fc.waitUntil(postUpstream(up, leg, { ...msg, id: pending.upId }).catch(() => undefined));
+  return accepted();
+}
+
+function versionHeaderProblem(req: Request): Response | null {
+  const v = req.headers.get("mcp-protocol-version");
+  if (v !== null && !isLegacyVersion(v.trim())) {
+    return refuse(400, ErrorCode.ServerError, `Bad Request: unsupported MCP-Protocol-Version "${v}" for a session (supported: ${LEGACY_VERSIONS.join(", ")})`);
+  }
+  return null;
+}
+
+export async function legacyPost(fc: FrontContext, req: Request, msg: JsonRpcMessage): Promise<Response> {
+  const sid = req.headers.get(SESSION_HDR);
+  if (isRequest(msg) && msg.method === "initialize") {
+    if (sid) return refuse(400, ErrorCode.InvalidRequest, "Invalid Request: initialize must not carry Mcp-Session-Id; the session is already initialized", msg.id);
+    return initialize(fc, msg);
+  }
+  if (!sid) {
+    const id = isRequest(msg) ? msg.id : null;
+    return refuse(400, ErrorCode.ServerError, "Bad Request: Mcp-Session-Id header is required (send initialize first)", id);
+  }
+  const bad = versionHeaderProblem(req);
+  if (bad) return bad;
+  const stub = sessionStub(fc.env, sid);
+  const rec = await stub.open(fc.principal);
+  if (!rec) return notFound(msg);
+  if (!isRequest(msg)) return clientMessage(fc, stub, rec, msg);
+  if (msg.method === "logging/setLevel" && typeof msg.params?.level === "string") {
+    rec.logLevel = msg.params.level;
+    await stub.update(fc.principal, { logLevel: msg.params.level });
+  }
+  const streamId = `s${crypto.randomUUID().replace(/-/g, "")}`;
+  let chain: Promise<unknown> = Promise.resolve();
+  const resumable: Resumable = {
+    streamId, retryMs: fc.cfg.sseRetryMs,
+    persist: (seq, data) => { chain = chain.then(() => stub.appendEvents(streamId, [{ seq, data }], false)).catch(() => undefined); },
+    finish: () => { chain = chain.then(() => stub.appendEvents(streamId, [], true)).catch(() => undefined); fc.waitUntil(chain); },
+  };
+  // A disconnect is not a cancellation: the call runs on and its events stay resumable.
+  const signal = new AbortController().signal;
+  return respond(msg.id, (emit) => dispatch(legacyContext(fc, stub, rec, signal, emit), msg), {
+    waitUntil: fc.waitUntil, resumable,
+  });
+}
+
+export async function legacyGet(fc: FrontContext, req: Request): Promise<Response> {
+  const sid = req.headers.get(SESSION_HDR);
+  if (!sid) return refuse(400, ErrorCode.ServerError, "Bad Request: Mcp-Session-Id header is required for the GET stream");
+  if (!(req.headers.get("accept") ?? "").includes("text/event-stream")) {
+    return refuse(406, ErrorCode.InvalidRequest, "Not Acceptable: the GET stream needs Accept: text/event-stream");
+  }
+  const bad = versionHeaderProblem(req);
+  if (bad) return bad;
+  const stub = sessionStub(fc.env, sid);
+  const rec = await stub.open(fc.principal);
+  if (!rec) return notFound();
+  const last = req.headers.get("last-event-id");
+  if (last) return replayStream(fc, stub, last, req.signal);
+  return relayGetStream(fc, stub, rec, req.signal, (up) => legOf(rec, up));
+}
+
+export async function legacyDelete(fc: FrontContext, req: Request): Promise<Response> {
+  const sid = req.headers.get(SESSION_HDR);
+  if (!sid) return refuse(400, ErrorCode.ServerError, "Bad Request: Mcp-Session-Id header is required to end a session");
+  const stub = sessionStub(fc.env, sid);
+  const rec = await stub.end(fc.principal);
+  if (!rec) return notFound();
+  for (const up of fc.cfg.upstreams) {
+    const leg = rec.upstreams[up.name]?.leg;
+    if (leg?.era === "legacy" && leg.sessionId) {
+      const h = new Headers(up.headers);
+      h.set("mcp-session-id", leg.sessionId);
+      h.set("mcp-protocol-version", leg.protocolVersion);
+      fc.waitUntil(fetch(up.url, { method: "DELETE", headers: h, redirect: "manual", signal: AbortSignal.timeout(5000) })
+        .then((r) => r.body?.cancel()).catch(() => undefined));
+    }
+  }
+  return new Response(null, { status: 200 });
+}
+
+export { readPost, checkOrigin };

@@ -1,0 +1,98 @@
+/**
+ * Upstream legs: which era the gateway speaks to each upstream for a given client, and the
+ * capabilities the client is shown. Owns: opening legacy upstream sessions for a legacy client
+ * session, falling back to a 2026-07-28 leg for modern-only upstreams, the per-principal legacy
+ * sessions modern clients need with legacy-only upstreams, and merging capabilities.
+ * Must never: advertise upstream a client capability the gateway cannot route back.
+ */
+import type { GatewayConfig, UpstreamConfig } from "../config/load.ts";
+import { type JsonObject, isObject } from "./jsonrpc.ts";
+import type { UpstreamLegRecord } from "./session-types.ts";
+import { initializeLegacy, modernDiscovery, modernMeta, type Leg } from "./upstream.ts";
+import { LATEST_LEGACY } from "./versions.ts";
+
+/** The client capabilities a legacy client may receive relays for. */
+export function relayableCapabilities(clientCaps: JsonObject): JsonObject {
+  const out: JsonObject = {};
+  for (const k of ["sampling", "elicitation", "roots"]) if (clientCaps[k] !== undefined) out[k] = clientCaps[k]!;
+  return out;
+}
+
+/** Opens a leg to `up` for a legacy client session: legacy if the upstream speaks it, else modern. */
+export async function openLegacyClientLeg(up: UpstreamConfig, version: string, clientCaps: JsonObject, clientInfo?: JsonObject): Promise<UpstreamLegRecord> {
+  try {
+    const init = await initializeLegacy(up, version, relayableCapabilities(clientCaps), clientInfo);
+    const leg: Leg = { era: "legacy", protocolVersion: init.protocolVersion, ...(init.sessionId ? { sessionId: init.sessionId } : {}) };
+    const rec: UpstreamLegRecord = { leg };
+    if (isObject(init.result.capabilities)) rec.capabilities = init.result.capabilities;
+    if (typeof init.result.instructions === "string") rec.instructions = init.result.instructions;
+    if (isObject(init.result.serverInfo)) rec.serverInfo = init.result.serverInfo;
+    return rec;
+  } catch {
+    const discover = await modernDiscovery(up).catch(() => null);
+    if (!discover) return {};
+    const rec: UpstreamLegRecord = { leg: { era: "modern", meta: modernMeta(clientCaps) } };
+    if (isObject(discover.capabilities)) rec.capabilities = discover.capabilities;
+    if (typeof discover.instructions === "string") rec.instructions = discover.instructions;
+    const si = isObject(discover._meta) ? discover._meta["io.modelcontextprotocol/serverInfo"] : undefined;
+    if (isObject(si)) rec.serverInfo = si;
+    return rec;
+  }
+}
+
+interface ModernClientLeg { rec: UpstreamLegRecord; at: number }
+const modernClientLegs = new Map<string, Promise<ModernClientLeg>>();
+
+/**
+ * The leg a 2026-07-28 client uses: pass-through for modern upstreams; for legacy-only upstreams
+ * one upstream session per (principal, upstream), kept per isolate and renewed on expiry. Such a
+ * session declares no client capabilities: a modern client cannot take server→client requests.
+ */
+export async function modernClientLeg(up: UpstreamConfig, principal: string, renew = false): Promise<UpstreamLegRecord> {
+  const discover = await modernDiscovery(up);
+  if (discover) {
+    const rec: UpstreamLegRecord = { leg: { era: "modern", meta: {} } };
+    if (isObject(discover.capabilities)) rec.capabilities = discover.capabilities;
+    if (typeof discover.instructions === "string") rec.instructions = discover.instructions;
+    return rec;
+  }
+  const key = `${principal}\u0000${up.name}\u0000${up.url}`;
+  let p = modernClientLegs.get(key);
+  if (!p || renew) {
+    p = openLegacyClientLeg(up, LATEST_LEGACY, {}).then((rec) => ({ rec, at: Date.now() }));
+    modernClientLegs.set(key, p);
+    p.catch(() => modernClientLegs.delete(key));
+  }
+  return (await p).rec;
+}
+
+function mergeFlags(a: JsonObject | undefined, b: JsonObject): JsonObject {
+  const out: JsonObject = { ...(a ?? {}) };
+  for (const [k, v] of Object.entries(b)) if (v === true || out[k] === undefined) out[k] = v;
+  return out;
+}
+
+/** Client-facing capabilities: one transparent upstream's verbatim, else the union. */
+export function mergeCapabilities(cfg: GatewayConfig, recs: Record<string, UpstreamLegRecord>): JsonObject {
+  const ups = cfg.upstreams;
+  if (ups.length === 1 && !ups[0]!.namespaced) return recs[ups[0]!.name]?.capabilities ?? {};
+  const out: JsonObject = {};
+  for (const up of ups) {
+    const caps = recs[up.name]?.capabilities;
+    if (!caps) continue;
+    for (const k of ["tools", "prompts", "resources", "completions", "logging"]) {
+      if (isObject(caps[k])) out[k] = mergeFlags(isObject(out[k]) ? out[k] : undefined, caps[k]);
+    }
+    if (isObject(caps.extensions)) out.extensions = { ...(isObject(out.extensions) ? out.extensions : {}), ...caps.extensions };
+  }
+  return out;
+}
+
+export function mergeInstructions(cfg: GatewayConfig, recs: Record<string, UpstreamLegRecord>): string | undefined {
+  const parts = cfg.upstreams
+    .map((u) => [u, recs[u.name]?.instructions] as const)
+    .filter(([, i]) => typeof i === "string" && i.length > 0);
+  if (parts.length === 0) return undefined;
+  if (cfg.upstreams.length === 1 && !cfg.upstreams[0]!.namespaced) return parts[0]![1];
+  return parts.map(([u, i]) => `[${u.name}] ${i}`).join("\n\n");
+}

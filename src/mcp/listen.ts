@@ -1,0 +1,100 @@
+/**
+ * `subscriptions/listen` for 2026-07-28 clients: one long-lived SSE answer fanning in every
+ * upstream's change notifications — modern upstreams' own listen streams, legacy upstreams' GET
+ * streams — with the subscription id rewritten to the client's listen request id.
+ * Owns: the acknowledged subset, per-type filtering, URI mapping of resources/updated.
+ * Must never: send a notification type the client did not ask for, or anything before the ack.
+ */
+import type { UpstreamConfig } from "../config/load.ts";
+import { type JsonObject, type JsonRpcNotification, type JsonRpcRequest, isNotification, isObject } from "./jsonrpc.ts";
+import type { FrontContext } from "./legacy.ts";
+import { modernClientLeg } from "./legs.ts";
+import { exposeUri, splitUri } from "./names.ts";
+import { SSE_HEADERS } from "./respond.ts";
+import { encodeComment, encodeEvent } from "./sse.ts";
+import { openGetStream, requestUpstream, type Frame } from "./upstream.ts";
+import { META } from "./versions.ts";
+
+const TYPE_OF: Record<string, string> = {
+  "notifications/tools/list_changed": "toolsListChanged",
+  "notifications/prompts/list_changed": "promptsListChanged",
+  "notifications/resources/list_changed": "resourcesListChanged",
+};
+
+export async function listen(fc: FrontContext, req: Request, msg: JsonRpcRequest): Promise<Response> {
+  const asked = isObject(msg.params?.notifications) ? msg.params.notifications : {};
+  const subs = Array.isArray(asked.resourceSubscriptions) ? asked.resourceSubscriptions.filter((u): u is string => typeof u === "string") : [];
+  const recs = await Promise.all(fc.cfg.upstreams.map(async (up) => [up, await modernClientLeg(up, fc.principal).catch(() => ({}))] as const));
+  const agreed: JsonObject = {};
+  for (const k of ["toolsListChanged", "promptsListChanged", "resourcesListChanged"]) {
+    const cap = k === "toolsListChanged" ? "tools" : k === "promptsListChanged" ? "prompts" : "resources";
+    if (asked[k] === true && recs.some(([, r]) => "capabilities" in r && isObject(r.capabilities?.[cap]) && (r.capabilities[cap] as JsonObject).listChanged === true)) agreed[k] = true;
+  }
+  const perUpstreamSubs = new Map<string, string[]>();
+  const agreedSubs: string[] = [];
+  for (const uri of subs) {
+    const t = splitUri(fc.cfg.upstreams, uri);
+    if (!t) continue;
+    agreedSubs.push(uri);
+    perUpstreamSubs.set(t.up.name, [...(perUpstreamSubs.get(t.up.name) ?? []), t.uri]);
+  }
+  if (agreedSubs.length) agreed.resourceSubscriptions = agreedSubs;
+
+  const ts = new TransformStream<Uint8Array, Uint8Array>();
+  const writer = ts.writable.getWriter();
+  const abort = new AbortController();
+  req.signal.addEventListener("abort", () => abort.abort(), { once: true });
+  const tag = (n: JsonRpcNotification): JsonRpcNotification => ({
+    ...n, params: { ...(n.params ?? {}), _meta: { ...(isObject(n.params?._meta) ? n.params._meta : {}), [META.subscriptionId]: msg.id } },
+  });
+  const send = async (n: JsonRpcNotification) => {
+    try { await writer.write(encodeEvent({ data: JSON.stringify(tag(n)) })); } catch { abort.abort(); }
+  };
+  const wanted = (n: JsonRpcNotification, up: UpstreamConfig): JsonRpcNotification | null => {
+    const t = TYPE_OF[n.method];
+    if (t) return agreed[t] === true ? n : null;
+    if (n.method === "notifications/resources/updated" && isObject(n.params) && typeof n.params.uri === "string") {
+      const uri = exposeUri(up, n.params.uri);
+      return agreedSubs.includes(uri) ? { ...n, params: { ...n.params, uri } } : null;
+    }
+    if (n.method === "notifications/tasks") return n;
+    return null;
+  };
+  await send({ jsonrpc: "2.0", method: "notifications/subscriptions/acknowledged", params: { notifications: agreed } });
+
+  const pumps = recs.map(async ([up, rec]) => {
+    const leg = "leg" in rec ? rec.leg : undefined;
+    if (!leg) return;
+    let frames: AsyncGenerator<Frame> | null = null;
+    if (leg.era === "modern") {
+      const notifications: JsonObject = {};
+      for (const k of ["toolsListChanged", "promptsListChanged", "resourcesListChanged"]) if (agreed[k] === true) notifications[k] = true;
+      const mine = perUpstreamSubs.get(up.name);
+      if (mine?.length) notifications.resourceSubscriptions = mine;
+      if (Object.keys(notifications).length === 0) return;
+      const params: JsonObject = { ...(msg.params ?? {}), notifications };
+      frames = requestUpstream({ ...up, timeoutMs: 24 * 3600_000 }, leg, { jsonrpc: "2.0", id: `portcullis-listen-${crypto.randomUUID()}`, method: "subscriptions/listen", params }, { signal: abort.signal });
+    } else {
+      frames = await openGetStream(up, leg, abort.signal).catch(() => null);
+    }
+    if (!frames) return;
+    try {
+      for await (const f of frames) {
+        if (!isNotification(f.message) || f.message.method === "notifications/subscriptions/acknowledged") continue;
+        const n = wanted(f.message, up);
+        if (n) await send(n);
+      }
+    } catch {
+      // upstream stream ended or the client left
+    }
+  });
+  const keepalive = (async () => {
+    while (!abort.signal.aborted) {
+      await new Promise((r) => setTimeout(r, 25_000));
+      try { await writer.write(encodeComment("keep-alive")); } catch { abort.abort(); }
+    }
+  })();
+  fc.waitUntil(Promise.race([Promise.all(pumps).then(() => new Promise<void>((r) => (abort.signal.aborted ? r() : abort.signal.addEventListener("abort", () => r(), { once: true })))), keepalive])
+    .finally(() => { abort.abort(); writer.close().catch(() => undefined); }));
+  return new Response(ts.readable, { status: 200, headers: SSE_HEADERS });
+}

@@ -1,0 +1,137 @@
+/**
+ * The 2026-07-28 front: stateless requests carrying `_meta`, SEP-2243 routing headers,
+ * `server/discover`, removed methods, and the CallContext for modern clients.
+ * Owns: the statuses and codes of the modern error table (-32602/400, -32020/400,
+ * -32022/400, 404 + -32601) and per-request log gating. Must never: emit a server→client
+ * request on a request's stream, or a notifications/message to a request without logLevel.
+ */
+import type { CallContext } from "./context.ts";
+import { dispatch } from "./dispatch.ts";
+import { refuse } from "./edge.ts";
+import { postUpstream } from "./upstream.ts";
+import { ErrorCode, type JsonObject, type JsonRpcMessage, type JsonRpcRequest, errorResponse, isNotification, isObject, isRequest } from "./jsonrpc.ts";
+import type { FrontContext } from "./legacy.ts";
+import { mergeCapabilities, mergeInstructions, modernClientLeg } from "./legs.ts";
+import { listen } from "./listen.ts";
+import { jsonResponse, respond } from "./respond.ts";
+import type { UpstreamLegRecord } from "./session-types.ts";
+import { routingName } from "./upstream.ts";
+import { GATEWAY_INFO, META, MODERN_VERSION, REMOVED_IN_MODERN, SUPPORTED_VERSIONS } from "./versions.ts";
+
+/** Decodes a SEP-2243 header value (`=?base64?…?=` or literal); null when malformed. */
+export function decodeHeaderValue(v: string): string | null {
+  const t = v.trim();
+  const m = /^=\?base64\?(.*)\?=$/.exec(t);
+  if (!m) return t;
+  const b64 = m[1]!;
+  if (!/^[A-Za-z0-9+/]*={0,2}$/.test(b64) || b64.length % 4 !== 0) return null;
+  try {
+    const bin = atob(b64);
+    return new TextDecoder("utf-8", { fatal: true, ignoreBOM: false }).decode(Uint8Array.from(bin, (c) => c.charCodeAt(0)));
+  } catch {
+    return null;
+  }
+}
+
+function mismatch(id: JsonRpcRequest["id"] | null, what: string): Response {
+  return refuse(400, ErrorCode.HeaderMismatch, `Header mismatch: ${what}`, id);
+}
+
+/** The checks of the modern error table, in the order the spec lists them. Null when all pass. */
+export function checkModernRequest(req: Request, msg: JsonRpcRequest | { method: string; params?: JsonObject; id?: undefined }): Response | null {
+  const id = msg.id ?? null;
+  const meta = msg.params?._meta;
+  if (!isObject(meta)) return refuse(400, ErrorCode.InvalidParams, "Invalid params: params._meta is required in the 2026-07-28 era", id);
+  const version = meta[META.protocolVersion];
+  if (typeof version !== "string") return refuse(400, ErrorCode.InvalidParams, `Invalid params: _meta["${META.protocolVersion}"] is required`, id);
+  if (!isObject(meta[META.clientCapabilities])) return refuse(400, ErrorCode.InvalidParams, `Invalid params: _meta["${META.clientCapabilities}"] is required`, id);
+  if (version !== MODERN_VERSION) {
+    return jsonResponse(errorResponse(id, ErrorCode.UnsupportedProtocolVersion, `Unsupported protocol version: ${version}`, { supported: [MODERN_VERSION], requested: version }), 400);
+  }
+  const hv = req.headers.get("mcp-protocol-version");
+  if (hv === null) return mismatch(id, "MCP-Protocol-Version header is required");
+  if (hv.trim() !== version) return mismatch(id, `MCP-Protocol-Version header "${hv.trim()}" differs from _meta protocolVersion "${version}"`);
+  const hm = req.headers.get("mcp-method");
+  if (hm === null) return mismatch(id, "Mcp-Method header is required");
+  if (hm.trim() !== msg.method) return mismatch(id, `Mcp-Method header "${hm.trim()}" differs from the body method "${msg.method}"`);
+  const name = routingName(msg.method, msg.params);
+  const hn = req.headers.get("mcp-name");
+  if (name !== undefined) {
+    if (hn === null) return mismatch(id, `Mcp-Name header is required for ${msg.method}`);
+    const decoded = decodeHeaderValue(hn);
+    if (decoded === null) return mismatch(id, "Mcp-Name header is not valid base64 encoding");
+    if (decoded !== name) return mismatch(id, `Mcp-Name header "${decoded}" differs from the body`);
+  }
+  for (const [k, v] of req.headers) {
+    if (k.toLowerCase().startsWith("mcp-param-") && decodeHeaderValue(v) === null) return mismatch(id, `${k} header is not valid base64 encoding`);
+  }
+  return null;
+}
+
+function modernContext(fc: FrontContext, req: Request, msg: JsonRpcRequest, emit: (m: JsonRpcMessage) => Promise<void>): CallContext {
+  const meta = isObject(msg.params?._meta) ? msg.params._meta : {};
+  const logLevel = typeof meta[META.logLevel] === "string" ? meta[META.logLevel] : undefined;
+  const paramHeaders: [string, string][] = [];
+  for (const [k, v] of req.headers) if (k.toLowerCase().startsWith("mcp-param-")) paramHeaders.push([k, v]);
+  const legs = new Map<string, Promise<UpstreamLegRecord>>();
+  const legRec = (name: string, p: () => Promise<UpstreamLegRecord>) => {
+    let r = legs.get(name);
+    if (!r) { r = p(); legs.set(name, r); }
+    return r;
+  };
+  return {
+    cfg: fc.cfg, era: "modern", principal: fc.principal, signal: req.signal, paramHeaders, callerFiltered: false,
+    leg: async (up) => (await legRec(up.name, () => modernClientLeg(up, fc.principal))).leg ?? null,
+    renewLeg: async (up) => {
+      const r = modernClientLeg(up, fc.principal, true);
+      legs.set(up.name, r);
+      return (await r).leg ?? null;
+    },
+    capabilities: async (up) => (await legRec(up.name, () => modernClientLeg(up, fc.principal))).capabilities,
+    recordRequest: async () => undefined,
+    relay: {
+      send: async (m) => {
+        if (isRequest(m)) return; // never on a modern request stream
+        if (isNotification(m) && m.method === "notifications/message" && logLevel === undefined) return;
+        await emit(m);
+      },
+      upstreamRequest: async (up, leg, r) => {
+        const why = `Portcullis cannot relay ${r.method} to a ${MODERN_VERSION} client: that era has no server-initiated requests (servers return input_required results instead)`;
+        await postUpstream(up, leg, errorResponse(r.id, ErrorCode.MethodNotFound, why)).catch(() => undefined);
+      },
+    },
+  };
+}
+
+async function discover(fc: FrontContext, req: JsonRpcRequest): Promise<Response> {
+  const recs: Record<string, UpstreamLegRecord> = {};
+  await Promise.all(fc.cfg.upstreams.map(async (up) => {
+    recs[up.name] = await modernClientLeg(up, fc.principal).catch(() => ({}));
+  }));
+  const result: JsonObject = {
+    supportedVersions: SUPPORTED_VERSIONS,
+    capabilities: mergeCapabilities(fc.cfg, recs),
+    _meta: { [META.serverInfo]: { ...GATEWAY_INFO } },
+    ttlMs: 0,
+    cacheScope: "private",
+    resultType: "complete",
+  };
+  const instructions = mergeInstructions(fc.cfg, recs);
+  if (instructions) result.instructions = instructions;
+  return jsonResponse({ jsonrpc: "2.0", id: req.id, result });
+}
+
+export async function modernPost(fc: FrontContext, req: Request, msg: JsonRpcMessage): Promise<Response> {
+  if (!("method" in msg)) {
+    return refuse(400, ErrorCode.InvalidRequest, "Invalid Request: the 2026-07-28 era has no server-initiated requests to answer");
+  }
+  if (!isRequest(msg)) return new Response(null, { status: 202 });
+  const problem = checkModernRequest(req, msg);
+  if (problem) return problem;
+  if (REMOVED_IN_MODERN.has(msg.method)) {
+    return refuse(404, ErrorCode.MethodNotFound, `Method not found: ${msg.method} does not exist in ${MODERN_VERSION}`, msg.id);
+  }
+  if (msg.method === "server/discover") return discover(fc, msg);
+  if (msg.method === "subscriptions/listen") return listen(fc, req, msg);
+  return respond(msg.id, (emit) => dispatch(modernContext(fc, req, msg, emit), msg), { waitUntil: fc.waitUntil });
+}

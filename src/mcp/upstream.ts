@@ -1,0 +1,282 @@
+/**
+ * The gateway as an MCP client of one HTTP upstream, in either era.
+ * Owns: building upstream requests (configured credentials, protocol and routing headers),
+ * reading JSON or SSE answers as a stream of messages, resuming a legacy SSE stream the upstream
+ * closed early (GET + Last-Event-ID), legacy `initialize`, modern `server/discover`, and the
+ * per-upstream era verdict. Must never: send the client's own headers or credentials upstream
+ * (every header here is built from config), follow a redirect, or wait without a timeout.
+ */
+import type { UpstreamConfig } from "../config/load.ts";
+import {
+  type JsonObject, type JsonRpcMessage, type JsonRpcRequest, type JsonRpcResponse,
+  isObject, isResponse, parseMessage,
+} from "./jsonrpc.ts";
+import { parseSse } from "./sse.ts";
+import { GATEWAY_INFO, META, MODERN_VERSION } from "./versions.ts";
+
+export type Era = "legacy" | "modern";
+
+/** How the gateway talks to one upstream for one client context. */
+export type Leg =
+  | { era: "legacy"; sessionId?: string; protocolVersion: string }
+  | { era: "modern"; meta: JsonObject };
+
+export class UpstreamError extends Error {
+  readonly upstream: string;
+  readonly status: number | undefined;
+  constructor(upstream: string, message: string, status?: number) {
+    super(`upstream ${upstream}: ${message}`);
+    this.upstream = upstream;
+    this.status = status;
+  }
+}
+export class UpstreamSessionGone extends UpstreamError {}
+
+export interface Frame {
+  message: JsonRpcMessage;
+  /** HTTP status of the upstream answer that carried the message. */
+  status: number;
+}
+
+export interface SendOptions {
+  signal?: AbortSignal;
+  /** Mcp-Param-* headers to forward verbatim (modern leg). */
+  paramHeaders?: [string, string][];
+}
+
+const HEADER_SAFE = /^[\x21-\x7e](?:[\x20-\x7e]*[\x21-\x7e])?$/;
+/** SEP-2243: values that are not plain header-safe ASCII travel base64-wrapped. */
+export function encodeHeaderValue(v: string): string {
+  if (HEADER_SAFE.test(v) && !/^=\?base64\?.*\?=$/.test(v)) return v;
+  const bytes = new TextEncoder().encode(v);
+  let bin = "";
+  for (const b of bytes) bin += String.fromCharCode(b);
+  return `=?base64?${btoa(bin)}?=`;
+}
+
+/** Mcp-Name per SEP-2243: the name/uri/taskId the request targets, if any. */
+export function routingName(method: string, params: JsonObject | undefined): string | undefined {
+  if (!params) return undefined;
+  if (method === "tools/call" || method === "prompts/get") return typeof params.name === "string" ? params.name : undefined;
+  if (method === "resources/read") return typeof params.uri === "string" ? params.uri : undefined;
+  if (method === "tasks/get" || method === "tasks/update" || method === "tasks/cancel") {
+    return typeof params.taskId === "string" ? params.taskId : undefined;
+  }
+  return undefined;
+}
+
+function baseHeaders(up: UpstreamConfig, leg: Leg | undefined, msg: JsonRpcMessage | undefined): Headers {
+  const h = new Headers(up.headers);
+  h.set("content-type", "application/json");
+  h.set("accept", "application/json, text/event-stream");
+  if (!leg) return h;
+  if (leg.era === "legacy") {
+    h.set("mcp-protocol-version", leg.protocolVersion);
+    if (leg.sessionId) h.set("mcp-session-id", leg.sessionId);
+  } else {
+    h.set("mcp-protocol-version", MODERN_VERSION);
+    if (msg && "method" in msg) {
+      h.set("mcp-method", msg.method);
+      const name = routingName(msg.method, msg.params);
+      if (name !== undefined) h.set("mcp-name", encodeHeaderValue(name));
+    }
+  }
+  return h;
+}
+
+function timeoutSignal(up: UpstreamConfig, outer?: AbortSignal): AbortSignal {
+  const t = AbortSignal.timeout(up.timeoutMs);
+  return outer ? AbortSignal.any([t, outer]) : t;
+}
+
+async function send(up: UpstreamConfig, init: { method: string; headers: Headers; body?: string }, signal: AbortSignal): Promise<Response> {
+  let res: Response;
+  try {
+    res = await fetch(up.url, { ...init, redirect: "manual", signal });
+  } catch (e) {
+    const err = e as Error;
+    if (err.name === "TimeoutError") throw new UpstreamError(up.name, `no answer within ${up.timeoutMs} ms`, 504);
+    if (err.name === "AbortError") throw new UpstreamError(up.name, "request aborted", 499);
+    throw new UpstreamError(up.name, `unreachable (${err.message})`, 502);
+  }
+  if (res.status >= 300 && res.status < 400) {
+    await res.body?.cancel();
+    throw new UpstreamError(up.name, `answered a redirect (${res.status}); Portcullis follows no upstream redirects`, 502);
+  }
+  return res;
+}
+
+/** Reads one upstream answer (JSON or SSE) as frames. Tracks the last event id and retry hint. */
+async function* readAnswer(up: UpstreamConfig, res: Response, track: { lastEventId?: string; retryMs?: number }): AsyncGenerator<Frame> {
+  const ct = res.headers.get("content-type") ?? "";
+  if (ct.includes("text/event-stream") && res.body) {
+    for await (const ev of parseSse(res.body, (ms) => (track.retryMs = ms))) {
+      if (ev.id !== undefined) track.lastEventId = ev.id;
+      if (ev.data.trim() === "") continue;
+      const v = parseMessage(ev.data);
+      if (!v.ok) throw new UpstreamError(up.name, `sent an invalid SSE message (${v.reason})`, 502);
+      yield { message: v.message, status: res.status };
+    }
+    return;
+  }
+  const text = await res.text();
+  if (text.trim() === "") return;
+  const v = parseMessage(text);
+  if (!v.ok) {
+    throw new UpstreamError(up.name, `answered HTTP ${res.status} without a JSON-RPC message`, res.status >= 500 ? 502 : res.status);
+  }
+  yield { message: v.message, status: res.status };
+}
+
+/** Whether `m` answers request `id` (an error with a null id answers the request it could not parse). */
+export function answers(m: JsonRpcMessage, id: JsonRpcRequest["id"]): m is JsonRpcResponse {
+  return isResponse(m) && (m.id === id || (m.id === null && m.error !== undefined));
+}
+
+/**
+ * Sends one request upstream and yields every message that arrives for it, ending with its
+ * response. A legacy SSE stream that ends without the response is resumed with GET +
+ * Last-Event-ID after the upstream's retry hint (bounded attempts).
+ */
+export async function* requestUpstream(up: UpstreamConfig, leg: Leg, req: JsonRpcRequest, opts: SendOptions = {}): AsyncGenerator<Frame> {
+  const headers = baseHeaders(up, leg, req);
+  for (const [k, v] of opts.paramHeaders ?? []) headers.set(k, v);
+  const signal = timeoutSignal(up, opts.signal);
+  const res = await send(up, { method: "POST", headers, body: JSON.stringify(req) }, signal);
+  if (res.status === 404 && leg.era === "legacy" && leg.sessionId) {
+    await res.body?.cancel();
+    throw new UpstreamSessionGone(up.name, "session expired", 404);
+  }
+  const track: { lastEventId?: string; retryMs?: number } = {};
+  let answered = false;
+  let sse = (res.headers.get("content-type") ?? "").includes("text/event-stream");
+  for await (const f of readAnswer(up, res, track)) {
+    yield f;
+    if (answers(f.message, req.id)) { answered = true; break; }
+  }
+  for (let attempt = 0; !answered && sse && leg.era === "legacy" && track.lastEventId !== undefined && attempt < 5; attempt++) {
+    await sleep(Math.min(track.retryMs ?? 1000, 10000), signal);
+    const h = baseHeaders(up, leg, undefined);
+    h.set("accept", "text/event-stream");
+    h.set("last-event-id", track.lastEventId);
+    const again = await send(up, { method: "GET", headers: h }, signal);
+    if (!again.ok) { await again.body?.cancel(); break; }
+    sse = (again.headers.get("content-type") ?? "").includes("text/event-stream");
+    for await (const f of readAnswer(up, again, track)) {
+      yield f;
+      if (answers(f.message, req.id)) { answered = true; break; }
+    }
+  }
+  if (!answered) throw new UpstreamError(up.name, `closed the stream before answering ${req.method}`, 502);
+}
+
+/** Sends a notification or a response upstream (fire and check). */
+export async function postUpstream(up: UpstreamConfig, leg: Leg, msg: JsonRpcMessage, signal?: AbortSignal): Promise<void> {
+  const res = await send(up, { method: "POST", headers: baseHeaders(up, leg, msg), body: JSON.stringify(msg) }, timeoutSignal(up, signal));
+  await res.body?.cancel();
+  if (res.status === 404 && leg.era === "legacy" && leg.sessionId) throw new UpstreamSessionGone(up.name, "session expired", 404);
+  if (!res.ok) throw new UpstreamError(up.name, `refused a message (HTTP ${res.status})`, res.status);
+}
+
+/** Opens the upstream's legacy GET stream (server-initiated messages). Null when it has none. */
+export async function openGetStream(up: UpstreamConfig, leg: Leg & { era: "legacy" }, signal: AbortSignal): Promise<AsyncGenerator<Frame> | null> {
+  const h = baseHeaders(up, leg, undefined);
+  h.set("accept", "text/event-stream");
+  const res = await send(up, { method: "GET", headers: h }, signal);
+  if (!res.ok || !(res.headers.get("content-type") ?? "").includes("text/event-stream")) {
+    await res.body?.cancel();
+    return null;
+  }
+  return readAnswer(up, res, {});
+}
+
+/** One request, collecting the final response (interim messages are handed to `onOther`). */
+export async function callUpstream(
+  up: UpstreamConfig, leg: Leg, req: JsonRpcRequest, onOther?: (f: Frame) => Promise<void>, opts?: SendOptions,
+): Promise<{ response: JsonRpcResponse; status: number }> {
+  for await (const f of requestUpstream(up, leg, req, opts)) {
+    if (answers(f.message, req.id)) return { response: f.message, status: f.status };
+    if (onOther) await onOther(f);
+  }
+  throw new UpstreamError(up.name, `no response to ${req.method}`, 502);
+}
+
+export interface LegacyInit {
+  sessionId?: string;
+  protocolVersion: string;
+  result: JsonObject;
+}
+
+/** Legacy initialize + notifications/initialized. Throws UpstreamError if the upstream refuses. */
+export async function initializeLegacy(
+  up: UpstreamConfig, protocolVersion: string, capabilities: JsonObject, clientInfo?: JsonObject,
+): Promise<LegacyInit> {
+  const req: JsonRpcRequest = {
+    jsonrpc: "2.0", id: `portcullis-init-${crypto.randomUUID()}`, method: "initialize",
+    params: { protocolVersion, capabilities, clientInfo: clientInfo ?? { ...GATEWAY_INFO } },
+  };
+  const headers = baseHeaders(up, undefined, req);
+  const res = await send(up, { method: "POST", headers, body: JSON.stringify(req) }, timeoutSignal(up));
+  const sessionId = res.headers.get("mcp-session-id") ?? undefined;
+  let response: JsonRpcResponse | undefined;
+  for await (const f of readAnswer(up, res, {})) {
+    if (answers(f.message, req.id)) { response = f.message; break; }
+  }
+  if (!response || response.error || !isObject(response.result)) {
+    throw new UpstreamError(up.name, `refused initialize (${response?.error?.message ?? `HTTP ${res.status}`})`, res.status);
+  }
+  const negotiated = typeof response.result.protocolVersion === "string" ? response.result.protocolVersion : protocolVersion;
+  const init: LegacyInit = { protocolVersion: negotiated, result: response.result };
+  if (sessionId) init.sessionId = sessionId;
+  await postUpstream(up, { era: "legacy", protocolVersion: negotiated, ...(sessionId ? { sessionId } : {}) }, {
+    jsonrpc: "2.0", method: "notifications/initialized",
+  }).catch(() => undefined);
+  return init;
+}
+
+export function modernMeta(clientCapabilities: JsonObject, extra: JsonObject = {}): JsonObject {
+  return {
+    [META.protocolVersion]: MODERN_VERSION,
+    [META.clientCapabilities]: clientCapabilities,
+    [META.clientInfo]: { ...GATEWAY_INFO },
+    ...extra,
+  };
+}
+
+/** Modern `server/discover`; null when the upstream does not speak 2026-07-28. */
+export async function discoverModern(up: UpstreamConfig): Promise<JsonObject | null> {
+  const req: JsonRpcRequest = { jsonrpc: "2.0", id: `portcullis-discover-${crypto.randomUUID()}`, method: "server/discover", params: { _meta: modernMeta({}) } };
+  try {
+    const { response } = await callUpstream(up, { era: "modern", meta: modernMeta({}) }, req);
+    return isObject(response.result) && Array.isArray(response.result.supportedVersions) ? response.result : null;
+  } catch (e) {
+    if (e instanceof UpstreamError && (e.status === 502 || e.status === 504) && !/HTTP/.test(e.message)) throw e;
+    return null;
+  }
+}
+
+interface Verdict { discover: JsonObject | null; at: number }
+const verdicts = new Map<string, Verdict>();
+const VERDICT_TTL_MS = 60_000;
+
+/** Whether the upstream speaks 2026-07-28 (cached per isolate; legacy verdicts are re-checked after a minute). */
+export async function modernDiscovery(up: UpstreamConfig): Promise<JsonObject | null> {
+  const key = `${up.name} ${up.url}`;
+  const v = verdicts.get(key);
+  if (v && (v.discover || Date.now() - v.at < VERDICT_TTL_MS)) return v.discover;
+  const discover = await discoverModern(up);
+  verdicts.set(key, { discover, at: Date.now() });
+  return discover;
+}
+
+export function forgetVerdicts(): void {
+  verdicts.clear();
+}
+
+function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal.aborted) return reject(signal.reason);
+    const t = setTimeout(resolve, ms);
+    signal.addEventListener("abort", () => { clearTimeout(t); reject(signal.reason); }, { once: true });
+  });
+}
