@@ -1,0 +1,54 @@
+/**
+ * Vitest global setup for the e2e suite: one set of upstreams and gateways shared by every e2e
+ * file (they are slow to start), handed to tests through `provide`.
+ *  - everything: @modelcontextprotocol/server-everything, streamableHttp (legacy-only, SDK 1.x)
+ *  - conformance: our dual-era conformance upstream fixture
+ *  - gateway "transparent": one upstream (conformance), names unchanged — for the official suites
+ *  - gateway "namespaced": both upstreams, `<name>__<tool>` names
+ */
+import type { TestProject } from "vitest/node";
+import { startConformanceUpstream } from "../fixtures/conformance-upstream/server.ts";
+import { freePort, startEverything, startPortcullis } from "./harness.ts";
+
+declare module "vitest" {
+  export interface ProvidedContext {
+    everythingUrl: string;
+    conformanceUrl: string;
+    transparentUrl: string;
+    namespacedUrl: string;
+  }
+}
+
+export default async function setup(project: TestProject) {
+  const evPort = await freePort();
+  const everything = await startEverything(evPort);
+  const conformance = await startConformanceUpstream({ port: 0, host: "127.0.0.1" });
+  const [tPort, nPort] = [await freePort(), await freePort()];
+  const transparent = await startPortcullis(`
+actor: local:e2e
+upstreams:
+  - name: conf
+    url: ${conformance.url}
+    timeout: 30s
+`, tPort);
+  const namespaced = await startPortcullis(`
+actor: local:e2e
+upstreams:
+  - name: everything
+    url: http://127.0.0.1:${evPort}/mcp
+    headers: { X-Upstream-Key: "\${EVERYTHING_KEY}" }
+    timeout: 30s
+  - name: conf
+    url: ${conformance.url}
+    headers: { X-Upstream-Key: "\${CONF_KEY}" }
+    deny: ["test_error_handling"]
+    timeout: 30s
+`, nPort, { EVERYTHING_KEY: "ev-secret-1", CONF_KEY: "conf-secret-2" });
+  project.provide("everythingUrl", `http://127.0.0.1:${evPort}/mcp`);
+  project.provide("conformanceUrl", conformance.url);
+  project.provide("transparentUrl", transparent.url);
+  project.provide("namespacedUrl", namespaced.url);
+  return async () => {
+    await Promise.all([transparent.stop(), namespaced.stop(), everything.stop(), conformance.close()]);
+  };
+}
