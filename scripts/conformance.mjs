@@ -13,7 +13,7 @@
  *
  * Each run writes its checks.json files under DIR/<run>/ (DIR defaults to a fresh temp directory), is killed
  * after --timeout seconds (default 600), and the script exits non-zero if any run exits non-zero or times out.
- * The suites need Node >= 22; the script uses its own Node if it is new enough, else node_modules/node.
+ * The suites need Node >= 22.18; under an older Node the script re-runs itself with node_modules/node.
  * Traffic is restricted to loopback URLs unless --allow-remote is given (dns-rebinding-protection needs a
  * localhost URL anyway).
  */
@@ -87,12 +87,23 @@ function parseArgs(argv) {
   return opts;
 }
 
-function nodeBinary() {
-  const major = Number(process.versions.node.split('.')[0]);
-  if (major >= 22) return process.execPath;
+/** Node >= 22.18 runs the suites (fs.globSync) and imports the TypeScript fixture (type stripping). */
+function nodeIsRecentEnough() {
+  const [major, minor] = process.versions.node.split('.').map(Number);
+  return major > 22 || (major === 22 && minor >= 18);
+}
+
+/** Re-run this script under node_modules/node when the current Node is too old; returns true if it did. */
+async function reexecIfNeeded() {
+  if (nodeIsRecentEnough()) return false;
   const local = join(ROOT, 'node_modules', 'node', 'bin', 'node');
-  if (existsSync(local)) return local;
-  fail(`the conformance suites need Node >= 22 (this is ${process.version}) and node_modules/node is missing`);
+  if (!existsSync(local)) {
+    fail(`the conformance suites need Node >= 22.18 (this is ${process.version}) and node_modules/node is missing`);
+  }
+  const child = spawn(local, [fileURLToPath(import.meta.url), ...process.argv.slice(2)], { stdio: 'inherit' });
+  for (const signal of ['SIGINT', 'SIGTERM']) process.on(signal, () => child.kill(signal));
+  const code = await new Promise((resolveCode) => child.on('close', (c) => resolveCode(c ?? 1)));
+  process.exit(code);
 }
 
 function checkUrl(url, allowRemote) {
@@ -182,7 +193,8 @@ function summarise(outDir) {
 
 async function main() {
   const opts = parseArgs(process.argv.slice(2));
-  const node = nodeBinary();
+  if (await reexecIfNeeded()) return;
+  const node = process.execPath;
   let fixture;
   let url = opts.url;
   if (opts.fixture) {

@@ -60,9 +60,11 @@ export async function listen(fc: FrontContext, req: Request, msg: JsonRpcRequest
     if (n.method === "notifications/tasks") return n;
     return null;
   };
-  await send({ jsonrpc: "2.0", method: "notifications/subscriptions/acknowledged", params: { notifications: agreed } });
+  // Not awaited: the stream has no reader until the Response is returned.
+  const acked = send({ jsonrpc: "2.0", method: "notifications/subscriptions/acknowledged", params: { notifications: agreed } });
 
   const pumps = recs.map(async ([up, rec]) => {
+    await acked;
     const leg = "leg" in rec ? rec.leg : undefined;
     if (!leg) return;
     let frames: AsyncGenerator<Frame> | null = null;

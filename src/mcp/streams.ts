@@ -77,8 +77,10 @@ export async function relayGetStream(
     if (!(await s.write(encodeEvent({ id: `${streamId}/${seq}`, data })))) abort.abort();
   };
   await stub.appendEvents(streamId, [], false);
-  await s.write(encodeEvent({ id: `${streamId}/0`, retry: fc.cfg.sseRetryMs, data: "" }));
+  // Not awaited: the stream has no reader until the Response is returned.
+  const primed = s.write(encodeEvent({ id: `${streamId}/0`, retry: fc.cfg.sseRetryMs, data: "" }));
   const pumps = fc.cfg.upstreams.map(async (up) => {
+    await primed;
     const leg = legOf(up);
     if (leg?.era !== "legacy") return;
     const frames = await openGetStream(up, leg, abort.signal).catch(() => null);

@@ -18,7 +18,13 @@ async function connect(mode: Mode, opts: { authorization?: string } = {}) {
     model: "e2e-model", role: "assistant",
     content: { type: "text", text: `sampled(${JSON.stringify(req.params.messages[0]?.content).slice(0, 60)})` },
   }));
-  client.setRequestHandler("elicitation/create", async () => ({ action: "accept", content: { username: "ada", email: "ada@example.com", name: "Ada", color: "blue", context: "ctx", ok: true } }));
+  client.setRequestHandler("elicitation/create", async (req) => {
+    // Answer every field the form asks for, typed as the schema says.
+    const props = ((req.params as { requestedSchema?: { properties?: Record<string, { type?: string }> } }).requestedSchema?.properties) ?? {};
+    const content: Record<string, string | number | boolean> = {};
+    for (const [k, p] of Object.entries(props)) content[k] = p.type === "boolean" ? true : p.type === "number" || p.type === "integer" ? 1 : k === "email" ? "ada@example.com" : "ada";
+    return { action: "accept", content };
+  });
   client.setRequestHandler("roots/list", async () => ({ roots: [{ uri: "file:///work/e2e", name: "e2e-root" }] }));
   const headers: Record<string, string> = opts.authorization ? { authorization: opts.authorization } : {};
   const transport = new StreamableHTTPClientTransport(new URL(url), { requestInit: { headers } });
@@ -176,9 +182,13 @@ describe("modern-only features", () => {
     await sub.close();
   });
 
-  it("refuses server-initiated requests from a legacy-only upstream with a clear error", async () => {
+  it("never advertises upstream a capability it cannot route back to a modern client", async () => {
+    // server-everything registers its sampling/elicitation tools only for clients that declared
+    // those capabilities; the gateway's per-principal legacy session for modern clients declares none.
     const { client } = await connect({ pin: "2026-07-28" });
-    const r = await client.callTool({ name: "everything__trigger-sampling-request", arguments: { prompt: "hello", maxTokens: 10 } }).catch((e: Error) => ({ error: e.message }));
-    expect(JSON.stringify(r)).toMatch(/cannot relay sampling\/createMessage|2026-07-28/);
+    const names = (await client.listTools()).tools.map((t) => t.name);
+    expect(names).toContain("everything__echo");
+    expect(names).not.toContain("everything__trigger-sampling-request");
+    expect(names).not.toContain("everything__trigger-elicitation-request");
   });
 });
