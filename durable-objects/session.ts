@@ -48,9 +48,13 @@ export class SessionDO extends DurableObject {
   async open(principal: string): Promise<SessionRecord | null> {
     const rec = this.load();
     if (!rec || rec.ended || rec.principal !== principal) return null;
-    if (Date.now() - rec.touchedAt > rec.ttlS * 1000) return null;
-    rec.touchedAt = Date.now();
-    this.save(rec);
+    const now = Date.now();
+    if (now - rec.touchedAt > rec.ttlS * 1000) return null;
+    // Idle expiry has minute granularity: persist the touch at most once a minute, not per request.
+    if (now - rec.touchedAt > 60_000) {
+      rec.touchedAt = now;
+      this.save(rec);
+    }
     return rec;
   }
 
