@@ -146,6 +146,13 @@ describe("legacy-only features", () => {
     expect(seen).toContain("updated:conf+test://watched-resource");
   });
 
+  it("bridges a modern-only upstream's input_required rounds through server→client requests", async () => {
+    const { client } = await connect("legacy");
+    expect(text(await client.callTool({ name: "modern__ask_name", arguments: {} }))).toMatch(/got .*name.*ada.* with state-for-ask_name/);
+    expect(text(await client.callTool({ name: "modern__ask_model", arguments: {} }))).toMatch(/sampled\(.* with state-for-ask_model/);
+    expect(text(await client.callTool({ name: "modern__ask_roots", arguments: {} }))).toMatch(/file:\/\/\/work\/e2e.* with state-for-ask_roots/);
+  });
+
   it("ends a session with DELETE (404 afterwards) and reconnects", async () => {
     const { client, transport } = await connect("legacy");
     await client.listTools();
@@ -168,6 +175,7 @@ describe("modern-only features", () => {
     const { client } = await connect({ pin: "2026-07-28" });
     expect(text(await client.callTool({ name: "conf__test_input_required_result_elicitation", arguments: {} }))).toMatch(/Hello/);
     expect(text(await client.callTool({ name: "conf__test_input_required_result_request_state", arguments: {} }))).toContain("state-ok");
+    expect(text(await client.callTool({ name: "modern__ask_name", arguments: {} }))).toMatch(/got .*name.*ada.* with state-for-ask_name/);
   });
 
   it("fans in list_changed on subscriptions/listen", async () => {

@@ -4,10 +4,12 @@
  *  - everything: @modelcontextprotocol/server-everything, streamableHttp (legacy-only, SDK 1.x)
  *  - conformance: our dual-era conformance upstream fixture
  *  - gateway "transparent": one upstream (conformance), names unchanged — for the official suites
- *  - gateway "namespaced": both upstreams, `<name>__<tool>` names
+ *  - modern: a 2026-07-28-only upstream (era bridging)
+ *  - gateway "namespaced": all three upstreams, `<name>__<tool>` names
  */
 import type { TestProject } from "vitest/node";
 import { startConformanceUpstream } from "../fixtures/conformance-upstream/server.ts";
+import { startModernOnlyUpstream } from "../fixtures/modern-only-upstream.ts";
 import { freePort, startEverything, startPortcullis } from "./harness.ts";
 
 declare module "vitest" {
@@ -23,6 +25,7 @@ export default async function setup(project: TestProject) {
   const evPort = await freePort();
   const everything = await startEverything(evPort);
   const conformance = await startConformanceUpstream({ port: 0, host: "127.0.0.1" });
+  const modernOnly = await startModernOnlyUpstream();
   const [tPort, nPort] = [await freePort(), await freePort()];
   const transparent = await startPortcullis(`
 actor: local:e2e
@@ -43,12 +46,15 @@ upstreams:
     headers: { X-Upstream-Key: "\${CONF_KEY}" }
     deny: ["test_error_handling"]
     timeout: 30s
+  - name: modern
+    url: ${modernOnly.url}
+    timeout: 30s
 `, nPort, { EVERYTHING_KEY: "ev-secret-1", CONF_KEY: "conf-secret-2" });
   project.provide("everythingUrl", `http://127.0.0.1:${evPort}/mcp`);
   project.provide("conformanceUrl", conformance.url);
   project.provide("transparentUrl", transparent.url);
   project.provide("namespacedUrl", namespaced.url);
   return async () => {
-    await Promise.all([transparent.stop(), namespaced.stop(), everything.stop(), conformance.close()]);
+    await Promise.all([transparent.stop(), namespaced.stop(), everything.stop(), conformance.close(), modernOnly.close()]);
   };
 }
