@@ -11,6 +11,8 @@
  *   alpha-2025  conformance 0.2.0-alpha.12  server --requirements 2025-11-25 conformance/baseline-0.2.0-alpha.12-2025-11-25.yml
  *   alpha-2026  conformance 0.2.0-alpha.12  server --requirements 2026-07-28 conformance/baseline-0.2.0-alpha.12-2026-07-28.yml
  *
+ * --baselines DIR takes the same baseline file names from DIR (conformance/gateway/ holds the baselines for
+ * runs through Portcullis); --json FILE writes {run: {exit, counts, clean[], failing[]}} for tests to compare.
  * Each run writes its checks.json files under DIR/<run>/ (DIR defaults to a fresh temp directory), is killed
  * after --timeout seconds (default 600), and the script exits non-zero if any run exits non-zero or times out.
  * The suites need Node >= 22.18; under an older Node the script re-runs itself with node_modules/node.
@@ -18,9 +20,9 @@
  * localhost URL anyway).
  */
 import { spawn } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join, resolve } from 'node:path';
+import { basename, dirname, join, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '..');
@@ -50,6 +52,7 @@ const RUNS = [
 ];
 
 const USAGE = `usage: node scripts/conformance.mjs (--url URL | --fixture) [--out DIR] [--only stable|alpha-2025|alpha-2026]
+                                   [--baselines DIR] [--json FILE]
                                    [--timeout SECONDS] [--verbose] [--allow-remote]`;
 
 function fail(message) {
@@ -73,6 +76,8 @@ function parseArgs(argv) {
     else if (arg === '--verbose') opts.verbose = true;
     else if (arg === '--allow-remote') opts.allowRemote = true;
     else if (arg === '--fixture') opts.fixture = true;
+    else if (arg === '--baselines') opts.baselines = value();
+    else if (arg === '--json') opts.json = value();
     else if (arg === '--help' || arg === '-h') {
       process.stdout.write(`${USAGE}\n`);
       process.exit(0);
@@ -128,7 +133,7 @@ function runSuite(node, run, url, outDir, timeoutSec, verbose) {
       url,
       ...run.args,
       '--expected-failures',
-      join(ROOT, run.baseline),
+      run.baselinePath,
       '-o',
       outDir,
     ];
@@ -169,7 +174,7 @@ function findChecks(dir) {
 
 function summarise(outDir) {
   const counts = { SUCCESS: 0, FAILURE: 0, WARNING: 0, SKIPPED: 0, INFO: 0 };
-  const scenarios = { total: 0, clean: 0, failing: [] };
+  const scenarios = { total: 0, clean: 0, failing: [], cleanNames: [] };
   for (const file of findChecks(outDir)) {
     let checks;
     try {
@@ -186,7 +191,10 @@ function summarise(outDir) {
       if (check?.status === 'FAILURE' || check?.status === 'WARNING') bad = true;
     }
     if (bad) scenarios.failing.push(scenario);
-    else scenarios.clean++;
+    else {
+      scenarios.clean++;
+      scenarios.cleanNames.push(scenario);
+    }
   }
   return { counts, scenarios };
 }
@@ -206,7 +214,11 @@ async function main() {
   checkUrl(url, opts.allowRemote);
   const out = resolve(opts.out ?? mkdtempSync(join(tmpdir(), 'portcullis-conformance-')));
   mkdirSync(out, { recursive: true });
-  const selected = opts.only.length > 0 ? RUNS.filter((run) => opts.only.includes(run.name)) : RUNS;
+  const selected = (opts.only.length > 0 ? RUNS.filter((run) => opts.only.includes(run.name)) : RUNS).map((run) => ({
+    ...run,
+    // --baselines DIR: the same file names from another directory (e.g. the gateway's own baselines).
+    baselinePath: opts.baselines ? resolve(opts.baselines, basename(run.baseline)) : join(ROOT, run.baseline),
+  }));
 
   const results = [];
   try {
@@ -214,7 +226,7 @@ async function main() {
       const dir = join(out, run.name);
       rmSync(dir, { recursive: true, force: true });
       mkdirSync(dir, { recursive: true });
-      process.stdout.write(`\n== ${run.name}: ${run.label} (baseline ${run.baseline})\n`);
+      process.stdout.write(`\n== ${run.name}: ${run.label} (baseline ${run.baselinePath})\n`);
       const started = Date.now();
       const { code, timedOut, output } = await runSuite(node, run, url, dir, opts.timeout, opts.verbose);
       const seconds = ((Date.now() - started) / 1000).toFixed(1);
@@ -244,6 +256,10 @@ async function main() {
       `  ${code === 0 ? 'PASS' : 'FAIL'} ${run.name.padEnd(10)} exit ${code}  scenarios ${scenarios.total}  ` +
         `checks passed ${counts.SUCCESS} failed ${counts.FAILURE} warnings ${counts.WARNING} skipped ${counts.SKIPPED}\n`,
     );
+  }
+  if (opts.json) {
+    const report = Object.fromEntries(results.map(({ run, code, summary }) => [run.name, { exit: code, counts: summary.counts, clean: summary.scenarios.cleanNames.sort(), failing: summary.scenarios.failing.sort() }]));
+    writeFileSync(opts.json, JSON.stringify(report, null, 2));
   }
   process.exit(results.some((r) => r.code !== 0) ? 1 : 0);
 }

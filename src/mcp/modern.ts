@@ -45,12 +45,14 @@ export function checkModernRequest(req: Request, msg: JsonRpcRequest | { method:
   const version = meta[META.protocolVersion];
   if (typeof version !== "string") return refuse(400, ErrorCode.InvalidParams, `Invalid params: _meta["${META.protocolVersion}"] is required`, id);
   if (!isObject(meta[META.clientCapabilities])) return refuse(400, ErrorCode.InvalidParams, `Invalid params: _meta["${META.clientCapabilities}"] is required`, id);
-  if (version !== MODERN_VERSION) {
-    return jsonResponse(errorResponse(id, ErrorCode.UnsupportedProtocolVersion, `Unsupported protocol version: ${version}`, { supported: [MODERN_VERSION], requested: version }), 400);
-  }
+  // Header/body agreement first: a request whose header and _meta disagree is malformed
+  // whatever the version (conformance sep-2575-http-server-header-mismatch-400).
   const hv = req.headers.get("mcp-protocol-version");
   if (hv === null) return mismatch(id, "MCP-Protocol-Version header is required");
   if (hv.trim() !== version) return mismatch(id, `MCP-Protocol-Version header "${hv.trim()}" differs from _meta protocolVersion "${version}"`);
+  if (version !== MODERN_VERSION) {
+    return jsonResponse(errorResponse(id, ErrorCode.UnsupportedProtocolVersion, `Unsupported protocol version: ${version}`, { supported: [MODERN_VERSION], requested: version }), 400);
+  }
   const hm = req.headers.get("mcp-method");
   if (hm === null) return mismatch(id, "Mcp-Method header is required");
   if (hm.trim() !== msg.method) return mismatch(id, `Mcp-Method header "${hm.trim()}" differs from the body method "${msg.method}"`);

@@ -72,7 +72,7 @@ const rows: Row[] = [
   { name: "answer to a request never relayed", headers: legacy, body: () => JSON.stringify({ jsonrpc: "2.0", id: "pc-unknown", result: {} }), status: 400, code: -32600 },
   { name: "modern: _meta missing", headers: () => modern(), body: () => rpc("tools/list"), status: 400, code: -32602, id: 5 },
   { name: "modern: clientCapabilities missing", headers: () => modern(), body: () => rpc("tools/list", { _meta: { "io.modelcontextprotocol/protocolVersion": "2026-07-28" } }), status: 400, code: -32602, id: 5 },
-  { name: "modern: unsupported protocol version", headers: () => modern(), body: () => rpc("tools/list", { _meta: { ...MODERN_META, "io.modelcontextprotocol/protocolVersion": "2031-01-01" } }), status: 400, code: -32022, id: 5 },
+  { name: "modern: unsupported protocol version", headers: () => modern("tools/list", { "mcp-protocol-version": "2031-01-01" }), body: () => rpc("tools/list", { _meta: { ...MODERN_META, "io.modelcontextprotocol/protocolVersion": "2031-01-01" } }), status: 400, code: -32022, id: 5 },
   { name: "modern: version header differs from _meta", headers: () => modern("tools/list", { "mcp-protocol-version": "2025-11-25" }), body: () => mrpc("tools/list"), status: 400, code: -32020, id: 5 },
   { name: "modern: Mcp-Method differs from body", headers: () => modern("prompts/list"), body: () => mrpc("tools/list"), status: 400, code: -32020, id: 5 },
   { name: "modern: Mcp-Method missing", headers: () => { const { "mcp-method": _m, ...h } = modern(); return h; }, body: () => mrpc("tools/list"), status: 400, code: -32020, id: 5 },

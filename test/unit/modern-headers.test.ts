@@ -28,7 +28,7 @@ describe("modern request checks", () => {
     const noCaps = call({ _meta: { "io.modelcontextprotocol/protocolVersion": "2026-07-28" } });
     expect(await verdict(checkModernRequest(req(base), noCaps))).toMatchObject({ status: 400, code: -32602 });
     const old = call({ _meta: { ...META, "io.modelcontextprotocol/protocolVersion": "2099-01-01" } });
-    expect(await verdict(checkModernRequest(req(base), old))).toMatchObject({ status: 400, code: -32022, data: { supported: ["2026-07-28"], requested: "2099-01-01" } });
+    expect(await verdict(checkModernRequest(req({ ...base, "mcp-protocol-version": "2099-01-01" }), old))).toMatchObject({ status: 400, code: -32022, data: { supported: ["2026-07-28"], requested: "2099-01-01" } });
     expect(await verdict(checkModernRequest(req({ ...base, "mcp-protocol-version": "2025-11-25" }), call()))).toMatchObject({ status: 400, code: -32020 });
     const { "mcp-method": _m, ...noMethod } = base;
     expect(await verdict(checkModernRequest(req(noMethod), call()))).toMatchObject({ status: 400, code: -32020 });
