@@ -41,7 +41,8 @@ function vitest(name, config) {
 
 const only = process.argv[2];
 if (!only || only === "typecheck") {
-  if (!step("typecheck", bin("tsc"), ["--noEmit", "-p", "."])) failed += 1;
+  if (!step("typecheck (Worker + unit tests)", bin("tsc"), ["--noEmit", "-p", "."])) failed += 1;
+  if (!step("typecheck (e2e + fixtures, Node)", bin("tsc"), ["--noEmit", "-p", "tsconfig.node.json"])) failed += 1;
 }
 if (!only || only === "unit") vitest("unit", "vitest.config.ts");
 if (!only || only === "e2e") vitest("e2e", "vitest.e2e.config.ts");

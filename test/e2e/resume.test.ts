@@ -10,8 +10,8 @@ const ACCEPT = "application/json, text/event-stream";
 
 interface Ev { id?: string; data: string; retry?: number }
 
-async function* events(body: ReadableStream<Uint8Array>): AsyncGenerator<Ev> {
-  const reader = body.pipeThrough(new TextDecoderStream()).getReader();
+async function* events(body: ReadableStream): AsyncGenerator<Ev> {
+  const reader = (body as ReadableStream<BufferSource>).pipeThrough(new TextDecoderStream()).getReader();
   let buf = "";
   for (;;) {
     const { value, done } = await reader.read();
