@@ -65,10 +65,7 @@ function formatPath(path: PropertyKey[]): string {
 export function validateConfig(raw: unknown): { ok: true; config: ParsedConfig } | { ok: false; problems: string[] } {
   const res = configSchema.safeParse(raw);
   if (res.success) return { ok: true, config: res.data };
-  const problems = res.error.issues.map((i) => {
-    const keys = i.code === "unrecognized_keys" ? ` (${(i as { keys: string[] }).keys.join(", ")})` : "";
-    return `${formatPath(i.path)}: ${i.message}${keys}`;
-  });
+  const problems = res.error.issues.map((i) => `${formatPath(i.path)}: ${i.message}`);
   return { ok: false, problems };
 }
 
