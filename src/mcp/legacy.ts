@@ -14,9 +14,10 @@ import { checkOrigin, readPost, refuse } from "./edge.ts";
 import { upstreamId } from "./forward.ts";
 import {
   ErrorCode, type JsonObject, type JsonRpcMessage, type JsonRpcNotification, type JsonRpcRequest, type JsonRpcResponse,
-  errorResponse, isNotification, isObject, isRequest,
+  isNotification, isObject, isRequest,
 } from "./jsonrpc.ts";
 import { mergeCapabilities, mergeInstructions, openLegacyClientLeg } from "./legs.ts";
+import { relayServerRequest } from "./relay.ts";
 import { jsonResponse, respond, type Resumable } from "./respond.ts";
 import type { SessionApi, SessionRecord, UpstreamLegRecord } from "./session-types.ts";
 import { relayGetStream, replayStream } from "./streams.ts";
@@ -96,17 +97,7 @@ function legacyContext(fc: FrontContext, stub: Stub, rec: SessionRecord, signal:
     recordRequest: async (id, up) => { await stub.begin(fc.principal, JSON.stringify(id), up.name); },
     relay: {
       send: emit,
-      upstreamRequest: async (up, leg, req) => {
-        const cap = ({ "sampling/createMessage": "sampling", "elicitation/create": "elicitation", "roots/list": "roots" } as Record<string, string>)[req.method];
-        if (leg.era === "legacy" && (cap === undefined || rec.clientCapabilities[cap] !== undefined)) {
-          const gid = `pc-${crypto.randomUUID()}`;
-          await stub.addPending(fc.principal, { id: gid, upstream: up.name, upId: req.id });
-          await emit({ ...req, id: gid });
-          return;
-        }
-        const why = cap ? `the client did not declare the ${cap} capability` : "it cannot be routed back";
-        await postUpstream(up, leg, errorResponse(req.id, ErrorCode.MethodNotFound, `Portcullis did not relay ${req.method}: ${why}`)).catch(() => undefined);
-      },
+      upstreamRequest: (up, leg, req) => relayServerRequest(stub, fc.principal, rec.clientCapabilities, up, leg, req, emit),
       ask: async (method, params) => {
         const gid = `pc-${crypto.randomUUID()}`;
         await stub.addPending(fc.principal, { id: gid, upstream: BRIDGE, upId: gid });

@@ -11,7 +11,8 @@ import type { FrontContext } from "./legacy.ts";
 import { modernClientLeg } from "./legs.ts";
 import { exposeUri, splitUri } from "./names.ts";
 import { SSE_HEADERS } from "./respond.ts";
-import { encodeComment, encodeEvent } from "./sse.ts";
+import { holdOpen, sseStream } from "./streams.ts";
+import { encodeEvent } from "./sse.ts";
 import { openGetStream, requestUpstream, type Frame } from "./upstream.ts";
 import { META } from "./versions.ts";
 
@@ -40,15 +41,14 @@ export async function listen(fc: FrontContext, req: Request, msg: JsonRpcRequest
   }
   if (agreedSubs.length) agreed.resourceSubscriptions = agreedSubs;
 
-  const ts = new TransformStream<Uint8Array, Uint8Array>();
-  const writer = ts.writable.getWriter();
+  const s = sseStream();
   const abort = new AbortController();
   req.signal.addEventListener("abort", () => abort.abort(), { once: true });
   const tag = (n: JsonRpcNotification): JsonRpcNotification => ({
     ...n, params: { ...(n.params ?? {}), _meta: { ...(isObject(n.params?._meta) ? n.params._meta : {}), [META.subscriptionId]: msg.id } },
   });
   const send = async (n: JsonRpcNotification) => {
-    try { await writer.write(encodeEvent({ data: JSON.stringify(tag(n)) })); } catch { abort.abort(); }
+    if (!(await s.write(encodeEvent({ data: JSON.stringify(tag(n)) })))) abort.abort();
   };
   const wanted = (n: JsonRpcNotification, up: UpstreamConfig): JsonRpcNotification | null => {
     const t = TYPE_OF[n.method];
@@ -90,13 +90,6 @@ export async function listen(fc: FrontContext, req: Request, msg: JsonRpcRequest
       // upstream stream ended or the client left
     }
   });
-  const keepalive = (async () => {
-    while (!abort.signal.aborted) {
-      await new Promise((r) => setTimeout(r, 25_000));
-      try { await writer.write(encodeComment("keep-alive")); } catch { abort.abort(); }
-    }
-  })();
-  fc.waitUntil(Promise.race([Promise.all(pumps).then(() => new Promise<void>((r) => (abort.signal.aborted ? r() : abort.signal.addEventListener("abort", () => r(), { once: true })))), keepalive])
-    .finally(() => { abort.abort(); writer.close().catch(() => undefined); }));
-  return new Response(ts.readable, { status: 200, headers: SSE_HEADERS });
+  holdOpen(fc, s, abort, pumps);
+  return new Response(s.readable, { status: 200, headers: SSE_HEADERS });
 }

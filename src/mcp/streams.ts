@@ -6,13 +6,14 @@
  * stream, or keep upstream streams open after the client has gone.
  */
 import type { UpstreamConfig } from "../config/load.ts";
-import { ErrorCode, type JsonRpcMessage, errorResponse, isNotification, isObject, isRequest } from "./jsonrpc.ts";
+import { ErrorCode, type JsonRpcMessage, isNotification, isObject, isRequest } from "./jsonrpc.ts";
 import type { FrontContext } from "./legacy.ts";
 import { exposeUri } from "./names.ts";
 import { SSE_HEADERS } from "./respond.ts";
 import type { SessionApi, SessionRecord } from "./session-types.ts";
 import { encodeComment, encodeEvent } from "./sse.ts";
-import { openGetStream, postUpstream, type Leg } from "./upstream.ts";
+import { relayServerRequest } from "./relay.ts";
+import { openGetStream, type Leg } from "./upstream.ts";
 import { refuse } from "./edge.ts";
 
 type Stub = SessionApi;
@@ -20,7 +21,8 @@ type Stub = SessionApi;
 const KEEPALIVE_MS = 25_000;
 const REPLAY_MAX_MS = 10 * 60_000;
 
-function sseStream() {
+/** A writable SSE body whose writes report (instead of throw) when the client has gone. */
+export function sseStream() {
   const ts = new TransformStream<Uint8Array, Uint8Array>();
   const writer = ts.writable.getWriter();
   let gone = false;
@@ -89,14 +91,7 @@ export async function relayGetStream(
       for await (const f of frames) {
         const msg = f.message;
         if (isRequest(msg)) {
-          const cap = ({ "sampling/createMessage": "sampling", "elicitation/create": "elicitation", "roots/list": "roots" } as Record<string, string>)[msg.method];
-          if (cap !== undefined && rec.clientCapabilities[cap] === undefined) {
-            await postUpstream(up, leg, errorResponse(msg.id, ErrorCode.MethodNotFound, `Portcullis did not relay ${msg.method}: the client did not declare ${cap}`)).catch(() => undefined);
-            continue;
-          }
-          const gid = `pc-${crypto.randomUUID()}`;
-          await stub.addPending(fc.principal, { id: gid, upstream: up.name, upId: msg.id });
-          await send({ ...msg, id: gid });
+          await relayServerRequest(stub, fc.principal, rec.clientCapabilities, up, leg, msg, send);
         } else if (isNotification(msg)) {
           if (msg.method === "notifications/resources/updated" && isObject(msg.params) && typeof msg.params.uri === "string") {
             await send({ ...msg, params: { ...msg.params, uri: exposeUri(up, msg.params.uri) } });
@@ -107,13 +102,21 @@ export async function relayGetStream(
       // The upstream stream broke or the client left; the other upstreams carry on.
     }
   });
+  holdOpen(fc, s, abort, pumps);
+  return new Response(s.readable, { status: 200, headers: SSE_HEADERS });
+}
+
+/**
+ * Keeps a fan-in stream open until the client leaves: `: keep-alive` comments every 25 s
+ * (the edge drops idle streams), then aborts the upstream pumps and closes the stream.
+ */
+export function holdOpen(fc: FrontContext, s: ReturnType<typeof sseStream>, abort: AbortController, pumps: Promise<unknown>[]): void {
+  const left = new Promise<void>((r) => (abort.signal.aborted ? r() : abort.signal.addEventListener("abort", () => r(), { once: true })));
   const keepalive = (async () => {
     while (!abort.signal.aborted) {
-      await new Promise((r) => setTimeout(r, KEEPALIVE_MS));
-      if (!(await s.write(encodeComment("keep-alive")))) abort.abort();
+      await Promise.race([new Promise((r) => setTimeout(r, KEEPALIVE_MS)), left]);
+      if (!abort.signal.aborted && !(await s.write(encodeComment("keep-alive")))) abort.abort();
     }
   })();
-  fc.waitUntil(Promise.race([Promise.all(pumps).then(() => new Promise<void>((r) => abort.signal.aborted ? r() : abort.signal.addEventListener("abort", () => r(), { once: true }))), keepalive])
-    .finally(() => { abort.abort(); void s.close(); }));
-  return new Response(s.readable, { status: 200, headers: SSE_HEADERS });
+  fc.waitUntil(Promise.all([Promise.all(pumps), keepalive]).finally(() => { abort.abort(); void s.close(); }));
 }

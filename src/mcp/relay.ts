@@ -1,0 +1,33 @@
+/**
+ * Relaying an upstream's server→client request (sampling, elicitation, roots) to a legacy
+ * client: a fresh gateway id, the pending entry in SessionDO (so the client's answer finds its
+ * upstream and original id), or a refusal sent back upstream with the reason.
+ * Must never: relay a request for a capability the client did not declare, or reuse the
+ * upstream's id toward the client (ids from several upstreams would collide).
+ */
+import type { UpstreamConfig } from "../config/load.ts";
+import { ErrorCode, type JsonObject, type JsonRpcRequest, errorResponse } from "./jsonrpc.ts";
+import type { SessionApi } from "./session-types.ts";
+import { postUpstream, type Leg } from "./upstream.ts";
+
+/** The client capability each server→client request needs. */
+export const CAPABILITY_FOR: Record<string, string> = {
+  "sampling/createMessage": "sampling",
+  "elicitation/create": "elicitation",
+  "roots/list": "roots",
+};
+
+export async function relayServerRequest(
+  stub: SessionApi, principal: string, clientCaps: JsonObject,
+  up: UpstreamConfig, leg: Leg, req: JsonRpcRequest, send: (m: JsonRpcRequest) => Promise<void>,
+): Promise<void> {
+  const cap = CAPABILITY_FOR[req.method];
+  if (leg.era === "legacy" && (cap === undefined || clientCaps[cap] !== undefined)) {
+    const id = `pc-${crypto.randomUUID()}`;
+    await stub.addPending(principal, { id, upstream: up.name, upId: req.id });
+    await send({ ...req, id });
+    return;
+  }
+  const why = cap ? `the client did not declare the ${cap} capability` : "it cannot be routed back";
+  await postUpstream(up, leg, errorResponse(req.id, ErrorCode.MethodNotFound, `Portcullis did not relay ${req.method}: ${why}`)).catch(() => undefined);
+}
