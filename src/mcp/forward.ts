@@ -33,6 +33,8 @@ async function relayInterim(ctx: CallContext, up: UpstreamConfig, leg: Leg, msg:
 const MAX_MRTR_ROUNDS = 8;
 /** Requests a client may cancel: their upstream is recorded so notifications/cancelled can follow. */
 const TRACKED = new Set(["tools/call", "prompts/get", "resources/read", "completion/complete"]);
+/** Results that carry ttlMs/cacheScope in 2026-07-28 (SEP-2549). */
+const CACHEABLE = new Set(["tools/list", "prompts/list", "resources/list", "resources/templates/list", "resources/read"]);
 
 /**
  * Sends `req` (already in the upstream's names) to `up` and returns the final response with the
@@ -83,9 +85,14 @@ async function once(ctx: CallContext, up: UpstreamConfig, leg: Leg, upReq: JsonR
     const m = f.message;
     if (answers(m, upReq.id)) {
       const response: JsonRpcResponse = { ...(m as JsonRpcResponse), id: clientId };
-      // 2026-07-28 results always carry resultType; a legacy upstream's results are complete.
-      if (ctx.era === "modern" && leg.era === "legacy" && isObject(response.result) && response.result.resultType === undefined) {
-        response.result = { ...response.result, resultType: "complete" };
+      // 2026-07-28 results always carry resultType (a legacy upstream's results are complete),
+      // and cacheable results carry caching hints; a legacy upstream gives none, so stamp the
+      // conservative ones.
+      if (ctx.era === "modern" && leg.era === "legacy" && isObject(response.result)) {
+        const r: JsonObject = { ...response.result };
+        if (r.resultType === undefined) r.resultType = "complete";
+        if (CACHEABLE.has(upReq.method) && r.ttlMs === undefined) { r.ttlMs = 0; r.cacheScope = "private"; }
+        response.result = r;
       }
       return { response, status: f.status };
     }

@@ -8,7 +8,7 @@
 import type { GatewayConfig, UpstreamConfig } from "../config/load.ts";
 import { type JsonObject, isObject } from "./jsonrpc.ts";
 import type { UpstreamLegRecord } from "./session-types.ts";
-import { initializeLegacy, modernDiscovery, modernMeta, type Leg } from "./upstream.ts";
+import { callUpstream, initializeLegacy, modernDiscovery, modernMeta, type Leg } from "./upstream.ts";
 import { LATEST_LEGACY } from "./versions.ts";
 
 /** The client capabilities a legacy client may receive relays for. */
@@ -64,6 +64,21 @@ export async function modernClientLeg(up: UpstreamConfig, principal: string, ren
     p.catch(() => modernClientLegs.delete(key));
   }
   return (await p).rec;
+}
+
+const appliedLevels = new Map<string, string>();
+
+/**
+ * A modern request's `logLevel` applied to the per-principal legacy upstream session (once per
+ * change), so that upstream's notifications/message reach the request at that level.
+ */
+export async function applyLogLevel(up: UpstreamConfig, principal: string, rec: UpstreamLegRecord, level: string): Promise<void> {
+  const leg = rec.leg;
+  if (leg?.era !== "legacy" || !isObject(rec.capabilities?.logging)) return;
+  const key = `${principal}\u0000${up.name}\u0000${leg.sessionId ?? ""}`;
+  if (appliedLevels.get(key) === level) return;
+  await callUpstream(up, leg, { jsonrpc: "2.0", id: `portcullis-level-${crypto.randomUUID()}`, method: "logging/setLevel", params: { level } });
+  appliedLevels.set(key, level);
 }
 
 function mergeFlags(a: JsonObject | undefined, b: JsonObject): JsonObject {

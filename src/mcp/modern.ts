@@ -11,7 +11,7 @@ import { refuse } from "./edge.ts";
 import { postUpstream } from "./upstream.ts";
 import { ErrorCode, type JsonObject, type JsonRpcMessage, type JsonRpcRequest, errorResponse, isNotification, isObject, isRequest } from "./jsonrpc.ts";
 import type { FrontContext } from "./legacy.ts";
-import { mergeCapabilities, mergeInstructions, modernClientLeg } from "./legs.ts";
+import { applyLogLevel, mergeCapabilities, mergeInstructions, modernClientLeg } from "./legs.ts";
 import { listen } from "./listen.ts";
 import { jsonResponse, respond } from "./respond.ts";
 import type { UpstreamLegRecord } from "./session-types.ts";
@@ -72,7 +72,8 @@ export function checkModernRequest(req: Request, msg: JsonRpcRequest | { method:
 
 function modernContext(fc: FrontContext, req: Request, msg: JsonRpcRequest, emit: (m: JsonRpcMessage) => Promise<void>): CallContext {
   const meta = isObject(msg.params?._meta) ? msg.params._meta : {};
-  const logLevel = typeof meta[META.logLevel] === "string" ? meta[META.logLevel] : undefined;
+  const rawLevel = meta[META.logLevel];
+  const logLevel = typeof rawLevel === "string" ? rawLevel : undefined;
   const paramHeaders: [string, string][] = [];
   for (const [k, v] of req.headers) if (k.toLowerCase().startsWith("mcp-param-")) paramHeaders.push([k, v]);
   const legs = new Map<string, Promise<UpstreamLegRecord>>();
@@ -83,7 +84,11 @@ function modernContext(fc: FrontContext, req: Request, msg: JsonRpcRequest, emit
   };
   return {
     cfg: fc.cfg, era: "modern", principal: fc.principal, signal: req.signal, paramHeaders, callerFiltered: false,
-    leg: async (up) => (await legRec(up.name, () => modernClientLeg(up, fc.principal))).leg ?? null,
+    leg: async (up) => {
+      const rec = await legRec(up.name, () => modernClientLeg(up, fc.principal));
+      if (logLevel !== undefined) await applyLogLevel(up, fc.principal, rec, logLevel).catch(() => undefined);
+      return rec.leg ?? null;
+    },
     renewLeg: async (up) => {
       const r = modernClientLeg(up, fc.principal, true);
       legs.set(up.name, r);
