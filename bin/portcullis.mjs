@@ -6,7 +6,7 @@
  * Must never: print secret values (config errors name variables, not values).
  */
 import { spawn } from "node:child_process";
-import { readFileSync, realpathSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, realpathSync, writeFileSync } from "node:fs";
 import { dirname, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -29,8 +29,54 @@ function usage(code = 1) {
   console.error(`usage:
   portcullis start                         demo upstream + gateway on http://127.0.0.1:8787/mcp
   portcullis dev --config FILE [--port N]  local gateway with that config
-  portcullis check --config FILE           validate a config and report every problem`);
+  portcullis check --config FILE           validate a config and report every problem
+  portcullis token mint --sub PRINCIPAL [--team T] [--role R,...] [--tools GLOB,...] [--ttl 1h]
+                        [--aud URL] [--iss ISS] [--key FILE]     locally, with the dev key
+  portcullis token mint --url GATEWAY --token ADMIN_GRANT --sub ...  through POST /v1/grants`);
   process.exit(code);
+}
+
+const DEV_KEY = resolve(root, ".portcullis", "dev-signing-key.json");
+
+/** The local dev signing key (a private Ed25519 JWK), created on first use. Never for production. */
+export async function devSigningKey(file = DEV_KEY) {
+  if (existsSync(file)) return readFileSync(file, "utf8");
+  const { generateSigningKey } = await import(resolve(root, "src/identity/tokens.ts"));
+  const { privateJwk } = await generateSigningKey(`dev-${Date.now().toString(36)}`);
+  mkdirSync(dirname(file), { recursive: true });
+  writeFileSync(file, JSON.stringify(privateJwk), { mode: 0o600 });
+  return JSON.stringify(privateJwk);
+}
+
+function seconds(ttl) {
+  const m = /^(\d+)(s|m|h|d)?$/.exec(String(ttl));
+  if (!m) throw new Error(`--ttl: use a number of seconds or 30m / 1h / 1d, not ${ttl}`);
+  return Number(m[1]) * { s: 1, m: 60, h: 3600, d: 86400 }[m[2] ?? "s"];
+}
+
+const list = (v) => (v === undefined || v === true ? [] : String(v).split(",").map((s) => s.trim()).filter(Boolean));
+
+async function tokenMint(a) {
+  if (typeof a.sub !== "string") usage();
+  const body = { sub: a.sub, team: typeof a.team === "string" ? a.team : "default", roles: list(a.role).length ? list(a.role) : ["agent"], tools: list(a.tools) };
+  const ttl = seconds(a.ttl ?? "1h");
+  if (typeof a.url === "string") {
+    if (typeof a.token !== "string") usage();
+    const res = await fetch(new URL("/v1/grants", a.url), {
+      method: "POST", headers: { "content-type": "application/json", authorization: `Bearer ${a.token}` },
+      body: JSON.stringify({ ...body, ttl_seconds: ttl }),
+    });
+    const j = await res.json().catch(() => ({}));
+    if (!res.ok) { console.error(`mint refused (${res.status}): ${j.error_description ?? j.error ?? "unknown error"}`); process.exit(1); }
+    console.log(j.token);
+    return;
+  }
+  const { parseKeySet, mintGrant } = await import(resolve(root, "src/identity/tokens.ts"));
+  const keyText = typeof a.key === "string" ? readFileSync(a.key, "utf8") : await devSigningKey();
+  const aud = typeof a.aud === "string" ? a.aud.replace(/\/+$/, "") : "http://127.0.0.1:8787";
+  const maxLifetimeSeconds = a["max-lifetime"] ? seconds(a["max-lifetime"]) : 86400;
+  const minted = await mintGrant(await parseKeySet(keyText), { iss: typeof a.iss === "string" ? a.iss : aud, aud, ...body, ttlSeconds: ttl }, { maxLifetimeSeconds });
+  console.log(minted.token);
 }
 
 async function validate(file) {
@@ -46,12 +92,14 @@ async function validate(file) {
 }
 
 /** Starts wrangler dev with the config text as the PORTCULLIS_CONFIG var. Resolves to the child. */
-export function startGateway({ configText, port = 8787, persistTo, stdio = "inherit", extraVars = {} }) {
+export function startGateway({ configText, port = 8787, persistTo, stdio = "inherit", extraVars = {}, signingKey }) {
   const argv = [
     "dev", "--config", resolve(root, "wrangler.toml"), "--ip", "127.0.0.1", "--port", String(port),
     "--inspector-port", "0", "--show-interactive-dev-session=false", "--log-level", "warn",
     "--var", `PORTCULLIS_CONFIG:${configText}`,
   ];
+  // The dev signing key travels as a var: local runs only (a deploy uses `wrangler secret put`).
+  if (signingKey) argv.push("--var", `PORTCULLIS_SIGNING_KEY:${signingKey}`);
   for (const [k, v] of Object.entries(extraVars)) argv.push("--var", `${k}:${v}`);
   if (persistTo) argv.push("--persist-to", persistTo);
   return spawn(bin("wrangler"), argv, { cwd: root, stdio, env: { ...process.env, WRANGLER_SEND_METRICS: "false", CLOUDFLARE_CF_FETCH_ENABLED: "false" } });
@@ -67,6 +115,10 @@ async function main() {
     console.error(`${a.config}: invalid\n${v.problems.map((p) => `  - ${p}`).join("\n")}`);
     process.exit(1);
   }
+  if (cmd === "token" && a._[1] === "mint") {
+    await tokenMint(a);
+    return;
+  }
   if (cmd === "dev") {
     if (typeof a.config !== "string") usage();
     const v = await validate(a.config);
@@ -75,7 +127,7 @@ async function main() {
       process.exit(1);
     }
     const port = a.port ? Number(a.port) : 8787;
-    const child = startGateway({ configText: v.text, port });
+    const child = startGateway({ configText: v.text, port, signingKey: await devSigningKey() });
     console.log(`portcullis: gateway on http://127.0.0.1:${port}/mcp`);
     child.on("exit", (code) => process.exit(code ?? 0));
     return;
@@ -87,7 +139,7 @@ async function main() {
     });
     const configText = readFileSync(resolve(root, "portcullis.yaml"), "utf8").replaceAll("${DEMO_UPSTREAM_PORT}", String(upPort));
     const port = a.port ? Number(a.port) : 8787;
-    const gw = startGateway({ configText, port });
+    const gw = startGateway({ configText, port, signingKey: await devSigningKey() });
     console.log(`portcullis: demo upstream on http://127.0.0.1:${upPort}/mcp, gateway on http://127.0.0.1:${port}/mcp`);
     const stop = () => { demo.kill(); gw.kill(); };
     process.on("SIGINT", stop);

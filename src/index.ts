@@ -2,7 +2,13 @@
  * The Worker: Hono routes only. Each route hands the request to the module that owns it.
  * Must never: hold protocol or governance logic here.
  */
-import { Hono } from "hono";
+import { Hono, type Context } from "hono";
+import { authenticate, signingKeys, type AuthOptions } from "./identity/auth.ts";
+import { mintGrantRoute, revokeGrantRoute } from "./identity/grants-api.ts";
+import { protectedResourceMetadata } from "./identity/metadata.ts";
+import type { Principal, Role } from "./identity/principal.ts";
+import { publicJwks } from "./identity/tokens.ts";
+import { operatorMcp } from "./operator/endpoint.ts";
 import { ConfigError, type GatewayConfig } from "./config/load.ts";
 import { currentConfig } from "./config/current.ts";
 import type { Env } from "./env.ts";
@@ -14,6 +20,7 @@ import { modernPost } from "./mcp/modern.ts";
 import { jsonResponse } from "./mcp/respond.ts";
 import { META, MODERN_VERSION } from "./mcp/versions.ts";
 
+export { RevocationsDO } from "../durable-objects/revocations.ts";
 export { SessionDO } from "../durable-objects/session.ts";
 
 type AppEnv = { Bindings: Env };
@@ -28,10 +35,56 @@ function configOr503(env: Env): GatewayConfig | Response {
   }
 }
 
-function front(env: Env, cfg: GatewayConfig, exec: ExecutionContext): FrontContext {
-  // Until identity lands, every client runs as the configured actor (loopback only: see checkOrigin).
-  return { env, cfg, principal: cfg.actor, waitUntil: (p) => exec.waitUntil(p) };
+function front(env: Env, cfg: GatewayConfig, exec: ExecutionContext, who: Principal): FrontContext {
+  return { env, cfg, who, principal: who.sub, waitUntil: (p) => exec.waitUntil(p) };
 }
+
+/** Config, Host/Origin, then the grant: the order every protected route follows. */
+async function gate(c: Context<AppEnv>, opts: AuthOptions): Promise<{ cfg: GatewayConfig; who: Principal } | Response> {
+  const cfg = configOr503(c.env);
+  if (cfg instanceof Response) return cfg;
+  const bad = checkOrigin(c.req.raw, cfg);
+  if (bad) return bad;
+  const auth = await authenticate(c.req.raw, c.env, cfg, { ...opts, fetcher: (url, init) => fetch(url, { ...init, redirect: "manual" }) });
+  if (!auth.ok) return auth.response;
+  return { cfg, who: auth.principal };
+}
+
+const OPERATOR_ROLES: Role[] = ["auditor", "approver", "operator", "admin"];
+
+for (const path of ["/.well-known/oauth-protected-resource", "/.well-known/oauth-protected-resource/mcp", "/.well-known/oauth-protected-resource/operator/mcp"]) {
+  app.get(path, (c) => {
+    const cfg = configOr503(c.env);
+    if (cfg instanceof Response) return cfg;
+    const resource = path.slice("/.well-known/oauth-protected-resource".length) || "/";
+    return c.json(protectedResourceMetadata(cfg, c.req.raw, resource));
+  });
+}
+
+app.get("/.well-known/jwks.json", async (c) => {
+  const cfg = configOr503(c.env);
+  if (cfg instanceof Response) return cfg;
+  const keys = signingKeys(c.env, cfg);
+  return c.json(keys ? publicJwks(await keys) : { keys: [] }, 200, { "cache-control": "public, max-age=300" });
+});
+
+app.post("/v1/grants", async (c) => {
+  const g = await gate(c, { path: "/", role: "admin", allowActor: false });
+  if (g instanceof Response) return g;
+  return mintGrantRoute(c.req.raw, c.env, g.cfg);
+});
+
+app.post("/v1/grants/:jti/revoke", async (c) => {
+  const g = await gate(c, { path: "/", role: "admin", allowActor: false });
+  if (g instanceof Response) return g;
+  return revokeGrantRoute(c.req.raw, c.env, g.cfg, c.req.param("jti"), g.who);
+});
+
+app.all("/operator/mcp", async (c) => {
+  const g = await gate(c, { path: "/operator/mcp", role: OPERATOR_ROLES, allowActor: false });
+  if (g instanceof Response) return g;
+  return operatorMcp(c.req.raw, c.env, g.cfg, g.who);
+});
 
 app.get("/healthz", (c) => c.json({ ok: true }));
 
@@ -49,12 +102,11 @@ app.get("/summary", async (c) => {
 });
 
 app.on(["POST", "GET", "DELETE"], "/mcp", async (c) => {
-  const cfg = configOr503(c.env);
-  if (cfg instanceof Response) return cfg;
+  const g = await gate(c, { path: "/mcp", role: "agent", allowActor: true });
+  if (g instanceof Response) return g;
+  const { cfg, who } = g;
   const req = c.req.raw;
-  const bad = checkOrigin(req, cfg);
-  if (bad) return bad;
-  const fc = front(c.env, cfg, c.executionCtx as ExecutionContext);
+  const fc = front(c.env, cfg, c.executionCtx as ExecutionContext, who);
   const hasSession = req.headers.get("mcp-session-id") !== null;
   const modernHeader = req.headers.get("mcp-protocol-version")?.trim() === MODERN_VERSION;
   if (req.method === "POST") {

@@ -20,8 +20,31 @@ export interface UpstreamConfig {
   timeoutMs: number;
 }
 
+export interface ExternalIssuer {
+  issuer: string;
+  jwksUrl: string;
+  audience: string;
+  rolesClaim?: string;
+  defaultRoles: string[];
+  teamClaim?: string;
+  defaultTeam: string;
+  toolsClaim?: string;
+  defaultTools: string[];
+  subPrefix: string;
+}
+
+export interface AuthConfig {
+  required: boolean;
+  audience?: string;
+  issuer?: string;
+  maxTokenLifetimeS: number;
+  signingKeySecret: string;
+  externalIssuers: ExternalIssuer[];
+}
+
 export interface GatewayConfig {
   actor: string;
+  auth: AuthConfig;
   allowedHosts: string[];
   allowedOrigins: string[];
   sseRetryMs: number;
@@ -40,10 +63,10 @@ export class ConfigError extends Error {
 function durationMs(v: number | string | undefined, fallback: number): number {
   if (v === undefined) return fallback;
   if (typeof v === "number") return v;
-  const m = /^(\d+)(ms|s|m)$/.exec(v);
+  const m = /^(\d+)(ms|s|m|h)$/.exec(v);
   if (!m) return fallback;
   const n = Number(m[1]);
-  return m[2] === "ms" ? n : m[2] === "s" ? n * 1000 : n * 60000;
+  return m[2] === "ms" ? n : m[2] === "s" ? n * 1000 : m[2] === "m" ? n * 60000 : n * 3_600_000;
 }
 
 /** Expands `${NAME}` from `vars`; a missing name is a problem reported by name, never by value. */
@@ -97,8 +120,27 @@ export function loadConfig(yamlText: string, vars: Record<string, unknown>): Gat
     return out;
   });
   if (problems.length) throw new ConfigError(problems);
+  const a = c.auth;
+  const auth: AuthConfig = {
+    required: a.required,
+    maxTokenLifetimeS: Math.floor(durationMs(a.max_token_lifetime, 86_400_000) / 1000),
+    signingKeySecret: a.signing_key_secret,
+    externalIssuers: a.external_issuers.map((x) => {
+      const e: ExternalIssuer = {
+        issuer: x.issuer, jwksUrl: x.jwks_url, audience: x.audience, defaultRoles: x.default_roles,
+        defaultTeam: x.default_team, defaultTools: x.default_tools, subPrefix: x.sub_prefix,
+      };
+      if (x.roles_claim) e.rolesClaim = x.roles_claim;
+      if (x.team_claim) e.teamClaim = x.team_claim;
+      if (x.tools_claim) e.toolsClaim = x.tools_claim;
+      return e;
+    }),
+  };
+  if (a.audience) auth.audience = a.audience.replace(/\/+$/, "");
+  if (a.issuer) auth.issuer = a.issuer;
   return {
     actor: c.actor,
+    auth,
     allowedHosts: c.gateway.allowed_hosts.map((h) => h.toLowerCase()),
     allowedOrigins: c.gateway.allowed_origins,
     sseRetryMs: c.gateway.sse_retry_ms,

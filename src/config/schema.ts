@@ -10,7 +10,7 @@ export const UPSTREAM_NAME = /^[a-z][a-z0-9-]{0,30}$/;
 
 const duration = z.union([
   z.number().int().positive(),
-  z.string().regex(/^\d+(ms|s|m)$/, 'use a number of milliseconds or a string such as "500ms", "30s", "2m"'),
+  z.string().regex(/^\d+(ms|s|m|h)$/, 'use a number of milliseconds or a string such as "500ms", "30s", "2m", "24h"'),
 ]);
 
 export const upstreamSchema = z.strictObject({
@@ -31,6 +31,42 @@ export const upstreamSchema = z.strictObject({
   timeout: duration.optional(),
 });
 
+export const ROLES = ["agent", "auditor", "approver", "operator", "admin"] as const;
+
+const externalIssuerSchema = z.strictObject({
+  /** The `iss` value tokens from this issuer carry. */
+  issuer: z.string().url(),
+  /** Where its signing keys are published; fetched under the egress rules and cached. */
+  jwks_url: z.string().url(),
+  /** The `aud` its tokens must carry for this gateway. */
+  audience: z.string().min(1),
+  /** Claim holding roles (array or space-separated string); absent → default_roles. */
+  roles_claim: z.string().min(1).optional(),
+  default_roles: z.array(z.enum(ROLES)).default(["agent"]),
+  /** Claim holding the team; absent → default_team. */
+  team_claim: z.string().min(1).optional(),
+  default_team: z.string().min(1).default("default"),
+  /** Claim holding tool globs; absent → default_tools. */
+  tools_claim: z.string().min(1).optional(),
+  default_tools: z.array(z.string().min(1)).default([]),
+  /** Principal = prefix + sub (e.g. "oidc:"). */
+  sub_prefix: z.string().default("oidc:"),
+});
+
+export const authSchema = z.strictObject({
+  /** Require a grant token on every request. Unauthenticated mode is refused off loopback. */
+  required: z.boolean().default(false),
+  /** The gateway's canonical URL: the `aud` its grants carry (default: the request's origin). */
+  audience: z.string().url().optional(),
+  /** The `iss` of grants this gateway mints (default: the audience). */
+  issuer: z.string().min(1).optional(),
+  /** Longest grant lifetime accepted or minted. */
+  max_token_lifetime: duration.default("24h"),
+  /** Worker secret holding the signing key (a private Ed25519 JWK or a key set). */
+  signing_key_secret: z.string().regex(/^[A-Z_][A-Z0-9_]*$/).default("PORTCULLIS_SIGNING_KEY"),
+  external_issuers: z.array(externalIssuerSchema).default([]),
+});
+
 export const configSchema = z.strictObject({
   /** Principal used for unauthenticated clients while the gateway listens on loopback. */
   actor: z.string().min(1).default("local:actor"),
@@ -44,6 +80,7 @@ export const configSchema = z.strictObject({
     /** How long an idle legacy session lives, in seconds. */
     session_ttl_s: z.number().int().min(60).max(7 * 86400).default(86400),
   }).prefault({}),
+  auth: authSchema.prefault({}),
   upstreams: z.array(upstreamSchema).min(1, "at least one upstream is required"),
 }).superRefine((cfg, ctx) => {
   const seen = new Map<string, number>();

@@ -1,14 +1,18 @@
 /**
  * The governance seam of the tools/call path (DESIGN steps 4–13). Owns the hook contract and
- * the one hook that exists before identity and policy land: the upstream's allow/deny globs.
+ * the hooks that exist before policy lands: the caller's grant globs and the upstream's
+ * allow/deny globs.
  * Must never: let a call through when a hook throws (the caller treats a throw as a denial).
  */
 import type { UpstreamConfig } from "../config/load.ts";
 import type { JsonObject } from "../mcp/jsonrpc.ts";
+import { grantAllowsTool, type Principal } from "../identity/principal.ts";
 import { toolAllowed } from "../mcp/names.ts";
 
 export interface ToolCall {
   principal: string;
+  /** The caller's grant. */
+  who: Principal;
   upstream: UpstreamConfig;
   /** The upstream's own tool name. */
   tool: string;
@@ -33,7 +37,13 @@ export const upstreamAllowDeny: CallHook = {
   before: (call) => (toolAllowed(call.upstream, call.tool) ? { kind: "allow" } : { kind: "unknown" }),
 };
 
-export const defaultHooks: CallHook[] = [upstreamAllowDeny];
+/** A tool outside the caller's grant is never listed and is answered exactly like an unknown tool. */
+export const grantTools: CallHook = {
+  name: "grant-tools",
+  before: (call) => (grantAllowsTool(call.who, call.exposedName) ? { kind: "allow" } : { kind: "unknown" }),
+};
+
+export const defaultHooks: CallHook[] = [grantTools, upstreamAllowDeny];
 
 /** Runs hooks in order; the first non-allow verdict wins; a throwing hook denies (fail closed). */
 export async function decide(call: ToolCall, hooks: CallHook[] = defaultHooks): Promise<Verdict> {

@@ -10,6 +10,7 @@ import type { UpstreamConfig } from "../config/load.ts";
 import type { CallContext, Outcome } from "./context.ts";
 import { forward } from "./forward.ts";
 import { type Json, type JsonObject, type JsonRpcRequest, isObject } from "./jsonrpc.ts";
+import { grantAllowsTool, grantReachesUpstream } from "../identity/principal.ts";
 import { exposeName, exposeUri, toolAllowed } from "./names.ts";
 
 type ListKind = { method: string; key: string; capability: string };
@@ -27,11 +28,12 @@ export function resolveAlias(up: UpstreamConfig, afterPrefix: string): string {
   return aliases.get(up.name)?.get(afterPrefix) ?? afterPrefix;
 }
 
-function renameItem(kind: ListKind, up: UpstreamConfig, item: Json): Json | null {
+function renameItem(ctx: CallContext, kind: ListKind, up: UpstreamConfig, item: Json): Json | null {
   if (!isObject(item)) return item;
   if (kind.key === "tools") {
     if (typeof item.name !== "string" || !toolAllowed(up, item.name)) return null;
     const exposed = exposeName(up, item.name);
+    if (!grantAllowsTool(ctx.who, exposed)) return null;
     if (up.namespaced && exposed !== `${up.name}__${item.name}`) {
       const m = aliases.get(up.name) ?? new Map<string, string>();
       m.set(exposed.slice(up.name.length + 2), item.name);
@@ -39,6 +41,7 @@ function renameItem(kind: ListKind, up: UpstreamConfig, item: Json): Json | null
     }
     return exposed === item.name ? item : { ...item, name: exposed };
   }
+  if (!grantReachesUpstream(ctx.who, up)) return null;
   if (!up.namespaced) return item;
   if (kind.key === "prompts" && typeof item.name === "string") return { ...item, name: exposeName(up, item.name, Number.POSITIVE_INFINITY) };
   if (kind.key === "resources" && typeof item.uri === "string") return { ...item, uri: exposeUri(up, item.uri) };
@@ -64,7 +67,7 @@ export async function aggregateList(ctx: CallContext, req: JsonRpcRequest): Prom
     const out = await forward(ctx, up, req);
     const r = out.response.result;
     if (!isObject(r) || !Array.isArray(r[kind.key])) return out;
-    const items = (r[kind.key] as Json[]).map((i) => renameItem(kind, up, i)).filter((i): i is Json => i !== null);
+    const items = (r[kind.key] as Json[]).map((i) => renameItem(ctx, kind, up, i)).filter((i): i is Json => i !== null);
     const ttls = typeof r.ttlMs === "number" ? [r.ttlMs] : [];
     const scopes = typeof r.cacheScope === "string" ? [r.cacheScope] : [];
     return { ...out, response: { ...out.response, result: stampCache(ctx, { ...r, [kind.key]: items }, ttls, scopes) } };
@@ -76,6 +79,7 @@ export async function aggregateList(ctx: CallContext, req: JsonRpcRequest): Prom
   const ttls: number[] = [];
   const scopes: string[] = [];
   const perUpstream = await Promise.all(ups.map(async (up) => {
+    if (!grantReachesUpstream(ctx.who, up)) return [] as Json[];
     const caps = await ctx.capabilities(up).catch(() => undefined);
     if (caps && !isObject(caps[kind.capability])) return [] as Json[];
     const items: Json[] = [];
@@ -95,7 +99,7 @@ export async function aggregateList(ctx: CallContext, req: JsonRpcRequest): Prom
       if (typeof r.ttlMs === "number") ttls.push(r.ttlMs);
       if (typeof r.cacheScope === "string") scopes.push(r.cacheScope);
       for (const i of r[kind.key] as Json[]) {
-        const renamed = renameItem(kind, up, i);
+        const renamed = renameItem(ctx, kind, up, i);
         if (renamed !== null) items.push(renamed);
       }
       if (typeof r.nextCursor !== "string" || r.nextCursor === "") break;

@@ -4,6 +4,7 @@
  * Must never: carry the client's credentials (handlers have no way to send them upstream).
  */
 import type { GatewayConfig, UpstreamConfig } from "../config/load.ts";
+import type { Principal } from "../identity/principal.ts";
 import type { JsonObject, JsonRpcNotification, JsonRpcRequest } from "./jsonrpc.ts";
 import type { Era, Leg } from "./upstream.ts";
 
@@ -21,6 +22,8 @@ export interface CallContext {
   /** The client's era. */
   era: Era;
   principal: string;
+  /** The caller's grant: which tools and upstreams it may see. */
+  who: Principal;
   /** The leg to `up` for this client context; null when the upstream is unavailable. */
   leg(up: UpstreamConfig): Promise<Leg | null>;
   /** The legacy upstream session expired: make a new one (or null). */

@@ -8,6 +8,7 @@
  */
 import type { UpstreamConfig } from "../config/load.ts";
 import { decide } from "../governance/hooks.ts";
+import { grantReachesUpstream } from "../identity/principal.ts";
 import { aggregateList, LISTS, resolveAlias } from "./aggregate.ts";
 import type { CallContext, Outcome } from "./context.ts";
 import { forward } from "./forward.ts";
@@ -38,12 +39,14 @@ function exposeTask(up: UpstreamConfig, out: Outcome): Outcome {
 async function toolsCall(ctx: CallContext, req: JsonRpcRequest): Promise<Outcome> {
   const name = req.params?.name;
   if (typeof name !== "string") return fail(req, ErrorCode.InvalidParams, "Invalid params: tools/call needs a string name", ctx.era === "modern" ? 400 : 200);
-  const target = splitName(ctx.cfg.upstreams, name);
   const unknown = () => fail(req, ErrorCode.InvalidParams, `Unknown tool: ${name}`);
+  // The gateway's own tools live on /operator/mcp only; here they are unknown, never forwarded.
+  if (name.startsWith("portcullis.")) return unknown();
+  const target = splitName(ctx.cfg.upstreams, name);
   if (!target) return unknown();
   const tool = resolveAlias(target.up, target.name);
   const args = isObject(req.params?.arguments) ? req.params.arguments : undefined;
-  const verdict = await decide({ principal: ctx.principal, upstream: target.up, tool, exposedName: name, arguments: args });
+  const verdict = await decide({ principal: ctx.principal, who: ctx.who, upstream: target.up, tool, exposedName: name, arguments: args });
   if (verdict.kind === "unknown") return unknown();
   if (verdict.kind === "deny") {
     return ok(req, { content: [{ type: "text", text: `Portcullis denied this call: ${verdict.reason}` }], isError: true });
@@ -55,7 +58,7 @@ async function byName(ctx: CallContext, req: JsonRpcRequest, what: string): Prom
   const name = req.params?.name;
   if (typeof name !== "string") return fail(req, ErrorCode.InvalidParams, `Invalid params: ${req.method} needs a string name`, ctx.era === "modern" ? 400 : 200);
   const target = splitName(ctx.cfg.upstreams, name);
-  if (!target) return fail(req, ErrorCode.InvalidParams, `Unknown ${what}: ${name}`);
+  if (!target || !grantReachesUpstream(ctx.who, target.up)) return fail(req, ErrorCode.InvalidParams, `Unknown ${what}: ${name}`);
   return forward(ctx, target.up, withParam(req, "name", target.name));
 }
 
@@ -63,7 +66,7 @@ async function byUri(ctx: CallContext, req: JsonRpcRequest): Promise<Outcome> {
   const uri = req.params?.uri;
   if (typeof uri !== "string") return fail(req, ErrorCode.InvalidParams, `Invalid params: ${req.method} needs a string uri`, ctx.era === "modern" ? 400 : 200);
   const target = splitUri(ctx.cfg.upstreams, uri);
-  if (!target) return fail(req, ErrorCode.InvalidParams, `Resource not found: ${uri}`, 200, { uri });
+  if (!target || !grantReachesUpstream(ctx.who, target.up)) return fail(req, ErrorCode.InvalidParams, `Resource not found: ${uri}`, 200, { uri });
   const out = await forward(ctx, target.up, withParam(req, "uri", target.uri));
   const err = out.response.error;
   // 2026-07-28 (SEP-2164): -32002 is gone; resource-not-found is -32602 with data.uri.
@@ -82,12 +85,12 @@ async function complete(ctx: CallContext, req: JsonRpcRequest): Promise<Outcome>
   if (!isObject(ref)) return fail(req, ErrorCode.InvalidParams, "Invalid params: completion/complete needs a ref", ctx.era === "modern" ? 400 : 200);
   if (ref.type === "ref/prompt" && typeof ref.name === "string") {
     const t = splitName(ctx.cfg.upstreams, ref.name);
-    if (!t) return fail(req, ErrorCode.InvalidParams, `Unknown prompt: ${ref.name}`);
+    if (!t || !grantReachesUpstream(ctx.who, t.up)) return fail(req, ErrorCode.InvalidParams, `Unknown prompt: ${ref.name}`);
     return forward(ctx, t.up, withParam(req, "ref", { ...ref, name: t.name }));
   }
   if (ref.type === "ref/resource" && typeof ref.uri === "string") {
     const t = splitUri(ctx.cfg.upstreams, ref.uri);
-    if (!t) return fail(req, ErrorCode.InvalidParams, `Unknown resource: ${ref.uri}`);
+    if (!t || !grantReachesUpstream(ctx.who, t.up)) return fail(req, ErrorCode.InvalidParams, `Unknown resource: ${ref.uri}`);
     return forward(ctx, t.up, withParam(req, "ref", { ...ref, uri: t.uri }));
   }
   return fail(req, ErrorCode.InvalidParams, "Invalid params: ref must be ref/prompt with a name or ref/resource with a uri", ctx.era === "modern" ? 400 : 200);
@@ -109,7 +112,7 @@ async function byTask(ctx: CallContext, req: JsonRpcRequest): Promise<Outcome> {
   const taskId = req.params?.taskId;
   if (typeof taskId !== "string") return fail(req, ErrorCode.InvalidParams, `Invalid params: ${req.method} needs a string taskId`, ctx.era === "modern" ? 400 : 200);
   const t = splitHandle(ctx.cfg.upstreams, taskId);
-  if (!t) return fail(req, ErrorCode.InvalidParams, `Unknown task: ${taskId}`);
+  if (!t || !grantReachesUpstream(ctx.who, t.up)) return fail(req, ErrorCode.InvalidParams, `Unknown task: ${taskId}`);
   return exposeTask(t.up, await forward(ctx, t.up, withParam(req, "taskId", t.name)));
 }
 
@@ -130,6 +133,6 @@ export async function dispatch(ctx: CallContext, req: JsonRpcRequest): Promise<O
     case "tasks/cancel": return byTask(ctx, req);
   }
   const ups = ctx.cfg.upstreams;
-  if (ups.length === 1 && !ups[0]!.namespaced) return forward(ctx, ups[0]!, req);
+  if (ups.length === 1 && !ups[0]!.namespaced && grantReachesUpstream(ctx.who, ups[0]!)) return forward(ctx, ups[0]!, req);
   return fail(req, ErrorCode.MethodNotFound, `Method not found: ${req.method}`, ctx.era === "modern" ? 404 : 200);
 }

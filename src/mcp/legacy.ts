@@ -8,6 +8,7 @@
  */
 import type { GatewayConfig, UpstreamConfig } from "../config/load.ts";
 import type { Env } from "../env.ts";
+import type { Principal } from "../identity/principal.ts";
 import type { CallContext } from "./context.ts";
 import { dispatch } from "./dispatch.ts";
 import { checkOrigin, readPost, refuse } from "./edge.ts";
@@ -27,6 +28,9 @@ import { GATEWAY_INFO, LATEST_LEGACY, LEGACY_VERSIONS, META, isLegacyVersion } f
 export interface FrontContext {
   env: Env;
   cfg: GatewayConfig;
+  /** Who is calling (verified grant, or the loopback actor). */
+  who: Principal;
+  /** `who.sub`: the key sessions and upstream legs are owned by. */
   principal: string;
   waitUntil(p: Promise<unknown>): void;
 }
@@ -85,7 +89,7 @@ async function initialize(fc: FrontContext, req: JsonRpcRequest): Promise<Respon
 
 function legacyContext(fc: FrontContext, stub: Stub, rec: SessionRecord, signal: AbortSignal, emit: (m: JsonRpcMessage) => Promise<void>): CallContext {
   return {
-    cfg: fc.cfg, era: "legacy", principal: fc.principal, signal, paramHeaders: [], callerFiltered: false,
+    cfg: fc.cfg, era: "legacy", principal: fc.principal, who: fc.who, signal, paramHeaders: [], callerFiltered: fc.who.tools !== null,
     leg: async (up) => legOf(rec, up),
     renewLeg: async (up) => {
       const fresh = await openLegacyClientLeg(up, rec.protocolVersion, rec.clientCapabilities, rec.clientInfo);

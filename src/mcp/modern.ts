@@ -83,7 +83,7 @@ function modernContext(fc: FrontContext, req: Request, msg: JsonRpcRequest, emit
     return r;
   };
   return {
-    cfg: fc.cfg, era: "modern", principal: fc.principal, signal: req.signal, paramHeaders, callerFiltered: false,
+    cfg: fc.cfg, era: "modern", principal: fc.principal, who: fc.who, signal: req.signal, paramHeaders, callerFiltered: fc.who.tools !== null,
     leg: async (up) => {
       const rec = await legRec(up.name, () => modernClientLeg(up, fc.principal));
       if (logLevel !== undefined) await applyLogLevel(up, fc.principal, rec, logLevel).catch(() => undefined);

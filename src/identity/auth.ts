@@ -1,0 +1,122 @@
+/**
+ * Authentication at the edge of every protected route: the bearer grant (or an external OIDC
+ * token) → Principal, revocation, role checks, and the loopback-only unauthenticated mode.
+ * Must never: trust anything about a request before its token verified, let a token reach a log
+ * or an upstream, or answer "allowed" when the key set or revocation list cannot be read.
+ */
+import { decodeJwt } from "jose";
+import type { GatewayConfig } from "../config/load.ts";
+import type { Env } from "../env.ts";
+import { acceptedAudiences, acceptedIssuers, forbidden, unauthorized } from "./metadata.ts";
+import { verifyExternal } from "./oidc.ts";
+import { principalHas, type Principal, type Role } from "./principal.ts";
+import { revocationStore } from "./revocation.ts";
+import { parseKeySet, verifyGrant, type KeySet } from "./tokens.ts";
+
+const LOOPBACK = new Set(["127.0.0.1", "localhost", "[::1]"]);
+
+export function isLoopbackRequest(req: Request): boolean {
+  return LOOPBACK.has(new URL(req.url).hostname.toLowerCase());
+}
+
+let keyCache: { text: string; keys: Promise<KeySet> } | null = null;
+
+/** The gateway's signing key set from its Worker secret; null when the secret is not set. */
+export function signingKeys(env: Env, cfg: GatewayConfig): Promise<KeySet> | null {
+  const text = env[cfg.auth.signingKeySecret];
+  if (typeof text !== "string" || text.trim() === "") return null;
+  if (!keyCache || keyCache.text !== text) keyCache = { text, keys: parseKeySet(text) };
+  return keyCache.keys;
+}
+
+export type AuthResult = { ok: true; principal: Principal } | { ok: false; response: Response };
+
+export interface AuthOptions {
+  /** The resource path, for the metadata URL in challenges (`/mcp` or `/`). */
+  path: string;
+  /** Role(s) the route accepts: any one of them will do. */
+  role: Role | Role[];
+  /** Whether the loopback-only unauthenticated actor may use this route. */
+  allowActor: boolean;
+  /** Fetch used for external issuers' JWKS (egress-checked by the caller). */
+  fetcher?: (url: string, init: RequestInit) => Promise<Response>;
+}
+
+function unavailable(reason: string): Response {
+  return new Response(JSON.stringify({ error: "temporarily_unavailable", error_description: reason }), {
+    status: 503, headers: { "content-type": "application/json", "retry-after": "1" },
+  });
+}
+
+export async function authenticate(req: Request, env: Env, cfg: GatewayConfig, opts: AuthOptions): Promise<AuthResult> {
+  const loopback = isLoopbackRequest(req);
+  if (!cfg.auth.required && !loopback) {
+    return { ok: false, response: unavailable("refusing to serve: auth.required is false, which is only allowed while the gateway listens on loopback") };
+  }
+  const header = req.headers.get("authorization");
+  if (header === null) {
+    if (!cfg.auth.required && loopback && opts.allowActor) {
+      return { ok: true, principal: { sub: cfg.actor, team: "local", roles: ["agent"], tools: null, authenticated: false } };
+    }
+    return { ok: false, response: unauthorized(req, opts.path) };
+  }
+  const m = /^Bearer ([A-Za-z0-9\-._~+/]+=*)$/.exec(header.trim());
+  if (!m) return { ok: false, response: unauthorized(req, opts.path, "Authorization must be `Bearer <token>`") };
+  const token = m[1]!;
+  const principal = await verify(token, req, env, cfg, opts);
+  if (typeof principal === "string") return { ok: false, response: unauthorized(req, opts.path, principal) };
+  if (principal instanceof Response) return { ok: false, response: principal };
+  const roles = Array.isArray(opts.role) ? opts.role : [opts.role];
+  if (!roles.some((r) => principalHas(principal, r))) return { ok: false, response: forbidden(req, opts.path, roles.join(" ")) };
+  return { ok: true, principal };
+}
+
+async function verify(token: string, req: Request, env: Env, cfg: GatewayConfig, opts: AuthOptions): Promise<Principal | string | Response> {
+  let claimedIss: unknown;
+  try {
+    claimedIss = token.length <= 8192 ? decodeJwt(token).iss : undefined;
+  } catch {
+    claimedIss = undefined;
+  }
+  const external = cfg.auth.externalIssuers.find((e) => e.issuer === claimedIss);
+  if (external) {
+    if (!opts.fetcher) return "external issuers are not available on this route";
+    const p = await verifyExternal(token, external, opts.fetcher, cfg.auth.maxTokenLifetimeS);
+    if (typeof p !== "string" && p.jti && (await isRevoked(env, p.jti)) !== false) return "token has been revoked";
+    return p;
+  }
+  const keysP = signingKeys(env, cfg);
+  if (!keysP) return `no signing key is configured (set the ${cfg.auth.signingKeySecret} secret)`;
+  let keys: KeySet;
+  try {
+    keys = await keysP;
+  } catch {
+    return unavailable(`the ${cfg.auth.signingKeySecret} secret does not hold a usable key set`);
+  }
+  let storeFailed = false;
+  const v = await verifyGrant(token, keys, {
+    issuer: acceptedIssuers(cfg, req),
+    audience: acceptedAudiences(cfg, req),
+    maxLifetimeSeconds: cfg.auth.maxTokenLifetimeS,
+    isRevoked: async (jti) => {
+      const r = await isRevoked(env, jti);
+      if (r === null) storeFailed = true;
+      return r !== false;
+    },
+  });
+  if (storeFailed) return unavailable("the revocation list could not be read; denied to fail closed");
+  if (!v.ok) return v.reason;
+  const g = v.grant;
+  const p: Principal = { sub: g.sub, team: g.team, roles: g.roles as Role[], tools: g.tools, authenticated: true, jti: g.jti };
+  if (g.budget) p.budget = g.budget;
+  return p;
+}
+
+/** true / false, or null when the store could not answer. */
+async function isRevoked(env: Env, jti: string): Promise<boolean | null> {
+  try {
+    return await revocationStore(env, jti).isRevoked(jti);
+  } catch {
+    return null;
+  }
+}

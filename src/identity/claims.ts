@@ -1,0 +1,85 @@
+/**
+ * Grant claim checks on a decoded JWT payload. Owns the claim rules shared by minting and
+ * verification: `iss` in the accepted issuers, `aud` (string or array) containing an accepted audience,
+ * `exp`/`nbf`/`iat` numeric and within the clock skew, lifetime `exp − iat` within the maximum,
+ * `sub` non-empty, `team` a string, `roles` known roles, `tools` strings, `budget` (optional) of
+ * known fields, `jti` non-empty. Must never: run on a payload whose signature was not verified
+ * (verification calls it only after the signature check), throw, or put claim values into a
+ * reason — reasons are fixed short strings.
+ */
+import { isRole, type Budget, type Grant, type Role } from "./grant.ts";
+
+export type ClaimCheck = {
+  issuers: readonly string[];
+  /** Accepted audiences; the token's `aud` must contain one of them. */
+  audiences: readonly string[];
+  /** Seconds since the epoch. */
+  now: number;
+  skew: number;
+  maxLifetimeSeconds: number;
+};
+
+function isRecord(v: unknown): v is Record<string, unknown> {
+  return typeof v === "object" && v !== null && !Array.isArray(v);
+}
+
+function isNumericDate(v: unknown): v is number {
+  return typeof v === "number" && Number.isFinite(v) && v >= 0;
+}
+
+function readBudget(v: unknown): Budget | string {
+  if (!isRecord(v)) return "budget is not an object";
+  const budget: Budget = {};
+  for (const [key, value] of Object.entries(v)) {
+    // Fail closed on a limit this gateway does not know how to enforce.
+    if (key !== "calls") return "budget has an unknown field";
+    if (typeof value !== "number" || !Number.isSafeInteger(value) || value < 0) return "budget.calls is not a non-negative integer";
+    budget.calls = value;
+  }
+  return budget;
+}
+
+/** Returns the Grant, or a short reason why the claims are not acceptable. */
+export function checkClaims(p: Record<string, unknown>, c: ClaimCheck): { grant: Grant } | { reason: string } {
+  const fail = (reason: string) => ({ reason });
+  if (p.iss === undefined) return fail("missing iss");
+  if (typeof p.iss !== "string") return fail("malformed iss");
+  if (!c.issuers.includes(p.iss)) return fail("wrong iss");
+  const aud = p.aud;
+  if (aud === undefined) return fail("missing aud");
+  const auds = typeof aud === "string" ? [aud] : Array.isArray(aud) && aud.every((a) => typeof a === "string") ? (aud as string[]) : null;
+  if (auds === null) return fail("malformed aud");
+  const matched = c.audiences.find((a) => auds.includes(a));
+  if (matched === undefined) return fail("wrong aud");
+  if (!isNumericDate(p.exp)) return fail("missing or malformed exp");
+  if (c.now >= p.exp + c.skew) return fail("expired");
+  if (!isNumericDate(p.nbf)) return fail("missing or malformed nbf");
+  if (p.nbf > c.now + c.skew) return fail("not yet valid (nbf)");
+  if (!isNumericDate(p.iat)) return fail("missing or malformed iat");
+  if (p.iat > c.now + c.skew) return fail("iat in the future");
+  if (p.exp <= p.iat) return fail("exp not after iat");
+  if (p.exp - p.iat > c.maxLifetimeSeconds + c.skew) return fail("lifetime above the maximum");
+  if (typeof p.sub !== "string" || p.sub.length === 0) return fail("missing sub");
+  if (typeof p.team !== "string") return fail("missing or malformed team");
+  if (!Array.isArray(p.roles)) return fail("roles is not an array");
+  if (!p.roles.every(isRole)) return fail("unknown role");
+  if (!Array.isArray(p.tools) || !p.tools.every((t) => typeof t === "string")) return fail("tools is not an array of strings");
+  if (typeof p.jti !== "string" || p.jti.length === 0) return fail("missing jti");
+  const grant: Grant = {
+    sub: p.sub,
+    team: p.team,
+    roles: [...(p.roles as Role[])],
+    tools: [...(p.tools as string[])],
+    jti: p.jti,
+    exp: p.exp,
+    iat: p.iat,
+    iss: p.iss,
+    aud: matched,
+  };
+  if (p.budget !== undefined) {
+    const budget = readBudget(p.budget);
+    if (typeof budget === "string") return fail(budget);
+    grant.budget = budget;
+  }
+  return { grant };
+}

@@ -1,0 +1,60 @@
+/**
+ * The admin grant API: `POST /v1/grants` mints a grant with the gateway's active key,
+ * `POST /v1/grants/:jti/revoke` revokes one (effective on the next request everywhere).
+ * Owns request validation for both. Must never: mint beyond the configured maximum lifetime,
+ * return or log the signing key, or log a minted token.
+ */
+import { z } from "zod";
+import type { GatewayConfig } from "../config/load.ts";
+import { ROLES } from "../config/schema.ts";
+import type { Env } from "../env.ts";
+import { jsonResponse } from "../mcp/respond.ts";
+import { signingKeys } from "./auth.ts";
+import { canonicalUrl, issuerOf } from "./metadata.ts";
+import type { Principal } from "./principal.ts";
+import { revocationStore } from "./revocation.ts";
+import { mintGrant } from "./tokens.ts";
+
+const mintBody = z.strictObject({
+  sub: z.string().min(1).max(200),
+  team: z.string().min(1).max(100).default("default"),
+  roles: z.array(z.enum(ROLES)).min(1).default(["agent"]),
+  tools: z.array(z.string().min(1).max(200)).max(200).default([]),
+  budget: z.strictObject({ calls: z.number().int().positive().optional() }).optional(),
+  ttl_seconds: z.number().int().positive().optional(),
+});
+
+function bad(message: string, status = 400): Response {
+  return jsonResponse({ error: "invalid_request", error_description: message }, status);
+}
+
+async function body(req: Request): Promise<unknown> {
+  try {
+    return await req.json();
+  } catch {
+    return undefined;
+  }
+}
+
+export async function mintGrantRoute(req: Request, env: Env, cfg: GatewayConfig): Promise<Response> {
+  const parsed = mintBody.safeParse(await body(req));
+  if (!parsed.success) return bad(parsed.error.issues.map((i) => `${i.path.join(".") || "(body)"}: ${i.message}`).join("; "));
+  const b = parsed.data;
+  const ttl = b.ttl_seconds ?? Math.min(3600, cfg.auth.maxTokenLifetimeS);
+  if (ttl > cfg.auth.maxTokenLifetimeS) return bad(`ttl_seconds exceeds the maximum lifetime (${cfg.auth.maxTokenLifetimeS})`);
+  const keysP = signingKeys(env, cfg);
+  if (!keysP) return bad(`no signing key is configured (set the ${cfg.auth.signingKeySecret} secret)`, 503);
+  const claims = { iss: issuerOf(cfg, req), aud: canonicalUrl(cfg, req), sub: b.sub, team: b.team, roles: b.roles, tools: b.tools, ttlSeconds: ttl, ...(b.budget ? { budget: b.budget } : {}) };
+  const minted = await mintGrant(await keysP, claims, { maxLifetimeSeconds: cfg.auth.maxTokenLifetimeS });
+  return jsonResponse({ token: minted.token, jti: minted.jti, exp: minted.exp }, 201, { "cache-control": "no-store" });
+}
+
+export async function revokeGrantRoute(req: Request, env: Env, cfg: GatewayConfig, jti: string, by: Principal): Promise<Response> {
+  if (!/^[A-Za-z0-9_-]{8,128}$/.test(jti)) return bad("jti must be 8–128 characters of [A-Za-z0-9_-]");
+  const b = await body(req);
+  const given = b && typeof b === "object" && "exp" in b ? (b as { exp: unknown }).exp : undefined;
+  // Without the grant's exp, keep the revocation for the longest lifetime a grant can have.
+  const exp = typeof given === "number" && Number.isFinite(given) ? given : Math.floor(Date.now() / 1000) + cfg.auth.maxTokenLifetimeS;
+  await revocationStore(env, jti).revoke(jti, exp, by.sub);
+  return jsonResponse({ revoked: jti, until: exp });
+}

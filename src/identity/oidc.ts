@@ -1,0 +1,60 @@
+/**
+ * External OIDC issuers: verifying their JWTs against their published JWKS (fetched without
+ * redirects, bounded in time, cached by jose) and mapping claims to a Principal.
+ * Must never: accept a token whose issuer is not configured, or take roles the issuer's mapping
+ * does not grant.
+ */
+import { createRemoteJWKSet, customFetch, jwtVerify, type JWTPayload } from "jose";
+import type { ExternalIssuer } from "../config/load.ts";
+import { ROLES } from "../config/schema.ts";
+import type { Principal, Role } from "./principal.ts";
+
+export type OidcFetch = (url: string, init: RequestInit) => Promise<Response>;
+
+const jwksCache = new Map<string, ReturnType<typeof createRemoteJWKSet>>();
+
+function jwksFor(iss: ExternalIssuer, fetcher: OidcFetch) {
+  let set = jwksCache.get(iss.jwksUrl);
+  if (!set) {
+    set = createRemoteJWKSet(new URL(iss.jwksUrl), {
+      timeoutDuration: 5000, cooldownDuration: 30_000, cacheMaxAge: 600_000,
+      [customFetch]: (url: string, init: RequestInit) => fetcher(url, init),
+    });
+    jwksCache.set(iss.jwksUrl, set);
+  }
+  return set;
+}
+
+function stringList(v: unknown): string[] | null {
+  if (Array.isArray(v) && v.every((x) => typeof x === "string")) return v as string[];
+  if (typeof v === "string") return v.split(/\s+/).filter(Boolean);
+  return null;
+}
+
+export function principalFromClaims(iss: ExternalIssuer, payload: JWTPayload): Principal | string {
+  if (typeof payload.sub !== "string" || payload.sub === "") return "token has no sub";
+  const roleNames = (iss.rolesClaim ? stringList(payload[iss.rolesClaim]) : null) ?? iss.defaultRoles;
+  const roles = roleNames.filter((r): r is Role => (ROLES as readonly string[]).includes(r));
+  const teamClaim = iss.teamClaim ? payload[iss.teamClaim] : undefined;
+  const tools = (iss.toolsClaim ? stringList(payload[iss.toolsClaim]) : null) ?? iss.defaultTools;
+  const p: Principal = {
+    sub: `${iss.subPrefix}${payload.sub}`,
+    team: typeof teamClaim === "string" && teamClaim ? teamClaim : iss.defaultTeam,
+    roles, tools, authenticated: true,
+  };
+  if (typeof payload.jti === "string") p.jti = payload.jti;
+  return p;
+}
+
+/** Verifies a token from `iss`; a string result is the reason it failed. */
+export async function verifyExternal(token: string, iss: ExternalIssuer, fetcher: OidcFetch, maxLifetimeS: number): Promise<Principal | string> {
+  try {
+    const { payload } = await jwtVerify(token, jwksFor(iss, fetcher), {
+      issuer: iss.issuer, audience: iss.audience, clockTolerance: 60, maxTokenAge: maxLifetimeS,
+      algorithms: ["RS256", "PS256", "ES256", "EdDSA"], requiredClaims: ["exp", "iat", "sub"],
+    });
+    return principalFromClaims(iss, payload);
+  } catch (e) {
+    return `token from ${iss.issuer} failed verification (${(e as Error).name})`;
+  }
+}

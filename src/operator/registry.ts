@@ -1,0 +1,40 @@
+/**
+ * The registry of `portcullis.*` operator tools served on /operator/mcp, each with the roles
+ * that may see and call it. Later issues register their tools here (holds, ledger, kill switch,
+ * classification). Must never: list or run a tool for a principal without one of its roles.
+ */
+import type { GatewayConfig } from "../config/load.ts";
+import type { Env } from "../env.ts";
+import { principalHas, type Principal, type Role } from "../identity/principal.ts";
+import type { JsonObject } from "../mcp/jsonrpc.ts";
+
+export interface OperatorContext {
+  env: Env;
+  cfg: GatewayConfig;
+  who: Principal;
+}
+
+export interface OperatorTool {
+  name: `portcullis.${string}`;
+  description: string;
+  inputSchema: JsonObject;
+  /** Any one of these roles may see and call the tool (admin holds every role). */
+  roles: Role[];
+  run(args: JsonObject, ctx: OperatorContext): Promise<JsonObject>;
+}
+
+const tools = new Map<string, OperatorTool>();
+
+export function registerOperatorTool(t: OperatorTool): void {
+  if (tools.has(t.name)) throw new Error(`operator tool ${t.name} registered twice`);
+  tools.set(t.name, t);
+}
+
+export function operatorToolsFor(who: Principal): OperatorTool[] {
+  return [...tools.values()].filter((t) => t.roles.some((r) => principalHas(who, r))).sort((a, b) => a.name.localeCompare(b.name));
+}
+
+export function operatorTool(name: string, who: Principal): OperatorTool | undefined {
+  const t = tools.get(name);
+  return t && t.roles.some((r) => principalHas(who, r)) ? t : undefined;
+}

@@ -1,0 +1,46 @@
+/**
+ * The operator tools that exist today: who am I, upstream status, and grant revocation.
+ * Must never: reveal secrets (upstream headers) or another principal's token.
+ */
+import { revocationStore } from "../identity/revocation.ts";
+import { readiness, summary } from "../mcp/health.ts";
+import { registerOperatorTool } from "./registry.ts";
+
+registerOperatorTool({
+  name: "portcullis.whoami",
+  description: "The principal, team, roles and tool globs of the calling grant.",
+  inputSchema: { type: "object", additionalProperties: false },
+  roles: ["auditor", "approver", "operator", "admin"],
+  run: async (_args, { who }) => ({ sub: who.sub, team: who.team, roles: who.roles, tools: who.tools, authenticated: who.authenticated }),
+});
+
+registerOperatorTool({
+  name: "portcullis.upstreams",
+  description: "Each configured upstream: reachability (cached ≤ 2 s), description and tool count. No schemas, no credentials.",
+  inputSchema: { type: "object", additionalProperties: false },
+  roles: ["auditor", "operator", "admin"],
+  run: async (_args, { cfg, who }) => {
+    const [ready, sum] = await Promise.all([readiness(cfg), summary(cfg, who.sub)]);
+    const ok = new Map(ready.upstreams.map((u) => [u.name, u.ok]));
+    return { upstreams: sum.upstreams.map((u) => ({ ...u, ok: ok.get(u.name) ?? false })) };
+  },
+});
+
+registerOperatorTool({
+  name: "portcullis.revoke_grant",
+  description: "Revokes a grant by its jti; every later request with it is refused (401).",
+  inputSchema: {
+    type: "object",
+    properties: { jti: { type: "string", minLength: 8, maxLength: 128 }, exp: { type: "integer", description: "the grant's exp (seconds); default: the longest lifetime" } },
+    required: ["jti"],
+    additionalProperties: false,
+  },
+  roles: ["admin"],
+  run: async (args, { env, cfg, who }) => {
+    const jti = args.jti;
+    if (typeof jti !== "string" || !/^[A-Za-z0-9_-]{8,128}$/.test(jti)) throw new Error("jti must be 8–128 characters of [A-Za-z0-9_-]");
+    const exp = typeof args.exp === "number" ? args.exp : Math.floor(Date.now() / 1000) + cfg.auth.maxTokenLifetimeS;
+    await revocationStore(env, jti).revoke(jti, exp, who.sub);
+    return { revoked: jti, until: exp };
+  },
+});
