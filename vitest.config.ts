@@ -2,9 +2,14 @@
 // eval where production does not — the e2e suite covers the production build).
 import { cloudflareTest } from "@cloudflare/vitest-plugin";
 import { defineConfig } from "vitest/config";
+import { generateSigningKey } from "./src/identity/keys.ts";
 
 const TEST_CONFIG = `
 actor: local:unit
+gateway:
+  allowed_hosts: ["gw.example.com"]
+auth:
+  max_token_lifetime: 24h
 upstreams:
   - name: alpha
     url: http://127.0.0.1:9/mcp
@@ -14,11 +19,14 @@ upstreams:
     timeout: 2s
 `;
 
+// A fresh signing key per run: tests mint grants with it through env.PORTCULLIS_SIGNING_KEY.
+const { privateJwk } = await generateSigningKey("unit-key-1");
+
 export default defineConfig({
   plugins: [
     cloudflareTest({
       wrangler: { configPath: "./wrangler.toml" },
-      miniflare: { bindings: { PORTCULLIS_CONFIG: TEST_CONFIG } },
+      miniflare: { bindings: { PORTCULLIS_CONFIG: TEST_CONFIG, PORTCULLIS_SIGNING_KEY: JSON.stringify(privateJwk) } },
     }),
   ],
   test: {

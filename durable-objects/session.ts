@@ -44,6 +44,22 @@ export class SessionDO extends DurableObject {
     return true;
   }
 
+  /**
+   * Runs (2026-07-28 `Portcullis-Run-Id`): the first principal to present a run id opens it;
+   * only that principal may continue it. True when `principal` owns the run.
+   */
+  async claimRun(principal: string, id: string, ttlS: number): Promise<boolean> {
+    const rec = this.load();
+    const now = Date.now();
+    if (!rec || rec.ended) {
+      if (rec?.ended && rec.principal !== principal) return false;
+      this.save({ id, principal, protocolVersion: "2026-07-28", clientCapabilities: {}, upstreams: {}, createdAt: now, touchedAt: now, ttlS });
+      await this.ctx.storage.setAlarm(now + ttlS * 1000);
+      return true;
+    }
+    return (await this.open(principal)) !== null;
+  }
+
   /** The live session for this principal, or null (unknown, ended, expired, or another principal's). */
   async open(principal: string): Promise<SessionRecord | null> {
     const rec = this.load();

@@ -10,7 +10,7 @@ import { dispatch } from "./dispatch.ts";
 import { refuse } from "./edge.ts";
 import { postUpstream } from "./upstream.ts";
 import { ErrorCode, type JsonObject, type JsonRpcMessage, type JsonRpcRequest, errorResponse, isNotification, isObject, isRequest } from "./jsonrpc.ts";
-import type { FrontContext } from "./legacy.ts";
+import { sessionStub, type FrontContext } from "./legacy.ts";
 import { applyLogLevel, mergeCapabilities, mergeInstructions, modernClientLeg } from "./legs.ts";
 import { listen } from "./listen.ts";
 import { jsonResponse, respond } from "./respond.ts";
@@ -137,6 +137,12 @@ export async function modernPost(fc: FrontContext, req: Request, msg: JsonRpcMes
   if (problem) return problem;
   if (REMOVED_IN_MODERN.has(msg.method)) {
     return refuse(404, ErrorCode.MethodNotFound, `Method not found: ${msg.method} does not exist in ${MODERN_VERSION}`, msg.id);
+  }
+  const run = req.headers.get("portcullis-run-id");
+  if (run !== null) {
+    if (!/^[A-Za-z0-9_-]{8,128}$/.test(run)) return refuse(400, ErrorCode.InvalidRequest, "Invalid Portcullis-Run-Id: use 8–128 characters of [A-Za-z0-9_-]", msg.id);
+    const owned = await sessionStub(fc.env, `run:${run}`).claimRun(fc.principal, run, fc.cfg.sessionTtlS);
+    if (!owned) return refuse(404, ErrorCode.ServerError, "Run not found: this run belongs to another principal or has ended", msg.id);
   }
   if (msg.method === "server/discover") return discover(fc, msg);
   if (msg.method === "subscriptions/listen") return listen(fc, req, msg);

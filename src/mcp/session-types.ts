@@ -35,6 +35,7 @@ export interface StoredEvent {
 /** The SessionDO RPC surface the fronts use (kept explicit: the generated stub types are too deep). */
 export interface SessionApi {
   create(rec: SessionRecord): Promise<boolean>;
+  claimRun(principal: string, id: string, ttlS: number): Promise<boolean>;
   open(principal: string): Promise<SessionRecord | null>;
   begin(principal: string, downId: string | null, upstream: string | null): Promise<SessionRecord | null>;
   lookupRequest(principal: string, downId: string): Promise<string | null>;

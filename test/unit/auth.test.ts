@@ -1,0 +1,166 @@
+/**
+ * Identity at the Worker's edge (workerd): grants, roles, 401/403 challenges, revocation, the
+ * grants API, the operator endpoint, protected resource metadata and JWKS.
+ */
+import { env, SELF } from "cloudflare:test";
+import fc from "fast-check";
+import { SignJWT, exportJWK, generateKeyPair } from "jose";
+import { beforeAll, describe, expect, it } from "vitest";
+import { GRANT_TYP, mintGrant, parseKeySet, type KeySet } from "../../src/identity/tokens.ts";
+
+const GW = "http://127.0.0.1";
+let keys: KeySet;
+beforeAll(async () => { keys = await parseKeySet(env.PORTCULLIS_SIGNING_KEY as string); });
+
+async function grant(over: { sub?: string; roles?: string[]; tools?: string[]; ttl?: number; aud?: string; iss?: string } = {}) {
+  return mintGrant(keys, {
+    iss: over.iss ?? GW, aud: over.aud ?? GW, sub: over.sub ?? "agent:a", team: "t1",
+    roles: (over.roles ?? ["agent"]) as never, tools: over.tools ?? ["alpha__*"], ttlSeconds: over.ttl ?? 600,
+  }, { maxLifetimeSeconds: 86400 });
+}
+
+const MCP_H = { "content-type": "application/json", accept: "application/json, text/event-stream" };
+const rpc = (method: string, params: object = {}) => JSON.stringify({ jsonrpc: "2.0", id: 1, method, params });
+
+function op(token: string | null, body: string, path = "/operator/mcp") {
+  return SELF.fetch(`${GW}${path}`, { method: "POST", headers: { ...MCP_H, ...(token ? { authorization: `Bearer ${token}` } : {}) }, body });
+}
+
+function challenge(r: Response) {
+  return r.headers.get("www-authenticate") ?? "";
+}
+
+describe("401 and 403 challenges", () => {
+  it("asks for a token with resource_metadata and scope, and the metadata is found from it (RFC 9728)", async () => {
+    const r = await op(null, rpc("tools/list"));
+    expect(r.status).toBe(401);
+    const c = challenge(r);
+    expect(c).toMatch(/^Bearer /);
+    expect(c).toMatch(/scope="agent"/);
+    const url = /resource_metadata="([^"]+)"/.exec(c)![1]!;
+    expect(url).toBe(`${GW}/.well-known/oauth-protected-resource/operator/mcp`);
+    const meta = (await (await SELF.fetch(url)).json()) as { resource: string; authorization_servers: string[] };
+    expect(meta.resource).toBe(`${GW}/operator/mcp`);
+    expect(meta.authorization_servers.length).toBeGreaterThan(0);
+    const mcpMeta = (await (await SELF.fetch(`${GW}/.well-known/oauth-protected-resource/mcp`)).json()) as { resource: string };
+    expect(mcpMeta.resource).toBe(`${GW}/mcp`);
+  });
+
+  it("refuses an agent grant on /operator/mcp with 403 insufficient_scope", async () => {
+    const r = await op((await grant()).token, rpc("tools/list"));
+    expect(r.status).toBe(403);
+    expect(challenge(r)).toMatch(/error="insufficient_scope"/);
+    expect(challenge(r)).toMatch(/resource_metadata=/);
+  });
+
+  it("answers a bad grant with 401 invalid_token, whatever is wrong with it", async () => {
+    const good = await grant();
+    const { privateKey: rsa } = await generateKeyPair("RS256");
+    const { privateKey: ec } = await generateKeyPair("ES256");
+    const { privateKey: other, publicKey: otherPub } = await generateKeyPair("EdDSA", { extractable: true });
+    const pubJson = JSON.stringify((await parseKeySet(env.PORTCULLIS_SIGNING_KEY as string)).publicKeys[0]);
+    const now = Math.floor(Date.now() / 1000);
+    const claims = { iss: GW, aud: GW, sub: "agent:x", team: "t", roles: ["agent"], tools: ["*"], jti: "jti-0123456789abcdef", iat: now, nbf: now, exp: now + 600 };
+    const kid = "unit-key-1";
+    const sign = (alg: string, key: CryptoKey | Uint8Array, header: Record<string, unknown> = {}) =>
+      new SignJWT(claims).setProtectedHeader({ alg, typ: GRANT_TYP, kid, ...header }).sign(key);
+    const b64 = (o: object) => btoa(JSON.stringify(o)).replace(/=+$/, "").replace(/\+/g, "-").replace(/\//g, "_");
+    const jwkOther = await exportJWK(otherPub);
+    const cases: Record<string, string> = {
+      "alg none": `${b64({ alg: "none", typ: GRANT_TYP, kid })}.${b64(claims)}.`,
+      "HS256 with the public key as secret": await sign("HS256", new TextEncoder().encode(pubJson)),
+      "RS256": await sign("RS256", rsa),
+      "ES256": await sign("ES256", ec),
+      "EdDSA by another key, same kid": await sign("EdDSA", other),
+      "embedded jwk header": await sign("EdDSA", other, { jwk: { kty: jwkOther.kty, crv: jwkOther.crv, x: jwkOther.x } }),
+      "jku header": await sign("EdDSA", other, { jku: "https://evil.example.com/jwks" }),
+      "unknown kid": await sign("EdDSA", other, { kid: "nope" }),
+      "wrong typ": await sign("EdDSA", other, { typ: "JWT" }),
+      "wrong audience": (await grant({ aud: "https://elsewhere.example.com" })).token,
+      "wrong issuer": (await grant({ iss: "https://evil.example.com" })).token,
+      "truncated": good.token.slice(0, -10),
+      "malformed": "abc.def",
+      "oversized": `${good.token}${"A".repeat(9000)}`,
+    };
+    for (const [name, token] of Object.entries(cases)) {
+      const r = await SELF.fetch(`${GW}/mcp`, { method: "POST", headers: { ...MCP_H, authorization: `Bearer ${token}` }, body: rpc("ping") });
+      expect(r.status, name).toBe(401);
+      expect(challenge(r), name).toMatch(/error="invalid_token"/);
+      expect(challenge(r), name).not.toContain(token.slice(0, 20));
+    }
+  });
+
+  it("never answers 5xx to mangled tokens", async () => {
+    const { token } = await grant();
+    await fc.assert(fc.asyncProperty(fc.nat(token.length - 1), fc.string({ maxLength: 4 }), fc.nat(3), async (at, insert, del) => {
+      const t = token.slice(0, at) + insert + token.slice(at + del);
+      const r = await SELF.fetch(`${GW}/operator/mcp`, { method: "POST", headers: { ...MCP_H, authorization: `Bearer ${t}` }, body: rpc("ping") });
+      expect(r.status).toBeLessThan(500);
+      if (t !== token) expect([401, 403]).toContain(r.status);
+    }), { numRuns: 60 });
+  });
+});
+
+describe("roles and the operator endpoint", () => {
+  it("lists portcullis.* tools by role; an admin also sees revoke_grant", async () => {
+    const names = async (roles: string[]) => {
+      const r = await op((await grant({ roles })).token, rpc("tools/list"));
+      expect(r.status).toBe(200);
+      return ((await r.json()) as { result: { tools: { name: string }[] } }).result.tools.map((t) => t.name);
+    };
+    expect(await names(["operator"])).toEqual(["portcullis.upstreams", "portcullis.whoami"]);
+    expect(await names(["approver"])).toEqual(["portcullis.whoami"]);
+    expect(await names(["admin"])).toEqual(["portcullis.revoke_grant", "portcullis.upstreams", "portcullis.whoami"]);
+    const who = await op((await grant({ roles: ["auditor"], sub: "human:leo" })).token, rpc("tools/call", { name: "portcullis.whoami", arguments: {} }));
+    expect(((await who.json()) as { result: { structuredContent: { sub: string } } }).result.structuredContent.sub).toBe("human:leo");
+    const hidden = await op((await grant({ roles: ["operator"] })).token, rpc("tools/call", { name: "portcullis.revoke_grant", arguments: { jti: "abcdefgh" } }));
+    expect(((await hidden.json()) as { error: { code: number } }).error.code).toBe(-32602);
+  });
+
+  it("answers an operator tool called on /mcp as an unknown tool", async () => {
+    const r = await SELF.fetch(`${GW}/mcp`, { method: "POST", headers: { ...MCP_H, authorization: `Bearer ${(await grant({ roles: ["admin"], tools: ["*"] })).token}` }, body: rpc("initialize", { protocolVersion: "2025-11-25", capabilities: {} }) });
+    const sid = r.headers.get("mcp-session-id")!;
+    await r.text();
+    const call = await SELF.fetch(`${GW}/mcp`, { method: "POST", headers: { ...MCP_H, "mcp-session-id": sid, authorization: `Bearer ${(await grant({ roles: ["admin"], tools: ["*"] })).token}` }, body: rpc("tools/call", { name: "portcullis.whoami", arguments: {} }) });
+    expect(((await call.json()) as { error: { code: number; message: string } }).error).toMatchObject({ code: -32602, message: "Unknown tool: portcullis.whoami" });
+  });
+});
+
+describe("revocation and the grants API", () => {
+  it("mints through POST /v1/grants for admins only, and a revoked grant stops working at once", async () => {
+    const admin = (await grant({ roles: ["admin"], sub: "human:root" })).token;
+    const agent = (await grant()).token;
+    const refused = await SELF.fetch(`${GW}/v1/grants`, { method: "POST", headers: { "content-type": "application/json", authorization: `Bearer ${agent}` }, body: JSON.stringify({ sub: "agent:new" }) });
+    expect(refused.status).toBe(403);
+    const mint = await SELF.fetch(`${GW}/v1/grants`, { method: "POST", headers: { "content-type": "application/json", authorization: `Bearer ${admin}` }, body: JSON.stringify({ sub: "human:ops", roles: ["operator"], ttl_seconds: 300 }) });
+    expect(mint.status).toBe(201);
+    const minted = (await mint.json()) as { token: string; jti: string; exp: number };
+    expect((await op(minted.token, rpc("tools/list"))).status).toBe(200);
+    const tooLong = await SELF.fetch(`${GW}/v1/grants`, { method: "POST", headers: { "content-type": "application/json", authorization: `Bearer ${admin}` }, body: JSON.stringify({ sub: "x", ttl_seconds: 90000 }) });
+    expect(tooLong.status).toBe(400);
+    const revoke = await SELF.fetch(`${GW}/v1/grants/${minted.jti}/revoke`, { method: "POST", headers: { "content-type": "application/json", authorization: `Bearer ${admin}` }, body: JSON.stringify({ exp: minted.exp }) });
+    expect(revoke.status).toBe(200);
+    const after = await op(minted.token, rpc("tools/list"));
+    expect(after.status).toBe(401);
+    expect(challenge(after)).toMatch(/revoked/);
+  });
+
+  it("publishes only public keys", async () => {
+    const jwks = (await (await SELF.fetch(`${GW}/.well-known/jwks.json`)).json()) as { keys: Record<string, unknown>[] };
+    expect(jwks.keys).toHaveLength(1);
+    expect(jwks.keys[0]).toMatchObject({ kty: "OKP", crv: "Ed25519", kid: "unit-key-1", alg: "EdDSA" });
+    expect(jwks.keys[0]!.d).toBeUndefined();
+  });
+});
+
+describe("unauthenticated mode", () => {
+  it("exists only on loopback: a configured public host without auth.required is refused", async () => {
+    const r = await SELF.fetch("http://gw.example.com/mcp", { method: "POST", headers: MCP_H, body: rpc("ping") });
+    expect(r.status).toBe(503);
+    expect(await r.text()).toMatch(/only allowed while the gateway listens on loopback/);
+  });
+  it("never serves /operator/mcp or the grants API without a token, even on loopback", async () => {
+    expect((await op(null, rpc("tools/list"))).status).toBe(401);
+    expect((await SELF.fetch(`${GW}/v1/grants`, { method: "POST", body: "{}" })).status).toBe(401);
+  });
+});
