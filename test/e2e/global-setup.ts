@@ -9,6 +9,7 @@
  */
 import type { TestProject } from "vitest/node";
 import { startConformanceUpstream } from "../fixtures/conformance-upstream/server.ts";
+import { generateSigningKey } from "../../src/identity/keys.ts";
 import { startModernOnlyUpstream } from "../fixtures/modern-only-upstream.ts";
 import { freePort, startEverything, startPortcullis } from "./harness.ts";
 
@@ -16,8 +17,12 @@ declare module "vitest" {
   export interface ProvidedContext {
     everythingUrl: string;
     conformanceUrl: string;
+    /** The modern-only upstream's request record (GET). */
+    modernLogUrl: string;
     transparentUrl: string;
     namespacedUrl: string;
+    /** The namespaced gateway's private signing JWK (JSON): tests mint grants with it. */
+    signingKey: string;
   }
 }
 
@@ -27,6 +32,7 @@ export default async function setup(project: TestProject) {
   const conformance = await startConformanceUpstream({ port: 0, host: "127.0.0.1" });
   const modernOnly = await startModernOnlyUpstream();
   const [tPort, nPort] = [await freePort(), await freePort()];
+  const signingKey = JSON.stringify((await generateSigningKey("e2e-key")).privateJwk);
   const transparent = await startPortcullis(`
 actor: local:e2e
 upstreams:
@@ -49,11 +55,13 @@ upstreams:
   - name: modern
     url: ${modernOnly.url}
     timeout: 30s
-`, nPort, { EVERYTHING_KEY: "ev-secret-1", CONF_KEY: "conf-secret-2" });
+`, nPort, { EVERYTHING_KEY: "ev-secret-1", CONF_KEY: "conf-secret-2", PORTCULLIS_SIGNING_KEY: signingKey });
   project.provide("everythingUrl", `http://127.0.0.1:${evPort}/mcp`);
   project.provide("conformanceUrl", conformance.url);
+  project.provide("modernLogUrl", modernOnly.url.replace(/\/mcp$/, "/log"));
   project.provide("transparentUrl", transparent.url);
   project.provide("namespacedUrl", namespaced.url);
+  project.provide("signingKey", signingKey);
   return async () => {
     await Promise.all([transparent.stop(), namespaced.stop(), everything.stop(), conformance.close(), modernOnly.close()]);
   };

@@ -1,0 +1,127 @@
+/**
+ * Grants end to end on the production build: per-grant tool lists in both eras, calls outside a
+ * grant refused before any upstream sees them, session and run ownership, no token passthrough,
+ * and RFC 9728 discovery from a 401.
+ */
+import { Client, StreamableHTTPClientTransport } from "@modelcontextprotocol/client";
+import { afterEach, beforeAll, describe, expect, inject, it } from "vitest";
+import { mintGrant, parseKeySet, type KeySet } from "../../src/identity/tokens.ts";
+
+const url = inject("namespacedUrl");
+const origin = new URL(url).origin;
+let keys: KeySet;
+let tokenA = "";
+let tokenB = "";
+const open: { client: Client; transport: StreamableHTTPClientTransport }[] = [];
+
+async function grant(sub: string, tools: string[]) {
+  return (await mintGrant(keys, { iss: origin, aud: origin, sub, team: "e2e", roles: ["agent"], tools, ttlSeconds: 900 }, { maxLifetimeSeconds: 86400 })).token;
+}
+
+beforeAll(async () => {
+  keys = await parseKeySet(inject("signingKey"));
+  tokenA = await grant("agent:alice", ["everything__*"]);
+  tokenB = await grant("agent:bob", ["conf__test_simple_text", "conf__test_echo_headers", "modern__*"]);
+});
+
+afterEach(async () => {
+  for (const { client, transport } of open.splice(0)) {
+    await transport.terminateSession().catch(() => undefined);
+    await client.close().catch(() => undefined);
+  }
+});
+
+type Mode = "legacy" | { pin: "2026-07-28" };
+async function connect(mode: Mode, token: string) {
+  const client = new Client({ name: "identity-e2e", version: "1" }, { versionNegotiation: { mode } });
+  const transport = new StreamableHTTPClientTransport(new URL(url), { requestInit: { headers: { authorization: `Bearer ${token}` } } });
+  await client.connect(transport);
+  open.push({ client, transport });
+  return { client, transport };
+}
+
+const modernLog = async () => (await (await fetch(inject("modernLogUrl"))).json()) as { method: string; name?: string; headers: Record<string, string> }[];
+
+for (const mode of ["legacy", { pin: "2026-07-28" }] as Mode[]) {
+  const era = mode === "legacy" ? "legacy" : "modern";
+  describe(`grants, ${era} era`, () => {
+    it("two agents with different globs see different tools, prompts and resources", async () => {
+      const a = await connect(mode, tokenA);
+      const b = await connect(mode, tokenB);
+      const ta = (await a.client.listTools()).tools.map((t) => t.name);
+      const tb = (await b.client.listTools()).tools.map((t) => t.name).sort();
+      expect(ta.length).toBeGreaterThan(3);
+      expect(ta.every((n) => n.startsWith("everything__"))).toBe(true);
+      expect(tb).toEqual(["conf__test_echo_headers", "conf__test_simple_text", "modern__ask_model", "modern__ask_name", "modern__ask_roots"]);
+      const ra = (await a.client.listResources()).resources.map((r) => r.uri);
+      const rb = (await b.client.listResources()).resources.map((r) => r.uri);
+      expect(ra.every((u) => u.startsWith("everything+"))).toBe(true);
+      expect(rb.every((u) => u.startsWith("conf+"))).toBe(true);
+      expect((await a.client.listPrompts()).prompts.every((p) => p.name.startsWith("everything__"))).toBe(true);
+    });
+
+    it("refuses calls outside the grant as unknown tools, and the upstream sees nothing", async () => {
+      const a = await connect(mode, tokenA);
+      const before = (await modernLog()).filter((s) => s.method === "tools/call").length;
+      await expect(a.client.callTool({ name: "modern__ask_name", arguments: {} })).rejects.toThrow(/Unknown tool/);
+      await expect(a.client.callTool({ name: "conf__test_simple_text", arguments: {} })).rejects.toThrow(/Unknown tool/);
+      await expect(a.client.readResource({ uri: "conf+test://static-text" })).rejects.toThrow(/not found/i);
+      expect((await modernLog()).filter((s) => s.method === "tools/call").length).toBe(before);
+      expect((await a.client.callTool({ name: "everything__echo", arguments: { message: "ok" } })).content).toEqual([{ type: "text", text: "Echo: ok" }]);
+    });
+
+    it("never lets the grant token reach an upstream", async () => {
+      const b = await connect(mode, tokenB);
+      const echoed = JSON.stringify((await b.client.callTool({ name: "conf__test_echo_headers", arguments: {} })).content);
+      expect(echoed).not.toContain(tokenB.slice(0, 40));
+      expect(echoed.toLowerCase()).not.toMatch(/bearer/);
+      await b.client.listTools();
+      for (const seen of await modernLog()) {
+        expect(JSON.stringify(seen.headers)).not.toContain(tokenB.slice(0, 40));
+        expect(JSON.stringify(seen.headers)).not.toContain(tokenA.slice(0, 40));
+        expect(seen.headers.authorization).toBeUndefined();
+      }
+    });
+  });
+}
+
+describe("ownership", () => {
+  const H = { "content-type": "application/json", accept: "application/json, text/event-stream", "mcp-protocol-version": "2025-11-25" };
+  it("answers principal B presenting A's session id with 404, and A's session carries on", async () => {
+    const a = await connect("legacy", tokenA);
+    const sid = a.transport.sessionId!;
+    for (const method of ["POST", "GET", "DELETE"]) {
+      const r = await fetch(url, {
+        method, headers: { ...H, "mcp-session-id": sid, authorization: `Bearer ${tokenB}`, ...(method === "GET" ? { accept: "text/event-stream" } : {}) },
+        ...(method === "POST" ? { body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/list" }) } : {}),
+      });
+      expect(r.status, method).toBe(404);
+      await r.text();
+    }
+    expect((await a.client.listTools()).tools.length).toBeGreaterThan(3);
+  });
+
+  it("lets only the opener continue a Portcullis-Run-Id", async () => {
+    const meta = { "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {} };
+    const call = (token: string) => fetch(url, {
+      method: "POST",
+      headers: { "content-type": "application/json", accept: "application/json, text/event-stream", "mcp-protocol-version": "2026-07-28", "mcp-method": "tools/list", "portcullis-run-id": "run-e2e-0001", authorization: `Bearer ${token}` },
+      body: JSON.stringify({ jsonrpc: "2.0", id: 2, method: "tools/list", params: { _meta: meta } }),
+    });
+    expect((await call(tokenA)).status).toBe(200);
+    expect((await call(tokenB)).status).toBe(404);
+    expect((await call(tokenA)).status).toBe(200);
+  });
+});
+
+describe("discovery", () => {
+  it("a client following RFC 9728 finds the metadata from a 401", async () => {
+    const r = await fetch(url, { method: "POST", headers: { "content-type": "application/json", accept: "application/json, text/event-stream", authorization: "Bearer not-a-grant" }, body: "{}" });
+    expect(r.status).toBe(401);
+    const challenge = r.headers.get("www-authenticate")!;
+    expect(challenge).toMatch(/error="invalid_token"/);
+    const meta = await (await fetch(/resource_metadata="([^"]+)"/.exec(challenge)![1]!)).json() as { resource: string; authorization_servers: string[] };
+    expect(meta.resource).toBe(`${origin}/mcp`);
+    expect(meta.authorization_servers).toContain(origin);
+  });
+});
