@@ -31,7 +31,9 @@ export const upstreamSchema = z.strictObject({
   timeout: duration.optional(),
 });
 
-export const ROLES = ["agent", "auditor", "approver", "operator", "admin"] as const;
+import { ROLES } from "../identity/grant.ts";
+
+export { ROLES };
 
 const externalIssuerSchema = z.strictObject({
   /** The `iss` value tokens from this issuer carry. */

@@ -6,7 +6,9 @@
 import type { UpstreamConfig } from "../config/load.ts";
 import { globMatch } from "../mcp/names.ts";
 
-export type Role = "agent" | "auditor" | "approver" | "operator" | "admin";
+import { hasRole, type Role } from "./grant.ts";
+
+export type { Role };
 
 export interface Principal {
   /** e.g. `agent:triage-bot`, `human:leo`, or the configured actor when unauthenticated. */
@@ -20,9 +22,9 @@ export interface Principal {
   budget?: { calls?: number };
 }
 
-/** `admin` holds every role; the others are independent. */
+/** `admin` holds every role; the others are independent (grant.ts owns the rule). */
 export function principalHas(p: Principal, role: Role): boolean {
-  return p.roles.includes(role) || p.roles.includes("admin");
+  return hasRole(p, role);
 }
 
 /** Whether the grant lets this principal see and call the tool with this exposed name. */

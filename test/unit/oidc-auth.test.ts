@@ -1,0 +1,85 @@
+/**
+ * authenticate() with configs the shared Worker config does not cover: `auth.required: true`,
+ * and external OIDC issuers (JWKS served through an injected fetch).
+ */
+import { env } from "cloudflare:test";
+import { SignJWT, exportJWK, generateKeyPair } from "jose";
+import { describe, expect, it } from "vitest";
+import { loadConfig } from "../../src/config/load.ts";
+import { authenticate } from "../../src/identity/auth.ts";
+import { mintGrant, parseKeySet } from "../../src/identity/tokens.ts";
+
+const base = `
+upstreams:
+  - name: alpha
+    url: http://127.0.0.1:9/mcp
+`;
+const req = (headers: Record<string, string> = {}) => new Request("http://127.0.0.1:8787/mcp", { method: "POST", headers });
+const opts = { path: "/mcp", role: "agent" as const, allowActor: true };
+
+describe("auth.required: true", () => {
+  const cfg = loadConfig(`auth:\n  required: true\n${base}`, {});
+  it("refuses the unauthenticated actor even on loopback", async () => {
+    const r = await authenticate(req(), env, cfg, opts);
+    expect(r.ok).toBe(false);
+    if (!r.ok) expect(r.response.status).toBe(401);
+  });
+  it("accepts a grant for this gateway, including its loopback spellings", async () => {
+    const keys = await parseKeySet(env.PORTCULLIS_SIGNING_KEY as string);
+    for (const aud of ["http://127.0.0.1:8787", "http://localhost:8787", "http://127.0.0.1:8787/mcp"]) {
+      const { token } = await mintGrant(keys, { iss: aud.replace(/\/mcp$/, ""), aud, sub: "agent:z", team: "t", roles: ["agent"], tools: ["*"], ttlSeconds: 60 }, { maxLifetimeSeconds: 3600 });
+      const r = await authenticate(req({ authorization: `Bearer ${token}` }), env, cfg, opts);
+      expect(r.ok, aud).toBe(true);
+      if (r.ok) expect(r.principal).toMatchObject({ sub: "agent:z", team: "t", tools: ["*"], authenticated: true });
+    }
+  });
+  it("refuses a grant for another port", async () => {
+    const keys = await parseKeySet(env.PORTCULLIS_SIGNING_KEY as string);
+    const { token } = await mintGrant(keys, { iss: "http://127.0.0.1:9999", aud: "http://127.0.0.1:9999", sub: "agent:z", team: "t", roles: ["agent"], tools: ["*"], ttlSeconds: 60 }, { maxLifetimeSeconds: 3600 });
+    const r = await authenticate(req({ authorization: `Bearer ${token}` }), env, cfg, opts);
+    expect(r.ok).toBe(false);
+  });
+});
+
+describe("external OIDC issuers", async () => {
+  const { privateKey, publicKey } = await generateKeyPair("RS256", { extractable: true });
+  const jwk = { ...(await exportJWK(publicKey)), kid: "idp-1", alg: "RS256", use: "sig" };
+  const cfg = loadConfig(`auth:
+  required: true
+  external_issuers:
+    - issuer: https://idp.example.com
+      jwks_url: https://idp.example.com/.well-known/jwks.json
+      audience: portcullis
+      roles_claim: groups
+      team_claim: org
+      tools_claim: mcp_tools
+${base}`, {});
+  let fetched = 0;
+  const fetcher = async (url: string) => {
+    fetched++;
+    expect(url).toBe("https://idp.example.com/.well-known/jwks.json");
+    return new Response(JSON.stringify({ keys: [jwk] }), { headers: { "content-type": "application/json" } });
+  };
+  const idToken = (claims: Record<string, unknown>, over: { iss?: string; aud?: string; exp?: string } = {}) =>
+    new SignJWT(claims).setProtectedHeader({ alg: "RS256", kid: "idp-1" }).setIssuer(over.iss ?? "https://idp.example.com")
+      .setAudience(over.aud ?? "portcullis").setSubject("u-42").setIssuedAt().setExpirationTime(over.exp ?? "10m").sign(privateKey);
+
+  it("maps sub, roles, team and tools from the configured claims", async () => {
+    const t = await idToken({ groups: ["agent", "auditor", "wizard"], org: "acme", mcp_tools: "alpha__* beta__x" });
+    const r = await authenticate(req({ authorization: `Bearer ${t}` }), env, cfg, { ...opts, fetcher });
+    expect(r.ok).toBe(true);
+    if (r.ok) expect(r.principal).toEqual({ sub: "oidc:u-42", team: "acme", roles: ["agent", "auditor"], tools: ["alpha__*", "beta__x"], authenticated: true });
+    expect(fetched).toBe(1);
+  });
+  it("refuses a wrong audience, an expired token and an unconfigured issuer", async () => {
+    for (const t of [
+      await idToken({}, { aud: "someone-else" }),
+      await idToken({}, { exp: "-10m" }),
+      await idToken({}, { iss: "https://other-idp.example.com" }),
+    ]) {
+      const r = await authenticate(req({ authorization: `Bearer ${t}` }), env, cfg, { ...opts, fetcher });
+      expect(r.ok).toBe(false);
+      if (!r.ok) expect(r.response.status).toBe(401);
+    }
+  });
+});
