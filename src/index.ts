@@ -3,6 +3,8 @@
  * Must never: hold protocol or governance logic here.
  */
 import { Hono, type Context } from "hono";
+import { deleteCredentialRoute, putCredentialRoute } from "./egress/credentials-api.ts";
+import { upstreamsFor } from "./egress/credentials.ts";
 import { authenticate, signingKeys, type AuthOptions } from "./identity/auth.ts";
 import { mintGrantRoute, revokeGrantRoute } from "./identity/grants-api.ts";
 import { protectedResourceMetadata } from "./identity/metadata.ts";
@@ -20,6 +22,7 @@ import { modernPost } from "./mcp/modern.ts";
 import { jsonResponse } from "./mcp/respond.ts";
 import { META, MODERN_VERSION } from "./mcp/versions.ts";
 
+export { CredentialsDO } from "../durable-objects/credentials.ts";
 export { RevocationsDO } from "../durable-objects/revocations.ts";
 export { SessionDO } from "../durable-objects/session.ts";
 
@@ -80,6 +83,18 @@ app.post("/v1/grants/:jti/revoke", async (c) => {
   return revokeGrantRoute(c.req.raw, c.env, g.cfg, c.req.param("jti"), g.who);
 });
 
+app.put("/v1/credentials/:upstream", async (c) => {
+  const g = await gate(c, { path: "/", role: "agent", allowActor: true });
+  if (g instanceof Response) return g;
+  return putCredentialRoute(c.req.raw, c.env, g.cfg, g.who, c.req.param("upstream"));
+});
+
+app.delete("/v1/credentials/:upstream", async (c) => {
+  const g = await gate(c, { path: "/", role: "agent", allowActor: true });
+  if (g instanceof Response) return g;
+  return deleteCredentialRoute(c.env, g.cfg, g.who, c.req.param("upstream"));
+});
+
 app.all("/operator/mcp", async (c) => {
   const g = await gate(c, { path: "/operator/mcp", role: OPERATOR_ROLES, allowActor: false });
   if (g instanceof Response) return g;
@@ -104,7 +119,9 @@ app.get("/summary", async (c) => {
 app.on(["POST", "GET", "DELETE"], "/mcp", async (c) => {
   const g = await gate(c, { path: "/mcp", role: "agent", allowActor: true });
   if (g instanceof Response) return g;
-  const { cfg, who } = g;
+  const { who } = g;
+  // This principal's view of the upstreams: per-principal credentials resolved (never logged).
+  const cfg = { ...g.cfg, upstreams: await upstreamsFor(c.env, g.cfg, who.sub) };
   const req = c.req.raw;
   const fc = front(c.env, cfg, c.executionCtx as ExecutionContext, who);
   const hasSession = req.headers.get("mcp-session-id") !== null;

@@ -18,6 +18,9 @@ export interface UpstreamConfig {
   allow: string[];
   deny: string[];
   timeoutMs: number;
+  credentials: { mode: "brokered" | "per_principal" | "none"; header: string; prefix: string };
+  /** Set per request when a per-principal credential is missing: every request to the upstream fails with it. */
+  credentialProblem?: string;
 }
 
 export interface ExternalIssuer {
@@ -49,6 +52,7 @@ export interface GatewayConfig {
   allowedOrigins: string[];
   sseRetryMs: number;
   sessionTtlS: number;
+  credentialsKeySecret: string;
   upstreams: UpstreamConfig[];
 }
 
@@ -115,6 +119,11 @@ export function loadConfig(yamlText: string, vars: Record<string, unknown>): Gat
       allow: u.allow ?? [],
       deny: u.deny ?? [],
       timeoutMs: durationMs(u.timeout, 60000),
+      credentials: {
+        mode: u.credentials?.mode ?? (Object.keys(headers).length ? "brokered" : "none"),
+        header: u.credentials?.header ?? "Authorization",
+        prefix: u.credentials?.prefix ?? "Bearer ",
+      },
     };
     if (u.description !== undefined) out.description = u.description;
     return out;
@@ -145,6 +154,7 @@ export function loadConfig(yamlText: string, vars: Record<string, unknown>): Gat
     allowedOrigins: c.gateway.allowed_origins,
     sseRetryMs: c.gateway.sse_retry_ms,
     sessionTtlS: c.gateway.session_ttl_s,
+    credentialsKeySecret: c.gateway.credentials_key_secret,
     upstreams,
   };
 }

@@ -26,6 +26,16 @@ export const upstreamSchema = z.strictObject({
   description: z.string().max(500).optional(),
   namespace: z.boolean().optional(),
   headers: z.record(z.string().regex(/^[A-Za-z0-9-]+$/, "header names are letters, digits and -"), z.string()).optional(),
+  /**
+   * How the upstream is authenticated: `brokered` (the `headers` above, `${SECRET}` from Worker
+   * secrets), `per_principal` (the token each principal registered, in `header`), or `none`.
+   * Default: brokered when headers are set, else none.
+   */
+  credentials: z.strictObject({
+    mode: z.enum(["brokered", "per_principal", "none"]),
+    header: z.string().regex(/^[A-Za-z0-9-]+$/).default("Authorization"),
+    prefix: z.string().default("Bearer "),
+  }).optional(),
   allow: z.array(z.string().min(1)).optional(),
   deny: z.array(z.string().min(1)).optional(),
   timeout: duration.optional(),
@@ -81,6 +91,8 @@ export const configSchema = z.strictObject({
     sse_retry_ms: z.number().int().min(0).max(60000).default(1000),
     /** How long an idle legacy session lives, in seconds. */
     session_ttl_s: z.number().int().min(60).max(7 * 86400).default(86400),
+    /** Worker secret holding the AES-256 key (base64) that seals per-principal upstream credentials. */
+    credentials_key_secret: z.string().regex(/^[A-Z_][A-Z0-9_]*$/).default("PORTCULLIS_CREDENTIALS_KEY"),
   }).prefault({}),
   auth: authSchema.prefault({}),
   upstreams: z.array(upstreamSchema).min(1, "at least one upstream is required"),
@@ -90,6 +102,9 @@ export const configSchema = z.strictObject({
     const prev = seen.get(u.name);
     if (prev !== undefined) ctx.addIssue({ code: "custom", path: ["upstreams", i, "name"], message: `duplicate upstream name "${u.name}" (also upstreams[${prev}])` });
     else seen.set(u.name, i);
+    if (u.credentials?.mode === "none" && Object.values(u.headers ?? {}).some((v) => /\$\{/.test(v))) {
+      ctx.addIssue({ code: "custom", path: ["upstreams", i, "credentials", "mode"], message: "mode none cannot send secrets: drop the ${...} headers or use mode brokered" });
+    }
     if (cfg.upstreams.length > 1 && u.namespace === false) {
       ctx.addIssue({ code: "custom", path: ["upstreams", i, "namespace"], message: "namespace: false is only allowed with a single upstream (names from several upstreams would collide)" });
     }

@@ -12,7 +12,7 @@ import {
   errorResponse, isNotification, isObject, isRequest,
 } from "./jsonrpc.ts";
 import { exposeUri } from "./names.ts";
-import { answers, requestUpstream, UpstreamError, UpstreamSessionGone, type Leg } from "./upstream.ts";
+import { answers, requestUpstream, UpstreamAuthError, UpstreamError, UpstreamSessionGone, type Leg } from "./upstream.ts";
 import { META } from "./versions.ts";
 
 /** Upstream ids are the client's id, tagged so gateway-originated ids can never collide. */
@@ -41,8 +41,32 @@ const CACHEABLE = new Set(["tools/list", "prompts/list", "resources/list", "reso
  * client's id restored. Interim messages are relayed as they arrive.
  */
 export async function forward(ctx: CallContext, up: UpstreamConfig, req: JsonRpcRequest): Promise<Outcome> {
+  try {
+    const out = await forwardOnce(ctx, up, req);
+    logCall(ctx, up, req, out.response.error ? `error ${out.response.error.code}` : "ok");
+    return out;
+  } catch (e) {
+    logCall(ctx, up, req, e instanceof UpstreamError ? `failed: ${e.status ?? "?"}` : "failed");
+    if (e instanceof UpstreamAuthError) {
+      // A tool call gets a result the model can read; other requests a JSON-RPC error.
+      if (req.method === "tools/call") return { response: { jsonrpc: "2.0", id: req.id, result: { content: [{ type: "text", text: e.message }], isError: true } }, status: 200 };
+      return { response: errorResponse(req.id, ErrorCode.InternalError, e.message), status: 200 };
+    }
+    throw e;
+  }
+}
+
+/** One structured line per upstream request: the credential mode, never its value. */
+function logCall(ctx: CallContext, up: UpstreamConfig, req: JsonRpcRequest, outcome: string): void {
+  console.log(JSON.stringify({ event: "upstream_request", upstream: up.name, method: req.method, principal: ctx.principal, credential: up.credentials.mode, outcome }));
+}
+
+async function forwardOnce(ctx: CallContext, up: UpstreamConfig, req: JsonRpcRequest): Promise<Outcome> {
   let leg = await ctx.leg(up);
-  if (!leg) return { response: unavailable(req, up), status: 200 };
+  if (!leg) {
+    if (up.credentialProblem) throw new UpstreamAuthError(up.name, up.credentialProblem, 401);
+    return { response: unavailable(req, up), status: 200 };
+  }
   if (TRACKED.has(req.method)) ctx.recordRequest(req.id, up).catch(() => undefined);
   let params = withLegMeta(req.params, leg, ctx);
   for (let round = 0; ; round++) {

@@ -5,7 +5,7 @@
  */
 import type { GatewayConfig, UpstreamConfig } from "../config/load.ts";
 import { type JsonObject, isObject } from "./jsonrpc.ts";
-import { callUpstream, modernMeta } from "./upstream.ts";
+import { callUpstream, modernMeta, UpstreamAuthError } from "./upstream.ts";
 import { modernClientLeg } from "./legs.ts";
 
 let readyCache: { at: number; key: string; body: { ok: boolean; upstreams: { name: string; ok: boolean }[] } } | null = null;
@@ -17,8 +17,9 @@ async function probe(up: UpstreamConfig): Promise<boolean> {
       jsonrpc: "2.0", id: "portcullis-readyz", method: "server/discover", params: { _meta: modernMeta({}) },
     });
     return true;
-  } catch {
-    return false;
+  } catch (e) {
+    // An upstream that answers 401/403 is up; it wants a (per-principal) credential.
+    return e instanceof UpstreamAuthError;
   }
 }
 

@@ -31,6 +31,8 @@ export class UpstreamError extends Error {
   }
 }
 export class UpstreamSessionGone extends UpstreamError {}
+/** The upstream refused its credential (401/403), or the principal has none for it. */
+export class UpstreamAuthError extends UpstreamError {}
 
 export interface Frame {
   message: JsonRpcMessage;
@@ -90,6 +92,7 @@ function timeoutSignal(up: UpstreamConfig, outer?: AbortSignal): AbortSignal {
 }
 
 async function send(up: UpstreamConfig, init: { method: string; headers: Headers; body?: string }, signal: AbortSignal): Promise<Response> {
+  if (up.credentialProblem) throw new UpstreamAuthError(up.name, up.credentialProblem, 401);
   let res: Response;
   try {
     res = await fetch(up.url, { ...init, redirect: "manual", signal });
@@ -102,6 +105,10 @@ async function send(up: UpstreamConfig, init: { method: string; headers: Headers
   if (res.status >= 300 && res.status < 400) {
     await res.body?.cancel();
     throw new UpstreamError(up.name, `answered a redirect (${res.status}); Portcullis follows no upstream redirects`, 502);
+  }
+  if (res.status === 401 || res.status === 403) {
+    await res.body?.cancel();
+    throw new UpstreamAuthError(up.name, `refused the gateway's ${up.credentials.mode} credential (HTTP ${res.status}); check the upstream credential configured for it`, res.status);
   }
   return res;
 }
@@ -250,6 +257,8 @@ export async function discoverModern(up: UpstreamConfig): Promise<JsonObject | n
     const { response } = await callUpstream(up, { era: "modern", meta: modernMeta({}) }, req);
     return isObject(response.result) && Array.isArray(response.result.supportedVersions) ? response.result : null;
   } catch (e) {
+    // Unreachable, timed out, or refused our credential: no verdict (nothing is cached).
+    if (e instanceof UpstreamAuthError) throw e;
     if (e instanceof UpstreamError && (e.status === 502 || e.status === 504) && !/HTTP/.test(e.message)) throw e;
     return null;
   }

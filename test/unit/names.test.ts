@@ -3,7 +3,7 @@ import type { UpstreamConfig } from "../../src/config/load.ts";
 import { exposeName, exposeUri, globMatch, splitName, splitUri, toolAllowed } from "../../src/mcp/names.ts";
 
 const up = (name: string, extra: Partial<UpstreamConfig> = {}): UpstreamConfig => ({
-  name, url: "http://127.0.0.1/mcp", namespaced: true, headers: {}, allow: [], deny: [], timeoutMs: 1000, ...extra,
+  name, url: "http://127.0.0.1/mcp", namespaced: true, headers: {}, allow: [], deny: [], timeoutMs: 1000, credentials: { mode: "none", header: "Authorization", prefix: "Bearer " }, ...extra,
 });
 
 describe("exposed names", () => {

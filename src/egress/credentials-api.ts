@@ -1,0 +1,49 @@
+/**
+ * `PUT /v1/credentials/:upstream` and `DELETE /v1/credentials/:upstream`: a principal registers
+ * (or removes) its own token for a `per_principal` upstream. Owns request validation.
+ * Must never: echo the token back, store it unsealed, or act on another principal's entry.
+ */
+import type { GatewayConfig } from "../config/load.ts";
+import type { Env } from "../env.ts";
+import type { Principal } from "../identity/principal.ts";
+import { jsonResponse } from "../mcp/respond.ts";
+import { credentialStore, sealCredential } from "./credentials.ts";
+
+function bad(message: string, status = 400): Response {
+  return jsonResponse({ error: "invalid_request", error_description: message }, status);
+}
+
+function target(cfg: GatewayConfig, name: string): Response | null {
+  const up = cfg.upstreams.find((u) => u.name === name);
+  if (!up) return bad(`no upstream named ${name}`, 404);
+  if (up.credentials.mode !== "per_principal") return bad(`upstream ${name} does not take per-principal credentials (mode ${up.credentials.mode})`);
+  return null;
+}
+
+export async function putCredentialRoute(req: Request, env: Env, cfg: GatewayConfig, who: Principal, upstream: string): Promise<Response> {
+  const t = target(cfg, upstream);
+  if (t) return t;
+  let body: unknown;
+  try {
+    body = await req.json();
+  } catch {
+    return bad("body must be JSON: {\"token\": \"…\"}");
+  }
+  const token = body && typeof body === "object" ? (body as { token?: unknown }).token : undefined;
+  if (typeof token !== "string" || token.length < 1 || token.length > 8192 || /[\r\n]/.test(token)) {
+    return bad("token must be a string of 1–8192 characters without line breaks");
+  }
+  try {
+    await credentialStore(env, who.sub).put(upstream, await sealCredential(env, cfg, who.sub, upstream, token));
+  } catch (e) {
+    return bad(`the credential could not be stored (${(e as Error).message})`, 503);
+  }
+  return jsonResponse({ upstream, principal: who.sub, stored: true });
+}
+
+export async function deleteCredentialRoute(env: Env, cfg: GatewayConfig, who: Principal, upstream: string): Promise<Response> {
+  const t = target(cfg, upstream);
+  if (t) return t;
+  const removed = await credentialStore(env, who.sub).remove(upstream);
+  return jsonResponse({ upstream, principal: who.sub, removed });
+}
