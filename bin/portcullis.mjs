@@ -95,7 +95,8 @@ async function validate(file) {
 export function startGateway({ configText, port = 8787, persistTo, stdio = "inherit", extraVars = {}, signingKey }) {
   const argv = [
     "dev", "--config", resolve(root, "wrangler.toml"), "--ip", "127.0.0.1", "--port", String(port),
-    "--inspector-port", "0", "--show-interactive-dev-session=false", "--log-level", "warn",
+    // "log" level: the Worker's own structured lines (one per upstream request) are shown.
+    "--inspector-port", "0", "--show-interactive-dev-session=false", "--log-level", "log",
     "--var", `PORTCULLIS_CONFIG:${configText}`,
   ];
   // The dev signing key travels as a var: local runs only (a deploy uses `wrangler secret put`).

@@ -109,14 +109,10 @@ async function once(ctx: CallContext, up: UpstreamConfig, leg: Leg, upReq: JsonR
     const m = f.message;
     if (answers(m, upReq.id)) {
       const response: JsonRpcResponse = { ...(m as JsonRpcResponse), id: clientId };
-      // 2026-07-28 results always carry resultType (a legacy upstream's results are complete),
-      // and cacheable results carry caching hints; a legacy upstream gives none, so stamp the
-      // conservative ones.
-      if (ctx.era === "modern" && leg.era === "legacy" && isObject(response.result)) {
-        const r: JsonObject = { ...response.result };
-        if (r.resultType === undefined) r.resultType = "complete";
-        if (CACHEABLE.has(upReq.method) && r.ttlMs === undefined) { r.ttlMs = 0; r.cacheScope = "private"; }
-        response.result = r;
+      // 2026-07-28 cacheable results carry caching hints; a legacy upstream gives none, so stamp
+      // the conservative ones (resultType is added for every modern answer in modern.ts).
+      if (ctx.era === "modern" && leg.era === "legacy" && isObject(response.result) && CACHEABLE.has(upReq.method) && response.result.ttlMs === undefined) {
+        response.result = { ...response.result, ttlMs: 0, cacheScope: "private" };
       }
       return { response, status: f.status };
     }

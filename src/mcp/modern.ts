@@ -5,7 +5,7 @@
  * -32022/400, 404 + -32601) and per-request log gating. Must never: emit a server→client
  * request on a request's stream, or a notifications/message to a request without logLevel.
  */
-import type { CallContext } from "./context.ts";
+import type { CallContext, Outcome } from "./context.ts";
 import { dispatch } from "./dispatch.ts";
 import { refuse } from "./edge.ts";
 import { postUpstream } from "./upstream.ts";
@@ -146,5 +146,12 @@ export async function modernPost(fc: FrontContext, req: Request, msg: JsonRpcMes
   }
   if (msg.method === "server/discover") return discover(fc, msg);
   if (msg.method === "subscriptions/listen") return listen(fc, req, msg);
-  return respond(msg.id, (emit) => dispatch(modernContext(fc, req, msg, emit), msg), { waitUntil: fc.waitUntil });
+  return respond(msg.id, async (emit) => withResultType(await dispatch(modernContext(fc, req, msg, emit), msg)), { waitUntil: fc.waitUntil });
+}
+
+/** Every 2026-07-28 result carries resultType; the gateway's own results (denials, refusals) are complete. */
+function withResultType(out: Outcome): Outcome {
+  const r = out.response.result;
+  if (!isObject(r) || r.resultType !== undefined) return out;
+  return { ...out, response: { ...out.response, result: { ...r, resultType: "complete" } } };
 }

@@ -7,6 +7,9 @@
  *  - modern: a 2026-07-28-only upstream (era bridging)
  *  - gateway "namespaced": all three upstreams, `<name>__<tool>` names
  */
+import { mkdtempSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import type { TestProject } from "vitest/node";
 import { startConformanceUpstream } from "../fixtures/conformance-upstream/server.ts";
 import { generateSigningKey } from "../../src/identity/keys.ts";
@@ -23,6 +26,10 @@ declare module "vitest" {
     namespacedUrl: string;
     /** The namespaced gateway's private signing JWK (JSON): tests mint grants with it. */
     signingKey: string;
+    /** The per-principal-credential upstream's request record (GET). */
+    vaultLogUrl: string;
+    /** Everything the namespaced gateway printed. */
+    namespacedLogFile: string;
   }
 }
 
@@ -31,6 +38,8 @@ export default async function setup(project: TestProject) {
   const everything = await startEverything(evPort);
   const conformance = await startConformanceUpstream({ port: 0, host: "127.0.0.1" });
   const modernOnly = await startModernOnlyUpstream();
+  const vault = await startModernOnlyUpstream({ requireBearer: "user-" });
+  const logFile = join(mkdtempSync(join(tmpdir(), "portcullis-e2e-logs-")), "namespaced.log");
   const [tPort, nPort] = [await freePort(), await freePort()];
   const signingKey = JSON.stringify((await generateSigningKey("e2e-key")).privateJwk);
   const transparent = await startPortcullis(`
@@ -55,14 +64,20 @@ upstreams:
   - name: modern
     url: ${modernOnly.url}
     timeout: 30s
-`, nPort, { EVERYTHING_KEY: "ev-secret-1", CONF_KEY: "conf-secret-2", PORTCULLIS_SIGNING_KEY: signingKey });
+  - name: vault
+    url: ${vault.url}
+    credentials: { mode: per_principal }
+    timeout: 30s
+`, nPort, { EVERYTHING_KEY: "ev-secret-1", CONF_KEY: "conf-secret-2", PORTCULLIS_SIGNING_KEY: signingKey, PORTCULLIS_CREDENTIALS_KEY: btoa(String.fromCharCode(...crypto.getRandomValues(new Uint8Array(32)))) }, logFile);
   project.provide("everythingUrl", `http://127.0.0.1:${evPort}/mcp`);
   project.provide("conformanceUrl", conformance.url);
   project.provide("modernLogUrl", modernOnly.url.replace(/\/mcp$/, "/log"));
   project.provide("transparentUrl", transparent.url);
   project.provide("namespacedUrl", namespaced.url);
   project.provide("signingKey", signingKey);
+  project.provide("vaultLogUrl", vault.url.replace(/\/mcp$/, "/log"));
+  project.provide("namespacedLogFile", logFile);
   return async () => {
-    await Promise.all([transparent.stop(), namespaced.stop(), everything.stop(), conformance.close(), modernOnly.close()]);
+    await Promise.all([transparent.stop(), namespaced.stop(), everything.stop(), conformance.close(), modernOnly.close(), vault.close()]);
   };
 }

@@ -5,7 +5,7 @@
  * Must never: leave a process running after teardown, or reach beyond 127.0.0.1.
  */
 import { spawn, type ChildProcess } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { appendFileSync, mkdtempSync, rmSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
@@ -66,12 +66,14 @@ export async function startEverything(port: number): Promise<Proc> {
   return managed(child);
 }
 
-export async function startPortcullis(configText: string, port: number, extraVars: Record<string, string> = {}): Promise<Proc & { url: string; logs: () => string }> {
+/** Starts a gateway; everything it prints also goes to `logFile` when given (tests grep it). */
+export async function startPortcullis(configText: string, port: number, extraVars: Record<string, string> = {}, logFile?: string): Promise<Proc & { url: string; logs: () => string }> {
   const persistTo = mkdtempSync(join(tmpdir(), "portcullis-e2e-"));
   const child: ChildProcess = startGateway({ configText, port, persistTo, stdio: ["ignore", "pipe", "pipe"], extraVars });
   let logs = "";
-  child.stdout?.on("data", (d: Buffer) => { logs += d.toString(); });
-  child.stderr?.on("data", (d: Buffer) => { logs += d.toString(); });
+  const keep = (d: Buffer) => { logs += d.toString(); if (logFile) appendFileSync(logFile, d); };
+  child.stdout?.on("data", keep);
+  child.stderr?.on("data", keep);
   try {
     await waitFor(`http://127.0.0.1:${port}/healthz`, 90_000);
   } catch (e) {
