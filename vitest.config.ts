@@ -10,6 +10,8 @@ gateway:
   allowed_hosts: ["gw.example.com"]
 auth:
   max_token_lifetime: 24h
+egress:
+  allow_loopback: true
 upstreams:
   - name: alpha
     url: http://127.0.0.1:9/mcp

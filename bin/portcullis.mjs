@@ -30,6 +30,9 @@ function usage(code = 1) {
   portcullis start                         demo upstream + gateway on http://127.0.0.1:8787/mcp
   portcullis dev --config FILE [--port N]  local gateway with that config
   portcullis check --config FILE           validate a config and report every problem
+  portcullis doctor --config FILE [--local|--deployed]
+                        check the config statically, egress rules included: exit 1 naming each
+                        refused upstream and its reason (all at once), 0 when sound
   portcullis token mint --sub PRINCIPAL [--team T] [--role R,...] [--tools GLOB,...] [--ttl 1h]
                         [--aud URL] [--iss ISS] [--key FILE]     locally, with the dev key
   portcullis token mint --url GATEWAY --token ADMIN_GRANT --sub ...  through POST /v1/grants`);
@@ -79,12 +82,19 @@ async function tokenMint(a) {
   console.log(minted.token);
 }
 
-async function validate(file) {
+/**
+ * Validates a config file: schema, secrets named in it, and the egress rules for every upstream
+ * from the given vantage (`onLoopback`: the gateway serves on 127.0.0.1, as `dev` does).
+ */
+async function validate(file, { onLoopback = true, secrets = "env" } = {}) {
   const text = readFileSync(file, "utf8");
-  const { loadConfig, ConfigError } = await import(resolve(root, "src/config/load.ts"));
+  const { loadConfig, egressProblems, ConfigError } = await import(resolve(root, "src/config/load.ts"));
+  // Secrets live in the Worker, not here: a static check resolves ${NAME} to a placeholder.
+  const vars = secrets === "env" ? { ...process.env } : new Proxy({}, { get: (_t, k) => (typeof k === "string" ? `<${k}>` : undefined) });
   try {
-    loadConfig(text, { ...process.env });
-    return { ok: true, text };
+    const cfg = loadConfig(text, vars);
+    const problems = egressProblems(cfg, onLoopback);
+    return problems.length ? { ok: false, problems, text } : { ok: true, text, cfg };
   } catch (e) {
     if (e instanceof ConfigError) return { ok: false, problems: e.problems, text };
     throw e;
@@ -109,6 +119,18 @@ export function startGateway({ configText, port = 8787, persistTo, stdio = "inhe
 async function main() {
   const a = args(process.argv.slice(2));
   const cmd = a._[0];
+  if (cmd === "doctor") {
+    if (typeof a.config !== "string") usage();
+    // Where will it run? --local: on loopback (portcullis dev); --deployed: on a public hostname.
+    // Default: a config that allows unauthenticated use is a local one.
+    const text = readFileSync(a.config, "utf8");
+    const local = a.local === true ? true : a.deployed === true ? false : !/^\s*required:\s*true\b/m.test(text);
+    const v = await validate(a.config, { onLoopback: local, secrets: "static" });
+    const where = local ? "served on loopback" : "deployed";
+    if (v.ok) { console.log(`${a.config}: sound (${where}; ${v.cfg.upstreams.length} upstream${v.cfg.upstreams.length === 1 ? "" : "s"})`); return; }
+    console.error(`${a.config}: refused (${where})\n${v.problems.map((p) => `  - ${p}`).join("\n")}`);
+    process.exit(1);
+  }
   if (cmd === "check") {
     if (typeof a.config !== "string") usage();
     const v = await validate(a.config);
@@ -138,7 +160,7 @@ async function main() {
     const demo = spawn(process.execPath, [resolve(root, "node_modules/@modelcontextprotocol/server-everything/dist/index.js"), "streamableHttp"], {
       cwd: root, stdio: ["ignore", "inherit", "inherit"], env: { ...process.env, PORT: String(upPort) },
     });
-    const configText = readFileSync(resolve(root, "portcullis.yaml"), "utf8").replaceAll("${DEMO_UPSTREAM_PORT}", String(upPort));
+    const configText = readFileSync(resolve(root, "portcullis.yaml"), "utf8").replaceAll("127.0.0.1:3001/", `127.0.0.1:${upPort}/`);
     const port = a.port ? Number(a.port) : 8787;
     const gw = startGateway({ configText, port, signingKey: await devSigningKey() });
     console.log(`portcullis: demo upstream on http://127.0.0.1:${upPort}/mcp, gateway on http://127.0.0.1:${port}/mcp`);

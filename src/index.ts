@@ -4,8 +4,9 @@
  */
 import { Hono, type Context } from "hono";
 import { deleteCredentialRoute, putCredentialRoute } from "./egress/credentials-api.ts";
-import { upstreamsFor } from "./egress/credentials.ts";
-import { authenticate, signingKeys, type AuthOptions } from "./identity/auth.ts";
+import { guardedFetch } from "./egress/guarded-fetch.ts";
+import { egressRefusal, requestConfig } from "./config/request.ts";
+import { authenticate, isLoopbackRequest, signingKeys, type AuthOptions } from "./identity/auth.ts";
 import { mintGrantRoute, revokeGrantRoute } from "./identity/grants-api.ts";
 import { protectedResourceMetadata } from "./identity/metadata.ts";
 import type { Principal, Role } from "./identity/principal.ts";
@@ -42,15 +43,18 @@ function front(env: Env, cfg: GatewayConfig, exec: ExecutionContext, who: Princi
   return { env, cfg, who, principal: who.sub, waitUntil: (p) => exec.waitUntil(p) };
 }
 
-/** Config, Host/Origin, then the grant: the order every protected route follows. */
+/** Config and its egress check, Host/Origin, then the grant: the order every protected route follows. */
 async function gate(c: Context<AppEnv>, opts: AuthOptions): Promise<{ cfg: GatewayConfig; who: Principal } | Response> {
-  const cfg = configOr503(c.env);
-  if (cfg instanceof Response) return cfg;
-  const bad = checkOrigin(c.req.raw, cfg);
+  const shared = configOr503(c.env);
+  if (shared instanceof Response) return shared;
+  const bad = checkOrigin(c.req.raw, shared) ?? egressRefusal(shared, c.req.raw);
   if (bad) return bad;
-  const auth = await authenticate(c.req.raw, c.env, cfg, { ...opts, fetcher: (url, init) => fetch(url, { ...init, redirect: "manual" }) });
+  const onLoopback = isLoopbackRequest(c.req.raw);
+  // External issuers' JWKS are fetched under the same egress rules as upstreams.
+  const fetcher = (url: string, init: RequestInit) => guardedFetch(url, init, { rules: shared.egress, gatewayOnLoopback: onLoopback, maxRedirects: 0, timeoutMs: 5000, maxBytes: 1024 * 1024 });
+  const auth = await authenticate(c.req.raw, c.env, shared, { ...opts, fetcher });
   if (!auth.ok) return auth.response;
-  return { cfg, who: auth.principal };
+  return { cfg: await requestConfig(c.env, shared, c.req.raw, auth.principal.sub), who: auth.principal };
 }
 
 const OPERATOR_ROLES: Role[] = ["auditor", "approver", "operator", "admin"];
@@ -104,24 +108,26 @@ app.all("/operator/mcp", async (c) => {
 app.get("/healthz", (c) => c.json({ ok: true }));
 
 app.get("/readyz", async (c) => {
-  const cfg = configOr503(c.env);
-  if (cfg instanceof Response) return cfg;
-  const body = await readiness(cfg);
+  const shared = configOr503(c.env);
+  if (shared instanceof Response) return shared;
+  const refused = egressRefusal(shared, c.req.raw);
+  if (refused) return refused;
+  const body = await readiness(await requestConfig(c.env, shared, c.req.raw));
   return c.json(body, body.ok ? 200 : 503);
 });
 
 app.get("/summary", async (c) => {
-  const cfg = configOr503(c.env);
-  if (cfg instanceof Response) return cfg;
-  return c.json(await summary(cfg, cfg.actor));
+  const shared = configOr503(c.env);
+  if (shared instanceof Response) return shared;
+  const refused = egressRefusal(shared, c.req.raw);
+  if (refused) return refused;
+  return c.json(await summary(await requestConfig(c.env, shared, c.req.raw), shared.actor));
 });
 
 app.on(["POST", "GET", "DELETE"], "/mcp", async (c) => {
   const g = await gate(c, { path: "/mcp", role: "agent", allowActor: true });
   if (g instanceof Response) return g;
-  const { who } = g;
-  // This principal's view of the upstreams: per-principal credentials resolved (never logged).
-  const cfg = { ...g.cfg, upstreams: await upstreamsFor(c.env, g.cfg, who.sub) };
+  const { cfg, who } = g;
   const req = c.req.raw;
   const fc = front(c.env, cfg, c.executionCtx as ExecutionContext, who);
   const hasSession = req.headers.get("mcp-session-id") !== null;

@@ -5,6 +5,8 @@
  * value in an error message, or return a config that failed any check.
  */
 import { parse as parseYaml } from "yaml";
+import { checkEgress } from "../egress/rules.ts";
+import type { EgressRules } from "../egress/schema.ts";
 import { configSchema, type ParsedConfig } from "./schema.ts";
 
 export interface UpstreamConfig {
@@ -19,6 +21,9 @@ export interface UpstreamConfig {
   deny: string[];
   timeoutMs: number;
   credentials: { mode: "brokered" | "per_principal" | "none"; header: string; prefix: string };
+  egress: EgressRules;
+  /** Whether the gateway serves this request on loopback (set per request; loopback egress needs it). */
+  onLoopback: boolean;
   /** Set per request when a per-principal credential is missing: every request to the upstream fails with it. */
   credentialProblem?: string;
 }
@@ -53,6 +58,7 @@ export interface GatewayConfig {
   sseRetryMs: number;
   sessionTtlS: number;
   credentialsKeySecret: string;
+  egress: EgressRules;
   upstreams: UpstreamConfig[];
 }
 
@@ -119,6 +125,8 @@ export function loadConfig(yamlText: string, vars: Record<string, unknown>): Gat
       allow: u.allow ?? [],
       deny: u.deny ?? [],
       timeoutMs: durationMs(u.timeout, 60000),
+      egress: c.egress,
+      onLoopback: false,
       credentials: {
         mode: u.credentials?.mode ?? (Object.keys(headers).length ? "brokered" : "none"),
         header: u.credentials?.header ?? "Authorization",
@@ -155,6 +163,24 @@ export function loadConfig(yamlText: string, vars: Record<string, unknown>): Gat
     sseRetryMs: c.gateway.sse_retry_ms,
     sessionTtlS: c.gateway.session_ttl_s,
     credentialsKeySecret: c.gateway.credentials_key_secret,
+    egress: c.egress,
     upstreams,
   };
+}
+
+/**
+ * Every upstream URL and external JWKS URL checked against the egress rules, as the gateway
+ * will check them on each request: `upstream <name>: <reason>` for each refusal, all at once.
+ */
+export function egressProblems(cfg: GatewayConfig, gatewayOnLoopback: boolean): string[] {
+  const problems: string[] = [];
+  for (const u of cfg.upstreams) {
+    const d = checkEgress(u.url, cfg.egress, { gatewayOnLoopback });
+    if (!d.ok) problems.push(`upstream ${u.name}: ${d.reason}`);
+  }
+  cfg.auth.externalIssuers.forEach((e, i) => {
+    const d = checkEgress(e.jwksUrl, cfg.egress, { gatewayOnLoopback });
+    if (!d.ok) problems.push(`auth.external_issuers[${i}].jwks_url: ${d.reason}`);
+  });
+  return problems;
 }

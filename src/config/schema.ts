@@ -4,6 +4,7 @@
  * field, or resolve secrets (that is load.ts's job, after validation).
  */
 import { z } from "zod";
+import { egressSchema } from "../egress/schema.ts";
 
 /** Upstream names become tool-name prefixes (`<name>__<tool>`) and URI scheme prefixes, so no `_`. */
 export const UPSTREAM_NAME = /^[a-z][a-z0-9-]{0,30}$/;
@@ -95,6 +96,8 @@ export const configSchema = z.strictObject({
     credentials_key_secret: z.string().regex(/^[A-Z_][A-Z0-9_]*$/).default("PORTCULLIS_CREDENTIALS_KEY"),
   }).prefault({}),
   auth: authSchema.prefault({}),
+  /** Where the gateway may connect: every upstream URL and every outbound fetch is checked. */
+  egress: egressSchema.prefault({}),
   upstreams: z.array(upstreamSchema).min(1, "at least one upstream is required"),
 }).superRefine((cfg, ctx) => {
   const seen = new Map<string, number>();

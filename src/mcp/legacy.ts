@@ -7,6 +7,7 @@
  * or accept a JSON-RPC batch.
  */
 import type { GatewayConfig, UpstreamConfig } from "../config/load.ts";
+import { guardedFetch } from "../egress/guarded-fetch.ts";
 import type { Env } from "../env.ts";
 import type { Principal } from "../identity/principal.ts";
 import type { CallContext } from "./context.ts";
@@ -221,7 +222,7 @@ export async function legacyDelete(fc: FrontContext, req: Request): Promise<Resp
       const h = new Headers(up.headers);
       h.set("mcp-session-id", leg.sessionId);
       h.set("mcp-protocol-version", leg.protocolVersion);
-      fc.waitUntil(fetch(up.url, { method: "DELETE", headers: h, redirect: "manual", signal: AbortSignal.timeout(5000) })
+      fc.waitUntil(guardedFetch(up.url, { method: "DELETE", headers: h }, { rules: up.egress, gatewayOnLoopback: up.onLoopback, maxRedirects: 0, timeoutMs: 5000 })
         .then((r) => r.body?.cancel()).catch(() => undefined));
     }
   }

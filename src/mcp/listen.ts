@@ -75,7 +75,7 @@ export async function listen(fc: FrontContext, req: Request, msg: JsonRpcRequest
       if (mine?.length) notifications.resourceSubscriptions = mine;
       if (Object.keys(notifications).length === 0) return;
       const params: JsonObject = { ...(msg.params ?? {}), notifications };
-      frames = requestUpstream({ ...up, timeoutMs: 24 * 3600_000 }, leg, { jsonrpc: "2.0", id: `portcullis-listen-${crypto.randomUUID()}`, method: "subscriptions/listen", params }, { signal: abort.signal });
+      frames = requestUpstream({ ...up, timeoutMs: 24 * 3600_000 }, leg, { jsonrpc: "2.0", id: `portcullis-listen-${crypto.randomUUID()}`, method: "subscriptions/listen", params }, { signal: abort.signal, stream: true });
     } else {
       frames = await openGetStream(up, leg, abort.signal).catch(() => null);
     }

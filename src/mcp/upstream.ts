@@ -11,6 +11,7 @@ import {
   type JsonObject, type JsonRpcMessage, type JsonRpcRequest, type JsonRpcResponse,
   isObject, isResponse, parseMessage,
 } from "./jsonrpc.ts";
+import { EgressError, guardedFetch } from "../egress/guarded-fetch.ts";
 import { parseSse } from "./sse.ts";
 import { GATEWAY_INFO, META, MODERN_VERSION } from "./versions.ts";
 
@@ -44,6 +45,8 @@ export interface SendOptions {
   signal?: AbortSignal;
   /** Mcp-Param-* headers to forward verbatim (modern leg). */
   paramHeaders?: [string, string][];
+  /** A long-lived stream (subscriptions/listen): bounded by time, not size. */
+  stream?: boolean;
 }
 
 const HEADER_SAFE = /^[\x21-\x7e](?:[\x20-\x7e]*[\x21-\x7e])?$/;
@@ -86,25 +89,33 @@ function baseHeaders(up: UpstreamConfig, leg: Leg | undefined, msg: JsonRpcMessa
   return h;
 }
 
-function timeoutSignal(up: UpstreamConfig, outer?: AbortSignal): AbortSignal {
-  const t = AbortSignal.timeout(up.timeoutMs);
-  return outer ? AbortSignal.any([t, outer]) : t;
+/** The caller's signal (guardedFetch adds the upstream's timeout); a never-aborting one if none. */
+function timeoutSignal(_up: UpstreamConfig, outer?: AbortSignal): AbortSignal {
+  return outer ?? new AbortController().signal;
 }
 
-async function send(up: UpstreamConfig, init: { method: string; headers: Headers; body?: string }, signal: AbortSignal): Promise<Response> {
+/**
+ * Every upstream request goes through the egress guard: the URL (and any redirect hop, of which
+ * none is followed) is checked before the fetch, and the answer is bounded in time and size.
+ * Long-lived streams (GET, listen) are bounded by time only.
+ */
+async function send(up: UpstreamConfig, init: { method: string; headers: Headers; body?: string }, signal: AbortSignal, stream = false): Promise<Response> {
   if (up.credentialProblem) throw new UpstreamAuthError(up.name, up.credentialProblem, 401);
   let res: Response;
   try {
-    res = await fetch(up.url, { ...init, redirect: "manual", signal });
+    res = await guardedFetch(up.url, { ...init, signal }, {
+      rules: up.egress, gatewayOnLoopback: up.onLoopback, maxRedirects: 0, timeoutMs: up.timeoutMs,
+      ...(stream ? { maxBytes: Number.MAX_SAFE_INTEGER } : {}),
+    });
   } catch (e) {
     const err = e as Error;
+    if (e instanceof EgressError) {
+      if (e.kind === "timeout") throw new UpstreamError(up.name, `no answer within ${up.timeoutMs} ms`, 504);
+      throw new UpstreamError(up.name, `${e.reason}; Portcullis refused the connection`, 502);
+    }
     if (err.name === "TimeoutError") throw new UpstreamError(up.name, `no answer within ${up.timeoutMs} ms`, 504);
     if (err.name === "AbortError") throw new UpstreamError(up.name, "request aborted", 499);
     throw new UpstreamError(up.name, `unreachable (${err.message})`, 502);
-  }
-  if (res.status >= 300 && res.status < 400) {
-    await res.body?.cancel();
-    throw new UpstreamError(up.name, `answered a redirect (${res.status}); Portcullis follows no upstream redirects`, 502);
   }
   if (res.status === 401 || res.status === 403) {
     await res.body?.cancel();
@@ -149,7 +160,7 @@ export async function* requestUpstream(up: UpstreamConfig, leg: Leg, req: JsonRp
   const headers = baseHeaders(up, leg, req);
   for (const [k, v] of opts.paramHeaders ?? []) headers.set(k, v);
   const signal = timeoutSignal(up, opts.signal);
-  const res = await send(up, { method: "POST", headers, body: JSON.stringify(req) }, signal);
+  const res = await send(up, { method: "POST", headers, body: JSON.stringify(req) }, signal, opts.stream ?? false);
   if (res.status === 404 && leg.era === "legacy" && leg.sessionId) {
     await res.body?.cancel();
     throw new UpstreamSessionGone(up.name, "session expired", 404);
@@ -189,7 +200,7 @@ export async function postUpstream(up: UpstreamConfig, leg: Leg, msg: JsonRpcMes
 export async function openGetStream(up: UpstreamConfig, leg: Leg & { era: "legacy" }, signal: AbortSignal): Promise<AsyncGenerator<Frame> | null> {
   const h = baseHeaders(up, leg, undefined);
   h.set("accept", "text/event-stream");
-  const res = await send(up, { method: "GET", headers: h }, signal);
+  const res = await send(up, { method: "GET", headers: h }, signal, true);
   if (!res.ok || !(res.headers.get("content-type") ?? "").includes("text/event-stream")) {
     await res.body?.cancel();
     return null;

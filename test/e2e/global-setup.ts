@@ -44,6 +44,8 @@ export default async function setup(project: TestProject) {
   const signingKey = JSON.stringify((await generateSigningKey("e2e-key")).privateJwk);
   const transparent = await startPortcullis(`
 actor: local:e2e
+egress:
+  allow_loopback: true
 upstreams:
   - name: conf
     url: ${conformance.url}
@@ -51,6 +53,8 @@ upstreams:
 `, tPort);
   const namespaced = await startPortcullis(`
 actor: local:e2e
+egress:
+  allow_loopback: true
 upstreams:
   - name: everything
     url: http://127.0.0.1:${evPort}/mcp

@@ -1,9 +1,10 @@
 import { describe, expect, it } from "vitest";
 import type { UpstreamConfig } from "../../src/config/load.ts";
+import { DEFAULT_EGRESS_RULES } from "../../src/egress/schema.ts";
 import { exposeName, exposeUri, globMatch, splitName, splitUri, toolAllowed } from "../../src/mcp/names.ts";
 
 const up = (name: string, extra: Partial<UpstreamConfig> = {}): UpstreamConfig => ({
-  name, url: "http://127.0.0.1/mcp", namespaced: true, headers: {}, allow: [], deny: [], timeoutMs: 1000, credentials: { mode: "none", header: "Authorization", prefix: "Bearer " }, ...extra,
+  name, url: "http://127.0.0.1/mcp", namespaced: true, headers: {}, allow: [], deny: [], timeoutMs: 1000, credentials: { mode: "none", header: "Authorization", prefix: "Bearer " }, egress: DEFAULT_EGRESS_RULES, onLoopback: false, ...extra,
 });
 
 describe("exposed names", () => {
