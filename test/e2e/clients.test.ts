@@ -4,6 +4,7 @@
  */
 import { Client, StreamableHTTPClientTransport } from "@modelcontextprotocol/client";
 import { afterEach, describe, expect, inject, it } from "vitest";
+import { mintGrant, parseKeySet } from "../../src/identity/tokens.ts";
 
 const url = inject("namespacedUrl");
 type Mode = "legacy" | { pin: "2026-07-28" };
@@ -103,10 +104,13 @@ for (const mode of ["legacy", { pin: "2026-07-28" }] as Mode[]) {
     });
 
     it("never sends the client's Authorization upstream; each upstream gets only its own credential", async () => {
-      const { client } = await connect(mode, { authorization: "Bearer agent-grant-token-xyz" });
+      const origin = new URL(url).origin;
+      const keys = await parseKeySet(inject("signingKey"));
+      const { token } = await mintGrant(keys, { iss: origin, aud: origin, sub: "agent:echo", team: "e2e", roles: ["agent"], tools: ["*"], ttlSeconds: 300 }, { maxLifetimeSeconds: 3600 });
+      const { client } = await connect(mode, { authorization: `Bearer ${token}` });
       const r = text(await client.callTool({ name: "conf__test_echo_headers", arguments: {} }));
       expect(r).toContain("conf-secret-2");
-      expect(r).not.toContain("agent-grant-token-xyz");
+      expect(r).not.toContain(token.slice(0, 40));
       expect(r).not.toContain("ev-secret-1");
       expect(r.toLowerCase()).not.toContain('"authorization"');
     });
