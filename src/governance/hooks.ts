@@ -37,10 +37,21 @@ export const upstreamAllowDeny: CallHook = {
   before: (call) => (toolAllowed(call.upstream, call.tool) ? { kind: "allow" } : { kind: "unknown" }),
 };
 
-/** A tool outside the caller's grant is never listed and is answered exactly like an unknown tool. */
+/**
+ * Why a call is outside the caller's grant, or null. The answer is the same whether or not the
+ * tool exists, so a denial reveals nothing about tools the grant cannot see.
+ */
+export function outsideGrant(who: Principal, exposedName: string): string | null {
+  return grantAllowsTool(who, exposedName) ? null : `tool "${exposedName}" is outside the grant of ${who.sub}; it cannot be listed or called with this grant`;
+}
+
+/** A tool outside the caller's grant is never listed and is denied at the door. */
 export const grantTools: CallHook = {
   name: "grant-tools",
-  before: (call) => (grantAllowsTool(call.who, call.exposedName) ? { kind: "allow" } : { kind: "unknown" }),
+  before: (call) => {
+    const reason = outsideGrant(call.who, call.exposedName);
+    return reason === null ? { kind: "allow" } : { kind: "deny", reason };
+  },
 };
 
 export const defaultHooks: CallHook[] = [grantTools, upstreamAllowDeny];

@@ -7,7 +7,7 @@
  * or route a name to an upstream that does not own it.
  */
 import type { UpstreamConfig } from "../config/load.ts";
-import { decide } from "../governance/hooks.ts";
+import { decide, outsideGrant } from "../governance/hooks.ts";
 import { grantReachesUpstream } from "../identity/principal.ts";
 import { aggregateList, LISTS, resolveAlias } from "./aggregate.ts";
 import type { CallContext, Outcome } from "./context.ts";
@@ -36,21 +36,27 @@ function exposeTask(up: UpstreamConfig, out: Outcome): Outcome {
   return { ...out, response: { ...out.response, result } };
 }
 
+/** A governance denial: an isError result the model can read, never a protocol error. */
+function denied(req: JsonRpcRequest, reason: string): Outcome {
+  return ok(req, { content: [{ type: "text", text: `Portcullis denied this call: ${reason}` }], isError: true });
+}
+
 async function toolsCall(ctx: CallContext, req: JsonRpcRequest): Promise<Outcome> {
   const name = req.params?.name;
   if (typeof name !== "string") return fail(req, ErrorCode.InvalidParams, "Invalid params: tools/call needs a string name", ctx.era === "modern" ? 400 : 200);
   const unknown = () => fail(req, ErrorCode.InvalidParams, `Unknown tool: ${name}`);
   // The gateway's own tools live on /operator/mcp only; here they are unknown, never forwarded.
   if (name.startsWith("portcullis.")) return unknown();
+  // Grant first, before any routing: the denial is the same for tools that exist and those that do not.
+  const outside = outsideGrant(ctx.who, name);
+  if (outside !== null) return denied(req, outside);
   const target = splitName(ctx.cfg.upstreams, name);
   if (!target) return unknown();
   const tool = resolveAlias(target.up, target.name);
   const args = isObject(req.params?.arguments) ? req.params.arguments : undefined;
   const verdict = await decide({ principal: ctx.principal, who: ctx.who, upstream: target.up, tool, exposedName: name, arguments: args });
   if (verdict.kind === "unknown") return unknown();
-  if (verdict.kind === "deny") {
-    return ok(req, { content: [{ type: "text", text: `Portcullis denied this call: ${verdict.reason}` }], isError: true });
-  }
+  if (verdict.kind === "deny") return denied(req, verdict.reason);
   return exposeTask(target.up, await forward(ctx, target.up, withParam(req, "name", tool)));
 }
 

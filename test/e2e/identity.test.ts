@@ -60,11 +60,14 @@ for (const mode of ["legacy", { pin: "2026-07-28" }] as Mode[]) {
       expect((await a.client.listPrompts()).prompts.every((p) => p.name.startsWith("everything__"))).toBe(true);
     });
 
-    it("refuses calls outside the grant as unknown tools, and the upstream sees nothing", async () => {
+    it("denies calls outside the grant at the door with a reason, and the upstream sees nothing", async () => {
       const a = await connect(mode, tokenA);
       const before = (await modernLog()).filter((s) => s.method === "tools/call").length;
-      await expect(a.client.callTool({ name: "modern__ask_name", arguments: {} })).rejects.toThrow(/Unknown tool/);
-      await expect(a.client.callTool({ name: "conf__test_simple_text", arguments: {} })).rejects.toThrow(/Unknown tool/);
+      for (const name of ["modern__ask_name", "conf__test_simple_text", "nonexistent__tool"]) {
+        const r = await a.client.callTool({ name, arguments: {} });
+        expect(r.isError, name).toBe(true);
+        expect(JSON.stringify(r.content), name).toContain(`tool \\"${name}\\" is outside the grant of agent:alice`);
+      }
       await expect(a.client.readResource({ uri: "conf+test://static-text" })).rejects.toThrow(/not found/i);
       expect((await modernLog()).filter((s) => s.method === "tools/call").length).toBe(before);
       expect((await a.client.callTool({ name: "everything__echo", arguments: { message: "ok" } })).content).toEqual([{ type: "text", text: "Echo: ok" }]);

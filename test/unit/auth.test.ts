@@ -64,6 +64,11 @@ describe("401 and 403 challenges", () => {
     const kid = "unit-key-1";
     const sign = (alg: string, key: CryptoKey | Uint8Array, header: Record<string, unknown> = {}) =>
       new SignJWT(claims).setProtectedHeader({ alg, typ: GRANT_TYP, kid, ...header }).sign(key);
+    const realSign = (over: Record<string, unknown>, header: Record<string, unknown> = {}) => {
+      const h: Record<string, unknown> = { alg: "EdDSA", typ: GRANT_TYP, kid, ...header };
+      for (const k of Object.keys(h)) if (h[k] === undefined) delete h[k];
+      return new SignJWT({ ...claims, ...over }).setProtectedHeader(h as never).sign(keys.active!.key);
+    };
     const b64 = (o: object) => btoa(JSON.stringify(o)).replace(/=+$/, "").replace(/\+/g, "-").replace(/\//g, "_");
     const jwkOther = await exportJWK(otherPub);
     const cases: Record<string, string> = {
@@ -78,6 +83,12 @@ describe("401 and 403 challenges", () => {
       "wrong typ": await sign("EdDSA", other, { typ: "JWT" }),
       "wrong audience": (await grant({ aud: "https://elsewhere.example.com" })).token,
       "wrong issuer": (await grant({ iss: "https://evil.example.com" })).token,
+      "expired (beyond skew), real key": await realSign({ iat: now - 900, nbf: now - 900, exp: now - 120 }),
+      "nbf in the future, real key": await realSign({ nbf: now + 600, exp: now + 900 }),
+      "lifetime above the maximum, real key": await realSign({ exp: now + 2 * 86400 }),
+      "missing typ, real key": await realSign({}, { typ: undefined }),
+      "x5u header, real key": await realSign({}, { x5u: "https://evil.example.com/cert" }),
+      "revoked-looking garbage jti, real key, wrong iss": await realSign({ iss: "https://evil.example.com" }),
       "truncated": good.token.slice(0, -10),
       "malformed": "abc.def",
       "oversized": `${good.token}${"A".repeat(9000)}`,
