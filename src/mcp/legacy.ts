@@ -36,10 +36,10 @@ export interface FrontContext {
   waitUntil(p: Promise<unknown>): void;
 }
 
-export function sessionStub(env: Env, id: string): SessionApi {
+export function sessionStore(env: Env, id: string): SessionApi {
   return env.SESSIONS.get(env.SESSIONS.idFromName(id)) as unknown as SessionApi;
 }
-type Stub = SessionApi;
+type Store = SessionApi;
 
 function newSessionId(): string {
   const b = crypto.getRandomValues(new Uint8Array(24));
@@ -81,33 +81,33 @@ async function initialize(fc: FrontContext, req: JsonRpcRequest): Promise<Respon
     createdAt: now, touchedAt: now, ttlS: fc.cfg.sessionTtlS,
   };
   if (clientInfo) rec.clientInfo = clientInfo;
-  await sessionStub(fc.env, id).create(rec);
+  await sessionStore(fc.env, id).create(rec);
   const result: JsonObject = { protocolVersion: version, capabilities: mergeCapabilities(fc.cfg, upstreams), serverInfo: { ...GATEWAY_INFO } };
   const instructions = mergeInstructions(fc.cfg, upstreams);
   if (instructions) result.instructions = instructions;
   return jsonResponse({ jsonrpc: "2.0", id: req.id, result }, 200, { "mcp-session-id": id });
 }
 
-function legacyContext(fc: FrontContext, stub: Stub, rec: SessionRecord, signal: AbortSignal, emit: (m: JsonRpcMessage) => Promise<void>): CallContext {
+function legacyContext(fc: FrontContext, store: Store, rec: SessionRecord, signal: AbortSignal, emit: (m: JsonRpcMessage) => Promise<void>): CallContext {
   return {
     cfg: fc.cfg, era: "legacy", principal: fc.principal, who: fc.who, signal, paramHeaders: [], callerFiltered: fc.who.tools !== null,
     leg: async (up) => legOf(rec, up),
     renewLeg: async (up) => {
       const fresh = await openLegacyClientLeg(up, rec.protocolVersion, rec.clientCapabilities, rec.clientInfo);
       rec.upstreams[up.name] = fresh;
-      await stub.update(fc.principal, { upstreams: { [up.name]: fresh } });
+      await store.update(fc.principal, { upstreams: { [up.name]: fresh } });
       return legOf(rec, up);
     },
     capabilities: async (up) => rec.upstreams[up.name]?.capabilities,
-    recordRequest: async (id, up) => { await stub.begin(fc.principal, JSON.stringify(id), up.name); },
+    recordRequest: async (id, up) => { await store.begin(fc.principal, JSON.stringify(id), up.name); },
     relay: {
       send: emit,
-      upstreamRequest: (up, leg, req) => relayServerRequest(stub, fc.principal, rec.clientCapabilities, up, leg, req, emit),
+      upstreamRequest: (up, leg, req) => relayServerRequest(store, fc.principal, rec.clientCapabilities, up, leg, req, emit),
       ask: async (method, params) => {
         const gid = `pc-${crypto.randomUUID()}`;
-        await stub.addPending(fc.principal, { id: gid, upstream: BRIDGE, upId: gid });
+        await store.addPending(fc.principal, { id: gid, upstream: BRIDGE, upId: gid });
         await emit({ jsonrpc: "2.0", id: gid, method, params });
-        const answer = await stub.awaitAnswer(fc.principal, gid, 120_000);
+        const answer = await store.awaitAnswer(fc.principal, gid, 120_000);
         if (!answer) throw new Error(`the client did not answer ${method} in time`);
         if (answer.error) return { error: answer.error } as unknown as JsonObject;
         return answer.result ?? {};
@@ -117,12 +117,12 @@ function legacyContext(fc: FrontContext, stub: Stub, rec: SessionRecord, signal:
 }
 
 /** A client notification or answer on a session. */
-async function clientMessage(fc: FrontContext, stub: Stub, rec: SessionRecord, msg: JsonRpcNotification | JsonRpcResponse): Promise<Response> {
+async function clientMessage(fc: FrontContext, store: Store, rec: SessionRecord, msg: JsonRpcNotification | JsonRpcResponse): Promise<Response> {
   const accepted = () => new Response(null, { status: 202 });
   if (isNotification(msg)) {
     if (msg.method === "notifications/cancelled" && msg.params && (typeof msg.params.requestId === "string" || typeof msg.params.requestId === "number")) {
       const requestId = msg.params.requestId;
-      const upName = await stub.lookupRequest(fc.principal, JSON.stringify(requestId));
+      const upName = await store.lookupRequest(fc.principal, JSON.stringify(requestId));
       const up = fc.cfg.upstreams.find((u) => u.name === upName);
       const leg = up ? legOf(rec, up) : null;
       if (up && leg?.era === "legacy") {
@@ -140,10 +140,10 @@ async function clientMessage(fc: FrontContext, stub: Stub, rec: SessionRecord, m
   }
   // An answer to a request the gateway relayed.
   if (typeof msg.id !== "string") return refuse(400, ErrorCode.InvalidRequest, "Invalid Request: no relayed request has this id");
-  const pending = await stub.takePending(fc.principal, msg.id);
+  const pending = await store.takePending(fc.principal, msg.id);
   if (!pending) return refuse(400, ErrorCode.InvalidRequest, `Invalid Request: no relayed request with id ${msg.id} is waiting`);
   if (pending.upstream === BRIDGE) {
-    await stub.putAnswer(fc.principal, msg.id, msg);
+    await store.putAnswer(fc.principal, msg.id, msg);
     return accepted();
   }
   const up = fc.cfg.upstreams.find((u) => u.name === pending.upstream);
@@ -172,24 +172,24 @@ export async function legacyPost(fc: FrontContext, req: Request, msg: JsonRpcMes
   }
   const bad = versionHeaderProblem(req);
   if (bad) return bad;
-  const stub = sessionStub(fc.env, sid);
-  const rec = await stub.open(fc.principal);
+  const store = sessionStore(fc.env, sid);
+  const rec = await store.open(fc.principal);
   if (!rec) return notFound(msg);
-  if (!isRequest(msg)) return clientMessage(fc, stub, rec, msg);
+  if (!isRequest(msg)) return clientMessage(fc, store, rec, msg);
   if (msg.method === "logging/setLevel" && typeof msg.params?.level === "string") {
     rec.logLevel = msg.params.level;
-    await stub.update(fc.principal, { logLevel: msg.params.level });
+    await store.update(fc.principal, { logLevel: msg.params.level });
   }
   const streamId = `s${crypto.randomUUID().replace(/-/g, "")}`;
   let chain: Promise<unknown> = Promise.resolve();
   const resumable: Resumable = {
     streamId, retryMs: fc.cfg.sseRetryMs,
-    persist: (seq, data) => { chain = chain.then(() => stub.appendEvents(streamId, [{ seq, data }], false)).catch(() => undefined); },
-    finish: () => { chain = chain.then(() => stub.appendEvents(streamId, [], true)).catch(() => undefined); fc.waitUntil(chain); },
+    persist: (seq, data) => { chain = chain.then(() => store.appendEvents(streamId, [{ seq, data }], false)).catch(() => undefined); },
+    finish: () => { chain = chain.then(() => store.appendEvents(streamId, [], true)).catch(() => undefined); fc.waitUntil(chain); },
   };
   // A disconnect is not a cancellation: the call runs on and its events stay resumable.
   const signal = new AbortController().signal;
-  return respond(msg.id, (emit) => dispatch(legacyContext(fc, stub, rec, signal, emit), msg), {
+  return respond(msg.id, (emit) => dispatch(legacyContext(fc, store, rec, signal, emit), msg), {
     waitUntil: fc.waitUntil, resumable,
   });
 }
@@ -202,19 +202,19 @@ export async function legacyGet(fc: FrontContext, req: Request): Promise<Respons
   }
   const bad = versionHeaderProblem(req);
   if (bad) return bad;
-  const stub = sessionStub(fc.env, sid);
-  const rec = await stub.open(fc.principal);
+  const store = sessionStore(fc.env, sid);
+  const rec = await store.open(fc.principal);
   if (!rec) return notFound();
   const last = req.headers.get("last-event-id");
-  if (last) return replayStream(fc, stub, last, req.signal);
-  return relayGetStream(fc, stub, rec, req.signal, (up) => legOf(rec, up));
+  if (last) return replayStream(fc, store, last, req.signal);
+  return relayGetStream(fc, store, rec, req.signal, (up) => legOf(rec, up));
 }
 
 export async function legacyDelete(fc: FrontContext, req: Request): Promise<Response> {
   const sid = req.headers.get(SESSION_HDR);
   if (!sid) return refuse(400, ErrorCode.ServerError, "Bad Request: Mcp-Session-Id header is required to end a session");
-  const stub = sessionStub(fc.env, sid);
-  const rec = await stub.end(fc.principal);
+  const store = sessionStore(fc.env, sid);
+  const rec = await store.end(fc.principal);
   if (!rec) return notFound();
   for (const up of fc.cfg.upstreams) {
     const leg = rec.upstreams[up.name]?.leg;

@@ -10,7 +10,7 @@ import { dispatch } from "./dispatch.ts";
 import { refuse } from "./edge.ts";
 import { postUpstream } from "./upstream.ts";
 import { ErrorCode, type JsonObject, type JsonRpcMessage, type JsonRpcRequest, errorResponse, isNotification, isObject, isRequest } from "./jsonrpc.ts";
-import { sessionStub, type FrontContext } from "./legacy.ts";
+import { sessionStore, type FrontContext } from "./legacy.ts";
 import { applyLogLevel, mergeCapabilities, mergeInstructions, modernClientLeg } from "./legs.ts";
 import { listen } from "./listen.ts";
 import { jsonResponse, respond } from "./respond.ts";
@@ -141,7 +141,7 @@ export async function modernPost(fc: FrontContext, req: Request, msg: JsonRpcMes
   const run = req.headers.get("portcullis-run-id");
   if (run !== null) {
     if (!/^[A-Za-z0-9_-]{8,128}$/.test(run)) return refuse(400, ErrorCode.InvalidRequest, "Invalid Portcullis-Run-Id: use 8–128 characters of [A-Za-z0-9_-]", msg.id);
-    const owned = await sessionStub(fc.env, `run:${run}`).claimRun(fc.principal, run, fc.cfg.sessionTtlS);
+    const owned = await sessionStore(fc.env, `run:${run}`).claimRun(fc.principal, run, fc.cfg.sessionTtlS);
     if (!owned) return refuse(404, ErrorCode.ServerError, "Run not found: this run belongs to another principal or has ended", msg.id);
   }
   if (msg.method === "server/discover") return discover(fc, msg);

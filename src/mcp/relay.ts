@@ -18,13 +18,13 @@ export const CAPABILITY_FOR: Record<string, string> = {
 };
 
 export async function relayServerRequest(
-  stub: SessionApi, principal: string, clientCaps: JsonObject,
+  store: SessionApi, principal: string, clientCaps: JsonObject,
   up: UpstreamConfig, leg: Leg, req: JsonRpcRequest, send: (m: JsonRpcRequest) => Promise<void>,
 ): Promise<void> {
   const cap = CAPABILITY_FOR[req.method];
   if (leg.era === "legacy" && (cap === undefined || clientCaps[cap] !== undefined)) {
     const id = `pc-${crypto.randomUUID()}`;
-    await stub.addPending(principal, { id, upstream: up.name, upId: req.id });
+    await store.addPending(principal, { id, upstream: up.name, upId: req.id });
     await send({ ...req, id });
     return;
   }

@@ -32,7 +32,7 @@ export interface StoredEvent {
   data: string;
 }
 
-/** The SessionDO RPC surface the fronts use (kept explicit: the generated stub types are too deep). */
+/** The SessionDO RPC surface the fronts use (kept explicit: the generated RPC stub types are too deep for tsc). */
 export interface SessionApi {
   create(rec: SessionRecord): Promise<boolean>;
   claimRun(principal: string, id: string, ttlS: number): Promise<boolean>;

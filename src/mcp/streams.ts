@@ -16,7 +16,7 @@ import { relayServerRequest } from "./relay.ts";
 import { openGetStream, type Leg } from "./upstream.ts";
 import { refuse } from "./edge.ts";
 
-type Stub = SessionApi;
+type Store = SessionApi;
 
 const KEEPALIVE_MS = 25_000;
 const REPLAY_MAX_MS = 10 * 60_000;
@@ -34,12 +34,12 @@ export function sseStream() {
 }
 
 /** GET + Last-Event-ID: replays what the buffer holds after that event, then follows the stream to its end. */
-export async function replayStream(fc: FrontContext, stub: Stub, lastEventId: string, signal: AbortSignal): Promise<Response> {
+export async function replayStream(fc: FrontContext, store: Store, lastEventId: string, signal: AbortSignal): Promise<Response> {
   const m = /^([A-Za-z0-9]+)\/(\d+)$/.exec(lastEventId.trim());
   if (!m) return refuse(400, ErrorCode.InvalidRequest, "Invalid Last-Event-ID: not an event id this gateway issued");
   const stream = m[1]!;
   let after = Number(m[2]);
-  const first = await stub.readEvents(fc.principal, stream, after);
+  const first = await store.readEvents(fc.principal, stream, after);
   if (!first) return refuse(404, ErrorCode.ServerError, "Unknown stream for Last-Event-ID: it was never issued in this session or has been discarded");
   const s = sseStream();
   const pump = async () => {
@@ -55,7 +55,7 @@ export async function replayStream(fc: FrontContext, stub: Stub, lastEventId: st
       if (batch.events.length) wait = 50;
       await new Promise((r) => setTimeout(r, wait));
       wait = Math.min(wait * 2, 1000);
-      batch = await stub.readEvents(fc.principal, stream, after);
+      batch = await store.readEvents(fc.principal, stream, after);
     }
     await s.close();
   };
@@ -65,7 +65,7 @@ export async function replayStream(fc: FrontContext, stub: Stub, lastEventId: st
 
 /** The session's GET stream: every legacy upstream leg's GET stream, fanned in. */
 export async function relayGetStream(
-  fc: FrontContext, stub: Stub, rec: SessionRecord, signal: AbortSignal, legOf: (up: UpstreamConfig) => Leg | null,
+  fc: FrontContext, store: Store, rec: SessionRecord, signal: AbortSignal, legOf: (up: UpstreamConfig) => Leg | null,
 ): Promise<Response> {
   const s = sseStream();
   const streamId = `g${crypto.randomUUID().replace(/-/g, "")}`;
@@ -75,10 +75,10 @@ export async function relayGetStream(
   const send = async (m: JsonRpcMessage) => {
     seq++;
     const data = JSON.stringify(m);
-    void stub.appendEvents(streamId, [{ seq, data }], false).catch(() => undefined);
+    void store.appendEvents(streamId, [{ seq, data }], false).catch(() => undefined);
     if (!(await s.write(encodeEvent({ id: `${streamId}/${seq}`, data })))) abort.abort();
   };
-  await stub.appendEvents(streamId, [], false);
+  await store.appendEvents(streamId, [], false);
   // Not awaited: the stream has no reader until the Response is returned.
   const primed = s.write(encodeEvent({ id: `${streamId}/0`, retry: fc.cfg.sseRetryMs, data: "" }));
   const pumps = fc.cfg.upstreams.map(async (up) => {
@@ -91,7 +91,7 @@ export async function relayGetStream(
       for await (const f of frames) {
         const msg = f.message;
         if (isRequest(msg)) {
-          await relayServerRequest(stub, fc.principal, rec.clientCapabilities, up, leg, msg, send);
+          await relayServerRequest(store, fc.principal, rec.clientCapabilities, up, leg, msg, send);
         } else if (isNotification(msg)) {
           if (msg.method === "notifications/resources/updated" && isObject(msg.params) && typeof msg.params.uri === "string") {
             await send({ ...msg, params: { ...msg.params, uri: exposeUri(up, msg.params.uri) } });
