@@ -100,7 +100,7 @@ async function main() {
 
     const gwPort = await freePort();
     const gwDir = mkdtempSync(join(tmpdir(), "bench-gw-")); dirs.push(gwDir);
-    const gw = startGateway({ configText: `actor: local:bench\negress:\n  allow_loopback: true\nupstreams:\n  - name: conf\n    url: ${upstreamUrl}\n`, port: gwPort, persistTo: gwDir, stdio: "ignore" });
+    const gw = startGateway({ configText: `actor: local:bench\negress:\n  allow_loopback: true\nupstreams:\n  - name: conf\n    url: ${upstreamUrl}\n`, port: gwPort, persistTo: gwDir, stdio: "ignore", logLevel: process.env.BENCH_GATEWAY_LOG_LEVEL ?? "log" });
     procs.push(gw);
     await waitHttp(`http://127.0.0.1:${ptPort}/`);
     await waitHttp(`http://127.0.0.1:${gwPort}/healthz`);

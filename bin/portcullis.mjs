@@ -102,11 +102,11 @@ async function validate(file, { onLoopback = true, secrets = "env" } = {}) {
 }
 
 /** Starts wrangler dev with the config text as the PORTCULLIS_CONFIG var. Resolves to the child. */
-export function startGateway({ configText, port = 8787, persistTo, stdio = "inherit", extraVars = {}, signingKey }) {
+export function startGateway({ configText, port = 8787, persistTo, stdio = "inherit", extraVars = {}, signingKey, logLevel = "log" }) {
   const argv = [
     "dev", "--config", resolve(root, "wrangler.toml"), "--ip", "127.0.0.1", "--port", String(port),
     // "log" level: the Worker's own structured lines (one per upstream request) are shown.
-    "--inspector-port", "0", "--show-interactive-dev-session=false", "--log-level", "log",
+    "--inspector-port", "0", "--show-interactive-dev-session=false", "--log-level", logLevel,
     "--var", `PORTCULLIS_CONFIG:${configText}`,
   ];
   // The dev signing key travels as a var: local runs only (a deploy uses `wrangler secret put`).

@@ -56,8 +56,9 @@ export async function forward(ctx: CallContext, up: UpstreamConfig, req: JsonRpc
   }
 }
 
-/** One structured line per upstream request: the credential mode, never its value. */
+/** One structured line per tool call (and per failed upstream request): the credential mode, never its value. */
 function logCall(ctx: CallContext, up: UpstreamConfig, req: JsonRpcRequest, outcome: string): void {
+  if (req.method !== "tools/call" && outcome === "ok") return;
   console.log(JSON.stringify({ event: "upstream_request", upstream: up.name, method: req.method, principal: ctx.principal, credential: up.credentials.mode, outcome }));
 }
 
