@@ -9,7 +9,7 @@
  */
 import { DurableObject } from "cloudflare:workers";
 import type { JsonRpcResponse } from "../src/mcp/jsonrpc.ts";
-import type { SessionRecord, StoredEvent, PendingRelay } from "../src/mcp/session-types.ts";
+import type { SessionRecord, StoredEvent, PendingRelay, UpstreamLegRecord } from "../src/mcp/session-types.ts";
 
 export class SessionDO extends DurableObject {
   private sql: SqlStorage;
@@ -41,6 +41,24 @@ export class SessionDO extends DurableObject {
     if (this.load()) return false;
     this.save(rec);
     await this.ctx.storage.setAlarm(Date.now() + rec.ttlS * 1000);
+    return true;
+  }
+
+  /**
+   * The upstream session a 2026-07-28 principal uses with one legacy-only upstream (object named
+   * `leg:<principal>:<upstream>`), shared by every isolate. Only its owner reads or replaces it.
+   */
+  async getLeg(principal: string): Promise<UpstreamLegRecord | null> {
+    const row = this.sql.exec<{ v: string }>("SELECT v FROM meta WHERE k = 'leg'").toArray()[0];
+    if (!row) return null;
+    const stored = JSON.parse(row.v) as { principal: string; rec: UpstreamLegRecord };
+    return stored.principal === principal ? stored.rec : null;
+  }
+
+  async putLeg(principal: string, rec: UpstreamLegRecord): Promise<boolean> {
+    const row = this.sql.exec<{ v: string }>("SELECT v FROM meta WHERE k = 'leg'").toArray()[0];
+    if (row && (JSON.parse(row.v) as { principal: string }).principal !== principal) return false;
+    this.sql.exec("INSERT OR REPLACE INTO meta (k, v) VALUES ('leg', ?)", JSON.stringify({ principal, rec }));
     return true;
   }
 

@@ -7,7 +7,8 @@
  */
 import type { GatewayConfig, UpstreamConfig } from "../config/load.ts";
 import { type JsonObject, isObject } from "./jsonrpc.ts";
-import type { UpstreamLegRecord } from "./session-types.ts";
+import type { Env } from "../env.ts";
+import type { SessionApi, UpstreamLegRecord } from "./session-types.ts";
 import { callUpstream, initializeLegacy, modernDiscovery, modernMeta, type Leg } from "./upstream.ts";
 import { LATEST_LEGACY } from "./versions.ts";
 
@@ -43,12 +44,24 @@ export async function openLegacyClientLeg(up: UpstreamConfig, version: string, c
 interface ModernClientLeg { rec: UpstreamLegRecord; at: number }
 const modernClientLegs = new Map<string, Promise<ModernClientLeg>>();
 
+/** Where a modern principal's legacy upstream session is kept across isolates (SessionDO). */
+export interface LegStore {
+  get(): Promise<UpstreamLegRecord | null>;
+  put(rec: UpstreamLegRecord): Promise<boolean>;
+}
+
+export function legStore(env: Env, principal: string, up: UpstreamConfig): LegStore {
+  const s = env.SESSIONS.get(env.SESSIONS.idFromName(`leg:${principal}\u0000${up.name}\u0000${up.url}`)) as unknown as SessionApi;
+  return { get: () => s.getLeg(principal), put: (rec) => s.putLeg(principal, rec) };
+}
+
 /**
  * The leg a 2026-07-28 client uses: pass-through for modern upstreams; for legacy-only upstreams
- * one upstream session per (principal, upstream), kept per isolate and renewed on expiry. Such a
- * session declares no client capabilities: a modern client cannot take server→client requests.
+ * one upstream session per (principal, upstream), kept in SessionDO (`store`) so every isolate
+ * shares it, cached per isolate, and renewed on expiry. Such a session declares no client
+ * capabilities: a modern client cannot take server→client requests.
  */
-export async function modernClientLeg(up: UpstreamConfig, principal: string, renew = false): Promise<UpstreamLegRecord> {
+export async function modernClientLeg(up: UpstreamConfig, principal: string, renew = false, store?: LegStore): Promise<UpstreamLegRecord> {
   const discover = await modernDiscovery(up);
   if (discover) {
     const rec: UpstreamLegRecord = { leg: { era: "modern", meta: {} } };
@@ -59,7 +72,13 @@ export async function modernClientLeg(up: UpstreamConfig, principal: string, ren
   const key = `${principal}\u0000${up.name}\u0000${up.url}`;
   let p = modernClientLegs.get(key);
   if (!p || renew) {
-    p = openLegacyClientLeg(up, LATEST_LEGACY, {}).then((rec) => ({ rec, at: Date.now() }));
+    p = (async () => {
+      const kept = renew ? null : await store?.get().catch(() => null);
+      if (kept?.leg) return { rec: kept, at: Date.now() };
+      const rec = await openLegacyClientLeg(up, LATEST_LEGACY, {});
+      if (rec.leg) await store?.put(rec).catch(() => false);
+      return { rec, at: Date.now() };
+    })();
     modernClientLegs.set(key, p);
     p.catch(() => modernClientLegs.delete(key));
   }

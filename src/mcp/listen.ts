@@ -8,7 +8,7 @@
 import type { UpstreamConfig } from "../config/load.ts";
 import { type JsonObject, type JsonRpcNotification, type JsonRpcRequest, isNotification, isObject } from "./jsonrpc.ts";
 import type { FrontContext } from "./legacy.ts";
-import { modernClientLeg } from "./legs.ts";
+import { legStore, modernClientLeg } from "./legs.ts";
 import { exposeUri, splitUri } from "./names.ts";
 import { SSE_HEADERS } from "./respond.ts";
 import { holdOpen, sseStream } from "./streams.ts";
@@ -25,7 +25,7 @@ const TYPE_OF: Record<string, string> = {
 export async function listen(fc: FrontContext, req: Request, msg: JsonRpcRequest): Promise<Response> {
   const asked = isObject(msg.params?.notifications) ? msg.params.notifications : {};
   const subs = Array.isArray(asked.resourceSubscriptions) ? asked.resourceSubscriptions.filter((u): u is string => typeof u === "string") : [];
-  const recs = await Promise.all(fc.cfg.upstreams.map(async (up) => [up, await modernClientLeg(up, fc.principal).catch(() => ({}))] as const));
+  const recs = await Promise.all(fc.cfg.upstreams.map(async (up) => [up, await modernClientLeg(up, fc.principal, false, legStore(fc.env, fc.principal, up)).catch(() => ({}))] as const));
   const agreed: JsonObject = {};
   for (const k of ["toolsListChanged", "promptsListChanged", "resourcesListChanged"]) {
     const cap = k === "toolsListChanged" ? "tools" : k === "promptsListChanged" ? "prompts" : "resources";

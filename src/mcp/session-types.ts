@@ -36,6 +36,8 @@ export interface StoredEvent {
 export interface SessionApi {
   create(rec: SessionRecord): Promise<boolean>;
   claimRun(principal: string, id: string, ttlS: number): Promise<boolean>;
+  getLeg(principal: string): Promise<UpstreamLegRecord | null>;
+  putLeg(principal: string, rec: UpstreamLegRecord): Promise<boolean>;
   open(principal: string): Promise<SessionRecord | null>;
   begin(principal: string, downId: string | null, upstream: string | null): Promise<SessionRecord | null>;
   lookupRequest(principal: string, downId: string): Promise<string | null>;

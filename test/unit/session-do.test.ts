@@ -50,6 +50,16 @@ describe("SessionDO", () => {
     expect(await api.takePending("agent:a", "pc-1")).toBeNull();
   });
 
+  it("keeps a modern principal's legacy upstream leg for its owner only", async () => {
+    const { api } = stub("leg:agent:a");
+    const rec = { leg: { era: "legacy" as const, protocolVersion: "2025-11-25", sessionId: "up-1" }, capabilities: { tools: {} } };
+    expect(await api.getLeg("agent:a")).toBeNull();
+    expect(await api.putLeg("agent:a", rec)).toBe(true);
+    expect(await api.getLeg("agent:a")).toEqual(rec);
+    expect(await api.getLeg("agent:b")).toBeNull();
+    expect(await api.putLeg("agent:b", rec)).toBe(false);
+  });
+
   it("hands a bridged answer to its waiter", async () => {
     const { api } = stub("s4");
     await api.create(rec("s4"));
