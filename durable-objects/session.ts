@@ -107,10 +107,11 @@ export class SessionDO extends DurableObject {
     return row?.upstream ?? null;
   }
 
-  async update(principal: string, patch: Partial<Pick<SessionRecord, "logLevel" | "upstreams">>): Promise<SessionRecord | null> {
+  async update(principal: string, patch: Partial<Pick<SessionRecord, "logLevel" | "upstreams" | "subscriptions">>): Promise<SessionRecord | null> {
     const rec = await this.open(principal);
     if (!rec) return null;
     if (patch.logLevel !== undefined) rec.logLevel = patch.logLevel;
+    if (patch.subscriptions) rec.subscriptions = { ...rec.subscriptions, ...patch.subscriptions };
     if (patch.upstreams) rec.upstreams = { ...rec.upstreams, ...patch.upstreams };
     this.save(rec);
     return rec;

@@ -18,7 +18,9 @@ import {
   ErrorCode, type JsonObject, type JsonRpcMessage, type JsonRpcNotification, type JsonRpcRequest, type JsonRpcResponse,
   isNotification, isObject, isRequest,
 } from "./jsonrpc.ts";
+import { grantReachesUpstream } from "../identity/principal.ts";
 import { mergeCapabilities, mergeInstructions, openLegacyClientLeg } from "./legs.ts";
+import { splitUri } from "./names.ts";
 import { relayServerRequest } from "./relay.ts";
 import { jsonResponse, respond, type Resumable } from "./respond.ts";
 import type { SessionApi, SessionRecord, UpstreamLegRecord } from "./session-types.ts";
@@ -152,6 +154,22 @@ async function clientMessage(fc: FrontContext, store: Store, rec: SessionRecord,
   return accepted();
 }
 
+/**
+ * resources/subscribe and unsubscribe for an upstream reached in 2026-07-28 (which removed them):
+ * the gateway holds the subscription in the session and the GET stream's listen carries it.
+ */
+async function heldSubscription(fc: FrontContext, store: Store, rec: SessionRecord, msg: JsonRpcRequest): Promise<Response | null> {
+  if (msg.method !== "resources/subscribe" && msg.method !== "resources/unsubscribe") return null;
+  const uri = msg.params?.uri;
+  const target = typeof uri === "string" ? splitUri(fc.cfg.upstreams, uri) : null;
+  if (!target || !grantReachesUpstream(fc.who, target.up) || legOf(rec, target.up)?.era !== "modern") return null;
+  const current = new Set(rec.subscriptions?.[target.up.name] ?? []);
+  if (msg.method === "resources/subscribe") current.add(target.uri);
+  else current.delete(target.uri);
+  await store.update(fc.principal, { subscriptions: { [target.up.name]: [...current] } });
+  return jsonResponse({ jsonrpc: "2.0", id: msg.id, result: {} });
+}
+
 function versionHeaderProblem(req: Request): Response | null {
   const v = req.headers.get("mcp-protocol-version");
   if (v !== null && !isLegacyVersion(v.trim())) {
@@ -176,6 +194,8 @@ export async function legacyPost(fc: FrontContext, req: Request, msg: JsonRpcMes
   const rec = await store.open(fc.principal);
   if (!rec) return notFound(msg);
   if (!isRequest(msg)) return clientMessage(fc, store, rec, msg);
+  const held = await heldSubscription(fc, store, rec, msg);
+  if (held) return held;
   if (msg.method === "logging/setLevel" && typeof msg.params?.level === "string") {
     rec.logLevel = msg.params.level;
     await store.update(fc.principal, { logLevel: msg.params.level });

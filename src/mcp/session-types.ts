@@ -21,6 +21,8 @@ export interface SessionRecord {
   clientInfo?: JsonObject;
   logLevel?: string;
   upstreams: Record<string, UpstreamLegRecord>;
+  /** Resource subscriptions held by the gateway for upstreams reached in 2026-07-28 (upstream URIs). */
+  subscriptions?: Record<string, string[]>;
   createdAt: number;
   touchedAt: number;
   ttlS: number;
@@ -41,7 +43,7 @@ export interface SessionApi {
   open(principal: string): Promise<SessionRecord | null>;
   begin(principal: string, downId: string | null, upstream: string | null): Promise<SessionRecord | null>;
   lookupRequest(principal: string, downId: string): Promise<string | null>;
-  update(principal: string, patch: Partial<Pick<SessionRecord, "logLevel" | "upstreams">>): Promise<SessionRecord | null>;
+  update(principal: string, patch: Partial<Pick<SessionRecord, "logLevel" | "upstreams" | "subscriptions">>): Promise<SessionRecord | null>;
   end(principal: string): Promise<SessionRecord | null>;
   addPending(principal: string, p: PendingRelay): Promise<void>;
   takePending(principal: string, id: string): Promise<PendingRelay | null>;

@@ -6,14 +6,15 @@
  * stream, or keep upstream streams open after the client has gone.
  */
 import type { UpstreamConfig } from "../config/load.ts";
-import { ErrorCode, type JsonRpcMessage, isNotification, isObject, isRequest } from "./jsonrpc.ts";
+import { ErrorCode, type JsonObject, type JsonRpcMessage, type JsonRpcRequest, isNotification, isObject, isRequest } from "./jsonrpc.ts";
 import type { FrontContext } from "./legacy.ts";
 import { exposeUri } from "./names.ts";
 import { SSE_HEADERS } from "./respond.ts";
 import type { SessionApi, SessionRecord } from "./session-types.ts";
 import { encodeComment, encodeEvent } from "./sse.ts";
 import { relayServerRequest } from "./relay.ts";
-import { openGetStream, type Leg } from "./upstream.ts";
+import { openGetStream, requestUpstream, type Frame, type Leg } from "./upstream.ts";
+import { META } from "./versions.ts";
 import { refuse } from "./edge.ts";
 
 type Store = SessionApi;
@@ -63,7 +64,46 @@ export async function replayStream(fc: FrontContext, store: Store, lastEventId: 
   return new Response(s.readable, { status: 200, headers: SSE_HEADERS });
 }
 
-/** The session's GET stream: every legacy upstream leg's GET stream, fanned in. */
+/**
+ * A 2026-07-28 upstream's change notifications for a legacy session: one subscriptions/listen
+ * asking for the list changes the upstream declares and the resources the session subscribed.
+ */
+function listenFor(up: UpstreamConfig, leg: Leg & { era: "modern" }, rec: SessionRecord, signal: AbortSignal): AsyncGenerator<Frame> | null {
+  const caps = rec.upstreams[up.name]?.capabilities ?? {};
+  const notifications: JsonObject = {};
+  for (const [k, cap] of [["toolsListChanged", "tools"], ["promptsListChanged", "prompts"], ["resourcesListChanged", "resources"]] as const) {
+    if (isObject(caps[cap]) && caps[cap].listChanged === true) notifications[k] = true;
+  }
+  const subs = rec.subscriptions?.[up.name] ?? [];
+  if (subs.length) notifications.resourceSubscriptions = subs;
+  if (Object.keys(notifications).length === 0) return null;
+  const req: JsonRpcRequest = { jsonrpc: "2.0", id: `portcullis-listen-${crypto.randomUUID()}`, method: "subscriptions/listen", params: { notifications, _meta: leg.meta } };
+  return requestUpstream({ ...up, timeoutMs: 24 * 3600_000 }, leg, req, { signal, stream: true });
+}
+
+const SUBSCRIPTION_POLL_MS = 1000;
+
+/**
+ * Resolves with the session record once its subscriptions for `upstream` differ, "ended" when the
+ * session is gone, null when `signal` ends the watch.
+ */
+async function watchSubscriptions(store: Store, principal: string, upstream: string, rec: SessionRecord, signal: AbortSignal): Promise<SessionRecord | "ended" | null> {
+  const key = (r: SessionRecord) => JSON.stringify([...(r.subscriptions?.[upstream] ?? [])].sort());
+  const was = key(rec);
+  while (!signal.aborted) {
+    await new Promise<void>((r) => {
+      const t = setTimeout(r, SUBSCRIPTION_POLL_MS);
+      signal.addEventListener("abort", () => { clearTimeout(t); r(); }, { once: true });
+    });
+    if (signal.aborted) return null;
+    const now = await store.open(principal).catch(() => null);
+    if (!now) return "ended";
+    if (key(now) !== was) return now;
+  }
+  return null;
+}
+
+/** The session's GET stream: every upstream's server-initiated messages, fanned in. */
 export async function relayGetStream(
   fc: FrontContext, store: Store, rec: SessionRecord, signal: AbortSignal, legOf: (up: UpstreamConfig) => Leg | null,
 ): Promise<Response> {
@@ -81,25 +121,65 @@ export async function relayGetStream(
   await store.appendEvents(streamId, [], false);
   // Not awaited: the stream has no reader until the Response is returned.
   const primed = s.write(encodeEvent({ id: `${streamId}/0`, retry: fc.cfg.sseRetryMs, data: "" }));
-  const pumps = fc.cfg.upstreams.map(async (up) => {
-    await primed;
-    const leg = legOf(up);
-    if (leg?.era !== "legacy") return;
-    const frames = await openGetStream(up, leg, abort.signal).catch(() => null);
-    if (!frames) return;
+  /** Relays frames until the stream ends; false when it ended with an error answer (do not retry). */
+  const relayFrames = async (up: UpstreamConfig, leg: Leg, frames: AsyncGenerator<Frame>): Promise<boolean> => {
     try {
       for await (const f of frames) {
         const msg = f.message;
+        if (!isRequest(msg) && !isNotification(msg)) {
+          if ("error" in msg && msg.error) return false;
+          continue;
+        }
         if (isRequest(msg)) {
           await relayServerRequest(store, fc.principal, rec.clientCapabilities, up, leg, msg, send);
         } else if (isNotification(msg)) {
+          if (msg.method === "notifications/subscriptions/acknowledged") continue;
+          if (leg.era === "modern") delete (msg.params?._meta as Record<string, unknown> | undefined)?.[META.subscriptionId];
           if (msg.method === "notifications/resources/updated" && isObject(msg.params) && typeof msg.params.uri === "string") {
             await send({ ...msg, params: { ...msg.params, uri: exposeUri(up, msg.params.uri) } });
           } else await send(msg);
         }
       }
     } catch {
-      // The upstream stream broke or the client left; the other upstreams carry on.
+      // The upstream stream broke, the client left, or the listen is being renewed.
+    }
+    return true;
+  };
+  const pumps = fc.cfg.upstreams.map(async (up) => {
+    await primed;
+    const leg = legOf(up);
+    if (!leg) return;
+    if (leg.era === "legacy") {
+      const frames = await openGetStream(up, leg, abort.signal).catch(() => null);
+      if (frames) await relayFrames(up, leg, frames);
+      return;
+    }
+    // 2026-07-28 upstream: a listen carrying the session's subscriptions, renewed when they
+    // change; a listen that drops is retried with backoff, one the upstream refuses is not.
+    let current = rec;
+    let backoff = 1000;
+    while (!abort.signal.aborted) {
+      const round = new AbortController();
+      const stop = () => round.abort();
+      abort.signal.addEventListener("abort", stop, { once: true });
+      let changed: SessionRecord | "ended" | null = null;
+      const watching = watchSubscriptions(store, fc.principal, up.name, current, round.signal).then((w) => {
+        changed = w;
+        round.abort();
+      });
+      const frames = listenFor(up, leg, current, round.signal);
+      const usable = frames ? await relayFrames(up, leg, frames) : true;
+      if (frames && usable && !changed && !round.signal.aborted) {
+        await new Promise((r) => setTimeout(r, backoff)); // the upstream closed the listen: back off, then renew
+        backoff = Math.min(backoff * 2, 30_000);
+      }
+      if (!frames || !usable) await watching; // nothing to listen to until the subscriptions change
+      round.abort();
+      abort.signal.removeEventListener("abort", stop);
+      await watching;
+      const w = changed as SessionRecord | "ended" | null;
+      if (w === "ended" || (!usable && w === null)) return;
+      if (w) { current = w; backoff = 1000; }
     }
   });
   holdOpen(fc, s, abort, pumps);

@@ -157,6 +157,19 @@ describe("legacy-only features", () => {
     expect(text(await client.callTool({ name: "modern__ask_roots", arguments: {} }))).toMatch(/file:\/\/\/work\/e2e.* with state-for-ask_roots/);
   });
 
+  it("carries list changes and resource updates of a modern-only upstream on the GET stream", async () => {
+    const { client } = await connect("legacy");
+    const seen: string[] = [];
+    client.setNotificationHandler("notifications/tools/list_changed", async () => { seen.push("tools"); });
+    client.setNotificationHandler("notifications/resources/updated", async (n) => { seen.push(`updated:${n.params.uri}`); });
+    await client.subscribeResource({ uri: "modern+modern://note" });
+    await new Promise((r) => setTimeout(r, 2500)); // the GET stream renews its listen with the new subscription
+    await client.callTool({ name: "modern__bump", arguments: {} });
+    for (let i = 0; i < 50 && seen.length < 2; i++) await new Promise((r) => setTimeout(r, 100));
+    expect(seen).toContain("tools");
+    expect(seen).toContain("updated:modern+modern://note");
+  });
+
   it("ends a session with DELETE (404 afterwards) and reconnects", async () => {
     const { client, transport } = await connect("legacy");
     await client.listTools();

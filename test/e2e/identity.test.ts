@@ -52,11 +52,12 @@ for (const mode of ["legacy", { pin: "2026-07-28" }] as Mode[]) {
       const tb = (await b.client.listTools()).tools.map((t) => t.name).sort();
       expect(ta.length).toBeGreaterThan(3);
       expect(ta.every((n) => n.startsWith("everything__"))).toBe(true);
-      expect(tb).toEqual(["conf__test_echo_headers", "conf__test_simple_text", "modern__ask_model", "modern__ask_name", "modern__ask_roots"]);
+      expect(tb).toEqual(["conf__test_echo_headers", "conf__test_simple_text", "modern__ask_model", "modern__ask_name", "modern__ask_roots", "modern__bump"]);
       const ra = (await a.client.listResources()).resources.map((r) => r.uri);
       const rb = (await b.client.listResources()).resources.map((r) => r.uri);
       expect(ra.every((u) => u.startsWith("everything+"))).toBe(true);
-      expect(rb.every((u) => u.startsWith("conf+"))).toBe(true);
+      expect(rb.every((u) => u.startsWith("conf+") || u.startsWith("modern+"))).toBe(true);
+      expect(rb).toContain("modern+modern://note");
       expect((await a.client.listPrompts()).prompts.every((p) => p.name.startsWith("everything__"))).toBe(true);
     });
 
