@@ -51,8 +51,9 @@ export interface LegStore {
 }
 
 export function legStore(env: Env, principal: string, up: UpstreamConfig): LegStore {
-  const s = env.SESSIONS.get(env.SESSIONS.idFromName(`leg:${principal}\u0000${up.name}\u0000${up.url}`)) as unknown as SessionApi;
-  return { get: () => s.getLeg(principal), put: (rec) => s.putLeg(principal, rec) };
+  // Addressed lazily: most requests reach modern upstreams and never touch it.
+  const s = () => env.SESSIONS.get(env.SESSIONS.idFromName(`leg:${principal}\u0000${up.name}\u0000${up.url}`)) as unknown as SessionApi;
+  return { get: () => s().getLeg(principal), put: (rec) => s().putLeg(principal, rec) };
 }
 
 /**
