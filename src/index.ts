@@ -57,13 +57,13 @@ app.post("/v1/grants/:jti/revoke", async (c) => {
 });
 
 app.put("/v1/credentials/:upstream", async (c) => {
-  const g = await gate(c.req.raw, c.env, { path: "/", role: "agent", allowActor: true });
+  const g = await gate(c.req.raw, c.env, { path: "/", role: "agent", allowActor: true, scoped: true });
   if (g instanceof Response) return g;
   return putCredentialRoute(c.req.raw, c.env, g.cfg, g.who, c.req.param("upstream"));
 });
 
 app.delete("/v1/credentials/:upstream", async (c) => {
-  const g = await gate(c.req.raw, c.env, { path: "/", role: "agent", allowActor: true });
+  const g = await gate(c.req.raw, c.env, { path: "/", role: "agent", allowActor: true, scoped: true });
   if (g instanceof Response) return g;
   return deleteCredentialRoute(c.env, g.cfg, g.who, c.req.param("upstream"));
 });
@@ -90,7 +90,7 @@ app.get("/summary", async (c) => {
 });
 
 app.on(["POST", "GET", "DELETE"], "/mcp", async (c) => {
-  const g = await gate(c.req.raw, c.env, { path: "/mcp", role: "agent", allowActor: true });
+  const g = await gate(c.req.raw, c.env, { path: "/mcp", role: "agent", allowActor: true, scoped: true });
   if (g instanceof Response) return g;
   const exec = c.executionCtx as ExecutionContext;
   return mcpRoute({ env: c.env, cfg: g.cfg, who: g.who, principal: g.who.sub, waitUntil: (p) => exec.waitUntil(p) }, c.req.raw);

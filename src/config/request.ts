@@ -1,13 +1,14 @@
 /**
  * The config as one request sees it: each upstream carries whether the gateway is serving on
  * loopback (loopback egress needs it) and, for `per_principal` upstreams, the caller's own
- * credential. Owns that per-request view and the refusal to serve a config whose upstreams
+ * credential; upstreams the caller's grant cannot reach are not in it. Owns that per-request view and the refusal to serve a config whose upstreams
  * fail the egress rules. Must never: mutate the shared config, or let a resolved credential
  * outlive the request.
  */
 import type { Env } from "../env.ts";
 import { upstreamsFor } from "../egress/credentials.ts";
 import { isLoopbackRequest } from "../identity/auth.ts";
+import { grantReachesUpstream, type Principal } from "../identity/principal.ts";
 import { jsonResponse } from "../mcp/respond.ts";
 import { egressProblems, type GatewayConfig } from "./load.ts";
 
@@ -24,8 +25,13 @@ export function egressRefusal(cfg: GatewayConfig, req: Request): Response | null
   return jsonResponse({ ok: false, error: "configuration refused by the egress rules", problems }, 503);
 }
 
-export async function requestConfig(env: Env, cfg: GatewayConfig, req: Request, principal?: string): Promise<GatewayConfig> {
+/**
+ * With a principal, upstreams its grant cannot reach are left out altogether: no list, route,
+ * capability, listen or GET stream of this request can touch them.
+ */
+export async function requestConfig(env: Env, cfg: GatewayConfig, req: Request, who?: Principal): Promise<GatewayConfig> {
   const onLoopback = isLoopbackRequest(req);
-  const base = principal === undefined ? cfg.upstreams : await upstreamsFor(env, cfg, principal);
+  const reachable = who === undefined ? cfg : { ...cfg, upstreams: cfg.upstreams.filter((u) => grantReachesUpstream(who, u)) };
+  const base = who === undefined ? cfg.upstreams : await upstreamsFor(env, reachable, who.sub);
   return { ...cfg, upstreams: base.map((u) => ({ ...u, onLoopback })) };
 }

@@ -29,7 +29,11 @@ export function servableConfig(env: Env, req: Request): GatewayConfig | Response
   return egressRefusal(shared, req) ?? shared;
 }
 
-export async function gate(req: Request, env: Env, opts: AuthOptions): Promise<{ cfg: GatewayConfig; who: Principal } | Response> {
+/**
+ * `scoped`: the handler serves the principal's tools (/mcp, credentials), so the per-request
+ * config holds only the upstreams its grant reaches; operator routes see every upstream.
+ */
+export async function gate(req: Request, env: Env, opts: AuthOptions & { scoped?: boolean }): Promise<{ cfg: GatewayConfig; who: Principal } | Response> {
   const shared = configOr503(env);
   if (shared instanceof Response) return shared;
   // Host/Origin first: a rebinding attempt learns nothing, not even whether the config is servable.
@@ -41,5 +45,6 @@ export async function gate(req: Request, env: Env, opts: AuthOptions): Promise<{
     guardedFetch(url, init, { rules: shared.egress, gatewayOnLoopback: onLoopback, maxRedirects: 0, timeoutMs: 5000, maxBytes: 1024 * 1024 });
   const auth = await authenticate(req, env, shared, { ...opts, fetcher });
   if (!auth.ok) return auth.response;
-  return { cfg: await requestConfig(env, shared, req, auth.principal.sub), who: auth.principal };
+  const cfg = opts.scoped ? await requestConfig(env, shared, req, auth.principal) : await requestConfig(env, shared, req);
+  return { cfg, who: auth.principal };
 }

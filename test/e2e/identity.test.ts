@@ -89,6 +89,19 @@ for (const mode of ["legacy", { pin: "2026-07-28" }] as Mode[]) {
   });
 }
 
+describe("streams respect the grant", () => {
+  it("does not subscribe a principal to resources of an upstream its grant cannot reach", async () => {
+    const a = await connect({ pin: "2026-07-28" }, tokenA);
+    const sub = await a.client.listen({ toolsListChanged: true, resourceSubscriptions: ["conf+test://watched-resource"] });
+    expect(sub.honoredFilter.resourceSubscriptions ?? []).toEqual([]);
+    await sub.close();
+    const b = await connect({ pin: "2026-07-28" }, tokenB);
+    const subB = await b.client.listen({ resourceSubscriptions: ["conf+test://watched-resource"] });
+    expect(subB.honoredFilter.resourceSubscriptions).toEqual(["conf+test://watched-resource"]);
+    await subB.close();
+  });
+});
+
 describe("ownership", () => {
   const H = { "content-type": "application/json", accept: "application/json, text/event-stream", "mcp-protocol-version": "2025-11-25" };
   it("answers principal B presenting A's session id with 404, and A's session carries on", async () => {
