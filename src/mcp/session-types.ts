@@ -34,7 +34,7 @@ export interface StoredEvent {
   data: string;
 }
 
-/** The SessionDO RPC surface the fronts use (kept explicit: the generated RPC stub types are too deep for tsc). */
+/** The SessionDO RPC surface the fronts use (kept explicit: the generated RPC types are too deep for tsc). */
 export interface SessionApi {
   create(rec: SessionRecord): Promise<boolean>;
   claimRun(principal: string, id: string, ttlS: number): Promise<boolean>;
