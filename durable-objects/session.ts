@@ -153,7 +153,7 @@ export class SessionDO extends DurableObject {
   async awaitAnswer(principal: string, id: string, timeoutMs: number): Promise<JsonRpcResponse | null> {
     const deadline = Date.now() + Math.min(timeoutMs, 300_000);
     while (Date.now() < deadline) {
-      if (!this.load() || this.load()?.principal !== principal) return null;
+      if (this.load()?.principal !== principal) return null;
       const row = this.sql.exec<{ msg: string }>("SELECT msg FROM answers WHERE id = ?", id).toArray()[0];
       if (row) {
         this.sql.exec("DELETE FROM answers WHERE id = ?", id);

@@ -1,7 +1,7 @@
 /**
- * The governance seam of the tools/call path (DESIGN steps 4–13). Owns the hook contract and
- * the hooks that exist before policy lands: the caller's grant globs and the upstream's
- * allow/deny globs.
+ * The governance seam of the tools/call path (DESIGN steps 4–13). Owns the hook contract, the
+ * grant check made before any routing (outsideGrant), and the hook that exists before policy
+ * lands: the upstream's allow/deny globs.
  * Must never: let a call through when a hook throws (the caller treats a throw as a denial).
  */
 import type { UpstreamConfig } from "../config/load.ts";
@@ -45,16 +45,8 @@ export function outsideGrant(who: Principal, exposedName: string): string | null
   return grantAllowsTool(who, exposedName) ? null : `tool "${exposedName}" is outside the grant of ${who.sub}; it cannot be listed or called with this grant`;
 }
 
-/** A tool outside the caller's grant is never listed and is denied at the door. */
-export const grantTools: CallHook = {
-  name: "grant-tools",
-  before: (call) => {
-    const reason = outsideGrant(call.who, call.exposedName);
-    return reason === null ? { kind: "allow" } : { kind: "deny", reason };
-  },
-};
-
-export const defaultHooks: CallHook[] = [grantTools, upstreamAllowDeny];
+/** The grant is checked before routing (dispatch.ts, via outsideGrant); hooks run on routed calls. */
+export const defaultHooks: CallHook[] = [upstreamAllowDeny];
 
 /** Runs hooks in order; the first non-allow verdict wins; a throwing hook denies (fail closed). */
 export async function decide(call: ToolCall, hooks: CallHook[] = defaultHooks): Promise<Verdict> {

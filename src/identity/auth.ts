@@ -9,14 +9,13 @@ import type { GatewayConfig } from "../config/load.ts";
 import type { Env } from "../env.ts";
 import { acceptedAudiences, acceptedIssuers, forbidden, unauthorized } from "./metadata.ts";
 import { verifyExternal } from "./oidc.ts";
+import { isLoopbackHost } from "./origin.ts";
 import { principalHas, type Principal, type Role } from "./principal.ts";
 import { revocationStore } from "./revocation.ts";
 import { parseKeySet, verifyGrant, type KeySet } from "./tokens.ts";
 
-const LOOPBACK = new Set(["127.0.0.1", "localhost", "[::1]"]);
-
 export function isLoopbackRequest(req: Request): boolean {
-  return LOOPBACK.has(new URL(req.url).hostname.toLowerCase());
+  return isLoopbackHost(new URL(req.url).hostname);
 }
 
 let keyCache: { text: string; keys: Promise<KeySet> } | null = null;
@@ -72,13 +71,16 @@ export async function authenticate(req: Request, env: Env, cfg: GatewayConfig, o
 }
 
 async function verify(token: string, req: Request, env: Env, cfg: GatewayConfig, opts: AuthOptions): Promise<Principal | string | Response> {
+  // Only when external issuers are configured is the (unverified) iss worth reading to pick one.
   let claimedIss: unknown;
-  try {
-    claimedIss = token.length <= 8192 ? decodeJwt(token).iss : undefined;
-  } catch {
-    claimedIss = undefined;
+  if (cfg.auth.externalIssuers.length > 0 && token.length <= 8192) {
+    try {
+      claimedIss = decodeJwt(token).iss;
+    } catch {
+      claimedIss = undefined;
+    }
   }
-  const external = cfg.auth.externalIssuers.find((e) => e.issuer === claimedIss);
+  const external = claimedIss === undefined ? undefined : cfg.auth.externalIssuers.find((e) => e.issuer === claimedIss);
   if (external) {
     if (!opts.fetcher) return "external issuers are not available on this route";
     const p = await verifyExternal(token, external, opts.fetcher, cfg.auth.maxTokenLifetimeS);

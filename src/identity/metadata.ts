@@ -6,6 +6,7 @@
  */
 import type { GatewayConfig } from "../config/load.ts";
 import { ROLES } from "../config/schema.ts";
+import { isLoopbackHost, LOOPBACK_HOSTS } from "./origin.ts";
 
 /** The gateway's canonical URL (the `aud` of its grants): configured, else the request origin. */
 export function canonicalUrl(cfg: GatewayConfig, req: Request): string {
@@ -20,9 +21,9 @@ function canonicalForms(cfg: GatewayConfig, req: Request): string[] {
   const c = canonicalUrl(cfg, req);
   if (cfg.auth.audience) return [c];
   const u = new URL(req.url);
-  if (!["127.0.0.1", "localhost", "[::1]"].includes(u.hostname)) return [c];
+  if (!isLoopbackHost(u.hostname)) return [c];
   const port = u.port ? `:${u.port}` : "";
-  return [...new Set([c, ...["127.0.0.1", "localhost", "[::1]"].map((h) => `${u.protocol}//${h}${port}`)])];
+  return [...new Set([c, ...LOOPBACK_HOSTS.map((h) => `${u.protocol}//${h}${port}`)])];
 }
 
 /** Audiences a grant may carry: the canonical URL, or its MCP endpoint (what RFC 8707 clients send). */

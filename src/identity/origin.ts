@@ -4,7 +4,13 @@
  * must be loopback, configured, or the request's own host. Must never: accept a request because
  * a header is missing a port or has odd casing (names are compared lower-cased, ports ignored).
  */
-const LOOPBACK = new Set(["localhost", "127.0.0.1", "[::1]", "::1"]);
+/** Loopback host names as URL parsing spells them (plus the bare IPv6 form a Host header may carry). */
+export const LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "[::1]"] as const;
+const LOOPBACK = new Set<string>([...LOOPBACK_HOSTS, "::1"]);
+
+export function isLoopbackHost(hostname: string): boolean {
+  return LOOPBACK.has(hostname.toLowerCase());
+}
 
 function hostnameOf(hostHeader: string): string | null {
   try {

@@ -101,6 +101,21 @@ export async function applyLogLevel(up: UpstreamConfig, principal: string, rec: 
   appliedLevels.set(key, level);
 }
 
+/** modernClientLeg with the leg kept in SessionDO for this principal. */
+export function modernLegFor(env: Env, principal: string, up: UpstreamConfig, renew = false): Promise<UpstreamLegRecord> {
+  return modernClientLeg(up, principal, renew, legStore(env, principal, up));
+}
+
+/** The list-change notifications an upstream's capabilities say it can send. */
+export function listChangeFlags(caps: JsonObject | undefined): JsonObject {
+  const out: JsonObject = {};
+  for (const [k, cap] of [["toolsListChanged", "tools"], ["promptsListChanged", "prompts"], ["resourcesListChanged", "resources"]] as const) {
+    const c = caps?.[cap];
+    if (isObject(c) && c.listChanged === true) out[k] = true;
+  }
+  return out;
+}
+
 function mergeFlags(a: JsonObject | undefined, b: JsonObject): JsonObject {
   const out: JsonObject = { ...(a ?? {}) };
   for (const [k, v] of Object.entries(b)) if (v === true || out[k] === undefined) out[k] = v;

@@ -8,7 +8,7 @@
 import type { UpstreamConfig } from "../config/load.ts";
 import { type JsonObject, type JsonRpcNotification, type JsonRpcRequest, isNotification, isObject } from "./jsonrpc.ts";
 import type { FrontContext } from "./legacy.ts";
-import { legStore, modernClientLeg } from "./legs.ts";
+import { listChangeFlags, modernLegFor } from "./legs.ts";
 import { exposeUri, splitUri } from "./names.ts";
 import { SSE_HEADERS } from "./respond.ts";
 import { holdOpen, sseStream } from "./streams.ts";
@@ -25,11 +25,10 @@ const TYPE_OF: Record<string, string> = {
 export async function listen(fc: FrontContext, req: Request, msg: JsonRpcRequest): Promise<Response> {
   const asked = isObject(msg.params?.notifications) ? msg.params.notifications : {};
   const subs = Array.isArray(asked.resourceSubscriptions) ? asked.resourceSubscriptions.filter((u): u is string => typeof u === "string") : [];
-  const recs = await Promise.all(fc.cfg.upstreams.map(async (up) => [up, await modernClientLeg(up, fc.principal, false, legStore(fc.env, fc.principal, up)).catch(() => ({}))] as const));
+  const recs = await Promise.all(fc.cfg.upstreams.map(async (up) => [up, await modernLegFor(fc.env, fc.principal, up).catch(() => ({}))] as const));
   const agreed: JsonObject = {};
-  for (const k of ["toolsListChanged", "promptsListChanged", "resourcesListChanged"]) {
-    const cap = k === "toolsListChanged" ? "tools" : k === "promptsListChanged" ? "prompts" : "resources";
-    if (asked[k] === true && recs.some(([, r]) => "capabilities" in r && isObject(r.capabilities?.[cap]) && (r.capabilities[cap] as JsonObject).listChanged === true)) agreed[k] = true;
+  for (const [, r] of recs) {
+    for (const k of Object.keys(listChangeFlags("capabilities" in r ? r.capabilities : undefined))) if (asked[k] === true) agreed[k] = true;
   }
   const perUpstreamSubs = new Map<string, string[]>();
   const agreedSubs: string[] = [];
@@ -75,7 +74,7 @@ export async function listen(fc: FrontContext, req: Request, msg: JsonRpcRequest
       if (mine?.length) notifications.resourceSubscriptions = mine;
       if (Object.keys(notifications).length === 0) return;
       const params: JsonObject = { ...(msg.params ?? {}), notifications };
-      frames = requestUpstream({ ...up, timeoutMs: 24 * 3600_000 }, leg, { jsonrpc: "2.0", id: `portcullis-listen-${crypto.randomUUID()}`, method: "subscriptions/listen", params }, { signal: abort.signal, stream: true });
+      frames = requestUpstream(up, leg, { jsonrpc: "2.0", id: `portcullis-listen-${crypto.randomUUID()}`, method: "subscriptions/listen", params }, { signal: abort.signal, stream: true });
     } else {
       frames = await openGetStream(up, leg, abort.signal).catch(() => null);
     }

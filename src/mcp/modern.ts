@@ -11,7 +11,7 @@ import { refuse } from "./edge.ts";
 import { postUpstream } from "./upstream.ts";
 import { ErrorCode, type JsonObject, type JsonRpcMessage, type JsonRpcRequest, errorResponse, isNotification, isObject, isRequest } from "./jsonrpc.ts";
 import { sessionStore, type FrontContext } from "./legacy.ts";
-import { applyLogLevel, legStore, mergeCapabilities, mergeInstructions, modernClientLeg } from "./legs.ts";
+import { applyLogLevel, mergeCapabilities, mergeInstructions, modernLegFor } from "./legs.ts";
 import { listen } from "./listen.ts";
 import { jsonResponse, respond } from "./respond.ts";
 import type { UpstreamLegRecord } from "./session-types.ts";
@@ -85,16 +85,16 @@ function modernContext(fc: FrontContext, req: Request, msg: JsonRpcRequest, emit
   return {
     cfg: fc.cfg, era: "modern", principal: fc.principal, who: fc.who, signal: req.signal, paramHeaders, callerFiltered: fc.who.tools !== null,
     leg: async (up) => {
-      const rec = await legRec(up.name, () => modernClientLeg(up, fc.principal, false, legStore(fc.env, fc.principal, up)));
+      const rec = await legRec(up.name, () => modernLegFor(fc.env, fc.principal, up));
       if (logLevel !== undefined) await applyLogLevel(up, fc.principal, rec, logLevel).catch(() => undefined);
       return rec.leg ?? null;
     },
     renewLeg: async (up) => {
-      const r = modernClientLeg(up, fc.principal, true, legStore(fc.env, fc.principal, up));
+      const r = modernLegFor(fc.env, fc.principal, up, true);
       legs.set(up.name, r);
       return (await r).leg ?? null;
     },
-    capabilities: async (up) => (await legRec(up.name, () => modernClientLeg(up, fc.principal, false, legStore(fc.env, fc.principal, up)))).capabilities,
+    capabilities: async (up) => (await legRec(up.name, () => modernLegFor(fc.env, fc.principal, up))).capabilities,
     recordRequest: async () => undefined,
     relay: {
       send: async (m) => {
@@ -113,7 +113,7 @@ function modernContext(fc: FrontContext, req: Request, msg: JsonRpcRequest, emit
 async function discover(fc: FrontContext, req: JsonRpcRequest): Promise<Response> {
   const recs: Record<string, UpstreamLegRecord> = {};
   await Promise.all(fc.cfg.upstreams.map(async (up) => {
-    recs[up.name] = await modernClientLeg(up, fc.principal, false, legStore(fc.env, fc.principal, up)).catch(() => ({}));
+    recs[up.name] = await modernLegFor(fc.env, fc.principal, up).catch(() => ({}));
   }));
   const result: JsonObject = {
     supportedVersions: SUPPORTED_VERSIONS,

@@ -60,9 +60,16 @@ export function splitHandle(upstreams: UpstreamConfig[], exposed: string) {
   return splitName(upstreams, exposed);
 }
 
-/** Glob over exposed names: `*` matches any run of characters, `?` one character. */
+const compiled = new Map<string, RegExp>();
+
+/** Glob over exposed names: `*` matches any run of characters, `?` one character. Compiled once per isolate. */
 export function globMatch(glob: string, name: string): boolean {
-  const re = new RegExp(`^${glob.replace(/[.+^${}()|[\]\\]/g, "\\$&").replace(/\*/g, ".*").replace(/\?/g, ".")}$`);
+  let re = compiled.get(glob);
+  if (!re) {
+    re = new RegExp(`^${glob.replace(/[.+^${}()|[\]\\]/g, "\\$&").replace(/\*/g, ".*").replace(/\?/g, ".")}$`);
+    if (compiled.size > 4096) compiled.clear();
+    compiled.set(glob, re);
+  }
   return re.test(name);
 }
 

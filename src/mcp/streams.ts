@@ -6,12 +6,13 @@
  * stream, or keep upstream streams open after the client has gone.
  */
 import type { UpstreamConfig } from "../config/load.ts";
-import { ErrorCode, type JsonObject, type JsonRpcMessage, type JsonRpcRequest, isNotification, isObject, isRequest } from "./jsonrpc.ts";
+import { ErrorCode, type JsonRpcMessage, type JsonRpcRequest, isNotification, isObject, isRequest } from "./jsonrpc.ts";
 import type { FrontContext } from "./legacy.ts";
 import { exposeUri } from "./names.ts";
 import { SSE_HEADERS } from "./respond.ts";
 import type { SessionApi, SessionRecord } from "./session-types.ts";
 import { encodeComment, encodeEvent } from "./sse.ts";
+import { listChangeFlags } from "./legs.ts";
 import { relayServerRequest } from "./relay.ts";
 import { openGetStream, requestUpstream, type Frame, type Leg } from "./upstream.ts";
 import { META } from "./versions.ts";
@@ -69,16 +70,12 @@ export async function replayStream(fc: FrontContext, store: Store, lastEventId: 
  * asking for the list changes the upstream declares and the resources the session subscribed.
  */
 function listenFor(up: UpstreamConfig, leg: Leg & { era: "modern" }, rec: SessionRecord, signal: AbortSignal): AsyncGenerator<Frame> | null {
-  const caps = rec.upstreams[up.name]?.capabilities ?? {};
-  const notifications: JsonObject = {};
-  for (const [k, cap] of [["toolsListChanged", "tools"], ["promptsListChanged", "prompts"], ["resourcesListChanged", "resources"]] as const) {
-    if (isObject(caps[cap]) && caps[cap].listChanged === true) notifications[k] = true;
-  }
+  const notifications = listChangeFlags(rec.upstreams[up.name]?.capabilities);
   const subs = rec.subscriptions?.[up.name] ?? [];
   if (subs.length) notifications.resourceSubscriptions = subs;
   if (Object.keys(notifications).length === 0) return null;
   const req: JsonRpcRequest = { jsonrpc: "2.0", id: `portcullis-listen-${crypto.randomUUID()}`, method: "subscriptions/listen", params: { notifications, _meta: leg.meta } };
-  return requestUpstream({ ...up, timeoutMs: 24 * 3600_000 }, leg, req, { signal, stream: true });
+  return requestUpstream(up, leg, req, { signal, stream: true });
 }
 
 const SUBSCRIPTION_POLL_MS = 1000;

@@ -94,6 +94,9 @@ function timeoutSignal(_up: UpstreamConfig, outer?: AbortSignal): AbortSignal {
   return outer ?? new AbortController().signal;
 }
 
+/** Long-lived upstream streams (GET, listen) end after a day at most; clients reconnect. */
+const STREAM_MAX_MS = 24 * 3600_000;
+
 /**
  * Every upstream request goes through the egress guard: the URL (and any redirect hop, of which
  * none is followed) is checked before the fetch, and the answer is bounded in time and size.
@@ -104,7 +107,7 @@ async function send(up: UpstreamConfig, init: { method: string; headers: Headers
   let res: Response;
   try {
     res = await guardedFetch(up.url, { ...init, signal }, {
-      rules: up.egress, gatewayOnLoopback: up.onLoopback, maxRedirects: 0, timeoutMs: up.timeoutMs,
+      rules: up.egress, gatewayOnLoopback: up.onLoopback, maxRedirects: 0, timeoutMs: stream ? STREAM_MAX_MS : up.timeoutMs,
       ...(stream ? { maxBytes: Number.MAX_SAFE_INTEGER } : {}),
     });
   } catch (e) {
