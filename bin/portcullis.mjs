@@ -88,7 +88,8 @@ async function tokenMint(a) {
  */
 async function validate(file, { onLoopback = true, secrets = "env" } = {}) {
   const text = readFileSync(file, "utf8");
-  const { loadConfig, egressProblems, ConfigError } = await import(resolve(root, "src/config/load.ts"));
+  const { loadConfig, ConfigError } = await import(resolve(root, "src/config/load.ts"));
+  const { egressProblems } = await import(resolve(root, "src/egress/config-check.ts"));
   // Secrets live in the Worker, not here: a static check resolves ${NAME} to a placeholder.
   const vars = secrets === "env" ? { ...process.env } : new Proxy({}, { get: (_t, k) => (typeof k === "string" ? `<${k}>` : undefined) });
   try {

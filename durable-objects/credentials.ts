@@ -5,10 +5,10 @@
  * another (the object is addressed by principal; it stores nothing else).
  */
 import { DurableObject } from "cloudflare:workers";
+import type { CredentialsApi, SealedCredential } from "./records.ts";
 
-export interface SealedCredential { iv: string; ct: string; at: number }
 
-export class CredentialsDO extends DurableObject {
+export class CredentialsDO extends DurableObject implements CredentialsApi {
   private sql: SqlStorage;
 
   constructor(ctx: DurableObjectState, env: unknown) {
@@ -23,7 +23,7 @@ export class CredentialsDO extends DurableObject {
 
   async get(upstream: string): Promise<SealedCredential | null> {
     const r = this.sql.exec<{ iv: string; ct: string; at: number }>("SELECT iv, ct, at FROM creds WHERE upstream = ?", upstream).toArray()[0];
-    return r ? { iv: r.iv, ct: r.ct, at: r.at } : null;
+    return r ? { v: 1, iv: r.iv, ct: r.ct, at: r.at } : null;
   }
 
   async remove(upstream: string): Promise<boolean> {

@@ -5,8 +5,9 @@
  * before the grant it revokes has expired.
  */
 import { DurableObject } from "cloudflare:workers";
+import type { RevocationsApi } from "./records.ts";
 
-export class RevocationsDO extends DurableObject {
+export class RevocationsDO extends DurableObject implements RevocationsApi {
   private sql: SqlStorage;
 
   constructor(ctx: DurableObjectState, env: unknown) {

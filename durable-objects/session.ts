@@ -8,8 +8,8 @@
  * forward anything upstream itself, or keep state only in memory.
  */
 import { DurableObject } from "cloudflare:workers";
-import type { JsonRpcResponse } from "../src/mcp/jsonrpc.ts";
-import type { SessionRecord, StoredEvent, PendingRelay, UpstreamLegRecord } from "../src/mcp/session-types.ts";
+import type { JsonRpcResponse } from "../src/wire/jsonrpc.ts";
+import { SESSION_RECORD_VERSION, type PendingRelay, type SessionRecord, type StoredEvent, type StoredLeg, type UpstreamLegRecord } from "./records.ts";
 
 export class SessionDO extends DurableObject {
   private sql: SqlStorage;
@@ -51,14 +51,14 @@ export class SessionDO extends DurableObject {
   async getLeg(principal: string): Promise<UpstreamLegRecord | null> {
     const row = this.sql.exec<{ v: string }>("SELECT v FROM meta WHERE k = 'leg'").toArray()[0];
     if (!row) return null;
-    const stored = JSON.parse(row.v) as { principal: string; rec: UpstreamLegRecord };
+    const stored = JSON.parse(row.v) as StoredLeg;
     return stored.principal === principal ? stored.rec : null;
   }
 
   async putLeg(principal: string, rec: UpstreamLegRecord): Promise<boolean> {
     const row = this.sql.exec<{ v: string }>("SELECT v FROM meta WHERE k = 'leg'").toArray()[0];
     if (row && (JSON.parse(row.v) as { principal: string }).principal !== principal) return false;
-    this.sql.exec("INSERT OR REPLACE INTO meta (k, v) VALUES ('leg', ?)", JSON.stringify({ principal, rec }));
+    this.sql.exec("INSERT OR REPLACE INTO meta (k, v) VALUES ('leg', ?)", JSON.stringify({ v: 1, principal, rec } satisfies StoredLeg));
     return true;
   }
 
@@ -71,7 +71,7 @@ export class SessionDO extends DurableObject {
     const now = Date.now();
     if (!rec || rec.ended) {
       if (rec?.ended && rec.principal !== principal) return false;
-      this.save({ id, principal, protocolVersion: "2026-07-28", clientCapabilities: {}, upstreams: {}, createdAt: now, touchedAt: now, ttlS });
+      this.save({ v: SESSION_RECORD_VERSION, id, principal, protocolVersion: "2026-07-28", clientCapabilities: {}, upstreams: {}, createdAt: now, touchedAt: now, ttlS });
       await this.ctx.storage.setAlarm(now + ttlS * 1000);
       return true;
     }

@@ -1,14 +1,11 @@
 /**
- * Worker bindings. Owns only the Env type; must never hold logic or defaults.
+ * Worker bindings. Owns only the Env type; must never hold logic or defaults. Objects are
+ * addressed through durable-objects/names.ts, which types each stub with its RPC surface.
  */
-import type { CredentialsDO } from "../durable-objects/credentials.ts";
-import type { RevocationsDO } from "../durable-objects/revocations.ts";
-import type { SessionDO } from "../durable-objects/session.ts";
-
 export interface Env {
-  SESSIONS: DurableObjectNamespace<SessionDO>;
-  REVOCATIONS: DurableObjectNamespace<RevocationsDO>;
-  CREDENTIALS: DurableObjectNamespace<CredentialsDO>;
+  SESSIONS: DurableObjectNamespace;
+  REVOCATIONS: DurableObjectNamespace;
+  CREDENTIALS: DurableObjectNamespace;
   /** portcullis.yaml text, delivered as a var at deploy (or by `portcullis dev`). */
   PORTCULLIS_CONFIG?: string;
   [secretOrVar: string]: unknown;

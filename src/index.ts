@@ -3,21 +3,21 @@
  * Must never: hold protocol or governance logic here.
  */
 import { Hono } from "hono";
-import { requestConfig } from "./config/request.ts";
-import { deleteCredentialRoute, putCredentialRoute } from "./egress/credentials-api.ts";
+import { requestConfig } from "./routes/request-config.ts";
+import { deleteCredentialRoute, putCredentialRoute } from "./routes/credentials.ts";
 import type { Env } from "./env.ts";
 import { signingKeys } from "./identity/auth.ts";
-import { configOr503, gate, servableConfig } from "./identity/gate.ts";
-import { mintGrantRoute, revokeGrantRoute } from "./identity/grants-api.ts";
+import { configOr503, gate, servableConfig } from "./routes/gate.ts";
+import { mintGrantRoute, revokeGrantRoute } from "./routes/grants.ts";
 import { protectedResourceMetadata } from "./identity/metadata.ts";
-import type { Role } from "./identity/principal.ts";
+import type { Role } from "./config/roles.ts";
 import { publicJwks } from "./identity/tokens.ts";
 import { refuse } from "./mcp/edge.ts";
 import { mcpRoute } from "./mcp/front.ts";
 import { readiness, summary } from "./mcp/health.ts";
-import { ErrorCode } from "./mcp/jsonrpc.ts";
+import { ErrorCode } from "./wire/jsonrpc.ts";
 import { jsonResponse } from "./mcp/respond.ts";
-import { operatorMcp } from "./operator/endpoint.ts";
+import { operatorMcp } from "./routes/operator.ts";
 
 export { CredentialsDO } from "../durable-objects/credentials.ts";
 export { RevocationsDO } from "../durable-objects/revocations.ts";

@@ -5,8 +5,7 @@
  * value in an error message, or return a config that failed any check.
  */
 import { parse as parseYaml } from "yaml";
-import { checkEgress } from "../egress/rules.ts";
-import type { EgressRules } from "../egress/schema.ts";
+import type { EgressRules } from "./egress-schema.ts";
 import { configSchema, type ParsedConfig } from "./schema.ts";
 
 export interface UpstreamConfig {
@@ -166,21 +165,4 @@ export function loadConfig(yamlText: string, vars: Record<string, unknown>): Gat
     egress: c.egress,
     upstreams,
   };
-}
-
-/**
- * Every upstream URL and external JWKS URL checked against the egress rules, as the gateway
- * will check them on each request: `upstream <name>: <reason>` for each refusal, all at once.
- */
-export function egressProblems(cfg: GatewayConfig, gatewayOnLoopback: boolean): string[] {
-  const problems: string[] = [];
-  for (const u of cfg.upstreams) {
-    const d = checkEgress(u.url, cfg.egress, { gatewayOnLoopback });
-    if (!d.ok) problems.push(`upstream ${u.name}: ${d.reason}`);
-  }
-  cfg.auth.externalIssuers.forEach((e, i) => {
-    const d = checkEgress(e.jwksUrl, cfg.egress, { gatewayOnLoopback });
-    if (!d.ok) problems.push(`auth.external_issuers[${i}].jwks_url: ${d.reason}`);
-  });
-  return problems;
 }

@@ -4,7 +4,7 @@
  * field, or resolve secrets (that is load.ts's job, after validation).
  */
 import { z } from "zod";
-import { egressSchema } from "../egress/schema.ts";
+import { egressSchema } from "./egress-schema.ts";
 
 /** Upstream names become tool-name prefixes (`<name>__<tool>`) and URI scheme prefixes, so no `_`. */
 export const UPSTREAM_NAME = /^[a-z][a-z0-9-]{0,30}$/;
@@ -42,7 +42,7 @@ export const upstreamSchema = z.strictObject({
   timeout: duration.optional(),
 });
 
-import { ROLES } from "../identity/grant.ts";
+import { ROLES } from "./roles.ts";
 
 export { ROLES };
 

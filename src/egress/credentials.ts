@@ -8,17 +8,7 @@
  */
 import type { GatewayConfig, UpstreamConfig } from "../config/load.ts";
 import type { Env } from "../env.ts";
-import type { SealedCredential } from "../../durable-objects/credentials.ts";
-
-interface CredentialsApi {
-  put(upstream: string, sealed: { iv: string; ct: string }): Promise<void>;
-  get(upstream: string): Promise<SealedCredential | null>;
-  remove(upstream: string): Promise<boolean>;
-}
-
-export function credentialStore(env: Env, principal: string): CredentialsApi {
-  return env.CREDENTIALS.get(env.CREDENTIALS.idFromName(`principal:${principal}`)) as unknown as CredentialsApi;
-}
+import { credentialsObject } from "../../durable-objects/names.ts";
 
 const b64 = (b: Uint8Array) => btoa(String.fromCharCode(...b));
 const unb64 = (s: string) => Uint8Array.from(atob(s), (c) => c.charCodeAt(0));
@@ -61,7 +51,7 @@ export async function upstreamsFor(env: Env, cfg: GatewayConfig, principal: stri
     const c = up.credentials;
     if (c.mode !== "per_principal") return up;
     try {
-      const sealed = await credentialStore(env, principal).get(up.name);
+      const sealed = await credentialsObject(env, principal).get(up.name);
       if (!sealed) return { ...up, credentialProblem: `no credential is registered for upstream ${up.name}; register one with POST /v1/credentials/${up.name}` };
       const value = await unsealCredential(env, cfg, principal, up.name, sealed);
       return { ...up, headers: { ...up.headers, [c.header]: `${c.prefix}${value}` } };

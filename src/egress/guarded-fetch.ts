@@ -8,7 +8,7 @@
  * redirect, wait without a deadline, or hand back a body that can grow past `maxBytes`.
  */
 import { checkEgress } from "./rules.ts";
-import type { EgressRules } from "./schema.ts";
+import type { EgressRules } from "../config/egress-schema.ts";
 
 export type EgressErrorKind = "refused" | "redirect" | "too_large" | "timeout";
 

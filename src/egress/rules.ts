@@ -7,8 +7,8 @@
  * again after parsing (no regexes on the input), resolve DNS, let a metadata name or address
  * through under any setting, or echo a full URL in a reason (queries may carry secrets).
  */
-import { classifyHostLiteral } from "./addresses.ts";
-import type { EgressRules } from "./schema.ts";
+import { classifyHostLiteral, isMetadataName, isUnder } from "../wire/hosts.ts";
+import type { EgressRules } from "../config/egress-schema.ts";
 
 export interface EgressContext {
   /** True when the gateway itself listens on loopback (local dev); gates `allow_loopback`. */
@@ -19,16 +19,6 @@ export type EgressDecision = { ok: true; url: URL } | { ok: false; reason: strin
 
 /** Workers refuse URLs above 16 KB; refuse them here with a clear reason instead. */
 const MAX_URL_LENGTH = 16 * 1024;
-
-/** Cloud and orchestrator metadata names: never allowed, nor any name below them. */
-const METADATA_NAMES: readonly string[] = [
-  "metadata", "metadata.google.internal", "metadata.goog", "metadata.internal",
-  "instance-data", "instance-data.ec2.internal", "metadata.ec2.internal",
-  "metadata.azure.com", "metadata.azure.internal",
-  "metadata.tencentyun.com", "metadata.platformequinix.com", "metadata.packet.net",
-  "rancher-metadata", "rancher-metadata.rancher.internal",
-  "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local",
-];
 
 /** Suffixes that only resolve on private resolvers: denied unless the name matches `hosts`. */
 const PRIVATE_SUFFIXES: readonly string[] = [
@@ -42,7 +32,6 @@ const WILDCARD_DNS: readonly string[] = [
   "lacolhost.com", "localh.st", "fuf.me", "localdev.me", "1u.ms", "rbndr.us",
 ];
 
-const isUnder = (name: string, domain: string): boolean => name === domain || name.endsWith(`.${domain}`);
 
 // ---------------------------------------------------------------------------------------------
 // Punycode (RFC 3492) decoding, so `xn--` spellings of denied names are seen for what they say.
@@ -119,11 +108,6 @@ function unicodeForm(name: string): string | null {
 }
 
 // ---------------------------------------------------------------------------------------------
-
-/** True for a metadata name or any name below one (expects a lowercase name, no trailing dot). */
-export function isMetadataName(name: string): boolean {
-  return METADATA_NAMES.some((m) => isUnder(name, m));
-}
 
 /** `*.d` matches names one or more labels below `d` (not `d` itself); other patterns match exactly. */
 export function matchesHostPattern(host: string, pattern: string): boolean {

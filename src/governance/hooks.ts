@@ -5,9 +5,10 @@
  * Must never: let a call through when a hook throws (the caller treats a throw as a denial).
  */
 import type { UpstreamConfig } from "../config/load.ts";
-import type { JsonObject } from "../mcp/jsonrpc.ts";
-import { grantAllowsTool, type Principal } from "../identity/principal.ts";
-import { toolAllowed } from "../mcp/names.ts";
+import type { JsonObject } from "../wire/jsonrpc.ts";
+import { grantAllowsTool } from "./grant-scope.ts";
+import { type Principal } from "../config/principal.ts";
+import { toolAllowed } from "./grant-scope.ts";
 
 export interface ToolCall {
   principal: string;

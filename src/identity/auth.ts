@@ -9,9 +9,10 @@ import type { GatewayConfig } from "../config/load.ts";
 import type { Env } from "../env.ts";
 import { acceptedAudiences, acceptedIssuers, forbidden, unauthorized } from "./metadata.ts";
 import { verifyExternal } from "./oidc.ts";
-import { isLoopbackHost } from "./origin.ts";
-import { principalHas, type Principal, type Role } from "./principal.ts";
-import { revocationStore } from "./revocation.ts";
+import { isLoopbackHost } from "../wire/hosts.ts";
+import { principalHas, type Principal } from "../config/principal.ts";
+import { type Role } from "../config/roles.ts";
+import { revocationObject } from "../../durable-objects/names.ts";
 import { parseKeySet, verifyGrant, type KeySet } from "./tokens.ts";
 
 export function isLoopbackRequest(req: Request): boolean {
@@ -117,7 +118,7 @@ async function verify(token: string, req: Request, env: Env, cfg: GatewayConfig,
 /** true / false, or null when the store could not answer. */
 async function isRevoked(env: Env, jti: string): Promise<boolean | null> {
   try {
-    return await revocationStore(env, jti).isRevoked(jti);
+    return await revocationObject(env, jti).isRevoked(jti);
   } catch {
     return null;
   }

@@ -7,7 +7,7 @@
  * (verification calls it only after the signature check), throw, or put claim values into a
  * reason — reasons are fixed short strings.
  */
-import { isRole, type Budget, type Grant, type Role } from "./grant.ts";
+import { isRole, type Budget, type Grant, type Role } from "../config/roles.ts";
 
 export type ClaimCheck = {
   issuers: readonly string[];

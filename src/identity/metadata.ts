@@ -6,7 +6,7 @@
  */
 import type { GatewayConfig } from "../config/load.ts";
 import { ROLES } from "../config/schema.ts";
-import { isLoopbackHost, LOOPBACK_HOSTS } from "./origin.ts";
+import { isLoopbackHost, LOOPBACK_HOSTS } from "../wire/hosts.ts";
 
 /** The gateway's canonical URL (the `aud` of its grants): configured, else the request origin. */
 export function canonicalUrl(cfg: GatewayConfig, req: Request): string {

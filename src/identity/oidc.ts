@@ -7,7 +7,8 @@
 import { createRemoteJWKSet, customFetch, jwtVerify, type JWTPayload } from "jose";
 import type { ExternalIssuer } from "../config/load.ts";
 import { ROLES } from "../config/schema.ts";
-import type { Principal, Role } from "./principal.ts";
+import type { Principal } from "../config/principal.ts";
+import type { Role } from "../config/roles.ts";
 
 export type OidcFetch = (url: string, init: RequestInit) => Promise<Response>;
 

@@ -4,13 +4,7 @@
  * must be loopback, configured, or the request's own host. Must never: accept a request because
  * a header is missing a port or has odd casing (names are compared lower-cased, ports ignored).
  */
-/** Loopback host names as URL parsing spells them (plus the bare IPv6 form a Host header may carry). */
-export const LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "[::1]"] as const;
-const LOOPBACK = new Set<string>([...LOOPBACK_HOSTS, "::1"]);
-
-export function isLoopbackHost(hostname: string): boolean {
-  return LOOPBACK.has(hostname.toLowerCase());
-}
+import { isLoopbackHost } from "../wire/hosts.ts";
 
 function hostnameOf(hostHeader: string): string | null {
   try {
@@ -24,7 +18,7 @@ export function hostAllowed(host: string | null, allowedHosts: string[]): boolea
   if (!host) return false;
   const name = hostnameOf(host);
   if (!name) return false;
-  return LOOPBACK.has(name) || allowedHosts.includes(name) || allowedHosts.includes(host.toLowerCase());
+  return isLoopbackHost(name) || allowedHosts.includes(name) || allowedHosts.includes(host.toLowerCase());
 }
 
 export function originAllowed(origin: string | null, host: string | null, allowedOrigins: string[]): boolean {
@@ -36,6 +30,6 @@ export function originAllowed(origin: string | null, host: string | null, allowe
     return false;
   }
   if (allowedOrigins.includes(o.origin)) return true;
-  if (LOOPBACK.has(o.hostname.toLowerCase())) return true;
+  if (isLoopbackHost(o.hostname)) return true;
   return host !== null && o.host.toLowerCase() === host.toLowerCase();
 }

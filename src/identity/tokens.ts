@@ -13,11 +13,11 @@ import { compactVerify, SignJWT } from "jose";
 import type { CryptoKey } from "jose";
 import { decodeCanonical, encode } from "./base64url.ts";
 import { checkClaims } from "./claims.ts";
-import type { Budget, Grant, Role } from "./grant.ts";
+import type { Budget, Grant, Role } from "../config/roles.ts";
 import { GRANT_ALG, KID_PATTERN, type KeySet } from "./keys.ts";
 
-export { ROLES, hasRole, isRole } from "./grant.ts";
-export type { Budget, Grant, Role } from "./grant.ts";
+export { ROLES, hasRole, isRole } from "../config/roles.ts";
+export type { Budget, Grant, Role } from "../config/roles.ts";
 export { GRANT_ALG, KID_PATTERN, KeySetError, generateSigningKey, parseKeySet, publicJwks } from "./keys.ts";
 export type { KeySet, PrivateJwk, PublicJwk } from "./keys.ts";
 

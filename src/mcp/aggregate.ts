@@ -9,9 +9,10 @@
 import type { UpstreamConfig } from "../config/load.ts";
 import type { CallContext, Outcome } from "./context.ts";
 import { forward } from "./forward.ts";
-import { type Json, type JsonObject, type JsonRpcRequest, isObject } from "./jsonrpc.ts";
-import { grantAllowsTool, grantReachesUpstream } from "../identity/principal.ts";
-import { exposeName, exposeUri, toolAllowed } from "./names.ts";
+import { type Json, type JsonObject, type JsonRpcRequest, isObject } from "../wire/jsonrpc.ts";
+import { grantAllowsTool, grantReachesUpstream } from "../governance/grant-scope.ts";
+import { exposeName, exposeUri } from "./names.ts";
+import { toolAllowed } from "../governance/grant-scope.ts";
 
 type ListKind = { method: string; key: string; capability: string };
 export const LISTS: Record<string, ListKind> = {

@@ -4,9 +4,21 @@
  * Must never: carry the client's credentials (handlers have no way to send them upstream).
  */
 import type { GatewayConfig, UpstreamConfig } from "../config/load.ts";
-import type { Principal } from "../identity/principal.ts";
-import type { JsonObject, JsonRpcNotification, JsonRpcRequest } from "./jsonrpc.ts";
-import type { Era, Leg } from "./upstream.ts";
+import type { Env } from "../env.ts";
+import type { Principal } from "../config/principal.ts";
+import type { JsonObject, JsonRpcNotification, JsonRpcRequest } from "../wire/jsonrpc.ts";
+import type { Era, Leg } from "../../durable-objects/records.ts";
+
+/** What a front knows about one HTTP request once the gate let it through. */
+export interface FrontContext {
+  env: Env;
+  cfg: GatewayConfig;
+  /** Who is calling (verified grant, or the loopback actor). */
+  who: Principal;
+  /** `who.sub`: the key sessions and upstream legs are owned by. */
+  principal: string;
+  waitUntil(p: Promise<unknown>): void;
+}
 
 export interface Relay {
   /** Sends a notification (or a relayed request) to the client on the stream of the request being served. */
@@ -41,7 +53,7 @@ export interface CallContext {
 }
 
 export interface Outcome {
-  response: import("./jsonrpc.ts").JsonRpcResponse;
+  response: import("../wire/jsonrpc.ts").JsonRpcResponse;
   /** HTTP status for a JSON answer (an upstream's 4xx passes through for modern clients). */
   status: number;
 }

@@ -8,11 +8,11 @@
  */
 import type { UpstreamConfig } from "../config/load.ts";
 import { decide, outsideGrant } from "../governance/hooks.ts";
-import { grantReachesUpstream } from "../identity/principal.ts";
+import { grantReachesUpstream } from "../governance/grant-scope.ts";
 import { aggregateList, LISTS, resolveAlias } from "./aggregate.ts";
 import type { CallContext, Outcome } from "./context.ts";
 import { forward } from "./forward.ts";
-import { ErrorCode, type JsonObject, type JsonRpcRequest, errorResponse, isObject } from "./jsonrpc.ts";
+import { ErrorCode, type JsonObject, type JsonRpcRequest, errorResponse, isObject } from "../wire/jsonrpc.ts";
 import { exposeHandle, splitHandle, splitName, splitUri } from "./names.ts";
 
 function fail(req: JsonRpcRequest, code: number, message: string, status = 200, data?: JsonObject): Outcome {

@@ -5,7 +5,7 @@
  */
 import type { GatewayConfig } from "../config/load.ts";
 import { hostAllowed, originAllowed } from "../identity/origin.ts";
-import { ErrorCode, type JsonRpcId, type JsonRpcMessage, errorResponse, parseMessage } from "./jsonrpc.ts";
+import { ErrorCode, type JsonRpcId, type JsonRpcMessage, errorResponse, parseMessage } from "../wire/jsonrpc.ts";
 import { jsonResponse } from "./respond.ts";
 
 export const MAX_BODY_BYTES = 4 * 1024 * 1024;

@@ -10,9 +10,10 @@ import type { CallContext, Outcome } from "./context.ts";
 import {
   ErrorCode, type JsonObject, type JsonRpcMessage, type JsonRpcRequest, type JsonRpcResponse,
   errorResponse, isNotification, isObject, isRequest,
-} from "./jsonrpc.ts";
+} from "../wire/jsonrpc.ts";
 import { exposeUri } from "./names.ts";
-import { answers, requestUpstream, UpstreamAuthError, UpstreamError, UpstreamSessionGone, type Leg } from "./upstream.ts";
+import { answers, requestUpstream, UpstreamAuthError, UpstreamError, UpstreamSessionGone } from "./upstream.ts";
+import type { Leg } from "../../durable-objects/records.ts";
 import { META } from "./versions.ts";
 
 /** Upstream ids are the client's id, tagged so gateway-originated ids can never collide. */

@@ -5,8 +5,9 @@
  * Must never: look at anything but the parsed body and the protocol headers to decide.
  */
 import { readPost, refuse } from "./edge.ts";
-import { ErrorCode, isObject } from "./jsonrpc.ts";
-import { legacyDelete, legacyGet, legacyPost, type FrontContext } from "./legacy.ts";
+import { ErrorCode, isObject } from "../wire/jsonrpc.ts";
+import type { FrontContext } from "./context.ts";
+import { legacyDelete, legacyGet, legacyPost } from "./legacy.ts";
 import { modernPost } from "./modern.ts";
 import { META, MODERN_VERSION } from "./versions.ts";
 

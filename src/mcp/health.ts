@@ -4,7 +4,7 @@
  * Must never: include tool schemas or upstream credentials in what it returns.
  */
 import type { GatewayConfig, UpstreamConfig } from "../config/load.ts";
-import { type JsonObject, isObject } from "./jsonrpc.ts";
+import { type JsonObject, isObject } from "../wire/jsonrpc.ts";
 import { callUpstream, modernMeta, UpstreamAuthError } from "./upstream.ts";
 import { modernClientLeg } from "./legs.ts";
 

@@ -6,47 +6,29 @@
  * legacy CallContext. Must never: serve a session to a principal that did not open it (404),
  * or accept a JSON-RPC batch.
  */
-import type { GatewayConfig, UpstreamConfig } from "../config/load.ts";
+import type { UpstreamConfig } from "../config/load.ts";
 import { guardedFetch } from "../egress/guarded-fetch.ts";
-import type { Env } from "../env.ts";
-import type { Principal } from "../identity/principal.ts";
-import type { CallContext } from "./context.ts";
+import type { CallContext, FrontContext } from "./context.ts";
 import { dispatch } from "./dispatch.ts";
 import { checkOrigin, readPost, refuse } from "./edge.ts";
 import { upstreamId } from "./forward.ts";
 import {
   ErrorCode, type JsonObject, type JsonRpcMessage, type JsonRpcNotification, type JsonRpcRequest, type JsonRpcResponse,
   isNotification, isObject, isRequest,
-} from "./jsonrpc.ts";
-import { grantReachesUpstream } from "../identity/principal.ts";
+} from "../wire/jsonrpc.ts";
+import { grantReachesUpstream } from "../governance/grant-scope.ts";
 import { mergeCapabilities, mergeInstructions, openLegacyClientLeg } from "./legs.ts";
 import { splitUri } from "./names.ts";
 import { relayServerRequest } from "./relay.ts";
 import { jsonResponse, respond, type Resumable } from "./respond.ts";
-import type { SessionApi, SessionRecord, UpstreamLegRecord } from "./session-types.ts";
+import { newSessionId, sessionObject } from "../../durable-objects/names.ts";
+import { type Leg, SESSION_RECORD_VERSION, type SessionApi, type SessionRecord, type UpstreamLegRecord } from "../../durable-objects/records.ts";
 import { relayGetStream, replayStream } from "./streams.ts";
-import { postUpstream, type Leg, modernMeta } from "./upstream.ts";
+import { postUpstream, modernMeta } from "./upstream.ts";
 import { GATEWAY_INFO, LATEST_LEGACY, LEGACY_VERSIONS, META, isLegacyVersion } from "./versions.ts";
 
-export interface FrontContext {
-  env: Env;
-  cfg: GatewayConfig;
-  /** Who is calling (verified grant, or the loopback actor). */
-  who: Principal;
-  /** `who.sub`: the key sessions and upstream legs are owned by. */
-  principal: string;
-  waitUntil(p: Promise<unknown>): void;
-}
 
-export function sessionStore(env: Env, id: string): SessionApi {
-  return env.SESSIONS.get(env.SESSIONS.idFromName(id)) as unknown as SessionApi;
-}
 type Store = SessionApi;
-
-function newSessionId(): string {
-  const b = crypto.getRandomValues(new Uint8Array(24));
-  return Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
-}
 
 const SESSION_HDR = "mcp-session-id";
 const BRIDGE = "__bridge__";
@@ -79,11 +61,11 @@ async function initialize(fc: FrontContext, req: JsonRpcRequest): Promise<Respon
   const id = newSessionId();
   const now = Date.now();
   const rec: SessionRecord = {
-    id, principal: fc.principal, protocolVersion: version, clientCapabilities: clientCaps, upstreams,
+    v: SESSION_RECORD_VERSION, id, principal: fc.principal, protocolVersion: version, clientCapabilities: clientCaps, upstreams,
     createdAt: now, touchedAt: now, ttlS: fc.cfg.sessionTtlS,
   };
   if (clientInfo) rec.clientInfo = clientInfo;
-  await sessionStore(fc.env, id).create(rec);
+  await sessionObject(fc.env, id)!.create(rec);
   const result: JsonObject = { protocolVersion: version, capabilities: mergeCapabilities(fc.cfg, upstreams), serverInfo: { ...GATEWAY_INFO } };
   const instructions = mergeInstructions(fc.cfg, upstreams);
   if (instructions) result.instructions = instructions;
@@ -190,9 +172,9 @@ export async function legacyPost(fc: FrontContext, req: Request, msg: JsonRpcMes
   }
   const bad = versionHeaderProblem(req);
   if (bad) return bad;
-  const store = sessionStore(fc.env, sid);
-  const rec = await store.open(fc.principal);
-  if (!rec) return notFound(msg);
+  const store = sessionObject(fc.env, sid);
+  const rec = store && (await store.open(fc.principal));
+  if (!store || !rec) return notFound(msg);
   if (!isRequest(msg)) return clientMessage(fc, store, rec, msg);
   const held = await heldSubscription(fc, store, rec, msg);
   if (held) return held;
@@ -222,9 +204,9 @@ export async function legacyGet(fc: FrontContext, req: Request): Promise<Respons
   }
   const bad = versionHeaderProblem(req);
   if (bad) return bad;
-  const store = sessionStore(fc.env, sid);
-  const rec = await store.open(fc.principal);
-  if (!rec) return notFound();
+  const store = sessionObject(fc.env, sid);
+  const rec = store && (await store.open(fc.principal));
+  if (!store || !rec) return notFound();
   const last = req.headers.get("last-event-id");
   if (last) return replayStream(fc, store, last, req.signal);
   return relayGetStream(fc, store, rec, req.signal, (up) => legOf(rec, up));
@@ -233,8 +215,8 @@ export async function legacyGet(fc: FrontContext, req: Request): Promise<Respons
 export async function legacyDelete(fc: FrontContext, req: Request): Promise<Response> {
   const sid = req.headers.get(SESSION_HDR);
   if (!sid) return refuse(400, ErrorCode.ServerError, "Bad Request: Mcp-Session-Id header is required to end a session");
-  const store = sessionStore(fc.env, sid);
-  const rec = await store.end(fc.principal);
+  const store = sessionObject(fc.env, sid);
+  const rec = store && (await store.end(fc.principal));
   if (!rec) return notFound();
   for (const up of fc.cfg.upstreams) {
     const leg = rec.upstreams[up.name]?.leg;

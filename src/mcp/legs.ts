@@ -6,10 +6,11 @@
  * Must never: advertise upstream a client capability the gateway cannot route back.
  */
 import type { GatewayConfig, UpstreamConfig } from "../config/load.ts";
-import { type JsonObject, isObject } from "./jsonrpc.ts";
+import { type JsonObject, isObject } from "../wire/jsonrpc.ts";
 import type { Env } from "../env.ts";
-import type { SessionApi, UpstreamLegRecord } from "./session-types.ts";
-import { callUpstream, initializeLegacy, modernDiscovery, modernMeta, type Leg } from "./upstream.ts";
+import { legObject } from "../../durable-objects/names.ts";
+import type { Leg, UpstreamLegRecord } from "../../durable-objects/records.ts";
+import { callUpstream, initializeLegacy, modernDiscovery, modernMeta } from "./upstream.ts";
 import { LATEST_LEGACY } from "./versions.ts";
 
 /** The client capabilities a legacy client may receive relays for. */
@@ -52,7 +53,7 @@ export interface LegStore {
 
 export function legStore(env: Env, principal: string, up: UpstreamConfig): LegStore {
   // Addressed lazily: most requests reach modern upstreams and never touch it.
-  const s = () => env.SESSIONS.get(env.SESSIONS.idFromName(`leg:${principal}\u0000${up.name}\u0000${up.url}`)) as unknown as SessionApi;
+  const s = () => legObject(env, principal, up.name, up.url);
   return { get: () => s().getLeg(principal), put: (rec) => s().putLeg(principal, rec) };
 }
 

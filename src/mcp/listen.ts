@@ -6,13 +6,13 @@
  * Must never: send a notification type the client did not ask for, or anything before the ack.
  */
 import type { UpstreamConfig } from "../config/load.ts";
-import { type JsonObject, type JsonRpcNotification, type JsonRpcRequest, isNotification, isObject } from "./jsonrpc.ts";
-import type { FrontContext } from "./legacy.ts";
+import { type JsonObject, type JsonRpcNotification, type JsonRpcRequest, isNotification, isObject } from "../wire/jsonrpc.ts";
+import type { FrontContext } from "./context.ts";
 import { listChangeFlags, modernLegFor } from "./legs.ts";
 import { exposeUri, splitUri } from "./names.ts";
 import { SSE_HEADERS } from "./respond.ts";
 import { holdOpen, sseStream } from "./streams.ts";
-import { encodeEvent } from "./sse.ts";
+import { encodeEvent } from "../wire/sse.ts";
 import { openGetStream, requestUpstream, type Frame } from "./upstream.ts";
 import { META } from "./versions.ts";
 

@@ -9,12 +9,13 @@ import type { CallContext, Outcome } from "./context.ts";
 import { dispatch } from "./dispatch.ts";
 import { refuse } from "./edge.ts";
 import { postUpstream } from "./upstream.ts";
-import { ErrorCode, type JsonObject, type JsonRpcMessage, type JsonRpcRequest, errorResponse, isNotification, isObject, isRequest } from "./jsonrpc.ts";
-import { sessionStore, type FrontContext } from "./legacy.ts";
+import { ErrorCode, type JsonObject, type JsonRpcMessage, type JsonRpcRequest, errorResponse, isNotification, isObject, isRequest } from "../wire/jsonrpc.ts";
+import type { FrontContext } from "./context.ts";
+import { runObject } from "../../durable-objects/names.ts";
 import { applyLogLevel, mergeCapabilities, mergeInstructions, modernLegFor } from "./legs.ts";
 import { listen } from "./listen.ts";
 import { jsonResponse, respond } from "./respond.ts";
-import type { UpstreamLegRecord } from "./session-types.ts";
+import type { UpstreamLegRecord } from "../../durable-objects/records.ts";
 import { routingName } from "./upstream.ts";
 import { GATEWAY_INFO, META, MODERN_VERSION, REMOVED_IN_MODERN, SUPPORTED_VERSIONS } from "./versions.ts";
 
@@ -140,8 +141,9 @@ export async function modernPost(fc: FrontContext, req: Request, msg: JsonRpcMes
   }
   const run = req.headers.get("portcullis-run-id");
   if (run !== null) {
-    if (!/^[A-Za-z0-9_-]{8,128}$/.test(run)) return refuse(400, ErrorCode.InvalidRequest, "Invalid Portcullis-Run-Id: use 8–128 characters of [A-Za-z0-9_-]", msg.id);
-    const owned = await sessionStore(fc.env, `run:${run}`).claimRun(fc.principal, run, fc.cfg.sessionTtlS);
+    const runStore = runObject(fc.env, run);
+    if (!runStore) return refuse(400, ErrorCode.InvalidRequest, "Invalid Portcullis-Run-Id: use 8–128 characters of [A-Za-z0-9_-]", msg.id);
+    const owned = await runStore.claimRun(fc.principal, run, fc.cfg.sessionTtlS);
     if (!owned) return refuse(404, ErrorCode.ServerError, "Run not found: this run belongs to another principal or has ended", msg.id);
   }
   if (msg.method === "server/discover") return discover(fc, msg);

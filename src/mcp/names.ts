@@ -1,8 +1,8 @@
 /**
  * Exposed names: how upstream tool/prompt names, resource URIs and task ids appear to clients
  * when several upstreams are aggregated, and how to map them back.
- * Owns: the `<upstream>__<name>` and `<upstream>+<uri>` conventions, the 64-character tool-name
- * budget, and the allow/deny glob filter. Must never: map one exposed name to two upstreams
+ * Owns: the `<upstream>__<name>` and `<upstream>+<uri>` conventions, and the 64-character tool-name
+ * budget. Must never: map one exposed name to two upstreams
  * (upstream names contain no `_`, so the first `__` is always the split point).
  */
 import type { UpstreamConfig } from "../config/load.ts";
@@ -58,24 +58,4 @@ export function exposeHandle(up: UpstreamConfig, handle: string): string {
 }
 export function splitHandle(upstreams: UpstreamConfig[], exposed: string) {
   return splitName(upstreams, exposed);
-}
-
-const compiled = new Map<string, RegExp>();
-
-/** Glob over exposed names: `*` matches any run of characters, `?` one character. Compiled once per isolate. */
-export function globMatch(glob: string, name: string): boolean {
-  let re = compiled.get(glob);
-  if (!re) {
-    re = new RegExp(`^${glob.replace(/[.+^${}()|[\]\\]/g, "\\$&").replace(/\*/g, ".*").replace(/\?/g, ".")}$`);
-    if (compiled.size > 4096) compiled.clear();
-    compiled.set(glob, re);
-  }
-  return re.test(name);
-}
-
-/** The upstream's allow/deny rules over its own (un-prefixed) tool names. Deny wins. */
-export function toolAllowed(up: UpstreamConfig, toolName: string): boolean {
-  if (up.deny.some((g) => globMatch(g, toolName))) return false;
-  if (up.allow.length === 0) return true;
-  return up.allow.some((g) => globMatch(g, toolName));
 }

@@ -6,9 +6,10 @@
  * upstream's id toward the client (ids from several upstreams would collide).
  */
 import type { UpstreamConfig } from "../config/load.ts";
-import { ErrorCode, type JsonObject, type JsonRpcRequest, errorResponse } from "./jsonrpc.ts";
-import type { SessionApi } from "./session-types.ts";
-import { postUpstream, type Leg } from "./upstream.ts";
+import { ErrorCode, type JsonObject, type JsonRpcRequest, errorResponse } from "../wire/jsonrpc.ts";
+import type { SessionApi } from "../../durable-objects/records.ts";
+import { postUpstream } from "./upstream.ts";
+import type { Leg } from "../../durable-objects/records.ts";
 
 /** The client capability each server→client request needs. */
 export const CAPABILITY_FOR: Record<string, string> = {

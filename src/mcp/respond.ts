@@ -7,8 +7,8 @@
  * answer a 5xx for a failure the pipeline already explained as a JSON-RPC error.
  */
 import type { Outcome } from "./context.ts";
-import { ErrorCode, type JsonRpcId, type JsonRpcMessage, errorResponse } from "./jsonrpc.ts";
-import { encodeComment, encodeEvent } from "./sse.ts";
+import { ErrorCode, type JsonRpcId, type JsonRpcMessage, errorResponse } from "../wire/jsonrpc.ts";
+import { encodeComment, encodeEvent } from "../wire/sse.ts";
 import { UpstreamError } from "./upstream.ts";
 
 export interface Resumable {

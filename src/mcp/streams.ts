@@ -6,15 +6,16 @@
  * stream, or keep upstream streams open after the client has gone.
  */
 import type { UpstreamConfig } from "../config/load.ts";
-import { ErrorCode, type JsonRpcMessage, type JsonRpcRequest, isNotification, isObject, isRequest } from "./jsonrpc.ts";
-import type { FrontContext } from "./legacy.ts";
+import { ErrorCode, type JsonRpcMessage, type JsonRpcRequest, isNotification, isObject, isRequest } from "../wire/jsonrpc.ts";
+import type { FrontContext } from "./context.ts";
 import { exposeUri } from "./names.ts";
 import { SSE_HEADERS } from "./respond.ts";
-import type { SessionApi, SessionRecord } from "./session-types.ts";
-import { encodeComment, encodeEvent } from "./sse.ts";
+import type { SessionApi, SessionRecord } from "../../durable-objects/records.ts";
+import { encodeComment, encodeEvent } from "../wire/sse.ts";
 import { listChangeFlags } from "./legs.ts";
 import { relayServerRequest } from "./relay.ts";
-import { openGetStream, requestUpstream, type Frame, type Leg } from "./upstream.ts";
+import { openGetStream, requestUpstream, type Frame } from "./upstream.ts";
+import type { Leg } from "../../durable-objects/records.ts";
 import { META } from "./versions.ts";
 import { refuse } from "./edge.ts";
 

@@ -10,17 +10,12 @@ import type { UpstreamConfig } from "../config/load.ts";
 import {
   type JsonObject, type JsonRpcMessage, type JsonRpcRequest, type JsonRpcResponse,
   isObject, isResponse, parseMessage,
-} from "./jsonrpc.ts";
+} from "../wire/jsonrpc.ts";
 import { EgressError, guardedFetch } from "../egress/guarded-fetch.ts";
-import { parseSse } from "./sse.ts";
+import { parseSse } from "../wire/sse.ts";
+import type { Leg } from "../../durable-objects/records.ts";
 import { GATEWAY_INFO, META, MODERN_VERSION } from "./versions.ts";
 
-export type Era = "legacy" | "modern";
-
-/** How the gateway talks to one upstream for one client context. */
-export type Leg =
-  | { era: "legacy"; sessionId?: string; protocolVersion: string }
-  | { era: "modern"; meta: JsonObject };
 
 export class UpstreamError extends Error {
   readonly upstream: string;

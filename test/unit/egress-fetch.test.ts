@@ -2,7 +2,7 @@
 // time bounded, and a URL that fails the check is never fetched. Fully offline.
 import { describe, expect, it } from "vitest";
 import { EgressError, guardedFetch, type GuardedFetchOptions } from "../../src/egress/guarded-fetch.ts";
-import { egressSchema } from "../../src/egress/schema.ts";
+import { egressSchema } from "../../src/config/egress-schema.ts";
 
 type Call = { url: URL; init: RequestInit };
 type Script = (url: URL, init: RequestInit) => Response | Promise<Response>;

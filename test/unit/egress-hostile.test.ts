@@ -2,7 +2,7 @@
 // Runs in workerd, so the URL parser here is the one the Worker's fetch uses.
 import { describe, expect, it } from "vitest";
 import { checkEgress } from "../../src/egress/rules.ts";
-import { egressSchema, type EgressInput } from "../../src/egress/schema.ts";
+import { egressSchema, type EgressInput } from "../../src/config/egress-schema.ts";
 
 const rules = (r: EgressInput = {}) => egressSchema.parse(r);
 const STRICT = rules({ allow_loopback: false });

@@ -3,9 +3,9 @@
 // IPv4) are 100% refused, and the URL parser canonicalises them the way the check relies on.
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { formatIPv4, parseIPv4, parseIPv6 } from "../../src/egress/addresses.ts";
+import { formatIPv4, parseIPv4, parseIPv6 } from "../../src/wire/hosts.ts";
 import { checkEgress } from "../../src/egress/rules.ts";
-import { egressSchema } from "../../src/egress/schema.ts";
+import { egressSchema } from "../../src/config/egress-schema.ts";
 
 const RUNS = 600;
 const STRICT = egressSchema.parse({});

@@ -1,8 +1,8 @@
 // The `egress:` config schema, and the low-level parsers the egress check is built on.
 import { describe, expect, it } from "vitest";
-import { classifyHostLiteral, parseIPv4, parseIPv6 } from "../../src/egress/addresses.ts";
-import { isMetadataName, matchesHostPattern, punycodeDecode } from "../../src/egress/rules.ts";
-import { DEFAULT_EGRESS_RULES, egressSchema } from "../../src/egress/schema.ts";
+import { classifyHostLiteral, isMetadataName, parseIPv4, parseIPv6 } from "../../src/wire/hosts.ts";
+import { matchesHostPattern, punycodeDecode } from "../../src/egress/rules.ts";
+import { DEFAULT_EGRESS_RULES, egressSchema } from "../../src/config/egress-schema.ts";
 
 const issues = (input: unknown): string[] => {
   const r = egressSchema.safeParse(input);

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
-import { parseMessage } from "../../src/mcp/jsonrpc.ts";
-import { encodeEvent, parseSse } from "../../src/mcp/sse.ts";
+import { parseMessage } from "../../src/wire/jsonrpc.ts";
+import { encodeEvent, parseSse } from "../../src/wire/sse.ts";
 
 describe("parseMessage", () => {
   const cases: [string, { ok: boolean; code?: number; id?: unknown }][] = [

@@ -1,7 +1,9 @@
 import { describe, expect, it } from "vitest";
 import type { UpstreamConfig } from "../../src/config/load.ts";
-import { DEFAULT_EGRESS_RULES } from "../../src/egress/schema.ts";
-import { exposeName, exposeUri, globMatch, splitName, splitUri, toolAllowed } from "../../src/mcp/names.ts";
+import { DEFAULT_EGRESS_RULES } from "../../src/config/egress-schema.ts";
+import { exposeName, exposeUri, splitName, splitUri } from "../../src/mcp/names.ts";
+import { globMatch } from "../../src/wire/glob.ts";
+import { toolAllowed } from "../../src/governance/grant-scope.ts";
 
 const up = (name: string, extra: Partial<UpstreamConfig> = {}): UpstreamConfig => ({
   name, url: "http://127.0.0.1/mcp", namespaced: true, headers: {}, allow: [], deny: [], timeoutMs: 1000, credentials: { mode: "none", header: "Authorization", prefix: "Bearer " }, egress: DEFAULT_EGRESS_RULES, onLoopback: false, ...extra,

@@ -1,13 +1,13 @@
 import { env, evictDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import type { SessionApi, SessionRecord } from "../../src/mcp/session-types.ts";
+import type { SessionApi, SessionRecord } from "../../durable-objects/records.ts";
 
 function stub(name: string) {
   const id = env.SESSIONS.idFromName(name);
   return { api: env.SESSIONS.get(id) as unknown as SessionApi, raw: env.SESSIONS.get(id) };
 }
 const rec = (id: string, principal = "agent:a"): SessionRecord => ({
-  id, principal, protocolVersion: "2025-11-25", clientCapabilities: { sampling: {} },
+  v: 1, id, principal, protocolVersion: "2025-11-25", clientCapabilities: { sampling: {} },
   upstreams: { up: { leg: { era: "legacy", protocolVersion: "2025-11-25", sessionId: "u1" } } },
   createdAt: Date.now(), touchedAt: Date.now(), ttlS: 3600,
 });

@@ -5,14 +5,15 @@
  */
 import { env, SELF } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import type { SessionApi, SessionRecord } from "../../src/mcp/session-types.ts";
+import { sessionObject } from "../../durable-objects/names.ts";
+import type { SessionApi, SessionRecord } from "../../durable-objects/records.ts";
 
 const H = { "content-type": "application/json", accept: "application/json, text/event-stream", "mcp-protocol-version": "2025-11-25" };
 
 function seed(id: string, principal: string): SessionApi {
-  const api = env.SESSIONS.get(env.SESSIONS.idFromName(id)) as unknown as SessionApi;
+  const api = sessionObject(env, id)!;
   const now = Date.now();
-  const rec: SessionRecord = { id, principal, protocolVersion: "2025-11-25", clientCapabilities: {}, upstreams: {}, createdAt: now, touchedAt: now, ttlS: 3600 };
+  const rec: SessionRecord = { v: 1, id, principal, protocolVersion: "2025-11-25", clientCapabilities: {}, upstreams: {}, createdAt: now, touchedAt: now, ttlS: 3600 };
   void api.create(rec);
   return api;
 }

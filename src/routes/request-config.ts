@@ -8,9 +8,11 @@
 import type { Env } from "../env.ts";
 import { upstreamsFor } from "../egress/credentials.ts";
 import { isLoopbackRequest } from "../identity/auth.ts";
-import { grantReachesUpstream, type Principal } from "../identity/principal.ts";
+import { grantReachesUpstream } from "../governance/grant-scope.ts";
+import { type Principal } from "../config/principal.ts";
 import { jsonResponse } from "../mcp/respond.ts";
-import { egressProblems, type GatewayConfig } from "./load.ts";
+import type { GatewayConfig } from "../config/load.ts";
+import { egressProblems } from "../egress/config-check.ts";
 
 const checked = new WeakMap<GatewayConfig, Map<boolean, string[]>>();
 

@@ -4,14 +4,14 @@
  * Must never: hand a handler a request whose config, origin or grant did not pass.
  */
 import { ConfigError, type GatewayConfig } from "../config/load.ts";
-import { currentConfig } from "../config/current.ts";
-import { egressRefusal, requestConfig } from "../config/request.ts";
+import { currentConfig } from "./config-view.ts";
+import { egressRefusal, requestConfig } from "./request-config.ts";
 import { guardedFetch } from "../egress/guarded-fetch.ts";
 import type { Env } from "../env.ts";
 import { checkOrigin } from "../mcp/edge.ts";
 import { jsonResponse } from "../mcp/respond.ts";
-import { authenticate, isLoopbackRequest, type AuthOptions } from "./auth.ts";
-import type { Principal } from "./principal.ts";
+import { authenticate, isLoopbackRequest, type AuthOptions } from "../identity/auth.ts";
+import type { Principal } from "../config/principal.ts";
 
 export function configOr503(env: Env): GatewayConfig | Response {
   try {

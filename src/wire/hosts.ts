@@ -1,11 +1,20 @@
 /**
- * IP literal classification for egress. Owns: strict parsing of the IP literal forms a WHATWG URL
+ * Host names and IP literals as URLs spell them: loopback names, cloud metadata names, and IP
+ * literal classification. Owns: strict parsing of the IP literal forms a WHATWG URL
  * serialises (`a.b.c.d`, `[v6]`), the table of denied IPv4/IPv6 ranges, the cloud metadata
  * addresses, and unwrapping IPv4 embedded in IPv4-mapped, IPv4-compatible, NAT64, 6to4 and Teredo
  * addresses so the embedded address is re-checked. Must never: accept a non-canonical IPv4 form
  * (`0x7f.1`, `127.1`, `0177.0.0.1` — those must go through `new URL()` first, which rewrites them
  * to dotted decimal), resolve names, or call any address outside 2000::/3 "public".
  */
+
+/** Loopback host names as URL parsing spells them (plus the bare IPv6 form a Host header may carry). */
+export const LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "[::1]"] as const;
+const LOOPBACK = new Set<string>([...LOOPBACK_HOSTS, "::1"]);
+
+export function isLoopbackHost(hostname: string): boolean {
+  return LOOPBACK.has(hostname.toLowerCase());
+}
 
 /**
  * What a literal is, for the egress decision. `public` is the only kind that may be fetched as-is.
@@ -220,3 +229,21 @@ export function classifyHostLiteral(hostname: string): AddressVerdict | null {
   const n = parseIPv4(hostname);
   return n === null ? null : classifyIPv4(n);
 }
+
+/** Cloud and orchestrator metadata names: never allowed, nor any name below them. */
+export const METADATA_NAMES: readonly string[] = [
+  "metadata", "metadata.google.internal", "metadata.goog", "metadata.internal",
+  "instance-data", "instance-data.ec2.internal", "metadata.ec2.internal",
+  "metadata.azure.com", "metadata.azure.internal",
+  "metadata.tencentyun.com", "metadata.platformequinix.com", "metadata.packet.net",
+  "rancher-metadata", "rancher-metadata.rancher.internal",
+  "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local",
+];
+
+export const isUnder = (name: string, domain: string): boolean => name === domain || name.endsWith(`.${domain}`);
+
+/** True for a metadata name or any name below one (expects a lowercase name, no trailing dot). */
+export function isMetadataName(name: string): boolean {
+  return METADATA_NAMES.some((m) => isUnder(name, m));
+}
+

@@ -1,31 +1,11 @@
 /**
- * Who is calling: the principal a request runs as, after authentication. Owns the shape every
- * other module reads and the grant-scope questions (may this principal see a tool, an upstream).
- * Must never: hold the token itself (only its jti), or widen a grant.
+ * Grant scope: which tools and upstreams a principal's grant reaches, and which tools an
+ * upstream's own allow/deny globs let through. Pure questions over the principal and the
+ * config. Must never: widen a grant, or answer for a tool name it was not given.
  */
 import type { UpstreamConfig } from "../config/load.ts";
-import { globMatch } from "../mcp/names.ts";
-
-import { hasRole, type Role } from "./grant.ts";
-
-export type { Role };
-
-export interface Principal {
-  /** e.g. `agent:triage-bot`, `human:leo`, or the configured actor when unauthenticated. */
-  sub: string;
-  team: string;
-  roles: Role[];
-  /** Globs over exposed tool names; null means every tool (the unauthenticated loopback actor). */
-  tools: string[] | null;
-  authenticated: boolean;
-  jti?: string;
-  budget?: { calls?: number };
-}
-
-/** `admin` holds every role; the others are independent (grant.ts owns the rule). */
-export function principalHas(p: Principal, role: Role): boolean {
-  return hasRole(p, role);
-}
+import type { Principal } from "../config/principal.ts";
+import { globMatch } from "../wire/glob.ts";
 
 /** Whether the grant lets this principal see and call the tool with this exposed name. */
 export function grantAllowsTool(p: Principal, exposedName: string): boolean {
@@ -51,4 +31,11 @@ export function grantReachesUpstream(p: Principal, up: UpstreamConfig): boolean 
     const lit = literalPrefix(g);
     return lit.startsWith(prefix) || prefix.startsWith(lit);
   });
+}
+
+/** The upstream's allow/deny rules over its own (un-prefixed) tool names. Deny wins. */
+export function toolAllowed(up: UpstreamConfig, toolName: string): boolean {
+  if (up.deny.some((g) => globMatch(g, toolName))) return false;
+  if (up.allow.length === 0) return true;
+  return up.allow.some((g) => globMatch(g, toolName));
 }

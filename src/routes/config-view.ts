@@ -4,7 +4,7 @@
  * ConfigError and answer 503 naming every problem).
  */
 import type { Env } from "../env.ts";
-import { ConfigError, loadConfig, type GatewayConfig } from "./load.ts";
+import { ConfigError, loadConfig, type GatewayConfig } from "../config/load.ts";
 
 let cached: { text: string; config: GatewayConfig } | null = null;
 

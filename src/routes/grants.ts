@@ -9,11 +9,11 @@ import type { GatewayConfig } from "../config/load.ts";
 import { ROLES } from "../config/schema.ts";
 import type { Env } from "../env.ts";
 import { jsonResponse } from "../mcp/respond.ts";
-import { signingKeys } from "./auth.ts";
-import { canonicalUrl, issuerOf } from "./metadata.ts";
-import type { Principal } from "./principal.ts";
-import { revocationStore } from "./revocation.ts";
-import { mintGrant } from "./tokens.ts";
+import { signingKeys } from "../identity/auth.ts";
+import { canonicalUrl, issuerOf } from "../identity/metadata.ts";
+import type { Principal } from "../config/principal.ts";
+import { revocationObject } from "../../durable-objects/names.ts";
+import { mintGrant } from "../identity/tokens.ts";
 
 const mintBody = z.strictObject({
   sub: z.string().min(1).max(200),
@@ -55,6 +55,6 @@ export async function revokeGrantRoute(req: Request, env: Env, cfg: GatewayConfi
   const given = b && typeof b === "object" && "exp" in b ? (b as { exp: unknown }).exp : undefined;
   // Without the grant's exp, keep the revocation for the longest lifetime a grant can have.
   const exp = typeof given === "number" && Number.isFinite(given) ? given : Math.floor(Date.now() / 1000) + cfg.auth.maxTokenLifetimeS;
-  await revocationStore(env, jti).revoke(jti, exp, by.sub);
+  await revocationObject(env, jti).revoke(jti, exp, by.sub);
   return jsonResponse({ revoked: jti, until: exp });
 }

@@ -7,8 +7,7 @@
  * into the allowlist.
  */
 import { z } from "zod";
-import { classifyHostLiteral } from "./addresses.ts";
-import { isMetadataName } from "./rules.ts";
+import { classifyHostLiteral, isMetadataName } from "../wire/hosts.ts";
 
 /** Parsed egress rules. Field names follow the YAML (snake_case); `timeout` becomes `timeout_ms`. */
 export interface EgressRules {

@@ -5,8 +5,9 @@
  */
 import type { GatewayConfig } from "../config/load.ts";
 import type { Env } from "../env.ts";
-import { principalHas, type Principal, type Role } from "../identity/principal.ts";
-import type { JsonObject } from "../mcp/jsonrpc.ts";
+import { principalHas, type Principal } from "../config/principal.ts";
+import { type Role } from "../config/roles.ts";
+import type { JsonObject } from "../wire/jsonrpc.ts";
 
 export interface OperatorContext {
   env: Env;

@@ -6,14 +6,14 @@
  */
 import type { GatewayConfig } from "../config/load.ts";
 import type { Env } from "../env.ts";
-import type { Principal } from "../identity/principal.ts";
+import type { Principal } from "../config/principal.ts";
 import { readPost, refuse } from "../mcp/edge.ts";
-import { ErrorCode, type JsonObject, errorResponse, isObject, isRequest } from "../mcp/jsonrpc.ts";
+import { ErrorCode, type JsonObject, errorResponse, isObject, isRequest } from "../wire/jsonrpc.ts";
 import { checkModernRequest } from "../mcp/modern.ts";
 import { jsonResponse } from "../mcp/respond.ts";
 import { GATEWAY_INFO, LATEST_LEGACY, META, SUPPORTED_VERSIONS, isLegacyVersion } from "../mcp/versions.ts";
-import { operatorTool, operatorToolsFor } from "./registry.ts";
-import "./tools.ts";
+import { operatorTool, operatorToolsFor } from "./operator-registry.ts";
+import "./operator-tools.ts";
 
 export async function operatorMcp(req: Request, env: Env, cfg: GatewayConfig, who: Principal): Promise<Response> {
   if (req.method !== "POST") return refuse(405, ErrorCode.InvalidRequest, "Method Not Allowed: /operator/mcp is stateless; use POST", null, { allow: "POST" });

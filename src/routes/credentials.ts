@@ -5,9 +5,10 @@
  */
 import type { GatewayConfig } from "../config/load.ts";
 import type { Env } from "../env.ts";
-import type { Principal } from "../identity/principal.ts";
+import type { Principal } from "../config/principal.ts";
 import { jsonResponse } from "../mcp/respond.ts";
-import { credentialStore, sealCredential } from "./credentials.ts";
+import { credentialsObject } from "../../durable-objects/names.ts";
+import { sealCredential } from "../egress/credentials.ts";
 
 function bad(message: string, status = 400): Response {
   return jsonResponse({ error: "invalid_request", error_description: message }, status);
@@ -34,7 +35,7 @@ export async function putCredentialRoute(req: Request, env: Env, cfg: GatewayCon
     return bad("token must be a string of 1–8192 characters without line breaks");
   }
   try {
-    await credentialStore(env, who.sub).put(upstream, await sealCredential(env, cfg, who.sub, upstream, token));
+    await credentialsObject(env, who.sub).put(upstream, await sealCredential(env, cfg, who.sub, upstream, token));
   } catch (e) {
     return bad(`the credential could not be stored (${(e as Error).message})`, 503);
   }
@@ -44,6 +45,6 @@ export async function putCredentialRoute(req: Request, env: Env, cfg: GatewayCon
 export async function deleteCredentialRoute(env: Env, cfg: GatewayConfig, who: Principal, upstream: string): Promise<Response> {
   const t = target(cfg, upstream);
   if (t) return t;
-  const removed = await credentialStore(env, who.sub).remove(upstream);
+  const removed = await credentialsObject(env, who.sub).remove(upstream);
   return jsonResponse({ upstream, principal: who.sub, removed });
 }

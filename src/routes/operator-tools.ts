@@ -2,9 +2,9 @@
  * The operator tools that exist today: who am I, upstream status, and grant revocation.
  * Must never: reveal secrets (upstream headers) or another principal's token.
  */
-import { revocationStore } from "../identity/revocation.ts";
+import { revocationObject } from "../../durable-objects/names.ts";
 import { readiness, summary } from "../mcp/health.ts";
-import { registerOperatorTool } from "./registry.ts";
+import { registerOperatorTool } from "./operator-registry.ts";
 
 registerOperatorTool({
   name: "portcullis.whoami",
@@ -40,7 +40,7 @@ registerOperatorTool({
     const jti = args.jti;
     if (typeof jti !== "string" || !/^[A-Za-z0-9_-]{8,128}$/.test(jti)) throw new Error("jti must be 8–128 characters of [A-Za-z0-9_-]");
     const exp = typeof args.exp === "number" ? args.exp : Math.floor(Date.now() / 1000) + cfg.auth.maxTokenLifetimeS;
-    await revocationStore(env, jti).revoke(jti, exp, who.sub);
+    await revocationObject(env, jti).revoke(jti, exp, who.sub);
     return { revoked: jti, until: exp };
   },
 });

@@ -1,8 +1,20 @@
 /**
- * Shapes shared between the legacy front and SessionDO. Owns only types; must never hold logic.
+ * The storage contract: every record shape a Durable Object keeps (each with a version field)
+ * and the RPC surface each object class offers the Worker. Owns only types; must never hold
+ * logic. docs/storage.md documents the same shapes for operators.
  */
-import type { JsonObject, JsonRpcResponse } from "./jsonrpc.ts";
-import type { Leg } from "./upstream.ts";
+import type { JsonObject, JsonRpcResponse } from "../src/wire/jsonrpc.ts";
+
+/** The protocol era of one side of a connection. */
+export type Era = "legacy" | "modern";
+
+/** How the gateway talks to one upstream for one client context. */
+export type Leg =
+  | { era: "legacy"; sessionId?: string; protocolVersion: string }
+  | { era: "modern"; meta: JsonObject };
+
+/** Version of the SessionRecord shape (bumped when a field changes meaning). */
+export const SESSION_RECORD_VERSION = 1;
 
 export interface UpstreamLegRecord {
   /** The leg this session uses with that upstream; absent when the upstream was unavailable. */
@@ -14,6 +26,8 @@ export interface UpstreamLegRecord {
 }
 
 export interface SessionRecord {
+  /** Record shape version (SESSION_RECORD_VERSION). */
+  v: number;
   id: string;
   principal: string;
   protocolVersion: string;
@@ -57,4 +71,32 @@ export interface PendingRelay {
   id: string;
   upstream: string;
   upId: string | number;
+}
+
+/** The upstream session a modern principal keeps with one legacy-only upstream. */
+export interface StoredLeg {
+  v: number;
+  principal: string;
+  rec: UpstreamLegRecord;
+}
+
+/** One per-principal upstream credential, sealed with AES-256-GCM (never plaintext). */
+export interface SealedCredential {
+  v: number;
+  iv: string;
+  ct: string;
+  at: number;
+}
+
+/** The CredentialsDO RPC surface. */
+export interface CredentialsApi {
+  put(upstream: string, sealed: { iv: string; ct: string }): Promise<void>;
+  get(upstream: string): Promise<SealedCredential | null>;
+  remove(upstream: string): Promise<boolean>;
+}
+
+/** The RevocationsDO RPC surface. */
+export interface RevocationsApi {
+  isRevoked(jti: string): Promise<boolean>;
+  revoke(jti: string, exp: number, by: string): Promise<void>;
 }

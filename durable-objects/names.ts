@@ -1,0 +1,56 @@
+/**
+ * Durable Object names: the one module that turns an identifier into the object that holds its
+ * state. Every name carries its kind (`session:`, `run:`, `leg:`, `shard-`, `principal:`), so
+ * no identifier of one kind can address an object of another, and client-supplied ids are
+ * format-checked here before they address anything. Must never: address an object from an id
+ * that failed its format check, or build a name outside this module.
+ */
+import type { Env } from "../src/env.ts";
+import type { CredentialsApi, RevocationsApi, SessionApi } from "./records.ts";
+
+/** Legacy session ids the gateway issues: 192 random bits as 48 lowercase hex characters. */
+export const SESSION_ID = /^[0-9a-f]{48}$/;
+/** Run ids a modern client may choose (`Portcullis-Run-Id`). */
+export const RUN_ID = /^[A-Za-z0-9_-]{8,128}$/;
+/** Revocation shards: jtis spread over this many RevocationsDO objects. */
+export const REVOCATION_SHARDS = 16;
+
+export function newSessionId(): string {
+  const b = crypto.getRandomValues(new Uint8Array(24));
+  return Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
+}
+
+function stub<T>(ns: DurableObjectNamespace, name: string): T {
+  return ns.get(ns.idFromName(name)) as unknown as T;
+}
+
+/** A legacy session's object; null when `id` is not a session id this gateway could have issued. */
+export function sessionObject(env: Env, id: string): SessionApi | null {
+  return SESSION_ID.test(id) ? stub<SessionApi>(env.SESSIONS, `session:${id}`) : null;
+}
+
+/** A modern run's object (`Portcullis-Run-Id`); null when the id is malformed. */
+export function runObject(env: Env, id: string): SessionApi | null {
+  return RUN_ID.test(id) ? stub<SessionApi>(env.SESSIONS, `run:${id}`) : null;
+}
+
+/** The object holding one modern principal's legacy session with one upstream (built from config, not client input). */
+export function legObject(env: Env, principal: string, upstream: string, url: string): SessionApi {
+  return stub<SessionApi>(env.SESSIONS, `leg:${principal}\u0000${upstream}\u0000${url}`);
+}
+
+function shardOf(jti: string): number {
+  let h = 0;
+  for (let i = 0; i < jti.length; i++) h = (h * 31 + jti.charCodeAt(i)) >>> 0;
+  return h % REVOCATION_SHARDS;
+}
+
+/** The revocation shard that holds `jti`. */
+export function revocationObject(env: Env, jti: string): RevocationsApi {
+  return stub<RevocationsApi>(env.REVOCATIONS, `shard-${shardOf(jti)}`);
+}
+
+/** One principal's sealed upstream credentials. */
+export function credentialsObject(env: Env, principal: string): CredentialsApi {
+  return stub<CredentialsApi>(env.CREDENTIALS, `principal:${principal}`);
+}
