@@ -2,8 +2,10 @@
 /**
  * The `portcullis` command. Owns argument parsing and process orchestration for local use:
  * `dev --config FILE [--port N]` (a local gateway on workerd via wrangler), `start` (the demo:
- * a bundled upstream plus a gateway in front of it), `check --config FILE` (validate a config).
- * Must never: print secret values (config errors name variables, not values).
+ * a bundled upstream plus a gateway in front of it), `demo-upstream` (that upstream alone, pinned
+ * to 127.0.0.1), `check --config FILE` (validate a config), `token mint` (a grant for one gateway).
+ * Must never: print secret values (config errors name variables, not values), or let the demo
+ * upstream listen beyond loopback.
  */
 import { spawn } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync, realpathSync, writeFileSync } from "node:fs";
@@ -27,22 +29,33 @@ function args(argv) {
 
 function usage(code = 1) {
   console.error(`usage:
-  portcullis start                         demo upstream + gateway on http://127.0.0.1:8787/mcp
+  portcullis start [--port N] [--upstream-port N] [--persist-to DIR]
+                        demo upstream (127.0.0.1 only) + gateway on http://127.0.0.1:8787/mcp
+  portcullis demo-upstream [--port N]      the bundled demo upstream alone, on 127.0.0.1:3001 only
   portcullis dev --config FILE [--port N]  local gateway with that config
   portcullis check --config FILE           validate a config and report every problem
   portcullis doctor --config FILE [--local|--deployed]
                         check the config statically, egress rules included: exit 1 naming each
                         refused upstream and its reason (all at once), 0 when sound
   portcullis token mint --sub PRINCIPAL [--team T] [--role R,...] [--tools GLOB,...] [--ttl 1h]
-                        [--aud URL] [--iss ISS] [--key FILE]     locally, with the dev key
+                        [--port N | --gateway URL | --aud URL] [--iss ISS] [--key FILE]
+                        locally, with the dev key, for one gateway:
+                          --port N       the local gateway on port N: iss = aud = http://127.0.0.1:N
+                          --gateway URL  the gateway at URL (its /mcp endpoint will do): iss = aud = URL
+                          --aud URL      aud = URL, iss = --iss or the same URL
+                        default: --port 8787; --iss overrides the issuer in every case;
+                        the dev key is .portcullis/dev-signing-key.json (PORTCULLIS_DEV_KEY_FILE overrides)
   portcullis token mint --url GATEWAY --token ADMIN_GRANT --sub ...  through POST /v1/grants`);
   process.exit(code);
 }
 
 const DEV_KEY = resolve(root, ".portcullis", "dev-signing-key.json");
 
-/** The local dev signing key (a private Ed25519 JWK), created on first use. Never for production. */
-export async function devSigningKey(file = DEV_KEY) {
+/**
+ * The local dev signing key (a private Ed25519 JWK), created on first use. Never for production.
+ * PORTCULLIS_DEV_KEY_FILE names another file (tests use a temporary one).
+ */
+export async function devSigningKey(file = process.env.PORTCULLIS_DEV_KEY_FILE || DEV_KEY) {
   if (existsSync(file)) return readFileSync(file, "utf8");
   const { generateSigningKey } = await import(resolve(root, "src/identity/tokens.ts"));
   const { privateJwk } = await generateSigningKey(`dev-${Date.now().toString(36)}`);
@@ -59,12 +72,56 @@ function seconds(ttl) {
 
 const list = (v) => (v === undefined || v === true ? [] : String(v).split(",").map((s) => s.trim()).filter(Boolean));
 
+function fail(message) {
+  console.error(`portcullis: ${message}`);
+  process.exit(1);
+}
+
+/**
+ * The gateway a locally minted grant is for: `{ iss, aud }` from --port, --gateway or --aud
+ * (at most one of them; default the demo's port 8787), then --iss overriding the issuer.
+ * Returns an error sentence instead when the flags do not name one gateway.
+ */
+export function mintTarget(a) {
+  const given = ["aud", "gateway", "port"].filter((k) => a[k] !== undefined);
+  if (given.length > 1) {
+    return given.includes("aud")
+      ? `--aud and --${given.find((k) => k !== "aud")} both name the gateway: use --port N or --gateway URL (issuer and audience both), or --aud URL (with --iss ISS if the issuer differs), not both`
+      : "--port and --gateway both name the gateway: use one";
+  }
+  let url;
+  if (a.port !== undefined) {
+    const n = typeof a.port === "string" && /^\d+$/.test(a.port) ? Number(a.port) : NaN;
+    if (!(n >= 1 && n <= 65535)) return `--port: use a port number (1-65535), not ${a.port === true ? "nothing" : a.port}`;
+    url = `http://127.0.0.1:${n}`;
+  } else if (a.gateway !== undefined) {
+    let u = null;
+    try {
+      u = typeof a.gateway === "string" ? new URL(a.gateway) : null;
+    } catch {
+      u = null;
+    }
+    if (!u || (u.protocol !== "http:" && u.protocol !== "https:")) return `--gateway: use the gateway's http(s) URL, e.g. http://127.0.0.1:8787, not ${a.gateway === true ? "nothing" : a.gateway}`;
+    // The gateway's URL or its MCP endpoint: both name the same gateway.
+    url = /^\/mcp\/*$/.test(u.pathname) && !u.search ? u.origin : u.href.replace(/\/+$/, "");
+  } else if (a.aud !== undefined) {
+    if (typeof a.aud !== "string" || a.aud.trim() === "") return "--aud: give the audience (the gateway's URL)";
+    url = a.aud.replace(/\/+$/, "");
+  } else {
+    url = "http://127.0.0.1:8787";
+  }
+  if (a.iss !== undefined && typeof a.iss !== "string") return "--iss: give the issuer URL";
+  return { iss: typeof a.iss === "string" ? a.iss : url, aud: url };
+}
+
 async function tokenMint(a) {
   if (typeof a.sub !== "string") usage();
   const body = { sub: a.sub, team: typeof a.team === "string" ? a.team : "default", roles: list(a.role).length ? list(a.role) : ["agent"], tools: list(a.tools) };
   const ttl = seconds(a.ttl ?? "1h");
   if (typeof a.url === "string") {
     if (typeof a.token !== "string") usage();
+    const named = ["aud", "gateway", "port", "iss"].filter((k) => a[k] !== undefined);
+    if (named.length) fail(`--url mints through that gateway, which signs for itself: drop ${named.map((k) => `--${k}`).join(", ")}`);
     const res = await fetch(new URL("/v1/grants", a.url), {
       method: "POST", headers: { "content-type": "application/json", authorization: `Bearer ${a.token}` },
       body: JSON.stringify({ ...body, ttl_seconds: ttl }),
@@ -74,11 +131,12 @@ async function tokenMint(a) {
     console.log(j.token);
     return;
   }
+  const target = mintTarget(a);
+  if (typeof target === "string") fail(target);
   const { parseKeySet, mintGrant } = await import(resolve(root, "src/identity/tokens.ts"));
   const keyText = typeof a.key === "string" ? readFileSync(a.key, "utf8") : await devSigningKey();
-  const aud = typeof a.aud === "string" ? a.aud.replace(/\/+$/, "") : "http://127.0.0.1:8787";
   const maxLifetimeSeconds = a["max-lifetime"] ? seconds(a["max-lifetime"]) : 86400;
-  const minted = await mintGrant(await parseKeySet(keyText), { iss: typeof a.iss === "string" ? a.iss : aud, aud, ...body, ttlSeconds: ttl }, { maxLifetimeSeconds });
+  const minted = await mintGrant(await parseKeySet(keyText), { ...target, ...body, ttlSeconds: ttl }, { maxLifetimeSeconds });
   console.log(minted.token);
 }
 
@@ -102,10 +160,14 @@ async function validate(file, { onLoopback = true, secrets = "env" } = {}) {
   }
 }
 
-/** Starts wrangler dev with the config text as the PORTCULLIS_CONFIG var. Resolves to the child. */
-export function startGateway({ configText, port = 8787, persistTo, stdio = "inherit", extraVars = {}, signingKey, logLevel = "log" }) {
+/**
+ * Starts wrangler dev with the config text as the PORTCULLIS_CONFIG var. Resolves to the child.
+ * `ip` is 127.0.0.1 for every command; tests may pass another local address to show what the
+ * gateway does when it is exposed beyond loopback.
+ */
+export function startGateway({ configText, port = 8787, persistTo, stdio = "inherit", extraVars = {}, signingKey, logLevel = "log", ip = "127.0.0.1" }) {
   const argv = [
-    "dev", "--config", resolve(root, "wrangler.toml"), "--ip", "127.0.0.1", "--port", String(port),
+    "dev", "--config", resolve(root, "wrangler.toml"), "--ip", ip, "--port", String(port),
     // "log" level: the Worker's own structured lines (one per upstream request) are shown.
     "--inspector-port", "0", "--show-interactive-dev-session=false", "--log-level", logLevel,
     "--var", `PORTCULLIS_CONFIG:${configText}`,
@@ -115,6 +177,36 @@ export function startGateway({ configText, port = 8787, persistTo, stdio = "inhe
   for (const [k, v] of Object.entries(extraVars)) argv.push("--var", `${k}:${v}`);
   if (persistTo) argv.push("--persist-to", persistTo);
   return spawn(bin("wrangler"), argv, { cwd: root, stdio, env: { ...process.env, WRANGLER_SEND_METRICS: "false", CLOUDFLARE_CF_FETCH_ENABLED: "false" } });
+}
+
+const EVERYTHING = resolve(root, "node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+
+/**
+ * Starts the bundled demo upstream (server-everything, streamableHttp) on 127.0.0.1:`port` only,
+ * the way `start` does. server-everything calls `app.listen(PORT)` with no host — every interface —
+ * and offers no host setting, so the child runs this file's `demo-upstream` command, which pins
+ * its listening socket to 127.0.0.1 before loading it (node_modules stays untouched).
+ */
+export function startDemoUpstream({ port = 3001, stdio = ["ignore", "inherit", "inherit"] } = {}) {
+  return spawn(process.execPath, [fileURLToPath(import.meta.url), "demo-upstream", "--port", String(port)], { cwd: root, stdio, env: { ...process.env } });
+}
+
+/** Runs server-everything in this process with every TCP listen bound to 127.0.0.1. */
+async function demoUpstream(port) {
+  const net = await import("node:net");
+  const listen = net.Server.prototype.listen;
+  net.Server.prototype.listen = function (...args) {
+    const cb = typeof args[args.length - 1] === "function" ? args.pop() : undefined;
+    const [first] = args;
+    let opts;
+    if (first === undefined || typeof first === "number" || (typeof first === "string" && /^\d+$/.test(first))) opts = { port: Number(first ?? 0), host: "127.0.0.1" };
+    else if (first && typeof first === "object" && first.path === undefined && first.fd === undefined && first.handle === undefined && !first._handle) opts = { ...first, host: "127.0.0.1" };
+    else throw new Error("demo upstream: only TCP listens on 127.0.0.1 are allowed");
+    return cb ? listen.call(this, opts, cb) : listen.call(this, opts);
+  };
+  process.env.PORT = String(port);
+  process.argv.splice(2, Infinity, "streamableHttp");
+  await import(EVERYTHING);
 }
 
 async function main() {
@@ -156,14 +248,17 @@ async function main() {
     child.on("exit", (code) => process.exit(code ?? 0));
     return;
   }
+  if (cmd === "demo-upstream") {
+    await demoUpstream(Number(a.port ?? 3001));
+    return;
+  }
   if (cmd === "start") {
     const upPort = Number(a["upstream-port"] ?? 3001);
-    const demo = spawn(process.execPath, [resolve(root, "node_modules/@modelcontextprotocol/server-everything/dist/index.js"), "streamableHttp"], {
-      cwd: root, stdio: ["ignore", "inherit", "inherit"], env: { ...process.env, PORT: String(upPort) },
-    });
+    const demo = startDemoUpstream({ port: upPort });
     const configText = readFileSync(resolve(root, "portcullis.yaml"), "utf8").replaceAll("127.0.0.1:3001/", `127.0.0.1:${upPort}/`);
     const port = a.port ? Number(a.port) : 8787;
-    const gw = startGateway({ configText, port, signingKey: await devSigningKey() });
+    const persistTo = typeof a["persist-to"] === "string" ? a["persist-to"] : undefined;
+    const gw = startGateway({ configText, port, persistTo, signingKey: await devSigningKey() });
     console.log(`portcullis: demo upstream on http://127.0.0.1:${upPort}/mcp, gateway on http://127.0.0.1:${port}/mcp`);
     const stop = () => { demo.kill(); gw.kill(); };
     process.on("SIGINT", stop);

@@ -73,15 +73,27 @@ export interface PendingRelay {
   upId: string | number;
 }
 
+/** Version of the StoredLeg shape. */
+export const STORED_LEG_VERSION = 1;
+/** Idle lifetime of a StoredLeg: a leg no isolate read or replaced for this long is deleted (an isolate still caching it keeps using it; the next one opens a new upstream session). */
+export const LEG_IDLE_TTL_S = 86_400;
+
 /** The upstream session a modern principal keeps with one legacy-only upstream. */
 export interface StoredLeg {
+  /** Record shape version (STORED_LEG_VERSION). */
   v: number;
   principal: string;
   rec: UpstreamLegRecord;
+  /** Last put or read (ms since epoch, minute granularity); absent in legs written before retention existed. */
+  touchedAt?: number;
 }
+
+/** Version of the SealedCredential shape (the `v` column of CredentialsDO's `creds` table). */
+export const SEALED_CREDENTIAL_VERSION = 1;
 
 /** One per-principal upstream credential, sealed with AES-256-GCM (never plaintext). */
 export interface SealedCredential {
+  /** Record shape version (SEALED_CREDENTIAL_VERSION). */
   v: number;
   iv: string;
   ct: string;

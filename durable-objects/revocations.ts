@@ -20,9 +20,15 @@ export class RevocationsDO extends DurableObject implements RevocationsApi {
     return this.sql.exec("SELECT 1 FROM revoked WHERE jti = ?", jti).toArray().length > 0;
   }
 
-  /** Revokes `jti` until `exp` (seconds since epoch). Idempotent. */
+  /**
+   * Revokes `jti` until `exp` (seconds since epoch). Idempotent; revoking again can only extend
+   * the entry (the later `exp` wins; the first `at` and `by` stay), never shorten it.
+   */
   async revoke(jti: string, exp: number, by: string): Promise<void> {
-    this.sql.exec("INSERT OR IGNORE INTO revoked (jti, at, exp, by) VALUES (?, ?, ?, ?)", jti, Date.now(), exp, by);
+    this.sql.exec(
+      "INSERT INTO revoked (jti, at, exp, by) VALUES (?, ?, ?, ?) ON CONFLICT(jti) DO UPDATE SET exp = MAX(exp, excluded.exp)",
+      jti, Date.now(), exp, by,
+    );
     const next = await this.ctx.storage.getAlarm();
     const due = (exp + 120) * 1000;
     if (next === null || due < next) await this.ctx.storage.setAlarm(due);

@@ -1,15 +1,44 @@
 /**
- * SessionDO: one per legacy (2025-11-25 era) MCP session, a thin state machine over DO SQLite.
+ * SessionDO: a thin state machine over DO SQLite holding one of three kinds of object, by name
+ * (durable-objects/names.ts): a legacy (2025-11-25 era) MCP session (`session:`), a modern run
+ * (`run:`), or a modern principal's session with one legacy-only upstream (`leg:`).
  * Owns: the session's principal, negotiated version, client capabilities, upstream legs,
  * the JSON-RPC id map (client request id → upstream, for cancellation), pending
- * server→client requests (gateway id → upstream + upstream id), and the SSE event buffers used
- * for resumption. Everything is persisted, so an evicted object resumes the session.
+ * server→client requests (gateway id → upstream + upstream id), the SSE event buffers used
+ * for resumption, and their retention (idle expiry by alarm; docs/storage.md). Everything is
+ * persisted, so an evicted object resumes the session.
  * Must never: serve a session to a principal other than its opener (it answers "not found"),
+ * read or overwrite a record of a version it does not know (another release's: "not found"),
  * forward anything upstream itself, or keep state only in memory.
  */
 import { DurableObject } from "cloudflare:workers";
 import type { JsonRpcResponse } from "../src/wire/jsonrpc.ts";
-import { SESSION_RECORD_VERSION, type PendingRelay, type SessionRecord, type StoredEvent, type StoredLeg, type UpstreamLegRecord } from "./records.ts";
+import {
+  LEG_IDLE_TTL_S, SESSION_RECORD_VERSION, STORED_LEG_VERSION,
+  type PendingRelay, type SessionRecord, type StoredEvent, type StoredLeg, type UpstreamLegRecord,
+} from "./records.ts";
+
+/** The protocol version claimRun writes: what marks a run's record (legacy sessions are only created at legacy versions). */
+const RUN_VERSION = "2026-07-28";
+/** A record of a version this code does not know (a newer release wrote it). */
+const FOREIGN = Symbol("foreign record");
+/** How often the alarm looks again at a foreign record (it neither reads nor deletes it). */
+const FOREIGN_RETRY_MS = 86_400_000;
+/** Idle timestamps are persisted at most this often. */
+const TOUCH_MS = 60_000;
+const LEG_IDLE_MS = LEG_IDLE_TTL_S * 1000;
+
+/** A version this code reads: its own, or none (records written before versioning have the v1 shape). */
+function readable(v: unknown, current: number): boolean {
+  return v === undefined || v === current;
+}
+
+/** Adds a column a table gained after it first shipped (CREATE TABLE IF NOT EXISTS leaves old tables as they were). */
+function addColumn(sql: SqlStorage, table: string, column: string, decl: string, backfill: number): void {
+  if (sql.exec<{ name: string }>(`PRAGMA table_info(${table})`).toArray().some((c) => c.name === column)) return;
+  sql.exec(`ALTER TABLE ${table} ADD COLUMN ${column} ${decl}`);
+  sql.exec(`UPDATE ${table} SET ${column} = ?`, backfill);
+}
 
 export class SessionDO extends DurableObject {
   private sql: SqlStorage;
@@ -21,71 +50,116 @@ export class SessionDO extends DurableObject {
     this.sql.exec(`
       CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
       CREATE TABLE IF NOT EXISTS events (stream TEXT NOT NULL, seq INTEGER NOT NULL, data TEXT NOT NULL, PRIMARY KEY (stream, seq));
-      CREATE TABLE IF NOT EXISTS streams (stream TEXT PRIMARY KEY, done INTEGER NOT NULL DEFAULT 0);
+      CREATE TABLE IF NOT EXISTS streams (stream TEXT PRIMARY KEY, done INTEGER NOT NULL DEFAULT 0, at INTEGER NOT NULL DEFAULT 0);
       CREATE TABLE IF NOT EXISTS idmap (down_id TEXT PRIMARY KEY, upstream TEXT NOT NULL, at INTEGER NOT NULL);
       CREATE TABLE IF NOT EXISTS pending (id TEXT PRIMARY KEY, upstream TEXT NOT NULL, up_id TEXT NOT NULL, at INTEGER NOT NULL);
-      CREATE TABLE IF NOT EXISTS answers (id TEXT PRIMARY KEY, msg TEXT NOT NULL);
+      CREATE TABLE IF NOT EXISTS answers (id TEXT PRIMARY KEY, msg TEXT NOT NULL, at INTEGER NOT NULL DEFAULT 0);
     `);
+    // Objects created before buffers had timestamps: their rows count from now.
+    addColumn(this.sql, "streams", "at", "INTEGER NOT NULL DEFAULT 0", Date.now());
+    addColumn(this.sql, "answers", "at", "INTEGER NOT NULL DEFAULT 0", Date.now());
   }
 
+  /** The record under `k`: null when absent, FOREIGN when of a version (or form) this code does not know. */
+  private read<T extends { v?: unknown }>(k: "session" | "leg", current: number): T | null | typeof FOREIGN {
+    const row = this.sql.exec<{ v: string }>("SELECT v FROM meta WHERE k = ?", k).toArray()[0];
+    if (!row) return null;
+    try {
+      const rec = JSON.parse(row.v) as T;
+      return rec !== null && typeof rec === "object" && readable(rec.v, current) ? rec : FOREIGN;
+    } catch {
+      return FOREIGN;
+    }
+  }
   private load(): SessionRecord | null {
-    const row = this.sql.exec<{ v: string }>("SELECT v FROM meta WHERE k = 'session'").toArray()[0];
-    return row ? (JSON.parse(row.v) as SessionRecord) : null;
+    const rec = this.read<SessionRecord>("session", SESSION_RECORD_VERSION);
+    return rec === FOREIGN ? null : rec;
   }
   private save(rec: SessionRecord): void {
-    this.sql.exec("INSERT OR REPLACE INTO meta (k, v) VALUES ('session', ?)", JSON.stringify(rec));
+    this.sql.exec("INSERT OR REPLACE INTO meta (k, v) VALUES ('session', ?)", JSON.stringify({ ...rec, v: SESSION_RECORD_VERSION }));
+  }
+  private saveLeg(leg: StoredLeg): void {
+    this.sql.exec("INSERT OR REPLACE INTO meta (k, v) VALUES ('leg', ?)", JSON.stringify({ ...leg, v: STORED_LEG_VERSION }));
+  }
+  private expired(rec: SessionRecord, now: number): boolean {
+    return now - rec.touchedAt > rec.ttlS * 1000;
+  }
+  /** Sets the alarm to `at` unless one is due sooner (the alarm recomputes every due time when it runs). */
+  private async arm(at: number): Promise<void> {
+    const cur = await this.ctx.storage.getAlarm();
+    if (cur === null || at < cur) await this.ctx.storage.setAlarm(at);
   }
 
-  /** Creates the session. Refuses to overwrite an existing one (ids are random; a clash is a bug). */
+  /**
+   * The end of a session or run: every buffer goes. A legacy session's record goes too (its
+   * random id is never issued again); a run keeps its record as a tombstone naming its owner,
+   * so a client-chosen run id never passes to another principal.
+   */
+  private finish(rec: SessionRecord): void {
+    this.sql.exec("DELETE FROM events; DELETE FROM streams; DELETE FROM idmap; DELETE FROM pending; DELETE FROM answers;");
+    if (rec.protocolVersion === RUN_VERSION) this.save({ ...rec, ended: true });
+    else this.sql.exec("DELETE FROM meta WHERE k = 'session'");
+  }
+
+  /** Creates the session. Refuses to overwrite any existing record (ids are random; a clash is a bug) and to store a version it cannot read. */
   async create(rec: SessionRecord): Promise<boolean> {
-    if (this.load()) return false;
+    if (this.read("session", SESSION_RECORD_VERSION) !== null || !readable(rec.v, SESSION_RECORD_VERSION)) return false;
     this.save(rec);
-    await this.ctx.storage.setAlarm(Date.now() + rec.ttlS * 1000);
+    await this.arm(rec.touchedAt + rec.ttlS * 1000 + 1);
     return true;
   }
 
   /**
    * The upstream session a 2026-07-28 principal uses with one legacy-only upstream (object named
-   * `leg:<principal>:<upstream>`), shared by every isolate. Only its owner reads or replaces it.
+   * `leg:<principal>\0<upstream>\0<url>`), shared by every isolate. Only its owner reads or
+   * replaces it; a read keeps it alive (LEG_IDLE_TTL_S).
    */
   async getLeg(principal: string): Promise<UpstreamLegRecord | null> {
-    const row = this.sql.exec<{ v: string }>("SELECT v FROM meta WHERE k = 'leg'").toArray()[0];
-    if (!row) return null;
-    const stored = JSON.parse(row.v) as StoredLeg;
-    return stored.principal === principal ? stored.rec : null;
+    const leg = this.read<StoredLeg>("leg", STORED_LEG_VERSION);
+    if (!leg || leg === FOREIGN || leg.principal !== principal) return null;
+    const now = Date.now();
+    if (leg.touchedAt !== undefined && now - leg.touchedAt > LEG_IDLE_MS) return null;
+    if (leg.touchedAt === undefined || now - leg.touchedAt > TOUCH_MS) {
+      this.saveLeg({ ...leg, touchedAt: now });
+      await this.arm(now + LEG_IDLE_MS);
+    }
+    return leg.rec;
   }
 
   async putLeg(principal: string, rec: UpstreamLegRecord): Promise<boolean> {
-    const row = this.sql.exec<{ v: string }>("SELECT v FROM meta WHERE k = 'leg'").toArray()[0];
-    if (row && (JSON.parse(row.v) as { principal: string }).principal !== principal) return false;
-    this.sql.exec("INSERT OR REPLACE INTO meta (k, v) VALUES ('leg', ?)", JSON.stringify({ v: 1, principal, rec } satisfies StoredLeg));
+    const leg = this.read<StoredLeg>("leg", STORED_LEG_VERSION);
+    if (leg === FOREIGN || (leg && leg.principal !== principal)) return false;
+    const now = Date.now();
+    this.saveLeg({ v: STORED_LEG_VERSION, principal, rec, touchedAt: now });
+    await this.arm(now + LEG_IDLE_MS);
     return true;
   }
 
   /**
    * Runs (2026-07-28 `Portcullis-Run-Id`): the first principal to present a run id opens it;
-   * only that principal may continue it. True when `principal` owns the run.
+   * only that principal may continue it, or open it again once it has ended or expired. True
+   * when `principal` owns the run. An object holding anything but a run is never one.
    */
   async claimRun(principal: string, id: string, ttlS: number): Promise<boolean> {
-    const rec = this.load();
+    const rec = this.read<SessionRecord>("session", SESSION_RECORD_VERSION);
+    if (rec === FOREIGN || (rec && rec.protocolVersion !== RUN_VERSION)) return false;
     const now = Date.now();
-    if (!rec || rec.ended) {
-      if (rec?.ended && rec.principal !== principal) return false;
-      this.save({ v: SESSION_RECORD_VERSION, id, principal, protocolVersion: "2026-07-28", clientCapabilities: {}, upstreams: {}, createdAt: now, touchedAt: now, ttlS });
-      await this.ctx.storage.setAlarm(now + ttlS * 1000);
-      return true;
-    }
-    return (await this.open(principal)) !== null;
+    if (rec && !rec.ended && !this.expired(rec, now)) return (await this.open(principal)) !== null;
+    if (rec && rec.principal !== principal) return false;
+    if (rec) this.finish(rec);
+    this.save({ v: SESSION_RECORD_VERSION, id, principal, protocolVersion: RUN_VERSION, clientCapabilities: {}, upstreams: {}, createdAt: now, touchedAt: now, ttlS });
+    await this.arm(now + ttlS * 1000 + 1);
+    return true;
   }
 
-  /** The live session for this principal, or null (unknown, ended, expired, or another principal's). */
+  /** The live session for this principal, or null (unknown, ended, expired, another principal's, or of an unknown version). */
   async open(principal: string): Promise<SessionRecord | null> {
     const rec = this.load();
     if (!rec || rec.ended || rec.principal !== principal) return null;
     const now = Date.now();
-    if (now - rec.touchedAt > rec.ttlS * 1000) return null;
+    if (this.expired(rec, now)) return null;
     // Idle expiry has minute granularity: persist the touch at most once a minute, not per request.
-    if (now - rec.touchedAt > 60_000) {
+    if (now - rec.touchedAt > TOUCH_MS) {
       rec.touchedAt = now;
       this.save(rec);
     }
@@ -117,14 +191,13 @@ export class SessionDO extends DurableObject {
     return rec;
   }
 
-  /** Ends the session; later requests with its id get 404. Returns the record that ended. */
+  /** Ends the session; later requests with its id get 404. Returns the record that ended (its storage is gone). */
   async end(principal: string): Promise<SessionRecord | null> {
     const rec = await this.open(principal);
     if (!rec) return null;
-    rec.ended = true;
-    this.save(rec);
-    this.sql.exec("DELETE FROM events; DELETE FROM streams; DELETE FROM idmap; DELETE FROM pending; DELETE FROM answers;");
-    return rec;
+    this.finish(rec);
+    if (this.sql.exec("SELECT 1 FROM meta").toArray().length === 0) await this.ctx.storage.deleteAlarm();
+    return { ...rec, ended: true };
   }
 
   /** A server→client request relayed to the client under gateway id `id`. */
@@ -145,7 +218,7 @@ export class SessionDO extends DurableObject {
   /** Stores the client's answer to a bridged request (see awaitAnswer). */
   async putAnswer(principal: string, id: string, msg: JsonRpcResponse): Promise<void> {
     if (!(await this.open(principal))) return;
-    this.sql.exec("INSERT OR REPLACE INTO answers (id, msg) VALUES (?, ?)", id, JSON.stringify(msg));
+    this.sql.exec("INSERT OR REPLACE INTO answers (id, msg, at) VALUES (?, ?, ?)", id, JSON.stringify(msg), Date.now());
     this.waiters.get(id)?.();
   }
 
@@ -168,9 +241,16 @@ export class SessionDO extends DurableObject {
     return null;
   }
 
+  /** Buffers events of `stream`; nothing is kept for an object without a live session (ended, expired, unknown). */
   async appendEvents(stream: string, events: StoredEvent[], done: boolean): Promise<void> {
+    const rec = this.load();
+    const now = Date.now();
+    if (!rec || rec.ended || this.expired(rec, now)) return;
     for (const e of events) this.sql.exec("INSERT OR REPLACE INTO events (stream, seq, data) VALUES (?, ?, ?)", stream, e.seq, e.data);
-    this.sql.exec("INSERT INTO streams (stream, done) VALUES (?, ?) ON CONFLICT(stream) DO UPDATE SET done = MAX(done, excluded.done)", stream, done ? 1 : 0);
+    this.sql.exec(
+      "INSERT INTO streams (stream, done, at) VALUES (?, ?, ?) ON CONFLICT(stream) DO UPDATE SET done = MAX(done, excluded.done), at = excluded.at",
+      stream, done ? 1 : 0, now,
+    );
   }
 
   /** Events of `stream` after `afterSeq`, and whether the stream has finished. Null if unknown. */
@@ -184,17 +264,37 @@ export class SessionDO extends DurableObject {
     return { events, done: s.done === 1 };
   }
 
-  /** Idle expiry: drop buffers of sessions nobody touched within the TTL. */
+  /**
+   * Retention. A session or run idle past its TTL ends (finish); a live one drops buffer rows
+   * older than its TTL. A leg idle past LEG_IDLE_TTL_S is deleted. A foreign record is left
+   * alone and looked at again a day later. The alarm is set again for the earliest next due time.
+   */
   override async alarm(): Promise<void> {
-    const rec = this.load();
-    if (!rec || rec.ended) return;
-    const due = rec.touchedAt + rec.ttlS * 1000;
-    if (Date.now() >= due) {
-      rec.ended = true;
-      this.save(rec);
-      this.sql.exec("DELETE FROM events; DELETE FROM streams; DELETE FROM idmap; DELETE FROM pending;");
-    } else {
-      await this.ctx.storage.setAlarm(due);
+    const now = Date.now();
+    const next: number[] = [];
+    const rec = this.read<SessionRecord>("session", SESSION_RECORD_VERSION);
+    if (rec === FOREIGN) next.push(now + FOREIGN_RETRY_MS);
+    else if (rec && !rec.ended) {
+      if (this.expired(rec, now)) this.finish(rec);
+      else {
+        const horizon = now - rec.ttlS * 1000;
+        this.sql.exec("DELETE FROM events WHERE stream IN (SELECT stream FROM streams WHERE at < ?)", horizon);
+        this.sql.exec("DELETE FROM streams WHERE at < ?", horizon);
+        this.sql.exec("DELETE FROM idmap WHERE at < ?", horizon);
+        this.sql.exec("DELETE FROM pending WHERE at < ?", horizon);
+        this.sql.exec("DELETE FROM answers WHERE at < ?", horizon);
+        next.push(rec.touchedAt + rec.ttlS * 1000 + 1);
+      }
     }
+    const leg = this.read<StoredLeg>("leg", STORED_LEG_VERSION);
+    if (leg === FOREIGN) next.push(now + FOREIGN_RETRY_MS);
+    else if (leg) {
+      // A leg written before retention existed counts from now.
+      const touchedAt = leg.touchedAt ?? now;
+      if (leg.touchedAt === undefined) this.saveLeg({ ...leg, touchedAt });
+      if (now - touchedAt > LEG_IDLE_MS) this.sql.exec("DELETE FROM meta WHERE k = 'leg'");
+      else next.push(touchedAt + LEG_IDLE_MS + 1);
+    }
+    if (next.length > 0) await this.ctx.storage.setAlarm(Math.min(...next));
   }
 }

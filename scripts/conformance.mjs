@@ -12,7 +12,10 @@
  *   alpha-2026  conformance 0.2.0-alpha.12  server --requirements 2026-07-28 conformance/baseline-0.2.0-alpha.12-2026-07-28.yml
  *
  * --baselines DIR takes the same baseline file names from DIR (conformance/gateway/ holds the baselines for
- * runs through Portcullis); --json FILE writes {run: {exit, counts, clean[], failing[]}} for tests to compare.
+ * runs through Portcullis); --json FILE writes {run: {exit, counts, scenarios, clean[], failing[], perScenario}}
+ * for tests to compare: `counts` is the number of checks per status (SUCCESS, FAILURE, WARNING, SKIPPED, INFO,
+ * OTHER for any other status) over every checks.json of the run, `scenarios` the number of scenario results,
+ * `perScenario` the same counts per scenario name.
  * Each run writes its checks.json files under DIR/<run>/ (DIR defaults to a fresh temp directory), is killed
  * after --timeout seconds (default 600), and the script exits non-zero if any run exits non-zero or times out.
  * The suites need Node >= 22.18; under an older Node the script re-runs itself with node_modules/node.
@@ -172,9 +175,15 @@ function findChecks(dir) {
   return out;
 }
 
+/**
+ * Counts every check of every scenario by status, in total and per scenario (a scenario run twice
+ * adds up). A status outside the five known ones is counted as OTHER, so no check goes uncounted.
+ */
 function summarise(outDir) {
-  const counts = { SUCCESS: 0, FAILURE: 0, WARNING: 0, SKIPPED: 0, INFO: 0 };
-  const scenarios = { total: 0, clean: 0, failing: [], cleanNames: [] };
+  const blank = () => ({ SUCCESS: 0, FAILURE: 0, WARNING: 0, SKIPPED: 0, INFO: 0, OTHER: 0 });
+  const counts = blank();
+  const perScenario = {};
+  const scenarios = { total: 0, clean: 0, failing: [], cleanNames: [], perScenario };
   for (const file of findChecks(outDir)) {
     let checks;
     try {
@@ -185,9 +194,12 @@ function summarise(outDir) {
     if (!Array.isArray(checks)) continue;
     const scenario = file.split(/[\\/]/).at(-2).replace(/^server-/, '').replace(/-\d{4}-\d{2}-\d{2}T[\d-]+Z$/, '');
     scenarios.total++;
+    const mine = (perScenario[scenario] ??= blank());
     let bad = false;
     for (const check of checks) {
-      if (check && check.status in counts) counts[check.status]++;
+      const status = check && Object.hasOwn(counts, check.status) && check.status !== 'OTHER' ? check.status : 'OTHER';
+      counts[status]++;
+      mine[status]++;
       if (check?.status === 'FAILURE' || check?.status === 'WARNING') bad = true;
     }
     if (bad) scenarios.failing.push(scenario);
@@ -258,7 +270,10 @@ async function main() {
     );
   }
   if (opts.json) {
-    const report = Object.fromEntries(results.map(({ run, code, summary }) => [run.name, { exit: code, counts: summary.counts, clean: summary.scenarios.cleanNames.sort(), failing: summary.scenarios.failing.sort() }]));
+    const report = Object.fromEntries(results.map(({ run, code, summary }) => [run.name, {
+      exit: code, counts: summary.counts, scenarios: summary.scenarios.total,
+      clean: summary.scenarios.cleanNames.sort(), failing: summary.scenarios.failing.sort(), perScenario: summary.scenarios.perScenario,
+    }]));
     writeFileSync(opts.json, JSON.stringify(report, null, 2));
   }
   process.exit(results.some((r) => r.code !== 0) ? 1 : 0);

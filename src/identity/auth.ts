@@ -1,22 +1,67 @@
 /**
  * Authentication at the edge of every protected route: the bearer grant (or an external OIDC
- * token) → Principal, revocation, role checks, and the loopback-only unauthenticated mode.
+ * token) → Principal, revocation, role checks, and the loopback-only unauthenticated mode (a
+ * loopback Host/URL and, where the runtime reports one, a loopback peer address).
  * Must never: trust anything about a request before its token verified, let a token reach a log
  * or an upstream, or answer "allowed" when the key set or revocation list cannot be read.
  */
 import { decodeJwt } from "jose";
 import type { GatewayConfig } from "../config/load.ts";
 import type { Env } from "../env.ts";
-import { acceptedAudiences, acceptedIssuers, forbidden, unauthorized } from "./metadata.ts";
+import { acceptedAudiences, acceptedIssuers, canonicalUrl, forbidden, issuerOf, unauthorized } from "./metadata.ts";
 import { verifyExternal } from "./oidc.ts";
-import { isLoopbackHost } from "../wire/hosts.ts";
+import { isLoopbackAddress, isLoopbackHost } from "../wire/hosts.ts";
 import { principalHas, type Principal } from "../config/principal.ts";
 import { type Role } from "../config/roles.ts";
 import { revocationObject } from "../../durable-objects/names.ts";
 import { parseKeySet, verifyGrant, type KeySet } from "./tokens.ts";
 
+/**
+ * The address of the client the runtime reports, or null when it reports none. Cloudflare's edge
+ * sets `CF-Connecting-IP` to the connecting client (replacing any the client sent); `wrangler dev`
+ * (miniflare's entry worker) sets it from the socket's peer address, but keeps a value the client
+ * sent itself. `request.cf` carries no address in either. So a non-loopback value proves the
+ * request came from off the machine; a loopback one is only as good as the runtime in front.
+ */
+export function peerAddress(req: Request): string | null {
+  return req.headers.get("cf-connecting-ip");
+}
+
+/**
+ * A request is on loopback when its Host/URL names loopback and, if the runtime reports a peer
+ * address, that address is loopback too: a dev server exposed beyond loopback is not driven
+ * without a grant by a client that forges `Host: 127.0.0.1`.
+ */
 export function isLoopbackRequest(req: Request): boolean {
-  return isLoopbackHost(new URL(req.url).hostname);
+  if (!isLoopbackHost(new URL(req.url).hostname)) return false;
+  const peer = peerAddress(req);
+  return peer === null || isLoopbackAddress(peer);
+}
+
+/** Why the unauthenticated mode refuses this (non-loopback) request. */
+function offLoopbackReason(req: Request): string {
+  const base = "refusing to serve: auth.required is false, which is only allowed while the gateway listens on loopback";
+  const peer = peerAddress(req);
+  if (!isLoopbackHost(new URL(req.url).hostname) || peer === null) return base;
+  return `${base}, and this request came from ${JSON.stringify(peer.slice(0, 64))} (CF-Connecting-IP), not a loopback address`;
+}
+
+/**
+ * The readable end of a refusal for a grant minted for another gateway: how to mint one for this
+ * one (the issuer and audience this request expects). Never echoes the token.
+ */
+function mintHint(cfg: GatewayConfig, req: Request): string {
+  const iss = issuerOf(cfg, req);
+  const aud = canonicalUrl(cfg, req);
+  if (iss !== aud) return `mint with: portcullis token mint --iss ${iss} --aud ${aud}`;
+  let u: URL | null = null;
+  try {
+    u = new URL(aud);
+  } catch {
+    u = null;
+  }
+  if (u && u.protocol === "http:" && u.port && isLoopbackHost(u.hostname)) return `mint with: portcullis token mint --port ${u.port} (or --gateway ${aud})`;
+  return `mint with: portcullis token mint --gateway ${aud}`;
 }
 
 let keyCache: { text: string; keys: Promise<KeySet> } | null = null;
@@ -51,7 +96,7 @@ function unavailable(reason: string): Response {
 export async function authenticate(req: Request, env: Env, cfg: GatewayConfig, opts: AuthOptions): Promise<AuthResult> {
   const loopback = isLoopbackRequest(req);
   if (!cfg.auth.required && !loopback) {
-    return { ok: false, response: unavailable("refusing to serve: auth.required is false, which is only allowed while the gateway listens on loopback") };
+    return { ok: false, response: unavailable(offLoopbackReason(req)) };
   }
   const header = req.headers.get("authorization");
   if (header === null) {
@@ -108,7 +153,8 @@ async function verify(token: string, req: Request, env: Env, cfg: GatewayConfig,
     },
   });
   if (storeFailed) return unavailable("the revocation list could not be read; denied to fail closed");
-  if (!v.ok) return v.reason;
+  // A grant for another gateway (verifyGrant names its iss/aud and the expected one): say how to mint for this one.
+  if (!v.ok) return /^token (iss|aud) /.test(v.reason) ? `${v.reason}; ${mintHint(cfg, req)}` : v.reason;
   const g = v.grant;
   const p: Principal = { sub: g.sub, team: g.team, roles: g.roles as Role[], tools: g.tools, authenticated: true, jti: g.jti };
   if (g.budget) p.budget = g.budget;

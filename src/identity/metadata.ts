@@ -58,8 +58,13 @@ export function protectedResourceMetadata(cfg: GatewayConfig, req: Request, path
   };
 }
 
+/**
+ * A quoted-string for a challenge. RFC 6750 allows only printable ASCII without `"` and `\` in
+ * error_description: double quotes become single ones (reasons quote claim values), anything else
+ * outside that set becomes a space.
+ */
 function quote(v: string): string {
-  return `"${v.replace(/["\\\r\n]/g, " ")}"`;
+  return `"${v.replace(/"/g, "'").replace(/[^\x20-\x21\x23-\x5b\x5d-\x7e]/g, " ")}"`;
 }
 
 /** 401: no token (no error code) or a bad one (`invalid_token`). */

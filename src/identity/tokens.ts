@@ -106,6 +106,26 @@ function fail(reason: string): VerifyResult {
   return { ok: false, error: "invalid_token", reason };
 }
 
+/** A claim value as a reason shows it: quoted, printable ASCII only (others become `?`), at most 100 characters. */
+function shown(v: unknown): string {
+  const text = String(v);
+  return `"${text.slice(0, 100).replace(/[^\x20-\x7e]|["\\]/g, "?")}${text.length > 100 ? "..." : ""}"`;
+}
+
+/**
+ * A signed grant minted for another gateway: the reason names the `iss` or `aud` it carries and
+ * the one this gateway expects, so the operator can mint the right one. Runs only after the
+ * signature verified, and shows claim values, never the token.
+ */
+function explained(reason: string, payload: Record<string, unknown>, issuers: string[], audiences: string[]): string {
+  if (reason === "wrong iss") return `token iss ${shown(payload.iss)} is not this gateway's issuer (expected ${shown(issuers[0])})`;
+  if (reason === "wrong aud") {
+    const aud = Array.isArray(payload.aud) ? payload.aud.join(", ") : payload.aud;
+    return `token aud ${shown(aud)} is not this gateway's audience (expected ${shown(audiences[0])})`;
+  }
+  return reason;
+}
+
 function jsonObject(bytes: Uint8Array): Record<string, unknown> | null {
   try {
     const v: unknown = JSON.parse(new TextDecoder("utf-8", { fatal: true, ignoreBOM: true }).decode(bytes));
@@ -167,7 +187,7 @@ async function verify(token: unknown, keys: KeySet, opts: VerifyOptions): Promis
   const now = opts.now ?? nowSeconds();
   if (!Number.isFinite(now)) return fail("verifier misconfigured");
   const checked = checkClaims(payload, { issuers, audiences, now, skew, maxLifetimeSeconds: maxLifetime });
-  if ("reason" in checked) return fail(checked.reason);
+  if ("reason" in checked) return fail(explained(checked.reason, payload, issuers, audiences));
   if (opts.isRevoked) {
     let revoked: boolean;
     try {
@@ -182,7 +202,8 @@ async function verify(token: unknown, keys: KeySet, opts: VerifyOptions): Promis
 
 /**
  * Verifies a grant token. Never throws: every failure is `{ ok: false, error: "invalid_token",
- * reason }` with a short fixed reason. A throwing `isRevoked` is treated as revoked.
+ * reason }` with a short fixed reason — except a validly signed grant for another gateway, whose
+ * reason names its `iss`/`aud` and the expected one. A throwing `isRevoked` is treated as revoked.
  */
 export async function verifyGrant(token: string, keys: KeySet, opts: VerifyOptions): Promise<VerifyResult> {
   try {

@@ -1,10 +1,10 @@
 /**
  * List aggregation: tools/list, prompts/list, resources/list and resources/templates/list
  * across every configured upstream, with exposed names and grant/allow-deny filtering.
- * Owns: paging through each upstream, renaming, filtering, the modern caching hints, and the
- * per-isolate tool catalog used to resolve aliased tool names. Must never: touch any field of a
- * tool, prompt or resource other than its name/uri (schemas pass verbatim), or list a tool
- * the caller cannot call.
+ * Owns: paging through each upstream (the page walk skills/list shares, see skills.ts), renaming,
+ * filtering, the modern caching hints, and handing every complete tools/list to the tool
+ * catalog (catalog.ts) so tools/call resolves from what was listed. Must never: touch any field of a tool, prompt or resource other than its name/uri
+ * (schemas pass verbatim), or list a tool the caller cannot call.
  */
 import type { UpstreamConfig } from "../config/load.ts";
 import type { CallContext, Outcome } from "./context.ts";
@@ -13,6 +13,7 @@ import { type Json, type JsonObject, type JsonRpcRequest, isObject } from "../wi
 import { grantAllowsTool, grantReachesUpstream } from "../governance/grant-scope.ts";
 import { exposeName, exposeUri } from "./names.ts";
 import { toolAllowed } from "../governance/grant-scope.ts";
+import { rememberTools } from "./catalog.ts";
 
 type ListKind = { method: string; key: string; capability: string };
 export const LISTS: Record<string, ListKind> = {
@@ -22,24 +23,12 @@ export const LISTS: Record<string, ListKind> = {
   "resources/templates/list": { method: "resources/templates/list", key: "resourceTemplates", capability: "resources" },
 };
 
-/** exposed name → upstream tool name, per upstream (only aliased names need it). */
-const aliases = new Map<string, Map<string, string>>();
-
-export function resolveAlias(up: UpstreamConfig, afterPrefix: string): string {
-  return aliases.get(up.name)?.get(afterPrefix) ?? afterPrefix;
-}
-
 function renameItem(ctx: CallContext, kind: ListKind, up: UpstreamConfig, item: Json): Json | null {
   if (!isObject(item)) return item;
   if (kind.key === "tools") {
     if (typeof item.name !== "string" || !toolAllowed(up, item.name)) return null;
     const exposed = exposeName(up, item.name);
     if (!grantAllowsTool(ctx.who, exposed)) return null;
-    if (up.namespaced && exposed !== `${up.name}__${item.name}`) {
-      const m = aliases.get(up.name) ?? new Map<string, string>();
-      m.set(exposed.slice(up.name.length + 2), item.name);
-      aliases.set(up.name, m);
-    }
     return exposed === item.name ? item : { ...item, name: exposed };
   }
   if (!grantReachesUpstream(ctx.who, up)) return null;
@@ -50,7 +39,7 @@ function renameItem(ctx: CallContext, kind: ListKind, up: UpstreamConfig, item: 
   return item;
 }
 
-function stampCache(ctx: CallContext, result: JsonObject, ttls: number[], scopes: string[]): JsonObject {
+export function stampCache(ctx: CallContext, result: JsonObject, ttls: number[], scopes: string[]): JsonObject {
   if (ctx.era !== "modern") return result;
   const ttl = ttls.length ? Math.max(0, Math.min(...ttls)) : 0;
   const scope = ctx.callerFiltered || scopes.includes("private") || scopes.length === 0 ? "private" : "public";
@@ -58,6 +47,44 @@ function stampCache(ctx: CallContext, result: JsonObject, ttls: number[], scopes
 }
 
 const MAX_PAGES = 50;
+
+/** Every page of one upstream's list, each item mapped (null drops it), with the pages' caching hints. */
+export interface Pages { items: Json[]; ttls: number[]; scopes: string[]; /** The walk reached the last page. */ complete: boolean }
+
+/**
+ * Walks every page (at most MAX_PAGES) of list method `req.method` on `up`, items under `key`.
+ * An unreachable upstream or a malformed page ends the walk with what was gathered.
+ * `send` is the forwarder (a seam for tests).
+ */
+export async function allPages(ctx: CallContext, up: UpstreamConfig, req: JsonRpcRequest, key: string, map: (item: Json) => Json | null, send = forward): Promise<Pages> {
+  const pages: Pages = { items: [], ttls: [], scopes: [], complete: false };
+  let cursor: string | undefined;
+  for (let page = 0; page < MAX_PAGES; page++) {
+    const params: JsonObject = { ...(req.params ?? {}) };
+    if (cursor !== undefined) params.cursor = cursor;
+    else delete params.cursor;
+    let out: Outcome;
+    try {
+      out = await send(ctx, up, { jsonrpc: "2.0", id: `${String(req.id)}:${up.name}:${page}`, method: req.method, params });
+    } catch {
+      return pages; // an unreachable upstream contributes nothing; /readyz reports it
+    }
+    const r = out.response.result;
+    if (!isObject(r) || !Array.isArray(r[key])) return pages;
+    if (typeof r.ttlMs === "number") pages.ttls.push(r.ttlMs);
+    if (typeof r.cacheScope === "string") pages.scopes.push(r.cacheScope);
+    for (const i of r[key] as Json[]) {
+      const mapped = map(i);
+      if (mapped !== null) pages.items.push(mapped);
+    }
+    if (typeof r.nextCursor !== "string" || r.nextCursor === "") {
+      pages.complete = true;
+      break;
+    }
+    cursor = r.nextCursor;
+  }
+  return pages;
+}
 
 export async function aggregateList(ctx: CallContext, req: JsonRpcRequest): Promise<Outcome> {
   const kind = LISTS[req.method]!;
@@ -68,7 +95,9 @@ export async function aggregateList(ctx: CallContext, req: JsonRpcRequest): Prom
     const out = await forward(ctx, up, req);
     const r = out.response.result;
     if (!isObject(r) || !Array.isArray(r[kind.key])) return out;
-    const items = (r[kind.key] as Json[]).map((i) => renameItem(ctx, kind, up, i)).filter((i): i is Json => i !== null);
+    const listed = r[kind.key] as Json[];
+    if (kind.key === "tools" && typeof req.params?.cursor !== "string" && (typeof r.nextCursor !== "string" || r.nextCursor === "")) await rememberTools(ctx, up, listed);
+    const items = listed.map((i) => renameItem(ctx, kind, up, i)).filter((i): i is Json => i !== null);
     const ttls = typeof r.ttlMs === "number" ? [r.ttlMs] : [];
     const scopes = typeof r.cacheScope === "string" ? [r.cacheScope] : [];
     return { ...out, response: { ...out.response, result: stampCache(ctx, { ...r, [kind.key]: items }, ttls, scopes) } };
@@ -83,30 +112,15 @@ export async function aggregateList(ctx: CallContext, req: JsonRpcRequest): Prom
     if (!grantReachesUpstream(ctx.who, up)) return [] as Json[];
     const caps = await ctx.capabilities(up).catch(() => undefined);
     if (caps && !isObject(caps[kind.capability])) return [] as Json[];
-    const items: Json[] = [];
-    let cursor: string | undefined;
-    for (let page = 0; page < MAX_PAGES; page++) {
-      const params: JsonObject = { ...(req.params ?? {}) };
-      if (cursor !== undefined) params.cursor = cursor;
-      else delete params.cursor;
-      let out: Outcome;
-      try {
-        out = await forward(ctx, up, { jsonrpc: "2.0", id: `${String(req.id)}:${up.name}:${page}`, method: req.method, params });
-      } catch {
-        return items; // an unreachable upstream contributes nothing; /readyz reports it
-      }
-      const r = out.response.result;
-      if (!isObject(r) || !Array.isArray(r[kind.key])) return items;
-      if (typeof r.ttlMs === "number") ttls.push(r.ttlMs);
-      if (typeof r.cacheScope === "string") scopes.push(r.cacheScope);
-      for (const i of r[kind.key] as Json[]) {
-        const renamed = renameItem(ctx, kind, up, i);
-        if (renamed !== null) items.push(renamed);
-      }
-      if (typeof r.nextCursor !== "string" || r.nextCursor === "") break;
-      cursor = r.nextCursor;
-    }
-    return items;
+    const raw: Json[] = [];
+    const pages = await allPages(ctx, up, req, kind.key, (i) => {
+      raw.push(i);
+      return renameItem(ctx, kind, up, i);
+    });
+    if (kind.key === "tools" && pages.complete) await rememberTools(ctx, up, raw);
+    ttls.push(...pages.ttls);
+    scopes.push(...pages.scopes);
+    return pages.items;
   }));
   const result: JsonObject = { [kind.key]: perUpstream.flat() };
   return { response: { jsonrpc: "2.0", id: req.id, result: stampCache(ctx, result, ttls, scopes) }, status: 200 };

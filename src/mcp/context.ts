@@ -27,6 +27,13 @@ export interface Relay {
   upstreamRequest(up: UpstreamConfig, leg: Leg, req: JsonRpcRequest): Promise<void>;
   /** Asks the client a server→client request and waits for its answer (era bridge); absent when impossible. */
   ask?(method: string, params: JsonObject): Promise<JsonObject>;
+  /** The upstream answered this request with an SSE stream: answer the client with one too, now (legacy fronts). */
+  streamOpened?(): void;
+  /**
+   * The upstream closed its resumable stream before the response (SEP-1699 polling): close the
+   * client's stream the same way if the client can resume it; the call goes on either way.
+   */
+  mirrorClose?(): Promise<void>;
 }
 
 export interface CallContext {
@@ -48,6 +55,8 @@ export interface CallContext {
   paramHeaders: [string, string][];
   /** Whether lists depend on the caller (grant filtering); they are then `cacheScope: private`. */
   callerFiltered: boolean;
+  /** The run calls belong to: the legacy session id, or the modern Portcullis-Run-Id (null without one). */
+  runId: string | null;
   /** Records which upstream serves client request `id` (legacy cancellation). */
   recordRequest(id: string | number, up: UpstreamConfig): Promise<void>;
 }

@@ -1,19 +1,23 @@
 /**
  * Method routing for client requests, shared by both eras: which upstream serves a request,
  * how its names map back, and what the gateway answers itself.
- * Owns: the method table (lists, tools/call with its governance seam, prompts, resources,
- * completion, logging fan-out, tasks by id, verbatim pass-through of unknown methods to a
- * single transparent upstream). Must never: forward a tools/call that governance did not allow,
- * or route a name to an upstream that does not own it.
+ * Owns: the method table (lists, tools/call handed to the governed path with this caller's
+ * collaborators, prompts, resources, completion, logging fan-out, tasks by id and the verbatim
+ * pass-through of unknown methods to a single transparent upstream — both through
+ * governedPassThrough). Must never: forward a tools/call itself, or route a name to an upstream
+ * that does not own it.
  */
 import type { UpstreamConfig } from "../config/load.ts";
-import { decide, outsideGrant } from "../governance/hooks.ts";
+import { type GovernanceDeps, governedPassThrough, governToolCall } from "../governance/call.ts";
+import { NO_HALTS, NO_HOLDS, NO_LEDGER, NO_MAPPINGS, OPEN_POLICY, type ToolCall } from "../governance/steps.ts";
+import { toolCatalog } from "./catalog.ts";
 import { grantReachesUpstream } from "../governance/grant-scope.ts";
-import { aggregateList, LISTS, resolveAlias } from "./aggregate.ts";
+import { aggregateList, LISTS } from "./aggregate.ts";
 import type { CallContext, Outcome } from "./context.ts";
-import { forward } from "./forward.ts";
+import { callLeg, forward } from "./forward.ts";
 import { ErrorCode, type JsonObject, type JsonRpcRequest, errorResponse, isObject } from "../wire/jsonrpc.ts";
 import { exposeHandle, splitHandle, splitName, splitUri } from "./names.ts";
+import { directoryRead, skillsGet, skillsList } from "./skills.ts";
 
 function fail(req: JsonRpcRequest, code: number, message: string, status = 200, data?: JsonObject): Outcome {
   return { response: errorResponse(req.id, code, message, data), status };
@@ -36,28 +40,36 @@ function exposeTask(up: UpstreamConfig, out: Outcome): Outcome {
   return { ...out, response: { ...out.response, result } };
 }
 
-/** A governance denial: an isError result the model can read, never a protocol error. */
-function denied(req: JsonRpcRequest, reason: string): Outcome {
-  return ok(req, { content: [{ type: "text", text: `Portcullis denied this call: ${reason}` }], isError: true });
+/** What governance is handed for this caller: its catalog and upstream leg; the steps not yet built are pass-throughs. */
+function governance(ctx: CallContext): GovernanceDeps {
+  return {
+    catalog: toolCatalog(ctx),
+    killSwitch: NO_HALTS,
+    mappings: NO_MAPPINGS,
+    policy: OPEN_POLICY,
+    holds: NO_HOLDS,
+    ledger: NO_LEDGER,
+    upstream: { call: (target, request) => callLeg(ctx, target.upstream, request) },
+    clock: Date.now,
+  };
 }
 
+function toolCallOf(ctx: CallContext, req: JsonRpcRequest, exposedName: string): ToolCall {
+  return { principal: ctx.who, era: ctx.era, request: req, exposedName, arguments: isObject(req.params?.arguments) ? req.params.arguments : undefined, runId: ctx.runId };
+}
+
+/** tools/call: the governed path (src/governance/call.ts) owns every step from resolve to answer. */
 async function toolsCall(ctx: CallContext, req: JsonRpcRequest): Promise<Outcome> {
   const name = req.params?.name;
   if (typeof name !== "string") return fail(req, ErrorCode.InvalidParams, "Invalid params: tools/call needs a string name", ctx.era === "modern" ? 400 : 200);
-  const unknown = () => fail(req, ErrorCode.InvalidParams, `Unknown tool: ${name}`);
-  // The gateway's own tools live on /operator/mcp only; here they are unknown, never forwarded.
-  if (name.startsWith("portcullis.")) return unknown();
-  // Grant first, before any routing: the denial is the same for tools that exist and those that do not.
-  const outside = outsideGrant(ctx.who, name);
-  if (outside !== null) return denied(req, outside);
+  const answer = await governToolCall(governance(ctx), toolCallOf(ctx, req, name));
   const target = splitName(ctx.cfg.upstreams, name);
-  if (!target) return unknown();
-  const tool = resolveAlias(target.up, target.name);
-  const args = isObject(req.params?.arguments) ? req.params.arguments : undefined;
-  const verdict = await decide({ principal: ctx.principal, who: ctx.who, upstream: target.up, tool, exposedName: name, arguments: args });
-  if (verdict.kind === "unknown") return unknown();
-  if (verdict.kind === "deny") return denied(req, verdict.reason);
-  return exposeTask(target.up, await forward(ctx, target.up, withParam(req, "name", tool)));
+  return target ? exposeTask(target.up, answer) : answer;
+}
+
+/** Requests that reach a tool without naming it go through governedPassThrough (kill switch first). */
+function passThrough(ctx: CallContext, up: UpstreamConfig, req: JsonRpcRequest, upstreamReq: JsonRpcRequest): Promise<Outcome> {
+  return governedPassThrough(governance(ctx), { call: toolCallOf(ctx, req, ""), upstream: up }, () => callLeg(ctx, up, upstreamReq));
 }
 
 async function byName(ctx: CallContext, req: JsonRpcRequest, what: string): Promise<Outcome> {
@@ -119,7 +131,7 @@ async function byTask(ctx: CallContext, req: JsonRpcRequest): Promise<Outcome> {
   if (typeof taskId !== "string") return fail(req, ErrorCode.InvalidParams, `Invalid params: ${req.method} needs a string taskId`, ctx.era === "modern" ? 400 : 200);
   const t = splitHandle(ctx.cfg.upstreams, taskId);
   if (!t || !grantReachesUpstream(ctx.who, t.up)) return fail(req, ErrorCode.InvalidParams, `Unknown task: ${taskId}`);
-  return exposeTask(t.up, await forward(ctx, t.up, withParam(req, "taskId", t.name)));
+  return exposeTask(t.up, await passThrough(ctx, t.up, req, withParam(req, "taskId", t.name)));
 }
 
 /** Routes one client request. The front has already validated era, session and headers. */
@@ -137,8 +149,11 @@ export async function dispatch(ctx: CallContext, req: JsonRpcRequest): Promise<O
     case "tasks/get":
     case "tasks/update":
     case "tasks/cancel": return byTask(ctx, req);
+    case "skills/list": return skillsList(ctx, req);
+    case "skills/get": return skillsGet(ctx, req);
+    case "resources/directory/read": return directoryRead(ctx, req);
   }
   const ups = ctx.cfg.upstreams;
-  if (ups.length === 1 && !ups[0]!.namespaced && grantReachesUpstream(ctx.who, ups[0]!)) return forward(ctx, ups[0]!, req);
+  if (ups.length === 1 && !ups[0]!.namespaced && grantReachesUpstream(ctx.who, ups[0]!)) return passThrough(ctx, ups[0]!, req, req);
   return fail(req, ErrorCode.MethodNotFound, `Method not found: ${req.method}`, ctx.era === "modern" ? 404 : 200);
 }

@@ -1,30 +1,12 @@
 /**
- * Edge checks every /mcp request passes before any state is touched: Host/Origin, body size,
- * Content-Type and Accept, and JSON-RPC shape. Owns the HTTP statuses of those refusals.
+ * Edge checks every /mcp POST passes before any state is touched (Host/Origin came first, in
+ * the gate): body size, Content-Type and Accept, and JSON-RPC shape. Owns the HTTP statuses of those refusals.
  * Must never: read more than the body cap into memory, or let a refusal look like a 5xx.
  */
-import type { GatewayConfig } from "../config/load.ts";
-import { hostAllowed, originAllowed } from "../identity/origin.ts";
-import { ErrorCode, type JsonRpcId, type JsonRpcMessage, errorResponse, parseMessage } from "../wire/jsonrpc.ts";
-import { jsonResponse } from "./respond.ts";
+import { ErrorCode, type JsonRpcMessage, parseMessage } from "../wire/jsonrpc.ts";
+import { refuse } from "../wire/http.ts";
 
 export const MAX_BODY_BYTES = 4 * 1024 * 1024;
-
-export function refuse(status: number, code: number, message: string, id: JsonRpcId | null = null, headers: Record<string, string> = {}): Response {
-  return jsonResponse(errorResponse(id, code, message), status, headers);
-}
-
-/** Host/Origin check (403). Null when the request may proceed. */
-export function checkOrigin(req: Request, cfg: GatewayConfig): Response | null {
-  const host = req.headers.get("host") ?? new URL(req.url).host;
-  if (!hostAllowed(host, cfg.allowedHosts)) {
-    return refuse(403, ErrorCode.ServerError, `Forbidden: Host "${host}" is not allowed (DNS rebinding protection); add it to gateway.allowed_hosts`);
-  }
-  if (!originAllowed(req.headers.get("origin"), host, cfg.allowedOrigins)) {
-    return refuse(403, ErrorCode.ServerError, "Forbidden: Origin is not allowed (DNS rebinding protection); add it to gateway.allowed_origins");
-  }
-  return null;
-}
 
 /** Reads at most MAX_BODY_BYTES; null when over the cap. */
 async function readCapped(req: Request): Promise<string | null> {

@@ -11,8 +11,10 @@ import {
   ErrorCode, type JsonObject, type JsonRpcMessage, type JsonRpcRequest, type JsonRpcResponse,
   errorResponse, isNotification, isObject, isRequest,
 } from "../wire/jsonrpc.ts";
+import { noteNotification } from "./catalog-store.ts";
 import { exposeUri } from "./names.ts";
-import { answers, requestUpstream, UpstreamAuthError, UpstreamError, UpstreamSessionGone } from "./upstream.ts";
+import type { LegResult } from "../governance/steps.ts";
+import { answers, requestUpstream, UpstreamAuthError, UpstreamError, UpstreamSessionGone, UpstreamUncertain } from "./upstream.ts";
 import type { Leg } from "../../durable-objects/records.ts";
 import { META } from "./versions.ts";
 
@@ -25,6 +27,7 @@ export function upstreamId(id: string | number): string {
 async function relayInterim(ctx: CallContext, up: UpstreamConfig, leg: Leg, msg: JsonRpcMessage): Promise<void> {
   if (isRequest(msg)) return ctx.relay.upstreamRequest(up, leg, msg);
   if (!isNotification(msg)) return;
+  noteNotification(up.name, msg.method);
   if (msg.method === "notifications/resources/updated" && isObject(msg.params) && typeof msg.params.uri === "string") {
     return ctx.relay.send({ ...msg, params: { ...msg.params, uri: exposeUri(up, msg.params.uri) } });
   }
@@ -38,23 +41,30 @@ const TRACKED = new Set(["tools/call", "prompts/get", "resources/read", "complet
 const CACHEABLE = new Set(["tools/list", "prompts/list", "resources/list", "resources/templates/list", "resources/read"]);
 
 /**
- * Sends `req` (already in the upstream's names) to `up` and returns the final response with the
- * client's id restored. Interim messages are relayed as they arrive.
+ * The upstream leg: sends `req` (already in the upstream's names) to `up` and reports what
+ * happened — never a throw. Interim messages are relayed as they arrive; the response carries
+ * the client's id.
  */
-export async function forward(ctx: CallContext, up: UpstreamConfig, req: JsonRpcRequest): Promise<Outcome> {
+export async function callLeg(ctx: CallContext, up: UpstreamConfig, req: JsonRpcRequest): Promise<LegResult> {
   try {
     const out = await forwardOnce(ctx, up, req);
     logCall(ctx, up, req, out.response.error ? `error ${out.response.error.code}` : "ok");
-    return out;
+    return { kind: "answered", response: out.response, status: out.status };
   } catch (e) {
     logCall(ctx, up, req, e instanceof UpstreamError ? `failed: ${e.status ?? "?"}` : "failed");
-    if (e instanceof UpstreamAuthError) {
-      // A tool call gets a result the model can read; other requests a JSON-RPC error.
-      if (req.method === "tools/call") return { response: { jsonrpc: "2.0", id: req.id, result: { content: [{ type: "text", text: e.message }], isError: true } }, status: 200 };
-      return { response: errorResponse(req.id, ErrorCode.InternalError, e.message), status: 200 };
-    }
-    throw e;
+    if (e instanceof UpstreamAuthError) return { kind: "failed", reason: e.message, auth: true };
+    if (e instanceof UpstreamUncertain) return { kind: "uncertain", reason: e.message };
+    if (e instanceof UpstreamError) return { kind: "failed", reason: e.message, auth: false };
+    console.error("portcullis: internal error on the upstream leg", (e as Error)?.stack ?? String(e));
+    return { kind: "uncertain", reason: `Internal error in Portcullis while talking to upstream ${up.name}` };
   }
+}
+
+/** A request that is not governed (lists, prompts, resources, …): the leg's failures become JSON-RPC errors. */
+export async function forward(ctx: CallContext, up: UpstreamConfig, req: JsonRpcRequest): Promise<Outcome> {
+  const leg = await callLeg(ctx, up, req);
+  if (leg.kind === "answered") return { response: leg.response, status: leg.status };
+  return { response: errorResponse(req.id, ErrorCode.InternalError, leg.reason), status: 200 };
 }
 
 /** One structured line per tool call (and per failed upstream request): the credential mode, never its value. */
@@ -107,7 +117,13 @@ async function forwardOnce(ctx: CallContext, up: UpstreamConfig, req: JsonRpcReq
 }
 
 async function once(ctx: CallContext, up: UpstreamConfig, leg: Leg, upReq: JsonRpcRequest, clientId: string | number): Promise<Outcome> {
-  for await (const f of requestUpstream(up, leg, upReq, { signal: ctx.signal, paramHeaders: ctx.paramHeaders })) {
+  for await (const f of requestUpstream(up, leg, upReq, { signal: ctx.signal, paramHeaders: ctx.paramHeaders, control: true })) {
+    // The upstream's stream, mirrored to the client where its front can (SEP-1699).
+    if ("kind" in f) {
+      if (f.kind === "stream-opened") ctx.relay.streamOpened?.();
+      else await ctx.relay.mirrorClose?.();
+      continue;
+    }
     const m = f.message;
     if (answers(m, upReq.id)) {
       const response: JsonRpcResponse = { ...(m as JsonRpcResponse), id: clientId };

@@ -1,12 +1,16 @@
 /**
- * /readyz and /summary: upstream reachability (cached ≤ 2 s) and a schema-free catalogue.
- * Owns the probe (one `server/discover` POST: any JSON-RPC answer means the upstream is up).
- * Must never: include tool schemas or upstream credentials in what it returns.
+ * /readyz and /summary: upstream reachability (cached ≤ 2 s) and a schema-free catalogue whose
+ * tool counts are what the caller can list. Owns the probe (one `server/discover` POST: any
+ * JSON-RPC answer means the upstream is up) and that count. Must never: include tool schemas or
+ * upstream credentials in what it returns, or count a tool the caller could not list.
  */
 import type { GatewayConfig, UpstreamConfig } from "../config/load.ts";
+import type { Principal } from "../config/principal.ts";
+import { grantAllowsTool, toolAllowed } from "../governance/grant-scope.ts";
 import { type JsonObject, isObject } from "../wire/jsonrpc.ts";
 import { callUpstream, modernMeta, UpstreamAuthError } from "./upstream.ts";
 import { modernClientLeg } from "./legs.ts";
+import { exposeName } from "./names.ts";
 
 let readyCache: { at: number; key: string; body: { ok: boolean; upstreams: { name: string; ok: boolean }[] } } | null = null;
 const READY_TTL_MS = 2000;
@@ -32,11 +36,21 @@ export async function readiness(cfg: GatewayConfig) {
   return body;
 }
 
-export async function summary(cfg: GatewayConfig, principal: string) {
+/**
+ * Each upstream of the per-request config with the number of its tools the caller can list:
+ * those the upstream's allow/deny let through and, for a Principal, whose exposed name its grant
+ * matches — the same filter tools/list applies. A bare principal name (no grant) counts every
+ * tool allow/deny let through: the operator's view of the upstreams (`portcullis.upstreams`),
+ * and the loopback actor's (every tool) until /summary runs behind the gate.
+ */
+export async function summary(cfg: GatewayConfig, who: Principal | string) {
+  const sub = typeof who === "string" ? who : who.sub;
+  const visible = (up: UpstreamConfig, name: unknown): boolean =>
+    typeof name === "string" && toolAllowed(up, name) && (typeof who === "string" || grantAllowsTool(who, exposeName(up, name)));
   const upstreams = await Promise.all(cfg.upstreams.map(async (up) => {
     let tools: number | null = null;
     try {
-      const rec = await modernClientLeg(up, principal);
+      const rec = await modernClientLeg(up, sub);
       if (rec.leg) {
         let count = 0;
         let cursor: string | undefined;
@@ -46,7 +60,7 @@ export async function summary(cfg: GatewayConfig, principal: string) {
           const { response } = await callUpstream(up, rec.leg, { jsonrpc: "2.0", id: `portcullis-summary-${page}`, method: "tools/list", params });
           const r = response.result;
           if (!isObject(r) || !Array.isArray(r.tools)) break;
-          count += r.tools.length;
+          count += r.tools.filter((t) => isObject(t) && visible(up, t.name)).length;
           if (typeof r.nextCursor !== "string" || !r.nextCursor) break;
           cursor = r.nextCursor;
         }

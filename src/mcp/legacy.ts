@@ -10,7 +10,6 @@ import type { UpstreamConfig } from "../config/load.ts";
 import { guardedFetch } from "../egress/guarded-fetch.ts";
 import type { CallContext, FrontContext } from "./context.ts";
 import { dispatch } from "./dispatch.ts";
-import { checkOrigin, readPost, refuse } from "./edge.ts";
 import { upstreamId } from "./forward.ts";
 import {
   ErrorCode, type JsonObject, type JsonRpcMessage, type JsonRpcNotification, type JsonRpcRequest, type JsonRpcResponse,
@@ -20,13 +19,13 @@ import { grantReachesUpstream } from "../governance/grant-scope.ts";
 import { mergeCapabilities, mergeInstructions, openLegacyClientLeg } from "./legs.ts";
 import { splitUri } from "./names.ts";
 import { relayServerRequest } from "./relay.ts";
-import { jsonResponse, respond, type Resumable } from "./respond.ts";
+import { respond, type Resumable, type StreamControl } from "./respond.ts";
 import { newSessionId, sessionObject } from "../../durable-objects/names.ts";
 import { type Leg, SESSION_RECORD_VERSION, type SessionApi, type SessionRecord, type UpstreamLegRecord } from "../../durable-objects/records.ts";
 import { relayGetStream, replayStream } from "./streams.ts";
 import { postUpstream, modernMeta } from "./upstream.ts";
 import { GATEWAY_INFO, LATEST_LEGACY, LEGACY_VERSIONS, META, isLegacyVersion } from "./versions.ts";
-
+import { jsonResponse, refuse } from "../wire/http.ts";
 
 type Store = SessionApi;
 
@@ -72,9 +71,11 @@ async function initialize(fc: FrontContext, req: JsonRpcRequest): Promise<Respon
   return jsonResponse({ jsonrpc: "2.0", id: req.id, result }, 200, { "mcp-session-id": id });
 }
 
-function legacyContext(fc: FrontContext, store: Store, rec: SessionRecord, signal: AbortSignal, emit: (m: JsonRpcMessage) => Promise<void>): CallContext {
+function legacyContext(
+  fc: FrontContext, store: Store, rec: SessionRecord, signal: AbortSignal, emit: (m: JsonRpcMessage) => Promise<void>, stream?: StreamControl,
+): CallContext {
   return {
-    cfg: fc.cfg, era: "legacy", principal: fc.principal, who: fc.who, signal, paramHeaders: [], callerFiltered: fc.who.tools !== null,
+    cfg: fc.cfg, era: "legacy", principal: fc.principal, who: fc.who, signal, paramHeaders: [], callerFiltered: fc.who.tools !== null, runId: rec.id,
     leg: async (up) => legOf(rec, up),
     renewLeg: async (up) => {
       const fresh = await openLegacyClientLeg(up, rec.protocolVersion, rec.clientCapabilities, rec.clientInfo);
@@ -86,6 +87,11 @@ function legacyContext(fc: FrontContext, store: Store, rec: SessionRecord, signa
     recordRequest: async (id, up) => { await store.begin(fc.principal, JSON.stringify(id), up.name); },
     relay: {
       send: emit,
+      // SEP-1699 as the upstream does it: its stream makes this answer a stream (priming event
+      // first), and where it closes its stream early the client's stream closes too, while the
+      // call runs on into the buffer the client resumes from with GET + Last-Event-ID.
+      streamOpened: () => stream?.open(),
+      mirrorClose: async () => { await stream?.closeEarly(); },
       upstreamRequest: (up, leg, req) => relayServerRequest(store, fc.principal, rec.clientCapabilities, up, leg, req, emit),
       ask: async (method, params) => {
         const gid = `pc-${crypto.randomUUID()}`;
@@ -184,14 +190,22 @@ export async function legacyPost(fc: FrontContext, req: Request, msg: JsonRpcMes
   }
   const streamId = `s${crypto.randomUUID().replace(/-/g, "")}`;
   let chain: Promise<unknown> = Promise.resolve();
+  const append = (events: { seq: number; data: string }[], done: boolean) => {
+    chain = chain.then(() => store.appendEvents(streamId, events, done)).catch(() => undefined);
+  };
+  // The version this request speaks (the header, else the session's): priming events (empty
+  // data) only from 2025-11-25 on, as the SDK's servers do, since older clients may fail on them.
+  const version = req.headers.get("mcp-protocol-version")?.trim() || rec.protocolVersion;
   const resumable: Resumable = {
-    streamId, retryMs: fc.cfg.sseRetryMs,
-    persist: (seq, data) => { chain = chain.then(() => store.appendEvents(streamId, [{ seq, data }], false)).catch(() => undefined); },
-    finish: () => { chain = chain.then(() => store.appendEvents(streamId, [], true)).catch(() => undefined); fc.waitUntil(chain); },
+    streamId, retryMs: fc.cfg.sseRetryMs, priming: version >= "2025-11-25",
+    open: () => append([], false),
+    persist: (seq, data) => append([{ seq, data }], false),
+    flushed: () => chain.then(() => undefined),
+    finish: () => { append([], true); fc.waitUntil(chain); },
   };
   // A disconnect is not a cancellation: the call runs on and its events stay resumable.
   const signal = new AbortController().signal;
-  return respond(msg.id, (emit) => dispatch(legacyContext(fc, store, rec, signal, emit), msg), {
+  return respond(msg.id, (emit, stream) => dispatch(legacyContext(fc, store, rec, signal, emit, stream), msg), {
     waitUntil: fc.waitUntil, resumable,
   });
 }
@@ -231,4 +245,3 @@ export async function legacyDelete(fc: FrontContext, req: Request): Promise<Resp
   return new Response(null, { status: 200 });
 }
 
-export { readPost, checkOrigin };

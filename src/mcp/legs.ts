@@ -12,6 +12,7 @@ import { legObject } from "../../durable-objects/names.ts";
 import type { Leg, UpstreamLegRecord } from "../../durable-objects/records.ts";
 import { callUpstream, initializeLegacy, modernDiscovery, modernMeta } from "./upstream.ts";
 import { LATEST_LEGACY } from "./versions.ts";
+import { mergeExtensions } from "./skills.ts";
 
 /** The client capabilities a legacy client may receive relays for. */
 export function relayableCapabilities(clientCaps: JsonObject): JsonObject {
@@ -123,19 +124,26 @@ function mergeFlags(a: JsonObject | undefined, b: JsonObject): JsonObject {
   return out;
 }
 
-/** Client-facing capabilities: one transparent upstream's verbatim, else the union. */
+/**
+ * Client-facing capabilities: one transparent upstream's verbatim, else the union of the core
+ * capabilities and only the extensions the gateway serves when aggregating (skills, tasks; see
+ * skills.ts mergeExtensions): an extension whose methods would get -32601 is never advertised.
+ */
 export function mergeCapabilities(cfg: GatewayConfig, recs: Record<string, UpstreamLegRecord>): JsonObject {
   const ups = cfg.upstreams;
   if (ups.length === 1 && !ups[0]!.namespaced) return recs[ups[0]!.name]?.capabilities ?? {};
   const out: JsonObject = {};
+  const extensions: JsonObject[] = [];
   for (const up of ups) {
     const caps = recs[up.name]?.capabilities;
     if (!caps) continue;
     for (const k of ["tools", "prompts", "resources", "completions", "logging"]) {
       if (isObject(caps[k])) out[k] = mergeFlags(isObject(out[k]) ? out[k] : undefined, caps[k]);
     }
-    if (isObject(caps.extensions)) out.extensions = { ...(isObject(out.extensions) ? out.extensions : {}), ...caps.extensions };
+    if (isObject(caps.extensions)) extensions.push(caps.extensions);
   }
+  const served = mergeExtensions(extensions);
+  if (served) out.extensions = served;
   return out;
 }
 

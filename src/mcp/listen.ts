@@ -9,12 +9,14 @@ import type { UpstreamConfig } from "../config/load.ts";
 import { type JsonObject, type JsonRpcNotification, type JsonRpcRequest, isNotification, isObject } from "../wire/jsonrpc.ts";
 import type { FrontContext } from "./context.ts";
 import { listChangeFlags, modernLegFor } from "./legs.ts";
+import { noteNotification } from "./catalog-store.ts";
 import { exposeUri, splitUri } from "./names.ts";
-import { SSE_HEADERS } from "./respond.ts";
+
 import { holdOpen, sseStream } from "./streams.ts";
 import { encodeEvent } from "../wire/sse.ts";
 import { openGetStream, requestUpstream, type Frame } from "./upstream.ts";
 import { META } from "./versions.ts";
+import { SSE_HEADERS } from "../wire/http.ts";
 
 const TYPE_OF: Record<string, string> = {
   "notifications/tools/list_changed": "toolsListChanged",
@@ -82,6 +84,7 @@ export async function listen(fc: FrontContext, req: Request, msg: JsonRpcRequest
     try {
       for await (const f of frames) {
         if (!isNotification(f.message) || f.message.method === "notifications/subscriptions/acknowledged") continue;
+        noteNotification(up.name, f.message.method);
         const n = wanted(f.message, up);
         if (n) await send(n);
       }

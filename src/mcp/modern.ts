@@ -7,17 +7,18 @@
  */
 import type { CallContext, Outcome } from "./context.ts";
 import { dispatch } from "./dispatch.ts";
-import { refuse } from "./edge.ts";
+
 import { postUpstream } from "./upstream.ts";
 import { ErrorCode, type JsonObject, type JsonRpcMessage, type JsonRpcRequest, errorResponse, isNotification, isObject, isRequest } from "../wire/jsonrpc.ts";
 import type { FrontContext } from "./context.ts";
 import { runObject } from "../../durable-objects/names.ts";
 import { applyLogLevel, mergeCapabilities, mergeInstructions, modernLegFor } from "./legs.ts";
 import { listen } from "./listen.ts";
-import { jsonResponse, respond } from "./respond.ts";
+import { respond } from "./respond.ts";
 import type { UpstreamLegRecord } from "../../durable-objects/records.ts";
 import { routingName } from "./upstream.ts";
 import { GATEWAY_INFO, META, MODERN_VERSION, REMOVED_IN_MODERN, SUPPORTED_VERSIONS } from "./versions.ts";
+import { jsonResponse, refuse } from "../wire/http.ts";
 
 /** Decodes a SEP-2243 header value (`=?base64?…?=` or literal); null when malformed. */
 export function decodeHeaderValue(v: string): string | null {
@@ -71,7 +72,7 @@ export function checkModernRequest(req: Request, msg: JsonRpcRequest | { method:
   return null;
 }
 
-function modernContext(fc: FrontContext, req: Request, msg: JsonRpcRequest, emit: (m: JsonRpcMessage) => Promise<void>): CallContext {
+function modernContext(fc: FrontContext, req: Request, msg: JsonRpcRequest, runId: string | null, emit: (m: JsonRpcMessage) => Promise<void>): CallContext {
   const meta = isObject(msg.params?._meta) ? msg.params._meta : {};
   const rawLevel = meta[META.logLevel];
   const logLevel = typeof rawLevel === "string" ? rawLevel : undefined;
@@ -84,7 +85,7 @@ function modernContext(fc: FrontContext, req: Request, msg: JsonRpcRequest, emit
     return r;
   };
   return {
-    cfg: fc.cfg, era: "modern", principal: fc.principal, who: fc.who, signal: req.signal, paramHeaders, callerFiltered: fc.who.tools !== null,
+    cfg: fc.cfg, era: "modern", principal: fc.principal, who: fc.who, signal: req.signal, paramHeaders, callerFiltered: fc.who.tools !== null, runId,
     leg: async (up) => {
       const rec = await legRec(up.name, () => modernLegFor(fc.env, fc.principal, up));
       if (logLevel !== undefined) await applyLogLevel(up, fc.principal, rec, logLevel).catch(() => undefined);
@@ -148,7 +149,7 @@ export async function modernPost(fc: FrontContext, req: Request, msg: JsonRpcMes
   }
   if (msg.method === "server/discover") return discover(fc, msg);
   if (msg.method === "subscriptions/listen") return listen(fc, req, msg);
-  return respond(msg.id, async (emit) => withResultType(await dispatch(modernContext(fc, req, msg, emit), msg)), { waitUntil: fc.waitUntil });
+  return respond(msg.id, async (emit) => withResultType(await dispatch(modernContext(fc, req, msg, run, emit), msg)), { waitUntil: fc.waitUntil });
 }
 
 /** Every 2026-07-28 result carries resultType; the gateway's own results (denials, refusals) are complete. */

@@ -8,8 +8,9 @@
 import type { UpstreamConfig } from "../config/load.ts";
 import { ErrorCode, type JsonRpcMessage, type JsonRpcRequest, isNotification, isObject, isRequest } from "../wire/jsonrpc.ts";
 import type { FrontContext } from "./context.ts";
+import { noteNotification } from "./catalog-store.ts";
 import { exposeUri } from "./names.ts";
-import { SSE_HEADERS } from "./respond.ts";
+
 import type { SessionApi, SessionRecord } from "../../durable-objects/records.ts";
 import { encodeComment, encodeEvent } from "../wire/sse.ts";
 import { listChangeFlags } from "./legs.ts";
@@ -17,7 +18,7 @@ import { relayServerRequest } from "./relay.ts";
 import { openGetStream, requestUpstream, type Frame } from "./upstream.ts";
 import type { Leg } from "../../durable-objects/records.ts";
 import { META } from "./versions.ts";
-import { refuse } from "./edge.ts";
+import { SSE_HEADERS, refuse } from "../wire/http.ts";
 
 type Store = SessionApi;
 
@@ -132,6 +133,7 @@ export async function relayGetStream(
           await relayServerRequest(store, fc.principal, rec.clientCapabilities, up, leg, msg, send);
         } else if (isNotification(msg)) {
           if (msg.method === "notifications/subscriptions/acknowledged") continue;
+          noteNotification(up.name, msg.method);
           if (leg.era === "modern") delete (msg.params?._meta as Record<string, unknown> | undefined)?.[META.subscriptionId];
           if (msg.method === "notifications/resources/updated" && isObject(msg.params) && typeof msg.params.uri === "string") {
             await send({ ...msg, params: { ...msg.params, uri: exposeUri(up, msg.params.uri) } });

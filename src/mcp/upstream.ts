@@ -2,7 +2,8 @@
  * The gateway as an MCP client of one HTTP upstream, in either era.
  * Owns: building upstream requests (configured credentials, protocol and routing headers),
  * reading JSON or SSE answers as a stream of messages, resuming a legacy SSE stream the upstream
- * closed early (GET + Last-Event-ID), legacy `initialize`, modern `server/discover`, and the
+ * closed early (GET + Last-Event-ID) and, on request, signalling that stream's opening and early
+ * close to the caller (StreamSignal), legacy `initialize`, modern `server/discover`, and the
  * per-upstream era verdict. Must never: send the client's own headers or credentials upstream
  * (every header here is built from config), follow a redirect, or wait without a timeout.
  */
@@ -29,6 +30,8 @@ export class UpstreamError extends Error {
 export class UpstreamSessionGone extends UpstreamError {}
 /** The upstream refused its credential (401/403), or the principal has none for it. */
 export class UpstreamAuthError extends UpstreamError {}
+/** The request reached the upstream but no response came back (timeout, stream closed early): it may have run. */
+export class UpstreamUncertain extends UpstreamError {}
 
 export interface Frame {
   message: JsonRpcMessage;
@@ -36,12 +39,28 @@ export interface Frame {
   status: number;
 }
 
+/**
+ * What the upstream did with its answer stream besides sending messages (only with
+ * `SendOptions.control`): it answered with an SSE stream, or it closed a resumable legacy stream
+ * (one whose events carry ids) before the response — SEP-1699 polling — and the gateway is
+ * resuming it with GET + Last-Event-ID. A stream closed without an event id is not resumable
+ * and yields no signal (the request fails as before).
+ */
+export type StreamSignal =
+  | { kind: "stream-opened"; status: number }
+  | { kind: "stream-closed-early"; lastEventId: string; retryMs?: number };
+
+/** A message frame or a stream signal (requestUpstream with `control: true`). */
+export type UpstreamFrame = Frame | StreamSignal;
+
 export interface SendOptions {
   signal?: AbortSignal;
   /** Mcp-Param-* headers to forward verbatim (modern leg). */
   paramHeaders?: [string, string][];
   /** A long-lived stream (subscriptions/listen): bounded by time, not size. */
   stream?: boolean;
+  /** Also yield StreamSignal frames (requestUpstream only). */
+  control?: boolean;
 }
 
 const HEADER_SAFE = /^[\x21-\x7e](?:[\x20-\x7e]*[\x21-\x7e])?$/;
@@ -108,11 +127,11 @@ async function send(up: UpstreamConfig, init: { method: string; headers: Headers
   } catch (e) {
     const err = e as Error;
     if (e instanceof EgressError) {
-      if (e.kind === "timeout") throw new UpstreamError(up.name, `no answer within ${up.timeoutMs} ms`, 504);
+      if (e.kind === "timeout") throw new UpstreamUncertain(up.name, `no answer within ${up.timeoutMs} ms`, 504);
       throw new UpstreamError(up.name, `${e.reason}; Portcullis refused the connection`, 502);
     }
-    if (err.name === "TimeoutError") throw new UpstreamError(up.name, `no answer within ${up.timeoutMs} ms`, 504);
-    if (err.name === "AbortError") throw new UpstreamError(up.name, "request aborted", 499);
+    if (err.name === "TimeoutError") throw new UpstreamUncertain(up.name, `no answer within ${up.timeoutMs} ms`, 504);
+    if (err.name === "AbortError") throw new UpstreamUncertain(up.name, "request aborted", 499);
     throw new UpstreamError(up.name, `unreachable (${err.message})`, 502);
   }
   if (res.status === 401 || res.status === 403) {
@@ -130,7 +149,7 @@ async function* readAnswer(up: UpstreamConfig, res: Response, track: { lastEvent
       if (ev.id !== undefined) track.lastEventId = ev.id;
       if (ev.data.trim() === "") continue;
       const v = parseMessage(ev.data);
-      if (!v.ok) throw new UpstreamError(up.name, `sent an invalid SSE message (${v.reason})`, 502);
+      if (!v.ok) throw new UpstreamUncertain(up.name, `sent an invalid SSE message (${v.reason})`, 502);
       yield { message: v.message, status: res.status };
     }
     return;
@@ -152,9 +171,13 @@ export function answers(m: JsonRpcMessage, id: JsonRpcRequest["id"]): m is JsonR
 /**
  * Sends one request upstream and yields every message that arrives for it, ending with its
  * response. A legacy SSE stream that ends without the response is resumed with GET +
- * Last-Event-ID after the upstream's retry hint (bounded attempts).
+ * Last-Event-ID after the upstream's retry hint (bounded attempts). With `control: true` it also
+ * yields a StreamSignal when the upstream answers with a stream and each time it closes a
+ * resumable stream early, so a front can mirror both (the resumption goes on regardless).
  */
-export async function* requestUpstream(up: UpstreamConfig, leg: Leg, req: JsonRpcRequest, opts: SendOptions = {}): AsyncGenerator<Frame> {
+export function requestUpstream(up: UpstreamConfig, leg: Leg, req: JsonRpcRequest, opts: SendOptions & { control: true }): AsyncGenerator<UpstreamFrame>;
+export function requestUpstream(up: UpstreamConfig, leg: Leg, req: JsonRpcRequest, opts?: SendOptions): AsyncGenerator<Frame>;
+export async function* requestUpstream(up: UpstreamConfig, leg: Leg, req: JsonRpcRequest, opts: SendOptions = {}): AsyncGenerator<UpstreamFrame> {
   const headers = baseHeaders(up, leg, req);
   for (const [k, v] of opts.paramHeaders ?? []) headers.set(k, v);
   const signal = timeoutSignal(up, opts.signal);
@@ -166,11 +189,17 @@ export async function* requestUpstream(up: UpstreamConfig, leg: Leg, req: JsonRp
   const track: { lastEventId?: string; retryMs?: number } = {};
   let answered = false;
   let sse = (res.headers.get("content-type") ?? "").includes("text/event-stream");
+  if (opts.control && sse && res.ok) yield { kind: "stream-opened", status: res.status };
   for await (const f of readAnswer(up, res, track)) {
     yield f;
     if (answers(f.message, req.id)) { answered = true; break; }
   }
   for (let attempt = 0; !answered && sse && leg.era === "legacy" && track.lastEventId !== undefined && attempt < 5; attempt++) {
+    if (opts.control) {
+      const closed: StreamSignal = { kind: "stream-closed-early", lastEventId: track.lastEventId };
+      if (track.retryMs !== undefined) closed.retryMs = track.retryMs;
+      yield closed;
+    }
     await sleep(Math.min(track.retryMs ?? 1000, 10000), signal);
     const h = baseHeaders(up, leg, undefined);
     h.set("accept", "text/event-stream");
@@ -183,7 +212,7 @@ export async function* requestUpstream(up: UpstreamConfig, leg: Leg, req: JsonRp
       if (answers(f.message, req.id)) { answered = true; break; }
     }
   }
-  if (!answered) throw new UpstreamError(up.name, `closed the stream before answering ${req.method}`, 502);
+  if (!answered) throw new UpstreamUncertain(up.name, `closed the stream before answering ${req.method}`, 502);
 }
 
 /** Sends a notification or a response upstream (fire and check). */

@@ -6,9 +6,10 @@
 import type { GatewayConfig } from "../config/load.ts";
 import type { Env } from "../env.ts";
 import type { Principal } from "../config/principal.ts";
-import { jsonResponse } from "../mcp/respond.ts";
+
 import { credentialsObject } from "../../durable-objects/names.ts";
 import { sealCredential } from "../egress/credentials.ts";
+import { jsonResponse } from "../wire/http.ts";
 
 function bad(message: string, status = 400): Response {
   return jsonResponse({ error: "invalid_request", error_description: message }, status);

@@ -1,50 +1,56 @@
 /**
- * The order every protected route follows: the config (and its egress check), Host/Origin,
- * then the grant — and the per-request view of the config the handler gets. Owns that order.
- * Must never: hand a handler a request whose config, origin or grant did not pass.
+ * The gate every protected route passes, as Hono middleware: the config (and its egress
+ * check), Host/Origin, then the grant — in that order — and the per-request view of the config.
+ * On success it sets the typed `c.var.cfg` and `c.var.principal`; on failure it answers itself.
+ * Must never: let a handler run for a request whose config, origin or grant did not pass.
  */
-import { ConfigError, type GatewayConfig } from "../config/load.ts";
-import { currentConfig } from "./config-view.ts";
-import { egressRefusal, requestConfig } from "./request-config.ts";
+import type { Context } from "hono";
+import { createMiddleware } from "hono/factory";
+import type { GatewayConfig } from "../config/load.ts";
+import type { Principal } from "../config/principal.ts";
+import type { Role } from "../config/roles.ts";
 import { guardedFetch } from "../egress/guarded-fetch.ts";
 import type { Env } from "../env.ts";
-import { checkOrigin } from "../mcp/edge.ts";
-import { jsonResponse } from "../mcp/respond.ts";
-import { authenticate, isLoopbackRequest, type AuthOptions } from "../identity/auth.ts";
-import type { Principal } from "../config/principal.ts";
+import { authenticate, isLoopbackRequest } from "../identity/auth.ts";
+import { checkOrigin } from "../identity/origin.ts";
+import { configOr503, egressRefusal, requestConfig } from "./config-view.ts";
 
-export function configOr503(env: Env): GatewayConfig | Response {
-  try {
-    return currentConfig(env);
-  } catch (e) {
-    const problems = e instanceof ConfigError ? e.problems : [String(e)];
-    return jsonResponse({ ok: false, error: "configuration invalid", problems }, 503);
-  }
+/** The Hono environment of every route: Worker bindings, and what the gate established. */
+export type AppEnv = { Bindings: Env; Variables: { cfg: GatewayConfig; principal: Principal } };
+
+export interface GateOptions {
+  /** The resource path, for the metadata URL in challenges (`/mcp`, `/operator/mcp` or `/`). */
+  path: string;
+  /** Role(s) the route accepts: any one of them will do. */
+  role: Role | Role[];
+  /** Whether the loopback-only unauthenticated actor may use this route. */
+  allowActor: boolean;
+  /** The handler serves the principal's tools (/mcp, credentials): the config holds only the upstreams its grant reaches. */
+  scoped?: boolean;
 }
 
-/** Config that parsed and passes the egress rules from this request's vantage, or the refusal. */
-export function servableConfig(env: Env, req: Request): GatewayConfig | Response {
-  const shared = configOr503(env);
-  if (shared instanceof Response) return shared;
-  return egressRefusal(shared, req) ?? shared;
+export function gate(opts: GateOptions) {
+  return createMiddleware<AppEnv>(async (c, next) => {
+    const req = c.req.raw;
+    const shared = configOr503(c.env);
+    if (shared instanceof Response) return shared;
+    // Host/Origin first: a rebinding attempt learns nothing, not even whether the config is servable.
+    const bad = checkOrigin(req, shared) ?? egressRefusal(shared, req);
+    if (bad) return bad;
+    // External issuers' JWKS are fetched under the same egress rules as upstreams.
+    const onLoopback = isLoopbackRequest(req);
+    const fetcher = (url: string, init: RequestInit) =>
+      guardedFetch(url, init, { rules: shared.egress, gatewayOnLoopback: onLoopback, maxRedirects: 0, timeoutMs: 5000, maxBytes: 1024 * 1024 });
+    const auth = await authenticate(req, c.env, shared, { path: opts.path, role: opts.role, allowActor: opts.allowActor, fetcher });
+    if (!auth.ok) return auth.response;
+    c.set("principal", auth.principal);
+    c.set("cfg", await requestConfig(c.env, shared, req, opts.scoped ? auth.principal : undefined));
+    await next();
+  });
 }
 
-/**
- * `scoped`: the handler serves the principal's tools (/mcp, credentials), so the per-request
- * config holds only the upstreams its grant reaches; operator routes see every upstream.
- */
-export async function gate(req: Request, env: Env, opts: AuthOptions & { scoped?: boolean }): Promise<{ cfg: GatewayConfig; who: Principal } | Response> {
-  const shared = configOr503(env);
-  if (shared instanceof Response) return shared;
-  // Host/Origin first: a rebinding attempt learns nothing, not even whether the config is servable.
-  const bad = checkOrigin(req, shared) ?? egressRefusal(shared, req);
-  if (bad) return bad;
-  const onLoopback = isLoopbackRequest(req);
-  // External issuers' JWKS are fetched under the same egress rules as upstreams.
-  const fetcher = (url: string, init: RequestInit) =>
-    guardedFetch(url, init, { rules: shared.egress, gatewayOnLoopback: onLoopback, maxRedirects: 0, timeoutMs: 5000, maxBytes: 1024 * 1024 });
-  const auth = await authenticate(req, env, shared, { ...opts, fetcher });
-  if (!auth.ok) return auth.response;
-  const cfg = opts.scoped ? await requestConfig(env, shared, req, auth.principal) : await requestConfig(env, shared, req);
-  return { cfg, who: auth.principal };
+/** waitUntil of the request's execution context (routes hand it to long-running work). */
+export function waitUntilOf(c: Context<AppEnv>): (p: Promise<unknown>) => void {
+  const exec = c.executionCtx as ExecutionContext;
+  return (p) => exec.waitUntil(p);
 }

@@ -8,12 +8,13 @@ import { z } from "zod";
 import type { GatewayConfig } from "../config/load.ts";
 import { ROLES } from "../config/schema.ts";
 import type { Env } from "../env.ts";
-import { jsonResponse } from "../mcp/respond.ts";
+
 import { signingKeys } from "../identity/auth.ts";
 import { canonicalUrl, issuerOf } from "../identity/metadata.ts";
 import type { Principal } from "../config/principal.ts";
 import { revocationObject } from "../../durable-objects/names.ts";
 import { mintGrant } from "../identity/tokens.ts";
+import { jsonResponse } from "../wire/http.ts";
 
 const mintBody = z.strictObject({
   sub: z.string().min(1).max(200),

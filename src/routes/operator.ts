@@ -7,13 +7,14 @@
 import type { GatewayConfig } from "../config/load.ts";
 import type { Env } from "../env.ts";
 import type { Principal } from "../config/principal.ts";
-import { readPost, refuse } from "../mcp/edge.ts";
+import { readPost } from "../mcp/edge.ts";
 import { ErrorCode, type JsonObject, errorResponse, isObject, isRequest } from "../wire/jsonrpc.ts";
 import { checkModernRequest } from "../mcp/modern.ts";
-import { jsonResponse } from "../mcp/respond.ts";
+
 import { GATEWAY_INFO, LATEST_LEGACY, META, SUPPORTED_VERSIONS, isLegacyVersion } from "../mcp/versions.ts";
 import { operatorTool, operatorToolsFor } from "./operator-registry.ts";
 import "./operator-tools.ts";
+import { jsonResponse, refuse } from "../wire/http.ts";
 
 export async function operatorMcp(req: Request, env: Env, cfg: GatewayConfig, who: Principal): Promise<Response> {
   if (req.method !== "POST") return refuse(405, ErrorCode.InvalidRequest, "Method Not Allowed: /operator/mcp is stateless; use POST", null, { allow: "POST" });

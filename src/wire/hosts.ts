@@ -3,7 +3,7 @@
  * literal classification. Owns: strict parsing of the IP literal forms a WHATWG URL
  * serialises (`a.b.c.d`, `[v6]`), the table of denied IPv4/IPv6 ranges, the cloud metadata
  * addresses, and unwrapping IPv4 embedded in IPv4-mapped, IPv4-compatible, NAT64, 6to4 and Teredo
- * addresses so the embedded address is re-checked. Must never: accept a non-canonical IPv4 form
+ * addresses so the embedded address is re-checked, and whether a peer address is loopback. Must never: accept a non-canonical IPv4 form
  * (`0x7f.1`, `127.1`, `0177.0.0.1` — those must go through `new URL()` first, which rewrites them
  * to dotted decimal), resolve names, or call any address outside 2000::/3 "public".
  */
@@ -216,6 +216,22 @@ export function classifyIPv6(w: number[]): AddressVerdict {
 }
 
 // ---------------------------------------------------------------------------------------------
+
+/**
+ * Whether a peer address — a bare IP as `CF-Connecting-IP` carries it (no port; brackets
+ * tolerated) — is loopback: 127.0.0.0/8, ::1, or IPv4-mapped ::ffff:127.x.x.x. Anything else,
+ * an unparseable value or a list of addresses included, is not.
+ */
+export function isLoopbackAddress(address: string): boolean {
+  const s = address.trim();
+  const v4n = parseIPv4(s);
+  if (v4n !== null) return classifyIPv4(v4n).kind === "loopback";
+  const w = parseIPv6(s.startsWith("[") && s.endsWith("]") ? s.slice(1, -1) : s);
+  if (w === null) return false;
+  if (w.slice(0, 7).every((x) => x === 0) && w[7] === 1) return true;
+  const mapped = w.slice(0, 5).every((x) => x === 0) && w[5] === 0xffff;
+  return mapped && classifyIPv4(last32(w)).kind === "loopback";
+}
 
 /**
  * Classifies a URL hostname as an IP literal: `a.b.c.d` or `[v6]` exactly as `URL.hostname`

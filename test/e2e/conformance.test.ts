@@ -1,8 +1,10 @@
 /**
  * The official conformance suites (0.1.16 --suite all; 0.2.0-alpha.12 --requirements 2025-11-25
  * and 2026-07-28), first directly against the conformance upstream, then through Portcullis in
- * transparent mode. Each run must exit 0 with its baseline, and every scenario that passes
- * directly must pass through the gateway.
+ * transparent mode. Each run must exit 0 with its baseline, every scenario that passes directly
+ * must pass through the gateway, and the gateway must run as many checks to SUCCESS as the
+ * upstream does (in total and per scenario), with no more failures or warnings: a scenario that
+ * "passes" by running fewer checks (JSON where the upstream streams, say) is a transparency loss.
  */
 import { spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
@@ -11,7 +13,8 @@ import { join } from "node:path";
 import { afterAll, describe, expect, inject, it } from "vitest";
 import { root } from "./harness.ts";
 
-type Report = Record<string, { exit: number; clean: string[]; failing: string[]; counts: Record<string, number> }>;
+type Counts = Record<"SUCCESS" | "FAILURE" | "WARNING" | "SKIPPED" | "INFO" | "OTHER", number>;
+type Report = Record<string, { exit: number; scenarios: number; clean: string[]; failing: string[]; counts: Counts; perScenario: Record<string, Counts> }>;
 const dir = mkdtempSync(join(tmpdir(), "portcullis-conformance-e2e-"));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
@@ -33,6 +36,14 @@ function runSuites(name: string, url: string, baselines: string): Promise<{ code
   });
 }
 
+/** The scenarios whose SUCCESS/FAILURE/WARNING counts differ, as "name S/F/W → S/F/W". */
+function checkDiff(d: Report[string], t: Report[string]): string {
+  const sfw = (c: Counts | undefined) => (c ? `${c.SUCCESS}/${c.FAILURE}/${c.WARNING}` : "absent");
+  const names = [...new Set([...Object.keys(d.perScenario), ...Object.keys(t.perScenario)])].sort();
+  const rows = names.filter((s) => sfw(d.perScenario[s]) !== sfw(t.perScenario[s])).map((s) => `${s} ${sfw(d.perScenario[s])} → ${sfw(t.perScenario[s])}`);
+  return rows.length ? rows.join("; ") : "none differ";
+}
+
 describe("official conformance suites", () => {
   let direct: Awaited<ReturnType<typeof runSuites>>;
 
@@ -43,7 +54,7 @@ describe("official conformance suites", () => {
     expect(Object.keys(direct.report).sort()).toEqual(["alpha-2025", "alpha-2026", "stable"]);
   }, 900_000);
 
-  it("pass through Portcullis in transparent mode, every directly passing scenario included", async () => {
+  it("pass through Portcullis in transparent mode, every directly passing scenario and check included", async () => {
     expect(direct, "the direct run must come first").toBeDefined();
     const through = await runSuites("through", inject("transparentUrl"), join(root, "conformance/gateway"));
     console.log(through.output.slice(through.output.lastIndexOf("== summary")));
@@ -55,6 +66,17 @@ describe("official conformance suites", () => {
       const lost = d.clean.filter((s) => !t.clean.includes(s));
       expect(lost, `${run}: scenarios passing directly but not through the gateway`).toEqual([]);
       expect(t.clean.length, run).toBeGreaterThan(25);
+      // Check counts: every directly passing check passes through the gateway too, nothing more fails.
+      expect(t.scenarios, `${run}: scenario results`).toBe(d.scenarios);
+      const differ = checkDiff(d, t);
+      console.log(`${run}: direct ${JSON.stringify(d.counts)}; through ${JSON.stringify(t.counts)}`);
+      expect(t.counts.SUCCESS, `${run}: passing checks through the gateway vs directly; per scenario (direct → through): ${differ}`).toBe(d.counts.SUCCESS);
+      expect(t.counts.FAILURE, `${run}: failing checks; ${differ}`).toBeLessThanOrEqual(d.counts.FAILURE);
+      expect(t.counts.WARNING, `${run}: warnings; ${differ}`).toBeLessThanOrEqual(d.counts.WARNING);
+      expect(t.counts.OTHER, `${run}: checks with an unknown status`).toBe(0);
+      expect(d.counts.SUCCESS, `${run}: the direct run passes checks at all`).toBeGreaterThan(40);
+      const perScenario = Object.keys(d.perScenario).filter((s) => t.perScenario[s]?.SUCCESS !== d.perScenario[s]!.SUCCESS);
+      expect(perScenario, `${run}: scenarios with fewer or more passing checks through the gateway: ${differ}`).toEqual([]);
     }
   }, 900_000);
 });

@@ -1,12 +1,16 @@
 /**
  * Identity at the Worker's edge (workerd): grants, roles, 401/403 challenges, revocation, the
- * grants API, the operator endpoint, protected resource metadata and JWKS.
+ * grants API, the operator endpoint, protected resource metadata and JWKS, the loopback peer
+ * rule of the unauthenticated mode, and readable refusals of grants minted for another gateway.
  */
 import { env, SELF } from "cloudflare:test";
 import fc from "fast-check";
 import { SignJWT, exportJWK, generateKeyPair } from "jose";
 import { beforeAll, describe, expect, it } from "vitest";
 import { GRANT_TYP, mintGrant, parseKeySet, type KeySet } from "../../src/identity/tokens.ts";
+import { authenticate, isLoopbackRequest } from "../../src/identity/auth.ts";
+import { loadConfig } from "../../src/config/load.ts";
+import { isLoopbackAddress } from "../../src/wire/hosts.ts";
 
 const GW = "http://127.0.0.1";
 let keys: KeySet;
@@ -173,5 +177,114 @@ describe("unauthenticated mode", () => {
   it("never serves /operator/mcp or the grants API without a token, even on loopback", async () => {
     expect((await op(null, rpc("tools/list"))).status).toBe(401);
     expect((await SELF.fetch(`${GW}/v1/grants`, { method: "POST", body: "{}" })).status).toBe(401);
+  });
+});
+
+describe("the loopback peer rule", () => {
+  const cfgOf = (required: boolean) => loadConfig(`
+actor: local:unit
+auth: { required: ${required} }
+upstreams:
+  - name: alpha
+    url: https://alpha.example.com/mcp
+`, {});
+  const at = (url: string, peer?: string, token?: string) =>
+    new Request(url, { method: "POST", headers: { ...MCP_H, ...(peer === undefined ? {} : { "cf-connecting-ip": peer }), ...(token ? { authorization: `Bearer ${token}` } : {}) }, body: rpc("ping") });
+  const auth = (req: Request, required = false) => authenticate(req, env, cfgOf(required), { path: "/mcp", role: "agent", allowActor: true });
+
+  it("classifies peer addresses: 127.0.0.0/8, ::1 and ::ffff:127.x are loopback; nothing else is", () => {
+    for (const a of ["127.0.0.1", "127.9.8.7", "127.255.255.254", "::1", "[::1]", "0:0:0:0:0:0:0:1", "::ffff:127.0.0.1", "::ffff:7f00:2", " 127.0.0.1 "]) expect(isLoopbackAddress(a), a).toBe(true);
+    for (const a of ["192.0.2.2", "203.0.113.5", "10.0.0.1", "0.0.0.0", "128.0.0.1", "fd00::2", "fe80::1", "::", "::2", "::127.0.0.1", "::ffff:10.0.0.1", "64:ff9b::127.0.0.1",
+      "", "localhost", "127.1", "0x7f.0.0.1", "127.0.0.1:8787", "127.0.0.1, 203.0.113.5", "::1%lo", "garbage"]) expect(isLoopbackAddress(a), a).toBe(false);
+  });
+
+  it("runs the actor on a loopback Host when the peer is loopback or not reported", async () => {
+    for (const peer of [undefined, "127.0.0.1", "127.0.0.2", "::1", "::ffff:127.0.0.1"]) {
+      const r = await auth(at("http://127.0.0.1:8787/mcp", peer));
+      expect(r.ok, String(peer)).toBe(true);
+      if (r.ok) expect(r.principal).toMatchObject({ sub: "local:unit", authenticated: false, tools: null });
+      expect(isLoopbackRequest(at("http://localhost:8787/mcp", peer)), String(peer)).toBe(true);
+    }
+  });
+
+  it("refuses a forged loopback Host from a non-loopback peer: 503 with the reason, or 401 when auth.required", async () => {
+    for (const peer of ["192.0.2.2", "203.0.113.5", "fd00::2", "::ffff:10.0.0.1", "", "127.0.0.1, 203.0.113.5"]) {
+      const req = at("http://127.0.0.1:8787/mcp", peer);
+      expect(isLoopbackRequest(req), peer).toBe(false);
+      const r = await auth(req);
+      expect(r.ok, peer).toBe(false);
+      if (r.ok) continue;
+      expect(r.response.status, peer).toBe(503);
+      const body = (await r.response.json()) as { error: string; error_description: string };
+      expect(body.error).toBe("temporarily_unavailable");
+      expect(body.error_description).toContain("auth.required is false, which is only allowed while the gateway listens on loopback");
+      expect(body.error_description).toContain(`this request came from ${JSON.stringify(peer)} (CF-Connecting-IP), not a loopback address`);
+      const strict = await auth(at("http://127.0.0.1:8787/mcp", peer), true);
+      expect(strict.ok).toBe(false);
+      if (!strict.ok) expect(strict.response.status, peer).toBe(401);
+    }
+    // Off loopback by Host, the reason stays the one it always was.
+    const host = await auth(at("http://gw.example.com/mcp", "203.0.113.5"));
+    expect(host.ok).toBe(false);
+    if (!host.ok) expect(((await host.response.json()) as { error_description: string }).error_description).toBe("refusing to serve: auth.required is false, which is only allowed while the gateway listens on loopback");
+  });
+
+  it("a grant still works from a non-loopback peer (auth.required)", async () => {
+    const { token } = await grant({ iss: "http://127.0.0.1:8787", aud: "http://127.0.0.1:8787" });
+    const r = await auth(at("http://127.0.0.1:8787/mcp", "203.0.113.5", token), true);
+    expect(r.ok).toBe(true);
+    if (r.ok) expect(r.principal).toMatchObject({ sub: "agent:a", authenticated: true });
+  });
+
+  it("through the Worker: the same unauthenticated initialize is served on a loopback peer and refused from another", async () => {
+    const init = (peer?: string) => SELF.fetch(`${GW}/mcp`, { method: "POST", headers: { ...MCP_H, ...(peer ? { "cf-connecting-ip": peer } : {}) }, body: rpc("initialize", { protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "unit", version: "1" } }) });
+    for (const peer of [undefined, "127.0.0.1"]) {
+      const r = await init(peer);
+      expect(r.status, String(peer)).toBe(200);
+      expect(r.headers.get("mcp-session-id"), String(peer)).toBeTruthy();
+      await r.text();
+    }
+    const refused = await init("192.0.2.2");
+    expect(refused.status).toBe(503);
+    expect(await refused.text()).toMatch(/loopback/);
+  });
+});
+
+describe("grants minted for another gateway", () => {
+  const call = (url: string, token: string) => SELF.fetch(url, { method: "POST", headers: { ...MCP_H, authorization: `Bearer ${token}` }, body: rpc("ping") });
+
+  it("names the token's issuer, the expected one, and how to mint for this gateway", async () => {
+    const { token } = await grant({ iss: "http://127.0.0.1:8787", aud: "http://127.0.0.1:8787" });
+    const r = await call("http://127.0.0.1:9000/mcp", token);
+    expect(r.status).toBe(401);
+    const body = (await r.json()) as { error: string; error_description: string };
+    const expected = `token iss "http://127.0.0.1:8787" is not this gateway's issuer (expected "http://127.0.0.1:9000"); mint with: portcullis token mint --port 9000 (or --gateway http://127.0.0.1:9000)`;
+    expect(body).toEqual({ error: "invalid_token", error_description: expected });
+    expect(challenge(r)).toContain(`error="invalid_token", error_description="${expected.replaceAll('"', "'")}"`);
+    for (const seg of token.split(".")) {
+      expect(challenge(r)).not.toContain(seg.slice(0, 20));
+      expect(body.error_description).not.toContain(seg.slice(0, 20));
+    }
+  });
+
+  it("names a wrong audience the same way", async () => {
+    const { token } = await grant({ iss: "http://127.0.0.1:9000", aud: "http://127.0.0.1:8787" });
+    const r = await call("http://127.0.0.1:9000/mcp", token);
+    expect(r.status).toBe(401);
+    expect(((await r.json()) as { error_description: string }).error_description).toBe(
+      `token aud "http://127.0.0.1:8787" is not this gateway's audience (expected "http://127.0.0.1:9000"); mint with: portcullis token mint --port 9000 (or --gateway http://127.0.0.1:9000)`);
+    expect(challenge(r)).toMatch(/error_description="token aud 'http:\/\/127\.0\.0\.1:8787' is not this gateway's audience/);
+  });
+
+  it("suggests --gateway where no port names the gateway, and keeps the challenge printable ASCII", async () => {
+    const { token } = await grant({ iss: "https://gw.example.com", aud: "https://gw.example.com" });
+    const r = await call(`${GW}/mcp`, token);
+    expect(((await r.json()) as { error_description: string }).error_description).toBe(
+      `token iss "https://gw.example.com" is not this gateway's issuer (expected "http://127.0.0.1"); mint with: portcullis token mint --gateway http://127.0.0.1`);
+    const odd = await grant({ iss: "https://gw\u00e9.example/\"x\"\\y", aud: GW });
+    const o = await call(`${GW}/mcp`, odd.token);
+    expect(o.status).toBe(401);
+    expect(challenge(o)).toMatch(/^[\x20-\x7e]+$/);
+    expect(((await o.json()) as { error_description: string }).error_description).toMatch(/^token iss "https:\/\/gw\?\.example\/\?x\?\?y" is not this gateway's issuer/);
   });
 });

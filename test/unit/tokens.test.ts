@@ -51,11 +51,11 @@ async function hmac(secret: Uint8Array, header: unknown, payload: unknown): Prom
 const opts = (extra: Partial<VerifyOptions> = {}): VerifyOptions => ({ issuer: ISS, audience: AUD, maxLifetimeSeconds: MAX, now: NOW, ...extra });
 const check = (token: string, extra: Partial<VerifyOptions> = {}, set: KeySet = keys) => verifyGrant(token, set, opts(extra));
 
-function expectRejected(r: VerifyResult, token: string, reason?: RegExp): void {
+function expectRejected(r: VerifyResult, token: string, reason?: RegExp, maxLength = 80): void {
   expect(r.ok).toBe(false);
   if (r.ok) return;
   expect(r.error).toBe("invalid_token");
-  expect(r.reason.length).toBeLessThanOrEqual(80);
+  expect(r.reason.length).toBeLessThanOrEqual(maxLength);
   if (token.length > 8) expect(r.reason).not.toContain(token);
   for (const seg of token.split(".")) if (seg.length > 8) expect(r.reason).not.toContain(seg);
   if (reason) expect(r.reason).toMatch(reason);
@@ -292,17 +292,34 @@ describe("negative matrix (RFC 8725)", () => {
   });
 
   it("aud wrong, missing, malformed, or an array without the gateway", async () => {
-    for (const [aud, why] of [["https://other.example/mcp", /wrong aud/], [undefined, /missing aud/], [["https://a", "https://b"], /wrong aud/], [[], /wrong aud/], [42, /malformed aud/], [[AUD, 1], /malformed aud/]] as const) {
+    const wrong = (shown: string) => new RegExp(`^token aud "${shown}" is not this gateway's audience \\(expected "https://gw\\.example\\.com/mcp"\\)$`);
+    for (const [aud, why] of [["https://other.example/mcp", wrong("https://other\\.example/mcp")], [undefined, /missing aud/], [["https://a", "https://b"], wrong("https://a, https://b")], [[], wrong("")], [42, /malformed aud/], [[AUD, 1], /malformed aud/]] as const) {
       const t = await forge(baseHeader(), { ...basePayload(), aud });
-      expectRejected(await check(t), t, why);
+      expectRejected(await check(t), t, why, 250);
     }
   });
 
   it("iss wrong or missing", async () => {
-    for (const [iss, why] of [["https://evil.example", /wrong iss/], [undefined, /missing iss/], [[ISS], /malformed iss/]] as const) {
+    for (const [iss, why] of [["https://evil.example", /^token iss "https:\/\/evil\.example" is not this gateway's issuer \(expected "https:\/\/gw\.example\.com"\)$/], [undefined, /missing iss/], [[ISS], /malformed iss/]] as const) {
       const t = await forge(baseHeader(), { ...basePayload(), iss });
-      expectRejected(await check(t), t, why);
+      expectRejected(await check(t), t, why, 250);
     }
+  });
+
+  it("a grant for another gateway names the first accepted issuer/audience; claim values are shown printable and capped", async () => {
+    const other = await forge(baseHeader(), { ...basePayload(), iss: "http://127.0.0.1:8787" });
+    expectRejected(await check(other, { issuer: ["http://127.0.0.1:9000", "http://localhost:9000"] }), other,
+      /^token iss "http:\/\/127\.0\.0\.1:8787" is not this gateway's issuer \(expected "http:\/\/127\.0\.0\.1:9000"\)$/, 250);
+    const long = await forge(baseHeader(), { ...basePayload(), iss: `https://${"a".repeat(300)}.example` });
+    const r = await check(long);
+    expectRejected(r, long, new RegExp(`^token iss "https://${"a".repeat(92)}\\.\\.\\." is not this gateway's issuer`), 250);
+    const odd = await forge(baseHeader(), { ...basePayload(), aud: "https://gw\u00e9.example/\"x\"\\y\r\n" });
+    const o = await check(odd);
+    expectRejected(o, odd, /^token aud "https:\/\/gw\?\.example\/\?x\?\?y\?\?" is not this gateway's audience/, 250);
+    // An unsigned (or wrongly signed) token never gets that far: its claims are not shown.
+    const unsigned = `${enc(baseHeader())}.${enc({ ...basePayload(), iss: "https://evil.example" })}.${"A".repeat(86)}`;
+    const u = await check(unsigned);
+    expectRejected(u, unsigned, /^bad signature$/);
   });
 
   it("expiry: beyond the skew is rejected, within the skew is accepted, skew is capped at 60 s", async () => {

@@ -1,0 +1,104 @@
+/**
+ * The tool catalog: per upstream, every tool's schemas, annotations and schema hash, shared by
+ * tools/list (which refreshes it with what the upstream listed) and tools/call (which resolves
+ * exposed names from it, aliased names included, in any isolate — a miss fills it on demand).
+ * Entries live per isolate for CATALOG_TTL_MS and are dropped when the upstream says its tool
+ * list changed. Keyed by upstream, URL, client era and — for `per_principal` credentials, which
+ * can change what an upstream lists — the principal, so one principal's tools never resolve for
+ * another. Must never: resolve a name from another credential scope's list, or serve an entry
+ * past its TTL.
+ */
+import type { UpstreamConfig } from "../config/load.ts";
+import { type CatalogTool, catalogEntry, type ToolCatalog } from "../governance/catalog.ts";
+import { CatalogUnreadable } from "../governance/steps.ts";
+import { type Json, type JsonObject, isObject } from "../wire/jsonrpc.ts";
+import type { CallContext } from "./context.ts";
+import { callLeg } from "./forward.ts";
+import { exposeName, splitName } from "./names.ts";
+import { cached, type Entry, store } from "./catalog-store.ts";
+import { modernMeta } from "./upstream.ts";
+
+export const CATALOG_TTL_MS = 30_000;
+/** A name the catalog does not know triggers one refill, at most this often per key. */
+const MISS_REFILL_MS = 1000;
+const MAX_PAGES = 50;
+
+const filling = new Map<string, Promise<Entry>>();
+
+function keyOf(ctx: CallContext, up: UpstreamConfig): string {
+  const scope = up.credentials.mode === "per_principal" ? `p:${ctx.principal}` : "shared";
+  return `${up.name}\u0000${up.url}\u0000${ctx.era}\u0000${scope}`;
+}
+
+
+async function build(up: UpstreamConfig, listed: Json[]): Promise<Map<string, CatalogTool>> {
+  const tools = new Map<string, CatalogTool>();
+  for (const t of listed) {
+    if (!isObject(t) || typeof t.name !== "string") continue;
+    const entry = await catalogEntry(t, exposeName(up, t.name));
+    if (entry) tools.set(entry.exposedName, entry);
+  }
+  return tools;
+}
+
+/** Reads every page of the upstream's tools/list through this caller's leg (nothing is relayed to the client). */
+async function fetchTools(ctx: CallContext, up: UpstreamConfig): Promise<Json[]> {
+  const quiet: CallContext = { ...ctx, paramHeaders: [], relay: { send: async () => undefined, upstreamRequest: async () => undefined } };
+  const items: Json[] = [];
+  let cursor: string | undefined;
+  for (let page = 0; page < MAX_PAGES; page++) {
+    const params: JsonObject = ctx.era === "modern" ? { _meta: modernMeta({}) } : {};
+    if (cursor !== undefined) params.cursor = cursor;
+    const leg = await callLeg(quiet, up, { jsonrpc: "2.0", id: `portcullis-catalog-${crypto.randomUUID()}`, method: "tools/list", params });
+    if (leg.kind !== "answered") throw new CatalogUnreadable(up.name, leg);
+    const r = leg.response.result;
+    if (!isObject(r) || !Array.isArray(r.tools)) {
+      throw new Error(`upstream ${up.name} answered tools/list without a tool list${leg.response.error ? ` (${leg.response.error.message})` : ""}`);
+    }
+    items.push(...r.tools);
+    if (typeof r.nextCursor !== "string" || r.nextCursor === "") break;
+    cursor = r.nextCursor;
+  }
+  return items;
+}
+
+function fill(ctx: CallContext, up: UpstreamConfig, key: string): Promise<Entry> {
+  let p = filling.get(key);
+  if (!p) {
+    p = (async () => store(key, { at: Date.now(), tools: await build(up, await fetchTools(ctx, up)) }))();
+    filling.set(key, p);
+    const done = () => filling.delete(key);
+    p.then(done, done);
+  }
+  return p;
+}
+
+async function current(ctx: CallContext, up: UpstreamConfig, key: string): Promise<Entry> {
+  const e = cached(key);
+  if (e && Date.now() - e.at < CATALOG_TTL_MS) return e;
+  return fill(ctx, up, key);
+}
+
+/** The catalog as this caller sees it: its upstreams, its era, its credentials. */
+export function toolCatalog(ctx: CallContext): ToolCatalog {
+  return {
+    async resolve(exposedName) {
+      const target = splitName(ctx.cfg.upstreams, exposedName);
+      if (!target) return null;
+      const up = target.up;
+      const key = keyOf(ctx, up);
+      let e = await current(ctx, up, key);
+      let tool = e.tools.get(exposedName);
+      if (!tool && Date.now() - e.at >= MISS_REFILL_MS) {
+        e = await fill(ctx, up, key);
+        tool = e.tools.get(exposedName);
+      }
+      return tool ? { upstream: up, tool } : null;
+    },
+  };
+}
+
+/** A complete tools/list the gateway just read from `up` for this caller refreshes its catalog entry. */
+export async function rememberTools(ctx: CallContext, up: UpstreamConfig, listed: Json[]): Promise<void> {
+  store(keyOf(ctx, up), { at: Date.now(), tools: await build(up, listed) });
+}

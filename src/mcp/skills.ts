@@ -1,0 +1,187 @@
+/**
+ * The skills extension (SEP-2640, `io.modelcontextprotocol/skills`) across several upstreams, and
+ * which extensions the gateway advertises when it aggregates. Owns: `skills/list` aggregated over
+ * every upstream that declares the extension and the caller's grant reaches (all pages of each,
+ * returned whole), `skills/get` and `resources/directory/read` routed by namespaced URI
+ * (`<upstream>+<uri>`, as resources are) with every URI in the answer mapped back, the caching
+ * fields a 2026-07-28 client needs on those results, and the merged extension settings.
+ * With one transparent upstream everything passes verbatim. Must never: advertise an extension
+ * or setting the gateway cannot serve, forward a skills request to an upstream that did not
+ * declare the extension (or a directory read to one without `directoryRead`), or list skills of
+ * an upstream the caller's grant does not reach. Skill files themselves are resources:
+ * `resources/read` of `<upstream>+skill://…` goes through dispatch.ts's URI routing.
+ */
+import type { UpstreamConfig } from "../config/load.ts";
+import { grantReachesUpstream } from "../governance/grant-scope.ts";
+import { type Json, type JsonObject, type JsonRpcRequest, ErrorCode, errorResponse, isObject } from "../wire/jsonrpc.ts";
+import { allPages, stampCache } from "./aggregate.ts";
+import type { CallContext, Outcome } from "./context.ts";
+import { forward } from "./forward.ts";
+import { exposeUri, splitUri } from "./names.ts";
+
+export const SKILLS_EXTENSION = "io.modelcontextprotocol/skills";
+export const TASKS_EXTENSION = "io.modelcontextprotocol/tasks";
+
+/**
+ * Extensions the gateway serves when it aggregates several upstreams: skills (this module) and
+ * tasks (tasks/get, tasks/update, tasks/cancel are routed by the namespaced task id). Any other
+ * extension an upstream declares is dropped from what the gateway advertises: its methods
+ * would get -32601.
+ */
+export const SERVED_EXTENSIONS: readonly string[] = [SKILLS_EXTENSION, TASKS_EXTENSION];
+
+/** The forwarder (a seam for unit tests). */
+export type Send = typeof forward;
+
+/**
+ * The extensions the gateway advertises for several upstreams, from each upstream's declared
+ * `capabilities.extensions`: a served extension appears when at least one upstream declares it,
+ * with only the settings every declaring upstream agrees on (same key, same JSON value).
+ * Why the agreement and not the union: a client reads a setting as true of the whole server.
+ * `directoryRead: true` from one skills upstream and none from another would let a client
+ * expect `resources/directory/read` on skills the other upstream serves, which no one can
+ * answer; so `directoryRead` is advertised only when every skills upstream serves it. Per-URI
+ * routing still sends a directory read to an upstream that declared `directoryRead` itself, so
+ * a client that asks anyway is served where possible and gets -32602 elsewhere.
+ * Returns undefined when no served extension is declared.
+ */
+export function mergeExtensions(declared: JsonObject[]): JsonObject | undefined {
+  const out: JsonObject = {};
+  for (const id of SERVED_EXTENSIONS) {
+    const decls = declared.map((e) => e[id]).filter(isObject);
+    if (decls.length > 0) out[id] = agreedSettings(decls);
+  }
+  return Object.keys(out).length > 0 ? out : undefined;
+}
+
+function agreedSettings(decls: JsonObject[]): JsonObject {
+  const [first, ...rest] = decls;
+  const out: JsonObject = {};
+  for (const [k, v] of Object.entries(first!)) {
+    const j = JSON.stringify(v);
+    if (rest.every((d) => d[k] !== undefined && JSON.stringify(d[k]) === j)) out[k] = v;
+  }
+  return out;
+}
+
+/** The skills extension settings an upstream declared, or undefined when it declared none. */
+export function skillsCapability(caps: JsonObject | undefined): JsonObject | undefined {
+  const ext = caps?.extensions;
+  if (!isObject(ext)) return undefined;
+  const s = ext[SKILLS_EXTENSION];
+  return isObject(s) ? s : undefined;
+}
+
+/** A skill entry as the client sees it: its `uri` and every `resources[].uri` namespaced. */
+export function exposeSkill(up: UpstreamConfig, skill: Json): Json {
+  if (!up.namespaced || !isObject(skill)) return skill;
+  const out: JsonObject = { ...skill };
+  if (typeof skill.uri === "string") out.uri = exposeUri(up, skill.uri);
+  // `resources` is a list of {uri, digest, size} or the string "dynamic" (kept as is).
+  if (Array.isArray(skill.resources)) out.resources = skill.resources.map((r) => (isObject(r) && typeof r.uri === "string" ? { ...r, uri: exposeUri(up, r.uri) } : r));
+  return out;
+}
+
+function transparentUpstream(ctx: CallContext): UpstreamConfig | null {
+  const ups = ctx.cfg.upstreams;
+  return ups.length === 1 && !ups[0]!.namespaced ? ups[0]! : null;
+}
+
+/** An error answer; `modernStatus` is the HTTP status a 2026-07-28 client gets (legacy: 200), as in dispatch.ts. */
+function fail(ctx: CallContext, req: JsonRpcRequest, code: number, message: string, modernStatus: number, data?: JsonObject): Outcome {
+  return { response: errorResponse(req.id, code, message, data), status: ctx.era === "modern" ? modernStatus : 200 };
+}
+
+const methodNotFound = (ctx: CallContext, req: JsonRpcRequest) => fail(ctx, req, ErrorCode.MethodNotFound, `Method not found: ${req.method}`, 404);
+
+/**
+ * 2026-07-28 results of skills/list, skills/get and resources/directory/read carry `ttlMs` and
+ * `cacheScope`; a 2025-11-25 upstream gives none, so the conservative ones are stamped (as
+ * forward.ts does for the core cacheable results). Present fields pass verbatim.
+ */
+function withCacheFields(ctx: CallContext, out: Outcome): Outcome {
+  const r = out.response.result;
+  if (ctx.era !== "modern" || !isObject(r) || r.ttlMs !== undefined) return out;
+  return { ...out, response: { ...out.response, result: { ...r, ttlMs: 0, cacheScope: "private" } } };
+}
+
+/** One transparent upstream: the request as is, as any method reaches it (only the era's caching fields added). */
+async function passThrough(ctx: CallContext, up: UpstreamConfig, req: JsonRpcRequest, send: Send): Promise<Outcome> {
+  if (!grantReachesUpstream(ctx.who, up)) return methodNotFound(ctx, req);
+  return withCacheFields(ctx, await send(ctx, up, req));
+}
+
+/** The upstreams whose skills this caller may list: reachable by the grant and declaring the extension. */
+async function skillsUpstreams(ctx: CallContext): Promise<{ up: UpstreamConfig; settings: JsonObject }[]> {
+  const found = await Promise.all(ctx.cfg.upstreams.map(async (up) => {
+    if (!grantReachesUpstream(ctx.who, up)) return null;
+    const settings = skillsCapability(await ctx.capabilities(up).catch(() => undefined));
+    return settings ? { up, settings } : null;
+  }));
+  return found.filter((f) => f !== null);
+}
+
+/** skills/list: every page of every skills upstream, entries namespaced, returned whole. */
+export async function skillsList(ctx: CallContext, req: JsonRpcRequest, send: Send = forward): Promise<Outcome> {
+  const solo = transparentUpstream(ctx);
+  if (solo) return passThrough(ctx, solo, req, send);
+  const serving = await skillsUpstreams(ctx);
+  if (serving.length === 0) return methodNotFound(ctx, req);
+  if (req.params && typeof req.params.cursor === "string") {
+    // The aggregate is returned whole, so no cursor the gateway issued can exist.
+    return fail(ctx, req, ErrorCode.InvalidParams, "Invalid params: unknown cursor", 400);
+  }
+  const ttls: number[] = [];
+  const scopes: string[] = [];
+  const per = await Promise.all(serving.map(async ({ up }) => {
+    const pages = await allPages(ctx, up, req, "skills", (s) => exposeSkill(up, s), send);
+    ttls.push(...pages.ttls);
+    scopes.push(...pages.scopes);
+    return pages.items;
+  }));
+  const result: JsonObject = { skills: per.flat() };
+  return { response: { jsonrpc: "2.0", id: req.id, result: stampCache(ctx, result, ttls, scopes) }, status: 200 };
+}
+
+/** The upstream that owns a namespaced skill URI, if the caller may reach it and it serves skills. */
+async function owner(ctx: CallContext, uri: string): Promise<{ up: UpstreamConfig; uri: string; settings: JsonObject } | null> {
+  const t = splitUri(ctx.cfg.upstreams, uri);
+  if (!t || !grantReachesUpstream(ctx.who, t.up)) return null;
+  const settings = skillsCapability(await ctx.capabilities(t.up).catch(() => undefined));
+  return settings ? { ...t, settings } : null;
+}
+
+function uriParam(req: JsonRpcRequest): string | null {
+  const uri = req.params?.uri;
+  return typeof uri === "string" ? uri : null;
+}
+
+/** skills/get: routed by the namespaced `SKILL.md` URI; the entry's URIs mapped back. */
+export async function skillsGet(ctx: CallContext, req: JsonRpcRequest, send: Send = forward): Promise<Outcome> {
+  const solo = transparentUpstream(ctx);
+  if (solo) return passThrough(ctx, solo, req, send);
+  const uri = uriParam(req);
+  if (uri === null) return fail(ctx, req, ErrorCode.InvalidParams, "Invalid params: skills/get needs a string uri", 400);
+  const t = await owner(ctx, uri);
+  if (!t) return fail(ctx, req, ErrorCode.InvalidParams, `No skill is served at ${uri}`, 200, { uri });
+  const out = await send(ctx, t.up, { ...req, params: { ...(req.params ?? {}), uri: t.uri } });
+  const r = out.response.result;
+  if (!isObject(r) || !isObject(r.skill)) return withCacheFields(ctx, out);
+  return withCacheFields(ctx, { ...out, response: { ...out.response, result: { ...r, skill: exposeSkill(t.up, r.skill) } } });
+}
+
+/** resources/directory/read: routed by the namespaced directory URI to an upstream that declared `directoryRead`. */
+export async function directoryRead(ctx: CallContext, req: JsonRpcRequest, send: Send = forward): Promise<Outcome> {
+  const solo = transparentUpstream(ctx);
+  if (solo) return passThrough(ctx, solo, req, send);
+  const uri = uriParam(req);
+  if (uri === null) return fail(ctx, req, ErrorCode.InvalidParams, "Invalid params: resources/directory/read needs a string uri", 400);
+  const t = await owner(ctx, uri);
+  if (!t || t.settings.directoryRead !== true) return fail(ctx, req, ErrorCode.InvalidParams, `${uri} is not a directory resource`, 200, { uri });
+  // The cursor, if any, is the owning upstream's own: it round-trips untouched.
+  const out = await send(ctx, t.up, { ...req, params: { ...(req.params ?? {}), uri: t.uri } });
+  const r = out.response.result;
+  if (!isObject(r) || !Array.isArray(r.resources)) return withCacheFields(ctx, out);
+  const resources = r.resources.map((c) => (isObject(c) && typeof c.uri === "string" ? { ...c, uri: exposeUri(t.up, c.uri) } : c));
+  return withCacheFields(ctx, { ...out, response: { ...out.response, result: { ...r, resources } } });
+}

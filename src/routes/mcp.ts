@@ -1,0 +1,43 @@
+/**
+ * The /mcp route: the gate (role agent, loopback actor allowed, config scoped to the grant),
+ * then era routing (REFERENCE §1.1) — a body with `_meta[protocolVersion]`, or a 2026-07-28
+ * header without a session, is modern; `initialize` and `Mcp-Session-Id` are legacy; GET and
+ * DELETE without a session from a modern client get 405 — and the front that serves it.
+ * Must never: look at anything but the parsed body and the protocol headers to pick the era.
+ */
+import { Hono } from "hono";
+import type { FrontContext } from "../mcp/context.ts";
+import { readPost } from "../mcp/edge.ts";
+import { legacyDelete, legacyGet, legacyPost } from "../mcp/legacy.ts";
+import { modernPost } from "../mcp/modern.ts";
+import { META, MODERN_VERSION } from "../mcp/versions.ts";
+import { refuse } from "../wire/http.ts";
+import { ErrorCode, isObject } from "../wire/jsonrpc.ts";
+import { type AppEnv, gate, waitUntilOf } from "./gate.ts";
+
+export const mcpRoutes = new Hono<AppEnv>();
+
+async function serve(fc: FrontContext, req: Request): Promise<Response> {
+  const hasSession = req.headers.get("mcp-session-id") !== null;
+  const modernHeader = req.headers.get("mcp-protocol-version")?.trim() === MODERN_VERSION;
+  if (req.method === "POST") {
+    const v = await readPost(req, true);
+    if (!v.ok) return v.response;
+    const m = v.message;
+    const params = "method" in m && isObject(m.params) ? m.params : undefined;
+    const metaVersion = params && isObject(params._meta) && params._meta[META.protocolVersion] !== undefined;
+    const initialize = "method" in m && m.method === "initialize";
+    if (metaVersion || (modernHeader && !hasSession && !initialize)) return modernPost(fc, req, m);
+    return legacyPost(fc, req, m);
+  }
+  if (!hasSession && modernHeader) {
+    return refuse(405, ErrorCode.InvalidRequest, `Method Not Allowed: ${MODERN_VERSION} uses POST only`, null, { allow: "POST" });
+  }
+  return req.method === "GET" ? legacyGet(fc, req) : legacyDelete(fc, req);
+}
+
+mcpRoutes.on(["POST", "GET", "DELETE"], "/mcp", gate({ path: "/mcp", role: "agent", allowActor: true, scoped: true }), (c) =>
+  serve({ env: c.env, cfg: c.var.cfg, who: c.var.principal, principal: c.var.principal.sub, waitUntil: waitUntilOf(c) }, c.req.raw),
+);
+
+mcpRoutes.all("/mcp", () => refuse(405, ErrorCode.InvalidRequest, "Method Not Allowed: use POST, GET or DELETE", null, { allow: "POST, GET, DELETE" }));

@@ -1,0 +1,247 @@
+/**
+ * The governed tools/call (src/governance/call.ts) with injected fakes: every collaborator
+ * records what it saw, and a recording upstream leg counts what reached it. Shows the step
+ * order (write-ahead before forward, outcome before answer), the three leg results, an
+ * upstream auth error, and fail-closed refusals: a step that throws refuses the call and the
+ * upstream sees nothing.
+ */
+import { describe, expect, it } from "vitest";
+import type { UpstreamConfig } from "../../src/config/load.ts";
+import { DEFAULT_EGRESS_RULES } from "../../src/config/egress-schema.ts";
+import type { Principal } from "../../src/config/principal.ts";
+import { type GovernanceDeps, governedPassThrough, governToolCall, RECEIPT_META } from "../../src/governance/call.ts";
+import { type CatalogTool, catalogEntry, schemaHash } from "../../src/governance/catalog.ts";
+import {
+  CatalogUnreadable, type Decision, type LegResult, NO_HALTS, NO_HOLDS, NO_LEDGER, NO_MAPPINGS, OPEN_POLICY, type ToolCall,
+} from "../../src/governance/steps.ts";
+import type { JsonObject, JsonRpcRequest } from "../../src/wire/jsonrpc.ts";
+
+const up: UpstreamConfig = {
+  name: "alpha", url: "http://127.0.0.1:9/mcp", namespaced: true, headers: {}, allow: [], deny: ["secret_*"], timeoutMs: 1000,
+  credentials: { mode: "none", header: "Authorization", prefix: "Bearer " }, egress: DEFAULT_EGRESS_RULES, onLoopback: true,
+};
+const agent: Principal = { sub: "agent:a", team: "infra", roles: ["agent"], tools: ["alpha__*"], authenticated: true, jti: "j-1" };
+
+async function tool(name: string): Promise<CatalogTool> {
+  return (await catalogEntry({ name, inputSchema: { type: "object", properties: { x: { type: "number" } } } }, `alpha__${name}`))!;
+}
+
+function call(exposedName: string, args: JsonObject = { x: 1 }, principal = agent): ToolCall {
+  const request: JsonRpcRequest = { jsonrpc: "2.0", id: 7, method: "tools/call", params: { name: exposedName, arguments: args, _meta: { progressToken: "p1" } } };
+  return { principal, era: "legacy", request, exposedName, arguments: args, runId: "run-1" };
+}
+
+/** Fakes that log every step they are asked to take, in order. */
+function fakes(leg: LegResult | (() => Promise<LegResult>), over: Partial<GovernanceDeps> = {}) {
+  const events: string[] = [];
+  const seen: JsonRpcRequest[] = [];
+  let t = 1000;
+  const deps: GovernanceDeps = {
+    catalog: { resolve: async (name) => (name.startsWith("alpha__") ? { upstream: up, tool: await tool(name.slice(7)) } : null) },
+    killSwitch: { read: async () => { events.push("kill_switch"); return { version: 1, halts: [] }; } },
+    mappings: NO_MAPPINGS,
+    policy: { version: "p1", decide: async () => { events.push("decide"); return { decision: "allow", rule: "r1", reason: "ok", obligations: [], mode: "enforce", policyVersion: "p1" }; } },
+    holds: NO_HOLDS,
+    ledger: {
+      decision: async () => { events.push("write_ahead"); return { chain: "infra", seq: 1, hash: "h1", decisionId: "d1" }; },
+      outcome: async (r) => { events.push(`outcome:${r.status}`); return { chain: "infra", seq: 2, hash: "h2", decisionId: "d1" }; },
+      blocked: async (_c, r) => { events.push(`blocked:${r.check}`); },
+    },
+    upstream: {
+      call: async (_target, request) => {
+        events.push("forward");
+        seen.push(request);
+        return typeof leg === "function" ? leg() : leg;
+      },
+    },
+    clock: () => (t += 5),
+    ...over,
+  };
+  return { deps, events, seen };
+}
+
+const answered = (result: JsonObject): LegResult => ({ kind: "answered", response: { jsonrpc: "2.0", id: 7, result }, status: 200 });
+const text = (r: { response: { result?: JsonObject } }) => ((r.response.result?.content as JsonObject[] | undefined)?.[0]?.text as string | undefined) ?? "";
+
+describe("governToolCall", () => {
+  it("answered: runs every step in request-path order and returns the upstream's result with the receipt", async () => {
+    const f = fakes(answered({ content: [{ type: "text", text: "hi" }], structuredContent: { n: 1 }, extra: "kept" }));
+    const a = await governToolCall(f.deps, call("alpha__do_it"));
+    expect(f.events).toEqual(["kill_switch", "decide", "write_ahead", "forward", "outcome:succeeded"]);
+    expect(f.seen).toHaveLength(1);
+    // The upstream gets its own tool name; everything else of the client's request is unchanged.
+    expect(f.seen[0]!.params).toEqual({ name: "do_it", arguments: { x: 1 }, _meta: { progressToken: "p1" } });
+    expect(f.seen[0]!.id).toBe(7);
+    expect(a.status).toBe(200);
+    expect(a.response.result).toMatchObject({ content: [{ type: "text", text: "hi" }], structuredContent: { n: 1 }, extra: "kept" });
+    expect((a.response.result!._meta as JsonObject)[RECEIPT_META]).toEqual({ chain: "infra", seq: 2, hash: "h2", decisionId: "d1" });
+  });
+
+  it("an upstream isError result is passed through unchanged and recorded as failed", async () => {
+    const f = fakes(answered({ content: [{ type: "text", text: "boom" }], isError: true }));
+    const a = await governToolCall(f.deps, call("alpha__do_it"));
+    expect(f.events.at(-1)).toBe("outcome:failed");
+    expect(a.response.result?.isError).toBe(true);
+    expect(text(a)).toBe("boom");
+  });
+
+  it("without a ledger there is no receipt and the result is exactly the upstream's", async () => {
+    const f = fakes(answered({ content: [], z: 1 }), { ledger: NO_LEDGER });
+    const a = await governToolCall(f.deps, call("alpha__do_it"));
+    expect(a.response).toEqual({ jsonrpc: "2.0", id: 7, result: { content: [], z: 1 } });
+  });
+
+  it("failed: a JSON-RPC error naming the reason; the outcome is recorded as failed", async () => {
+    const f = fakes({ kind: "failed", reason: "upstream alpha: unreachable (connection refused)", auth: false });
+    const a = await governToolCall(f.deps, call("alpha__do_it"));
+    expect(f.events).toEqual(["kill_switch", "decide", "write_ahead", "forward", "outcome:failed"]);
+    expect(a.response.error?.code).toBe(-32603);
+    expect(a.response.error?.message).toContain("unreachable");
+  });
+
+  it("uncertain: the answer says the call may have run; the outcome is recorded as uncertain", async () => {
+    const f = fakes({ kind: "uncertain", reason: "upstream alpha: no answer within 1000 ms" });
+    const a = await governToolCall(f.deps, call("alpha__do_it"));
+    expect(f.events.at(-1)).toBe("outcome:uncertain");
+    expect(a.response.error?.message).toMatch(/no answer within 1000 ms; the call may or may not have run upstream/);
+  });
+
+  it("an upstream auth error becomes a readable isError result on the governed path", async () => {
+    const f = fakes({ kind: "failed", reason: "upstream alpha: refused the gateway's brokered credential (HTTP 401)", auth: true });
+    const a = await governToolCall(f.deps, call("alpha__do_it"));
+    expect(a.response.error).toBeUndefined();
+    expect(a.response.result?.isError).toBe(true);
+    expect(text(a)).toContain("HTTP 401");
+  });
+
+  it("a call outside the grant is refused before routing, the same way whether or not the tool exists", async () => {
+    const narrow: Principal = { ...agent, tools: ["alpha__read_*"] };
+    const f = fakes(answered({ content: [] }));
+    const real = await governToolCall(f.deps, call("alpha__do_it", {}, narrow));
+    const ghost = await governToolCall(f.deps, call("alpha__no_such_tool", {}, narrow));
+    expect(f.seen).toHaveLength(0);
+    expect(text(real)).toBe(text(ghost).replace("alpha__no_such_tool", "alpha__do_it"));
+    expect(real.response.result?.isError).toBe(true);
+    expect(f.events).toEqual(["blocked:grant", "blocked:grant"]);
+  });
+
+  it("unknown tools, tools the upstream denies and portcullis.* names are unknown (-32602), never forwarded", async () => {
+    const f = fakes(answered({ content: [] }));
+    for (const name of ["alpha__secret_key", "beta__x", "portcullis.whoami"]) {
+      const a = await governToolCall(f.deps, call(name, {}, { ...agent, tools: null }));
+      expect(a.response.error?.code, name).toBe(-32602);
+    }
+    expect(f.seen).toHaveLength(0);
+  });
+
+  it("a halt covering the call refuses it; the upstream sees nothing", async () => {
+    for (const halt of [{ scope: "global" as const }, { scope: "team" as const, target: "infra" }, { scope: "tool" as const, target: "alpha__do_it" }, { scope: "grant" as const, target: "j-1" }]) {
+      const f = fakes(answered({ content: [] }), { killSwitch: { read: async () => ({ version: 2, halts: [{ ...halt, reason: "incident 42" }] }) } });
+      const a = await governToolCall(f.deps, call("alpha__do_it"));
+      expect(text(a), halt.scope).toContain("incident 42");
+      expect(f.seen, halt.scope).toHaveLength(0);
+      expect(f.events).toEqual(["blocked:kill_switch"]);
+    }
+    const other = fakes(answered({ content: [] }), { killSwitch: { read: async () => ({ version: 2, halts: [{ scope: "upstream", target: "beta", reason: "x" }] }) } });
+    await governToolCall(other.deps, call("alpha__do_it"));
+    expect(other.seen).toHaveLength(1);
+  });
+
+  it("policy: deny in enforce mode refuses; deny in observe mode forwards; require_approval without holds refuses", async () => {
+    const decide = (d: Partial<Decision>) => ({ version: "p", decide: async (): Promise<Decision> => ({ decision: "allow", rule: "r", reason: "because", obligations: [], mode: "enforce", policyVersion: "p", ...d }) });
+    const deny = fakes(answered({ content: [] }), { policy: decide({ decision: "deny", reason: "no writes on Fridays" }) });
+    expect(text(await governToolCall(deny.deps, call("alpha__do_it")))).toContain("no writes on Fridays");
+    expect(deny.seen).toHaveLength(0);
+    const observe = fakes(answered({ content: [] }), { policy: decide({ decision: "deny", mode: "observe" }) });
+    await governToolCall(observe.deps, call("alpha__do_it"));
+    expect(observe.seen).toHaveLength(1);
+    const approval = fakes(answered({ content: [] }), { policy: decide({ decision: "require_approval" }), holds: NO_HOLDS });
+    expect(text(await governToolCall(approval.deps, call("alpha__do_it")))).toContain("needs approval");
+    expect(approval.seen).toHaveLength(0);
+  });
+
+  it("an obligation the gateway cannot apply holds the result back (the call ran; the outcome says so)", async () => {
+    const f = fakes(answered({ content: [{ type: "text", text: "secret rows" }] }), {
+      policy: { version: "p", decide: async () => ({ decision: "allow", rule: "r", reason: "ok", obligations: [{ kind: "mask", path: "$.ssn" }], mode: "enforce", policyVersion: "p" }) },
+    });
+    const a = await governToolCall(f.deps, call("alpha__do_it"));
+    expect(f.seen).toHaveLength(1);
+    expect(f.events.at(-1)).toBe("outcome:failed");
+    expect(text(a)).toContain('cannot apply the obligation "mask"');
+    expect(JSON.stringify(a)).not.toContain("secret rows");
+  });
+
+  describe("fail closed: a step that throws refuses the call and the upstream sees nothing", () => {
+    const boom = async (): Promise<never> => { throw new Error("store unreachable"); };
+    const cases: [string, Partial<GovernanceDeps>][] = [
+      ["resolve", { catalog: { resolve: boom } }],
+      ["kill_switch", { killSwitch: { read: boom } }],
+      ["classify", { mappings: { get: () => { throw new Error("bad mapping"); } } }],
+      ["policy", { policy: { version: "p", decide: boom } }],
+      ["hold", { policy: { version: "p", decide: async () => ({ decision: "require_approval", rule: "r", reason: "risky", obligations: [], mode: "enforce", policyVersion: "p" }) }, holds: { settle: boom } }],
+      ["ledger", { ledger: { ...NO_LEDGER, decision: boom } }],
+    ];
+    for (const [stepName, over] of cases) {
+      it(stepName, async () => {
+        const f = fakes(answered({ content: [] }), over);
+        const a = await governToolCall(f.deps, call("alpha__do_it"));
+        expect(f.seen).toHaveLength(0);
+        expect(a.response.result?.isError).toBe(true);
+        expect(text(a)).toContain(`the ${stepName} step could not answer`);
+        expect(text(a)).toContain("refused to fail closed");
+      });
+    }
+    it("an outcome that cannot be recorded withholds the result", async () => {
+      const f = fakes(answered({ content: [{ type: "text", text: "the answer" }] }), { ledger: { ...NO_LEDGER, outcome: boom } });
+      const a = await governToolCall(f.deps, call("alpha__do_it"));
+      expect(f.seen).toHaveLength(1);
+      expect(text(a)).toContain("the ledger step could not answer");
+      expect(JSON.stringify(a)).not.toContain("the answer");
+    });
+  });
+
+  it("a catalog the upstream cannot serve answers like the upstream leg would", async () => {
+    const f = fakes(answered({ content: [] }), { catalog: { resolve: async () => { throw new CatalogUnreadable("alpha", { kind: "failed", reason: "upstream alpha: unreachable", auth: false }); } } });
+    const a = await governToolCall(f.deps, call("alpha__do_it"));
+    expect(a.response.error?.message).toBe("upstream alpha: unreachable");
+    expect(f.seen).toHaveLength(0);
+  });
+
+  it("the shipped pass-throughs (no halts, no mappings, open policy, no ledger) let an allowed call through", async () => {
+    const f = fakes(answered({ content: [] }), { killSwitch: NO_HALTS, mappings: NO_MAPPINGS, policy: OPEN_POLICY, ledger: NO_LEDGER });
+    const a = await governToolCall(f.deps, call("alpha__do_it"));
+    expect(f.seen).toHaveLength(1);
+    expect(a.response.result).toEqual({ content: [] });
+  });
+});
+
+describe("governedPassThrough", () => {
+  it("forwards when nothing is halted and refuses (never forwarding) under a halt or a kill switch that cannot answer", async () => {
+    let forwarded = 0;
+    const fwd = async (): Promise<LegResult> => { forwarded++; return answered({ task: { taskId: "t1" } }); };
+    const ok = fakes(answered({}));
+    const a = await governedPassThrough(ok.deps, { call: call(""), upstream: up }, fwd);
+    expect(a.response.result).toEqual({ task: { taskId: "t1" } });
+    const halted = fakes(answered({}), { killSwitch: { read: async () => ({ version: 3, halts: [{ scope: "upstream", target: "alpha", reason: "maintenance" }] }) } });
+    const h = await governedPassThrough(halted.deps, { call: call(""), upstream: up }, fwd);
+    expect(h.response.error?.message).toContain("maintenance");
+    const broken = fakes(answered({}), { killSwitch: { read: async () => { throw new Error("down"); } } });
+    const b = await governedPassThrough(broken.deps, { call: call(""), upstream: up }, fwd);
+    expect(b.response.error?.message).toContain("refused to fail closed");
+    expect(forwarded).toBe(1);
+  });
+});
+
+describe("schema hash", () => {
+  it("is SHA-256 over the RFC 8785 canonical JSON of the schemas: key order and spacing do not matter, a change does", async () => {
+    const a = await schemaHash({ name: "t", inputSchema: { type: "object", properties: { b: { type: "string" }, a: { type: "number" } } } });
+    const b = await schemaHash({ inputSchema: { properties: { a: { type: "number" }, b: { type: "string" } }, type: "object" }, name: "renamed", description: "x" });
+    const c = await schemaHash({ inputSchema: { type: "object", properties: { a: { type: "integer" }, b: { type: "string" } } } });
+    expect(a).toMatch(/^[0-9a-f]{64}$/);
+    expect(a).toBe(b);
+    expect(a).not.toBe(c);
+    // The canonical form of {"inputSchema":{}} hashed independently.
+    const known = Array.from(new Uint8Array(await crypto.subtle.digest("SHA-256", new TextEncoder().encode('{"inputSchema":{}}'))), (x) => x.toString(16).padStart(2, "0")).join("");
+    expect(await schemaHash({ name: "empty" })).toBe(known);
+  });
+});
