@@ -27,8 +27,8 @@ export interface EgressRules {
   timeout_ms: number;
 }
 
-export const DEFAULT_MAX_RESPONSE_BYTES = 16 * 1024 * 1024;
-export const DEFAULT_TIMEOUT_MS = 30_000;
+const DEFAULT_MAX_RESPONSE_BYTES = 16 * 1024 * 1024;
+const DEFAULT_TIMEOUT_MS = 30_000;
 /** A Worker has 128 MB of memory; a bigger bound could never be honoured by buffering callers. */
 const MAX_RESPONSE_BYTES_LIMIT = 128 * 1024 * 1024;
 const MAX_TIMEOUT_MS = 15 * 60_000;
@@ -52,7 +52,7 @@ const duration = z
  * Canonical form of one `hosts` entry, or an error message. The name part goes through the same
  * WHATWG host parser the runtime check uses, so `API.Example.COM.` and `api.example.com` agree.
  */
-export function canonicalHostPattern(entry: string): { ok: true; value: string } | { ok: false; message: string } {
+function canonicalHostPattern(entry: string): { ok: true; value: string } | { ok: false; message: string } {
   const raw = entry.trim();
   const wild = raw.startsWith("*.");
   const body = wild ? raw.slice(2) : raw;

@@ -94,7 +94,7 @@ function formatPath(path: PropertyKey[]): string {
   return path.map((p) => (typeof p === "number" ? `[${p}]` : `.${String(p)}`)).join("").replace(/^\./, "") || "(root)";
 }
 
-export function validateConfig(raw: unknown): { ok: true; config: ParsedConfig } | { ok: false; problems: string[] } {
+function validateConfig(raw: unknown): { ok: true; config: ParsedConfig } | { ok: false; problems: string[] } {
   const res = configSchema.safeParse(raw);
   if (res.success) return { ok: true, config: res.data };
   const problems = res.error.issues.map((i) => `${formatPath(i.path)}: ${i.message}`);

@@ -7,14 +7,14 @@ import { z } from "zod";
 import { egressSchema } from "./egress-schema.ts";
 
 /** Upstream names become tool-name prefixes (`<name>__<tool>`) and URI scheme prefixes, so no `_`. */
-export const UPSTREAM_NAME = /^[a-z][a-z0-9-]{0,30}$/;
+const UPSTREAM_NAME = /^[a-z][a-z0-9-]{0,30}$/;
 
 const duration = z.union([
   z.number().int().positive(),
   z.string().regex(/^\d+(ms|s|m|h)$/, 'use a number of milliseconds or a string such as "500ms", "30s", "2m", "24h"'),
 ]);
 
-export const upstreamSchema = z.strictObject({
+const upstreamSchema = z.strictObject({
   name: z.string().regex(UPSTREAM_NAME, "must match ^[a-z][a-z0-9-]{0,30}$ (it prefixes tool names and URIs)"),
   url: z.string().refine((u) => {
     try {
@@ -66,7 +66,7 @@ const externalIssuerSchema = z.strictObject({
   sub_prefix: z.string().default("oidc:"),
 });
 
-export const authSchema = z.strictObject({
+const authSchema = z.strictObject({
   /** Require a grant token on every request. Unauthenticated mode is refused off loopback. */
   required: z.boolean().default(false),
   /** The gateway's canonical URL: the `aud` its grants carry (default: the request's origin). */
@@ -114,6 +114,4 @@ export const configSchema = z.strictObject({
   });
 });
 
-export type RawConfig = z.input<typeof configSchema>;
 export type ParsedConfig = z.output<typeof configSchema>;
-export type UpstreamInput = z.output<typeof upstreamSchema>;

@@ -32,7 +32,7 @@ function stringList(v: unknown): string[] | null {
   return null;
 }
 
-export function principalFromClaims(iss: ExternalIssuer, payload: JWTPayload): Principal | string {
+function principalFromClaims(iss: ExternalIssuer, payload: JWTPayload): Principal | string {
   if (typeof payload.sub !== "string" || payload.sub === "") return "token has no sub";
   const roleNames = (iss.rolesClaim ? stringList(payload[iss.rolesClaim]) : null) ?? iss.defaultRoles;
   const roles = roleNames.filter((r): r is Role => (ROLES as readonly string[]).includes(r));

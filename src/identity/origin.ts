@@ -17,14 +17,14 @@ function hostnameOf(hostHeader: string): string | null {
   }
 }
 
-export function hostAllowed(host: string | null, allowedHosts: string[]): boolean {
+function hostAllowed(host: string | null, allowedHosts: string[]): boolean {
   if (!host) return false;
   const name = hostnameOf(host);
   if (!name) return false;
   return isLoopbackHost(name) || allowedHosts.includes(name) || allowedHosts.includes(host.toLowerCase());
 }
 
-export function originAllowed(origin: string | null, host: string | null, allowedOrigins: string[]): boolean {
+function originAllowed(origin: string | null, host: string | null, allowedOrigins: string[]): boolean {
   if (origin === null) return true;
   let o: URL;
   try {

@@ -27,7 +27,7 @@ export function store(key: string, e: Entry): Entry {
 }
 
 /** The upstream announced a tool list change: every entry of it in this isolate is dropped. */
-export function forgetTools(upstream: string): void {
+function forgetTools(upstream: string): void {
   for (const k of [...entries.keys()]) if (k.startsWith(`${upstream}\u0000`)) entries.delete(k);
 }
 

@@ -18,7 +18,7 @@ import { exposeName, splitName } from "./names.ts";
 import { cached, type Entry, store } from "./catalog-store.ts";
 import { modernMeta } from "./upstream.ts";
 
-export const CATALOG_TTL_MS = 30_000;
+const CATALOG_TTL_MS = 30_000;
 /** A name the catalog does not know triggers one refill, at most this often per key. */
 const MISS_REFILL_MS = 1000;
 const MAX_PAGES = 50;

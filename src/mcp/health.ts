@@ -40,8 +40,7 @@ export async function readiness(cfg: GatewayConfig) {
  * Each upstream of the per-request config with the number of its tools the caller can list:
  * those the upstream's allow/deny let through and, for a Principal, whose exposed name its grant
  * matches — the same filter tools/list applies. A bare principal name (no grant) counts every
- * tool allow/deny let through: the operator's view of the upstreams (`portcullis.upstreams`),
- * and the loopback actor's (every tool) until /summary runs behind the gate.
+ * tool allow/deny let through: the operator's view of the upstreams (`portcullis.upstreams`).
  */
 export async function summary(cfg: GatewayConfig, who: Principal | string) {
   const sub = typeof who === "string" ? who : who.sub;

@@ -8,7 +8,7 @@
 import type { UpstreamConfig } from "../config/load.ts";
 
 export const SEP = "__";
-export const MAX_TOOL_NAME = 64;
+const MAX_TOOL_NAME = 64;
 
 /** SHA-256 is async in Workers; a small FNV-1a hash is enough for a stable alias suffix. */
 function fnv1a(s: string): string {

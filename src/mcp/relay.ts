@@ -12,7 +12,7 @@ import { postUpstream } from "./upstream.ts";
 import type { Leg } from "../../durable-objects/records.ts";
 
 /** The client capability each server→client request needs. */
-export const CAPABILITY_FOR: Record<string, string> = {
+const CAPABILITY_FOR: Record<string, string> = {
   "sampling/createMessage": "sampling",
   "elicitation/create": "elicitation",
   "roots/list": "roots",

@@ -104,13 +104,15 @@ export function respond(
       if (closedEarly) return true;
       closedEarly = true;
       open();
-      const w = writer as unknown as WritableStreamDefaultWriter<Uint8Array>;
+      const w = writer as WritableStreamDefaultWriter<Uint8Array> | null;
+      if (!w) return false;
       // The client comes back with GET + Last-Event-ID as soon as the stream ends: the buffer
       // must already hold the stream and every event it was sent.
       await r.flushed();
       if (clientGone) return true;
       clientGone = true;
-      await w.close().catch(() => undefined);
+      // Not awaited: the close follows the queued writes, and the call must not wait on a slow reader.
+      void w.close().catch(() => undefined);
       return true;
     };
     const done = run(emit, { open, closeEarly })

@@ -19,7 +19,7 @@ import { jsonResponse } from "../wire/http.ts";
 let cached: { text: string; config: GatewayConfig } | null = null;
 
 /** The parsed config of this Worker; throws ConfigError naming every problem. */
-export function currentConfig(env: Env): GatewayConfig {
+function currentConfig(env: Env): GatewayConfig {
   const text = env.PORTCULLIS_CONFIG;
   if (typeof text !== "string" || text.trim() === "") {
     throw new ConfigError(["PORTCULLIS_CONFIG is not set: start with `portcullis dev --config FILE` or set it at deploy"]);

@@ -3,7 +3,7 @@
  * (or removes) its own token for a `per_principal` upstream. Owns request validation.
  * Must never: echo the token back, store it unsealed, or act on another principal's entry.
  */
-import type { GatewayConfig } from "../config/load.ts";
+import type { GatewayConfig, UpstreamConfig } from "../config/load.ts";
 import type { Env } from "../env.ts";
 import type { Principal } from "../config/principal.ts";
 
@@ -15,16 +15,16 @@ function bad(message: string, status = 400): Response {
   return jsonResponse({ error: "invalid_request", error_description: message }, status);
 }
 
-function target(cfg: GatewayConfig, name: string): Response | null {
+function target(cfg: GatewayConfig, name: string): UpstreamConfig | Response {
   const up = cfg.upstreams.find((u) => u.name === name);
   if (!up) return bad(`no upstream named ${name}`, 404);
   if (up.credentials.mode !== "per_principal") return bad(`upstream ${name} does not take per-principal credentials (mode ${up.credentials.mode})`);
-  return null;
+  return up;
 }
 
 export async function putCredentialRoute(req: Request, env: Env, cfg: GatewayConfig, who: Principal, upstream: string): Promise<Response> {
-  const t = target(cfg, upstream);
-  if (t) return t;
+  const up = target(cfg, upstream);
+  if (up instanceof Response) return up;
   let body: unknown;
   try {
     body = await req.json();
@@ -36,7 +36,7 @@ export async function putCredentialRoute(req: Request, env: Env, cfg: GatewayCon
     return bad("token must be a string of 1–8192 characters without line breaks");
   }
   try {
-    await credentialsObject(env, who.sub).put(upstream, await sealCredential(env, cfg, who.sub, upstream, token));
+    await credentialsObject(env, who.sub).put(upstream, await sealCredential(env, cfg, who.sub, up, token));
   } catch (e) {
     return bad(`the credential could not be stored (${(e as Error).message})`, 503);
   }
@@ -44,8 +44,8 @@ export async function putCredentialRoute(req: Request, env: Env, cfg: GatewayCon
 }
 
 export async function deleteCredentialRoute(env: Env, cfg: GatewayConfig, who: Principal, upstream: string): Promise<Response> {
-  const t = target(cfg, upstream);
-  if (t) return t;
+  const up = target(cfg, upstream);
+  if (up instanceof Response) return up;
   const removed = await credentialsObject(env, who.sub).remove(upstream);
   return jsonResponse({ upstream, principal: who.sub, removed });
 }

@@ -50,12 +50,20 @@ export async function mintGrantRoute(req: Request, env: Env, cfg: GatewayConfig)
   return jsonResponse({ token: minted.token, jti: minted.jti, exp: minted.exp }, 201, { "cache-control": "no-store" });
 }
 
+/**
+ * How long a revocation is kept: never shorter than the longest lifetime a grant can still have
+ * (a grant minted now expires before then), so a mistaken or hostile `exp` cannot end it early.
+ */
+export function revocationUntil(cfg: GatewayConfig, given: unknown): number {
+  const floor = Math.floor(Date.now() / 1000) + cfg.auth.maxTokenLifetimeS;
+  return typeof given === "number" && Number.isFinite(given) ? Math.max(given, floor) : floor;
+}
+
 export async function revokeGrantRoute(req: Request, env: Env, cfg: GatewayConfig, jti: string, by: Principal): Promise<Response> {
   if (!/^[A-Za-z0-9_-]{8,128}$/.test(jti)) return bad("jti must be 8–128 characters of [A-Za-z0-9_-]");
   const b = await body(req);
   const given = b && typeof b === "object" && "exp" in b ? (b as { exp: unknown }).exp : undefined;
-  // Without the grant's exp, keep the revocation for the longest lifetime a grant can have.
-  const exp = typeof given === "number" && Number.isFinite(given) ? given : Math.floor(Date.now() / 1000) + cfg.auth.maxTokenLifetimeS;
+  const exp = revocationUntil(cfg, given);
   await revocationObject(env, jti).revoke(jti, exp, by.sub);
   return jsonResponse({ revoked: jti, until: exp });
 }

@@ -4,6 +4,7 @@
  */
 import { revocationObject } from "../../durable-objects/names.ts";
 import { readiness, summary } from "../mcp/health.ts";
+import { revocationUntil } from "./grants.ts";
 import { registerOperatorTool } from "./operator-registry.ts";
 
 registerOperatorTool({
@@ -31,7 +32,7 @@ registerOperatorTool({
   description: "Revokes a grant by its jti; every later request with it is refused (401).",
   inputSchema: {
     type: "object",
-    properties: { jti: { type: "string", minLength: 8, maxLength: 128 }, exp: { type: "integer", description: "the grant's exp (seconds); default: the longest lifetime" } },
+    properties: { jti: { type: "string", minLength: 8, maxLength: 128 }, exp: { type: "integer", description: "the grant's exp (seconds); the revocation is kept at least as long as any grant can still live" } },
     required: ["jti"],
     additionalProperties: false,
   },
@@ -39,7 +40,7 @@ registerOperatorTool({
   run: async (args, { env, cfg, who }) => {
     const jti = args.jti;
     if (typeof jti !== "string" || !/^[A-Za-z0-9_-]{8,128}$/.test(jti)) throw new Error("jti must be 8–128 characters of [A-Za-z0-9_-]");
-    const exp = typeof args.exp === "number" ? args.exp : Math.floor(Date.now() / 1000) + cfg.auth.maxTokenLifetimeS;
+    const exp = revocationUntil(cfg, args.exp);
     await revocationObject(env, jti).revoke(jti, exp, who.sub);
     return { revoked: jti, until: exp };
   },

@@ -113,6 +113,3 @@ export function errorResponse(id: JsonRpcId | null, code: number, message: strin
   return { jsonrpc: "2.0", id, error };
 }
 
-export function resultResponse(id: JsonRpcId, result: JsonObject): JsonRpcResponse {
-  return { jsonrpc: "2.0", id, result };
-}

@@ -77,13 +77,17 @@ describe("/summary counts what the caller can list", () => {
     expect(s.upstreams.every((u) => u.namespaced)).toBe(true);
   });
 
-  it("summary(cfg, principal) applies the grant on exposed names: equal to that grant's SDK listing", async () => {
+  it("summary(cfg, principal) and /summary with a grant apply it on exposed names: equal to that grant's SDK listing", async () => {
     const tools = ["ev__trigger-*", "ev__get-*", "open__get-*", "nope__*"];
     const keys = await parseKeySet(signingKey);
     const { token } = await mintGrant(keys, { iss: origin, aud: origin, sub: "agent:summary", team: "e2e", roles: ["agent"], tools, ttlSeconds: 600 }, { maxLifetimeSeconds: 3600 });
     const through = byPrefix(await listed(gw.url, `Bearer ${token}`));
     expect(through.ev).toBeGreaterThan(0);
     expect(through.open).toBeGreaterThan(0);
+    // /summary with that grant (behind the same gate as /mcp).
+    const r = await fetch(`${origin}/summary`, { headers: { authorization: `Bearer ${token}` } });
+    expect(r.status).toBe(200);
+    expect(counts((await r.json()) as Summary)).toEqual(through);
     // The per-request config the gateway would hand /summary (upstreams on loopback), and this caller.
     const { loadConfig } = await import(resolve(root, "src/config/load.ts"));
     const { summary } = await import(resolve(root, "src/mcp/health.ts"));
@@ -94,5 +98,10 @@ describe("/summary counts what the caller can list", () => {
     // A grant that reaches none of ev's tools counts zero there; a bare name counts allow/deny only.
     expect(counts(await summary(view, { ...principal, tools: ["open__*"] }))).toEqual({ ev: 0, open: through.open + 1 });
     expect(counts(await summary(view, "local:summary"))).toEqual(counts((await (await fetch(`${origin}/summary`)).json()) as Summary));
+    // Through the route, upstreams the grant cannot reach are left out of the request altogether.
+    const { token: openOnly } = await mintGrant(keys, { iss: origin, aud: origin, sub: "agent:summary", team: "e2e", roles: ["agent"], tools: ["open__*"], ttlSeconds: 600 }, { maxLifetimeSeconds: 3600 });
+    const scoped = (await (await fetch(`${origin}/summary`, { headers: { authorization: `Bearer ${openOnly}` } })).json()) as Summary;
+    expect(counts(scoped)).toEqual({ open: through.open + 1 });
+    expect(byPrefix(await listed(gw.url, `Bearer ${openOnly}`))).toEqual({ ev: 0, open: through.open + 1 });
   });
 });

@@ -1,0 +1,295 @@
+/**
+ * The `portcullis` command end to end: `start` and its demo upstream listen on loopback only;
+ * `token mint --port/--gateway` mints for the gateway it names and a grant for another gateway
+ * gets a readable 401; the unauthenticated mode refuses a forged loopback Host from a
+ * non-loopback peer. Owns the processes it starts (a `start` process group, demo upstreams,
+ * gateways) and a temporary dev key (PORTCULLIS_DEV_KEY_FILE), so the repo's .portcullis is never
+ * touched. Must never: leave a process running, or send traffic anywhere but this machine's own
+ * addresses.
+ */
+import { Client, StreamableHTTPClientTransport } from "@modelcontextprotocol/client";
+import { spawn, type ChildProcess } from "node:child_process";
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
+import { request } from "node:http";
+import { connect } from "node:net";
+import { networkInterfaces, tmpdir } from "node:os";
+import { join } from "node:path";
+import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
+// @ts-expect-error -- plain ESM helpers shared with the CLI
+import { startDemoUpstream, startGateway } from "../../bin/portcullis.mjs";
+import { freePort, root, startPortcullis, waitFor } from "./harness.ts";
+
+const CLI = join(root, "bin", "portcullis.mjs");
+const EVERYTHING = join(root, "node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+const tmp = mkdtempSync(join(tmpdir(), "portcullis-cli-e2e-"));
+const keyFile = join(tmp, "dev-signing-key.json");
+const repoKey = join(root, ".portcullis", "dev-signing-key.json");
+const repoKeyBefore = existsSync(repoKey) ? statSync(repoKey).mtimeMs : null;
+
+/** This machine's own non-loopback addresses (link-local IPv6 with its zone), for "is it reachable from the network?". */
+function ownAddresses(): { address: string; family: "IPv4" | "IPv6" }[] {
+  const out: { address: string; family: "IPv4" | "IPv6" }[] = [];
+  for (const [name, list] of Object.entries(networkInterfaces())) {
+    for (const a of list ?? []) {
+      if (a.internal) continue;
+      const family = a.family === "IPv6" ? "IPv6" : "IPv4";
+      out.push({ address: family === "IPv6" && /^fe80:/i.test(a.address) ? `${a.address}%${name}` : a.address, family });
+    }
+  }
+  return out;
+}
+const own = ownAddresses();
+if (own.length === 0) console.log("cli.test: this machine has no non-loopback address; only the listening sockets are checked");
+
+/** Connect to host:port: "open", "refused", or another failure code. */
+function probe(host: string, port: number): Promise<string> {
+  return new Promise((res) => {
+    const s = connect({ host, port, timeout: 3000 });
+    s.once("connect", () => { s.destroy(); res("open"); });
+    s.once("timeout", () => { s.destroy(); res("timeout"); });
+    s.once("error", (e: NodeJS.ErrnoException) => res(e.code === "ECONNREFUSED" ? "refused" : e.code ?? e.message));
+  });
+}
+
+/** IPv6 words from /proc/net/tcp6's hex (four 32-bit words, each in host byte order). */
+function procAddress(hex: string): string {
+  if (hex.length === 8) return [6, 4, 2, 0].map((i) => parseInt(hex.slice(i, i + 2), 16)).join(".");
+  const bytes: number[] = [];
+  for (let w = 0; w < 4; w++) for (const i of [6, 4, 2, 0]) bytes.push(parseInt(hex.slice(w * 8 + i, w * 8 + i + 2), 16));
+  const words = Array.from({ length: 8 }, (_, i) => ((bytes[2 * i]! << 8) | bytes[2 * i + 1]!).toString(16));
+  return words.join(":");
+}
+
+/** Local addresses of the TCP sockets listening on `port` (from /proc/net/tcp and tcp6). */
+function listeningOn(port: number): string[] {
+  const out: string[] = [];
+  for (const file of ["/proc/net/tcp", "/proc/net/tcp6"]) {
+    if (!existsSync(file)) continue;
+    for (const line of readFileSync(file, "utf8").split("\n").slice(1)) {
+      const f = line.trim().split(/\s+/);
+      if (f.length < 4 || f[3] !== "0A") continue; // 0A = LISTEN
+      const [addr, p] = f[1]!.split(":");
+      if (parseInt(p!, 16) === port) out.push(procAddress(addr!));
+    }
+  }
+  return out;
+}
+const LOOPBACK_LISTEN = (a: string) => /^127\./.test(a) || a === "0:0:0:0:0:0:0:1" || /^0:0:0:0:0:ffff:7f/.test(a);
+
+/** The upstream on `port` answers on 127.0.0.1, listens on loopback only, and refuses every own non-loopback address. */
+async function expectLoopbackOnly(port: number) {
+  expect(await probe("127.0.0.1", port)).toBe("open");
+  const sockets = listeningOn(port);
+  expect(sockets.length, `listening sockets on ${port}`).toBeGreaterThan(0);
+  expect(sockets.filter((a) => !LOOPBACK_LISTEN(a)), `non-loopback listening sockets on ${port}`).toEqual([]);
+  for (const { address } of own) expect(await probe(address, port), `${address}:${port}`).toBe("refused");
+}
+
+function stopChild(child: ChildProcess, group = false): Promise<void> {
+  return new Promise((res) => {
+    if (child.exitCode !== null || child.signalCode !== null) return res();
+    const kill = (sig: NodeJS.Signals) => { try { if (group && child.pid) process.kill(-child.pid, sig); else child.kill(sig); } catch { /* gone */ } };
+    const t = setTimeout(() => kill("SIGKILL"), 8000);
+    child.once("exit", () => { clearTimeout(t); res(); });
+    kill("SIGTERM");
+  });
+}
+
+/** Runs the CLI; resolves to its exit code and output (bounded at 60 s). */
+function cli(args: string[], env: Record<string, string> = {}): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((res) => {
+    const child = spawn(process.execPath, [CLI, ...args], { cwd: tmp, env: { ...process.env, PORTCULLIS_DEV_KEY_FILE: keyFile, ...env }, stdio: ["ignore", "pipe", "pipe"] });
+    let stdout = "";
+    let stderr = "";
+    child.stdout.on("data", (d: Buffer) => { stdout += d; });
+    child.stderr.on("data", (d: Buffer) => { stderr += d; });
+    const t = setTimeout(() => child.kill("SIGKILL"), 60_000);
+    child.on("exit", (code) => { clearTimeout(t); res({ code, stdout: stdout.trim(), stderr: stderr.trim() }); });
+  });
+}
+
+const MCP_H = { "content-type": "application/json", accept: "application/json, text/event-stream" };
+const initialize = JSON.stringify({ jsonrpc: "2.0", id: 1, method: "initialize", params: { protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "cli-e2e", version: "1" } } });
+
+afterAll(() => {
+  rmSync(tmp, { recursive: true, force: true });
+});
+
+describe("the demo upstream listens on loopback only", () => {
+  it("startDemoUpstream (what `start` runs): 127.0.0.1 answers; no own non-loopback address does", async () => {
+    const port = await freePort();
+    const demo: ChildProcess = startDemoUpstream({ port, stdio: ["ignore", "ignore", "pipe"] });
+    demo.stderr?.resume();
+    try {
+      await waitFor(`http://127.0.0.1:${port}/mcp`, 30_000, (r) => r.status > 0);
+      await expectLoopbackOnly(port);
+    } finally {
+      await stopChild(demo);
+    }
+  });
+
+  it("control: server-everything started bare (as `start` used to) listens on every interface, so the probes above can see exposure", async () => {
+    const port = await freePort();
+    const bare = spawn(process.execPath, [EVERYTHING, "streamableHttp"], { cwd: root, env: { ...process.env, PORT: String(port) }, stdio: ["ignore", "ignore", "pipe"] });
+    bare.stderr?.resume();
+    try {
+      await waitFor(`http://127.0.0.1:${port}/mcp`, 30_000, (r) => r.status > 0);
+      expect(listeningOn(port).filter((a) => !LOOPBACK_LISTEN(a)).length).toBeGreaterThan(0);
+      for (const { address } of own) expect(await probe(address, port), `${address}:${port}`).toBe("open");
+    } finally {
+      await stopChild(bare);
+    }
+  });
+
+  it("`portcullis start`: the gateway reaches its demo upstream, and neither listens beyond loopback", async () => {
+    const [port, upPort] = [await freePort(), await freePort()];
+    const persist = mkdtempSync(join(tmp, "start-state-"));
+    const start = spawn(process.execPath, [CLI, "start", "--port", String(port), "--upstream-port", String(upPort), "--persist-to", persist], {
+      cwd: root, detached: true, stdio: ["ignore", "pipe", "pipe"],
+      env: { ...process.env, PORTCULLIS_DEV_KEY_FILE: keyFile, WRANGLER_SEND_METRICS: "false", CLOUDFLARE_CF_FETCH_ENABLED: "false" },
+    });
+    let logs = "";
+    start.stdout?.on("data", (d: Buffer) => { logs += d; });
+    start.stderr?.on("data", (d: Buffer) => { logs += d; });
+    try {
+      await waitFor(`http://127.0.0.1:${port}/readyz`, 120_000).catch((e: Error) => { throw new Error(`${e.message}\n${logs}`); });
+      const ready = (await (await fetch(`http://127.0.0.1:${port}/readyz`)).json()) as { ok: boolean; upstreams: { name: string; ok: boolean }[] };
+      expect(ready).toEqual({ ok: true, upstreams: [{ name: "everything", ok: true }] });
+      await expectLoopbackOnly(upPort);
+      await expectLoopbackOnly(port);
+    } finally {
+      await stopChild(start, true);
+    }
+    // Stopping `start` stops both (bounded wait: its children exit just after it).
+    for (const p of [upPort, port]) {
+      let state = "open";
+      for (let i = 0; i < 40 && state === "open"; i++) {
+        state = await probe("127.0.0.1", p);
+        if (state === "open") await new Promise((r) => setTimeout(r, 250));
+      }
+      expect(state, `127.0.0.1:${p} after stop`).toBe("refused");
+    }
+  });
+});
+
+describe("token mint for the gateway it names", () => {
+  let port = 0;
+  let gw: Awaited<ReturnType<typeof startPortcullis>>;
+  let origin = "";
+  let first = "";
+
+  beforeAll(async () => {
+    port = await freePort();
+    origin = `http://127.0.0.1:${port}`;
+    // The first mint creates the dev key (in the temporary file); the gateway is then started with it, as `portcullis dev` does.
+    const m = await cli(["token", "mint", "--sub", "agent:cli", "--tools", "*", "--port", String(port)]);
+    expect(m.stderr).toBe("");
+    expect(m.code).toBe(0);
+    first = m.stdout;
+    expect(existsSync(keyFile)).toBe(true);
+    gw = await startPortcullis(`
+actor: local:cli
+egress:
+  allow_loopback: true
+upstreams:
+  - name: everything
+    url: ${inject("everythingUrl")}
+    timeout: 30s
+`, port, { PORTCULLIS_SIGNING_KEY: readFileSync(keyFile, "utf8") });
+  });
+  afterAll(async () => { await gw?.stop(); });
+
+  it("--port N: a grant the gateway on N accepts, and a tool call through it succeeds", async () => {
+    const payload = JSON.parse(Buffer.from(first.split(".")[1]!, "base64url").toString()) as { iss: string; aud: string };
+    expect(payload).toMatchObject({ iss: origin, aud: origin });
+    const client = new Client({ name: "cli-e2e", version: "1" }, { versionNegotiation: { mode: "legacy" } });
+    const transport = new StreamableHTTPClientTransport(new URL(gw.url), { requestInit: { headers: { authorization: `Bearer ${first}` } } });
+    await client.connect(transport);
+    try {
+      expect((await client.callTool({ name: "echo", arguments: { message: "minted for this port" } })).content).toEqual([{ type: "text", text: "Echo: minted for this port" }]);
+    } finally {
+      await transport.terminateSession().catch(() => undefined);
+      await client.close().catch(() => undefined);
+    }
+  });
+
+  it("a grant minted for 8787 (the default) gets a 401 that names both issuers and how to mint; following it works", async () => {
+    const other = await cli(["token", "mint", "--sub", "agent:cli", "--tools", "*"]);
+    expect(other.code).toBe(0);
+    const r = await fetch(gw.url, { method: "POST", headers: { ...MCP_H, authorization: `Bearer ${other.stdout}` }, body: initialize });
+    expect(r.status).toBe(401);
+    const expected = `token iss "http://127.0.0.1:8787" is not this gateway's issuer (expected "${origin}"); mint with: portcullis token mint --port ${port} (or --gateway ${origin})`;
+    const challenge = r.headers.get("www-authenticate") ?? "";
+    expect(await r.json()).toEqual({ error: "invalid_token", error_description: expected });
+    expect(challenge).toContain(`error="invalid_token", error_description="${expected.replaceAll('"', "'")}"`);
+    for (const seg of other.stdout.split(".")) expect(challenge).not.toContain(seg.slice(0, 24));
+    // The hint's other spelling: --gateway with the gateway's /mcp URL.
+    const again = await cli(["token", "mint", "--sub", "agent:cli", "--tools", "*", "--gateway", gw.url]);
+    expect(again.code).toBe(0);
+    const ok = await fetch(gw.url, { method: "POST", headers: { ...MCP_H, authorization: `Bearer ${again.stdout}` }, body: initialize });
+    expect(ok.status).toBe(200);
+    expect(ok.headers.get("mcp-session-id")).toBeTruthy();
+    await ok.text();
+  });
+
+  it("refuses --aud together with --port or --gateway, and the help names the flags", async () => {
+    for (const extra of [["--port", String(port)], ["--gateway", origin]]) {
+      const r = await cli(["token", "mint", "--sub", "agent:cli", "--aud", origin, ...extra]);
+      expect(r.code).toBe(1);
+      expect(r.stdout).toBe("");
+      expect(r.stderr).toContain(`--aud and ${extra[0]} both name the gateway`);
+    }
+    const help = await cli([]);
+    expect(help.code).toBe(0);
+    expect(help.stderr).toContain("[--port N | --gateway URL | --aud URL]");
+    expect(help.stderr).toContain("--port N       the local gateway on port N: iss = aud = http://127.0.0.1:N");
+  });
+
+  it("the unauthenticated actor still works from a loopback peer", async () => {
+    const r = await fetch(gw.url, { method: "POST", headers: MCP_H, body: initialize });
+    expect(r.status).toBe(200);
+    await r.text();
+  });
+
+  it("never touched the repo's .portcullis dev key", () => {
+    expect(existsSync(repoKey) ? statSync(repoKey).mtimeMs : null).toBe(repoKeyBefore);
+  });
+});
+
+const ownV4 = own.find((a) => a.family === "IPv4")?.address;
+describe("a dev gateway exposed beyond loopback", () => {
+  it.runIf(ownV4 !== undefined)("refuses a forged loopback Host from a non-loopback peer (wrangler dev sets CF-Connecting-IP from the socket)", async () => {
+    const port = await freePort();
+    const persist = mkdtempSync(join(tmp, "exposed-state-"));
+    // No signing key, an upstream that is never contacted: the gateway can serve nobody but the loopback actor.
+    const child: ChildProcess = startGateway({ ip: ownV4, port, persistTo: persist, stdio: ["ignore", "pipe", "pipe"], configText: `
+actor: local:exposed
+upstreams:
+  - name: remote
+    url: https://upstream.example.com/mcp
+` });
+    let logs = "";
+    child.stdout?.on("data", (d: Buffer) => { logs += d; });
+    child.stderr?.on("data", (d: Buffer) => { logs += d; });
+    try {
+      await waitFor(`http://${ownV4}:${port}/healthz`, 90_000).catch((e: Error) => { throw new Error(`${e.message}\n${logs}`); });
+      const answer = await new Promise<{ status: number; body: string }>((res, rej) => {
+        const req = request({ host: ownV4, port, method: "POST", path: "/mcp", headers: { ...MCP_H, host: `127.0.0.1:${port}` } }, (r) => {
+          let body = "";
+          r.on("data", (d: Buffer) => { body += d; });
+          r.on("end", () => res({ status: r.statusCode ?? 0, body }));
+        });
+        req.on("error", rej);
+        req.setTimeout(10_000, () => req.destroy(new Error("timed out")));
+        req.end(initialize);
+      });
+      expect(answer.status).toBe(503);
+      expect(JSON.parse(answer.body)).toEqual({
+        error: "temporarily_unavailable",
+        error_description: `refusing to serve: auth.required is false, which is only allowed while the gateway listens on loopback, and this request came from "${ownV4}" (CF-Connecting-IP), not a loopback address`,
+      });
+    } finally {
+      await stopChild(child);
+    }
+  });
+});
