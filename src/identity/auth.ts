@@ -15,6 +15,7 @@ import { principalHas, type Principal } from "../config/principal.ts";
 import { type Role } from "../config/roles.ts";
 import { revocationObject } from "../../durable-objects/names.ts";
 import { parseKeySet, verifyGrant, type KeySet } from "./tokens.ts";
+import { jsonResponse } from "../wire/http.ts";
 
 /**
  * The address of the client the runtime reports, or null when it reports none. Cloudflare's edge
@@ -88,9 +89,7 @@ export interface AuthOptions {
 }
 
 function unavailable(reason: string): Response {
-  return new Response(JSON.stringify({ error: "temporarily_unavailable", error_description: reason }), {
-    status: 503, headers: { "content-type": "application/json", "retry-after": "1" },
-  });
+  return jsonResponse({ error: "temporarily_unavailable", error_description: reason }, 503, { "retry-after": "1" });
 }
 
 export async function authenticate(req: Request, env: Env, cfg: GatewayConfig, opts: AuthOptions): Promise<AuthResult> {

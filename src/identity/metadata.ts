@@ -7,6 +7,7 @@
 import type { GatewayConfig } from "../config/load.ts";
 import { ROLES } from "../config/schema.ts";
 import { isLoopbackHost, LOOPBACK_HOSTS } from "../wire/hosts.ts";
+import { bearerChallenge, quoteParam } from "../wire/http.ts";
 
 /** The gateway's canonical URL (the `aud` of its grants): configured, else the request origin. */
 export function canonicalUrl(cfg: GatewayConfig, req: Request): string {
@@ -40,7 +41,7 @@ export function acceptedIssuers(cfg: GatewayConfig, req: Request): string[] {
 }
 
 /** The metadata URL for the resource at `path` (`/mcp` → the path-suffixed document). */
-export function metadataUrl(req: Request, path: string): string {
+function metadataUrl(req: Request, path: string): string {
   const origin = new URL(req.url).origin;
   return path === "/" ? `${origin}/.well-known/oauth-protected-resource` : `${origin}/.well-known/oauth-protected-resource${path}`;
 }
@@ -58,31 +59,15 @@ export function protectedResourceMetadata(cfg: GatewayConfig, req: Request, path
   };
 }
 
-/**
- * A quoted-string for a challenge. RFC 6750 allows only printable ASCII without `"` and `\` in
- * error_description: double quotes become single ones (reasons quote claim values), anything else
- * outside that set becomes a space.
- */
-function quote(v: string): string {
-  return `"${v.replace(/"/g, "'").replace(/[^\x20-\x21\x23-\x5b\x5d-\x7e]/g, " ")}"`;
-}
-
 /** 401: no token (no error code) or a bad one (`invalid_token`). */
 export function unauthorized(req: Request, path: string, reason?: string): Response {
-  const parts = [`resource_metadata=${quote(metadataUrl(req, path))}`, `scope=${quote("agent")}`];
-  if (reason !== undefined) parts.push(`error="invalid_token"`, `error_description=${quote(reason)}`);
-  const body = { error: reason === undefined ? "unauthorized" : "invalid_token", error_description: reason ?? "a grant token is required (Authorization: Bearer <token>)" };
-  return new Response(JSON.stringify(body), {
-    status: 401,
-    headers: { "content-type": "application/json", "www-authenticate": `Bearer ${parts.join(", ")}` },
-  });
+  const parts = [`resource_metadata=${quoteParam(metadataUrl(req, path))}`, `scope=${quoteParam("agent")}`];
+  if (reason !== undefined) parts.push(`error="invalid_token"`, `error_description=${quoteParam(reason)}`);
+  return bearerChallenge(401, parts, reason === undefined ? "unauthorized" : "invalid_token", reason ?? "a grant token is required (Authorization: Bearer <token>)");
 }
 
 /** 403: authenticated, but the grant lacks the role this route needs. */
 export function forbidden(req: Request, path: string, role: string): Response {
-  const challenge = `Bearer error="insufficient_scope", scope=${quote(role)}, resource_metadata=${quote(metadataUrl(req, path))}`;
-  return new Response(JSON.stringify({ error: "insufficient_scope", error_description: `this route needs the ${role} role` }), {
-    status: 403,
-    headers: { "content-type": "application/json", "www-authenticate": challenge },
-  });
+  const parts = [`error="insufficient_scope"`, `scope=${quoteParam(role)}`, `resource_metadata=${quoteParam(metadataUrl(req, path))}`];
+  return bearerChallenge(403, parts, "insufficient_scope", `this route needs the ${role} role`);
 }

@@ -16,9 +16,13 @@ export function refuse(status: number, code: number, message: string, id: JsonRp
 
 export const SSE_HEADERS = { "content-type": "text/event-stream", "cache-control": "no-cache, no-transform", "x-accel-buffering": "no" };
 
-/** A quoted auth-param value (RFC 9110 §11.2): quotes, backslashes and line breaks become spaces. */
+/**
+ * A quoted-string for a challenge. RFC 6750 allows only printable ASCII without `"` and `\` in
+ * error_description: double quotes become single ones (reasons quote claim values), anything else
+ * outside that set becomes a space.
+ */
 export function quoteParam(v: string): string {
-  return `"${v.replace(/["\\\r\n]/g, " ")}"`;
+  return `"${v.replace(/"/g, "'").replace(/[^\x20-\x21\x23-\x5b\x5d-\x7e]/g, " ")}"`;
 }
 
 /** An OAuth error answer: `{error, error_description}` with a `WWW-Authenticate: Bearer …` challenge. */
