@@ -156,32 +156,39 @@ function uriParam(req: JsonRpcRequest): string | null {
   return typeof uri === "string" ? uri : null;
 }
 
+/**
+ * A skills request addressed by a namespaced URI: passed through verbatim to one transparent
+ * upstream, else sent to the owning upstream (when `accepts` its settings) with the URI mapped.
+ * Returns the outcome to answer as is, or the owner's answer for the caller to map back.
+ */
+async function byOwner(
+  ctx: CallContext, req: JsonRpcRequest, send: Send, accepts: (settings: JsonObject) => boolean, refusal: (uri: string) => string,
+): Promise<{ done: Outcome } | { up: UpstreamConfig; out: Outcome; r: JsonObject | undefined }> {
+  const solo = transparentUpstream(ctx);
+  if (solo) return { done: await passThrough(ctx, solo, req, send) };
+  const uri = uriParam(req);
+  if (uri === null) return { done: fail(ctx, req, ErrorCode.InvalidParams, `Invalid params: ${req.method} needs a string uri`, 400) };
+  const t = await owner(ctx, uri);
+  if (!t || !accepts(t.settings)) return { done: fail(ctx, req, ErrorCode.InvalidParams, refusal(uri), 200, { uri }) };
+  // A cursor, if any, is the owning upstream's own: it round-trips untouched.
+  const out = await send(ctx, t.up, { ...req, params: { ...(req.params ?? {}), uri: t.uri } });
+  return { up: t.up, out, r: isObject(out.response.result) ? out.response.result : undefined };
+}
+
 /** skills/get: routed by the namespaced `SKILL.md` URI; the entry's URIs mapped back. */
 export async function skillsGet(ctx: CallContext, req: JsonRpcRequest, send: Send = forward): Promise<Outcome> {
-  const solo = transparentUpstream(ctx);
-  if (solo) return passThrough(ctx, solo, req, send);
-  const uri = uriParam(req);
-  if (uri === null) return fail(ctx, req, ErrorCode.InvalidParams, "Invalid params: skills/get needs a string uri", 400);
-  const t = await owner(ctx, uri);
-  if (!t) return fail(ctx, req, ErrorCode.InvalidParams, `No skill is served at ${uri}`, 200, { uri });
-  const out = await send(ctx, t.up, { ...req, params: { ...(req.params ?? {}), uri: t.uri } });
-  const r = out.response.result;
-  if (!isObject(r) || !isObject(r.skill)) return withCacheFields(ctx, out);
-  return withCacheFields(ctx, { ...out, response: { ...out.response, result: { ...r, skill: exposeSkill(t.up, r.skill) } } });
+  const o = await byOwner(ctx, req, send, () => true, (uri) => `No skill is served at ${uri}`);
+  if ("done" in o) return o.done;
+  if (!o.r || !isObject(o.r.skill)) return withCacheFields(ctx, o.out);
+  return withCacheFields(ctx, { ...o.out, response: { ...o.out.response, result: { ...o.r, skill: exposeSkill(o.up, o.r.skill) } } });
 }
 
 /** resources/directory/read: routed by the namespaced directory URI to an upstream that declared `directoryRead`. */
 export async function directoryRead(ctx: CallContext, req: JsonRpcRequest, send: Send = forward): Promise<Outcome> {
-  const solo = transparentUpstream(ctx);
-  if (solo) return passThrough(ctx, solo, req, send);
-  const uri = uriParam(req);
-  if (uri === null) return fail(ctx, req, ErrorCode.InvalidParams, "Invalid params: resources/directory/read needs a string uri", 400);
-  const t = await owner(ctx, uri);
-  if (!t || t.settings.directoryRead !== true) return fail(ctx, req, ErrorCode.InvalidParams, `${uri} is not a directory resource`, 200, { uri });
-  // The cursor, if any, is the owning upstream's own: it round-trips untouched.
-  const out = await send(ctx, t.up, { ...req, params: { ...(req.params ?? {}), uri: t.uri } });
-  const r = out.response.result;
-  if (!isObject(r) || !Array.isArray(r.resources)) return withCacheFields(ctx, out);
-  const resources = r.resources.map((c) => (isObject(c) && typeof c.uri === "string" ? { ...c, uri: exposeUri(t.up, c.uri) } : c));
-  return withCacheFields(ctx, { ...out, response: { ...out.response, result: { ...r, resources } } });
+  const o = await byOwner(ctx, req, send, (s) => s.directoryRead === true, (uri) => `${uri} is not a directory resource`);
+  if ("done" in o) return o.done;
+  if (!o.r || !Array.isArray(o.r.resources)) return withCacheFields(ctx, o.out);
+  const up = o.up;
+  const resources = o.r.resources.map((c) => (isObject(c) && typeof c.uri === "string" ? { ...c, uri: exposeUri(up, c.uri) } : c));
+  return withCacheFields(ctx, { ...o.out, response: { ...o.out.response, result: { ...o.r, resources } } });
 }
