@@ -3,10 +3,13 @@
  * `npm run bench`: latency (p50/p99) and throughput (calls/s) of one tools/call three ways, in
  * one run on loopback: directly against the upstream, through a bare pass-through Worker on the
  * same runtime, and through Portcullis (transparent mode), in both protocol eras. Prints ratios.
- * Bounded: fixed call counts, every request with a timeout; all processes stopped at the end.
+ * Bounded: fixed call counts, every request with a timeout; all processes stopped at the end,
+ * each with its whole tree: every child leads its own process group (the wrangler shim, the real
+ * wrangler and workerd share it), stopped by SIGTERM to the group, SIGKILL after a bound; on
+ * Ctrl-C/SIGTERM (which no longer reach the groups from the terminal) and at exit as well.
  */
 import { spawn } from "node:child_process";
-import { mkdtempSync, rmSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { Agent, request } from "node:http";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
@@ -68,6 +71,31 @@ async function caller(url, era) {
   };
 }
 
+/** Does process group `pgid` still have a live (not zombie) member? /proc where there is one, else signal 0. */
+function groupAlive(pgid) {
+  if (!existsSync("/proc/self/stat")) { try { process.kill(-pgid, 0); return true; } catch { return false; } }
+  return readdirSync("/proc").some((d) => {
+    if (!/^\d+$/.test(d)) return false;
+    try {
+      const s = readFileSync(`/proc/${d}/stat`, "utf8");
+      const [state, , pgrp] = s.slice(s.lastIndexOf(")") + 2).split(" ");
+      return Number(pgrp) === pgid && state !== "Z" && state !== "X";
+    } catch { return false; }
+  });
+}
+const signalGroup = (pgid, sig) => { try { process.kill(-pgid, sig); } catch { /* gone */ } };
+
+/** Stops the groups led by `procs`: SIGTERM, then SIGKILL for what still runs after `graceMs` (bounded). */
+async function stopGroups(procs, graceMs = 8000) {
+  const pgids = procs.map((p) => p.pid).filter((pid) => pid !== undefined);
+  for (const g of pgids) signalGroup(g, "SIGTERM");
+  for (const [sig, ms] of [["SIGKILL", graceMs], [null, 3000]]) {
+    const deadline = Date.now() + ms;
+    while (Date.now() < deadline && pgids.some(groupAlive)) await new Promise((r) => setTimeout(r, 100));
+    if (sig) for (const g of pgids.filter(groupAlive)) signalGroup(g, sig);
+  }
+}
+
 const pct = (xs, p) => { const s = [...xs].sort((a, b) => a - b); return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))]; };
 
 async function measure(call) {
@@ -84,23 +112,26 @@ async function measure(call) {
 async function main() {
   const procs = [];
   const dirs = [];
-  const stopAll = () => { for (const p of procs) p.kill("SIGTERM"); for (const d of dirs) rmSync(d, { recursive: true, force: true }); };
-  process.on("exit", stopAll);
+  const removeDirs = () => { for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true }); };
+  const stopAll = async () => { await stopGroups([...procs]); procs.length = 0; removeDirs(); };
+  // At exit (whatever the path): SIGKILL any group still running, synchronously.
+  process.on("exit", () => { for (const p of procs) if (p.pid !== undefined) signalGroup(p.pid, "SIGKILL"); removeDirs(); });
+  for (const [sig, code] of [["SIGINT", 130], ["SIGTERM", 143]]) process.once(sig, () => { void stopAll().finally(() => process.exit(code)); });
   try {
     const upPort = await freePort();
-    const up = spawn(process.execPath, [join(root, "test/fixtures/conformance-upstream/server.ts"), "--port", String(upPort)], { stdio: "ignore" });
+    const up = spawn(process.execPath, [join(root, "test/fixtures/conformance-upstream/server.ts"), "--port", String(upPort)], { stdio: "ignore", detached: true });
     procs.push(up);
     const upstreamUrl = `http://127.0.0.1:${upPort}/mcp`;
     await waitHttp(upstreamUrl);
 
     const ptPort = await freePort();
     const ptDir = mkdtempSync(join(tmpdir(), "bench-pt-")); dirs.push(ptDir);
-    const pt = spawn(join(root, "node_modules/.bin/wrangler"), ["dev", "--config", join(root, "bench/passthrough.wrangler.toml"), "--ip", "127.0.0.1", "--port", String(ptPort), "--inspector-port", "0", "--show-interactive-dev-session=false", "--log-level", "error", "--persist-to", ptDir, "--var", `UPSTREAM_URL:${upstreamUrl}`], { stdio: "ignore", env: { ...process.env, CLOUDFLARE_CF_FETCH_ENABLED: "false", WRANGLER_SEND_METRICS: "false" } });
+    const pt = spawn(join(root, "node_modules/.bin/wrangler"), ["dev", "--config", join(root, "bench/passthrough.wrangler.toml"), "--ip", "127.0.0.1", "--port", String(ptPort), "--inspector-port", "0", "--show-interactive-dev-session=false", "--log-level", "error", "--persist-to", ptDir, "--var", `UPSTREAM_URL:${upstreamUrl}`], { stdio: "ignore", detached: true, env: { ...process.env, CLOUDFLARE_CF_FETCH_ENABLED: "false", WRANGLER_SEND_METRICS: "false" } });
     procs.push(pt);
 
     const gwPort = await freePort();
     const gwDir = mkdtempSync(join(tmpdir(), "bench-gw-")); dirs.push(gwDir);
-    const gw = startGateway({ configText: `actor: local:bench\negress:\n  allow_loopback: true\nupstreams:\n  - name: conf\n    url: ${upstreamUrl}\n`, port: gwPort, persistTo: gwDir, stdio: "ignore", logLevel: process.env.BENCH_GATEWAY_LOG_LEVEL ?? "log" });
+    const gw = startGateway({ configText: `actor: local:bench\negress:\n  allow_loopback: true\nupstreams:\n  - name: conf\n    url: ${upstreamUrl}\n`, port: gwPort, persistTo: gwDir, stdio: "ignore", logLevel: process.env.BENCH_GATEWAY_LOG_LEVEL ?? "log", detached: true });
     procs.push(gw);
     await waitHttp(`http://127.0.0.1:${ptPort}/`);
     await waitHttp(`http://127.0.0.1:${gwPort}/healthz`);
@@ -131,7 +162,7 @@ async function main() {
       }
     }
   } finally {
-    stopAll();
+    await stopAll();
   }
 }
 

@@ -163,9 +163,12 @@ async function validate(file, { onLoopback = true, secrets = "env" } = {}) {
 /**
  * Starts wrangler dev with the config text as the PORTCULLIS_CONFIG var. Resolves to the child.
  * `ip` is 127.0.0.1 for every command; tests may pass another local address to show what the
- * gateway does when it is exposed beyond loopback.
+ * gateway does when it is exposed beyond loopback. `detached` (default false, as the commands
+ * use it) starts the gateway in its own process group: the wrangler shim, the real wrangler and
+ * workerd then share that group, so a caller can stop the whole tree with `process.kill(-pid, sig)`
+ * (the e2e harness and the bench do; the caller then owns the signals and must unref the child).
  */
-export function startGateway({ configText, port = 8787, persistTo, stdio = "inherit", extraVars = {}, signingKey, logLevel = "log", ip = "127.0.0.1" }) {
+export function startGateway({ configText, port = 8787, persistTo, stdio = "inherit", extraVars = {}, signingKey, logLevel = "log", ip = "127.0.0.1", detached = false }) {
   const argv = [
     "dev", "--config", resolve(root, "wrangler.toml"), "--ip", ip, "--port", String(port),
     // "log" level: the Worker's own structured lines (one per upstream request) are shown.
@@ -176,7 +179,7 @@ export function startGateway({ configText, port = 8787, persistTo, stdio = "inhe
   if (signingKey) argv.push("--var", `PORTCULLIS_SIGNING_KEY:${signingKey}`);
   for (const [k, v] of Object.entries(extraVars)) argv.push("--var", `${k}:${v}`);
   if (persistTo) argv.push("--persist-to", persistTo);
-  return spawn(bin("wrangler"), argv, { cwd: root, stdio, env: { ...process.env, WRANGLER_SEND_METRICS: "false", CLOUDFLARE_CF_FETCH_ENABLED: "false" } });
+  return spawn(bin("wrangler"), argv, { cwd: root, stdio, detached, env: { ...process.env, WRANGLER_SEND_METRICS: "false", CLOUDFLARE_CF_FETCH_ENABLED: "false" } });
 }
 
 const EVERYTHING = resolve(root, "node_modules/@modelcontextprotocol/server-everything/dist/index.js");
@@ -186,9 +189,10 @@ const EVERYTHING = resolve(root, "node_modules/@modelcontextprotocol/server-ever
  * the way `start` does. server-everything calls `app.listen(PORT)` with no host — every interface —
  * and offers no host setting, so the child runs this file's `demo-upstream` command, which pins
  * its listening socket to 127.0.0.1 before loading it (node_modules stays untouched).
+ * `detached` (default false): its own process group, as for `startGateway`.
  */
-export function startDemoUpstream({ port = 3001, stdio = ["ignore", "inherit", "inherit"] } = {}) {
-  return spawn(process.execPath, [fileURLToPath(import.meta.url), "demo-upstream", "--port", String(port)], { cwd: root, stdio, env: { ...process.env } });
+export function startDemoUpstream({ port = 3001, stdio = ["ignore", "inherit", "inherit"], detached = false } = {}) {
+  return spawn(process.execPath, [fileURLToPath(import.meta.url), "demo-upstream", "--port", String(port)], { cwd: root, stdio, detached, env: { ...process.env } });
 }
 
 /** Runs server-everything in this process with every TCP listen bound to 127.0.0.1. */

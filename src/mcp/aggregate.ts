@@ -28,10 +28,10 @@ function renameItem(ctx: CallContext, kind: ListKind, up: UpstreamConfig, item: 
   if (kind.key === "tools") {
     if (typeof item.name !== "string" || !toolAllowed(up, item.name)) return null;
     const exposed = exposeName(up, item.name);
-    if (!grantAllowsTool(ctx.who, exposed)) return null;
+    if (!grantAllowsTool(ctx.principal, exposed)) return null;
     return exposed === item.name ? item : { ...item, name: exposed };
   }
-  if (!grantReachesUpstream(ctx.who, up)) return null;
+  if (!grantReachesUpstream(ctx.principal, up)) return null;
   if (!up.namespaced) return item;
   if (kind.key === "prompts" && typeof item.name === "string") return { ...item, name: exposeName(up, item.name, Number.POSITIVE_INFINITY) };
   if (kind.key === "resources" && typeof item.uri === "string") return { ...item, uri: exposeUri(up, item.uri) };
@@ -52,20 +52,20 @@ const MAX_PAGES = 50;
 export interface Pages { items: Json[]; ttls: number[]; scopes: string[]; /** The walk reached the last page. */ complete: boolean }
 
 /**
- * Walks every page (at most MAX_PAGES) of list method `req.method` on `up`, items under `key`.
+ * Walks every page (at most MAX_PAGES) of list method `msg.method` on `up`, items under `key`.
  * An unreachable upstream or a malformed page ends the walk with what was gathered.
  * `send` is the forwarder (a seam for tests).
  */
-export async function allPages(ctx: CallContext, up: UpstreamConfig, req: JsonRpcRequest, key: string, map: (item: Json) => Json | null, send = forward): Promise<Pages> {
+export async function allPages(ctx: CallContext, up: UpstreamConfig, msg: JsonRpcRequest, key: string, map: (item: Json) => Json | null, send = forward): Promise<Pages> {
   const pages: Pages = { items: [], ttls: [], scopes: [], complete: false };
   let cursor: string | undefined;
   for (let page = 0; page < MAX_PAGES; page++) {
-    const params: JsonObject = { ...(req.params ?? {}) };
+    const params: JsonObject = { ...(msg.params ?? {}) };
     if (cursor !== undefined) params.cursor = cursor;
     else delete params.cursor;
     let out: Outcome;
     try {
-      out = await send(ctx, up, { jsonrpc: "2.0", id: `${String(req.id)}:${up.name}:${page}`, method: req.method, params });
+      out = await send(ctx, up, { jsonrpc: "2.0", id: `${String(msg.id)}:${up.name}:${page}`, method: msg.method, params });
     } catch {
       return pages; // an unreachable upstream contributes nothing; /readyz reports it
     }
@@ -86,34 +86,34 @@ export async function allPages(ctx: CallContext, up: UpstreamConfig, req: JsonRp
   return pages;
 }
 
-export async function aggregateList(ctx: CallContext, req: JsonRpcRequest): Promise<Outcome> {
-  const kind = LISTS[req.method]!;
+export async function aggregateList(ctx: CallContext, msg: JsonRpcRequest): Promise<Outcome> {
+  const kind = LISTS[msg.method]!;
   const ups = ctx.cfg.upstreams;
   // One transparent upstream: forward the page as is (cursor included), filter and stamp.
   if (ups.length === 1 && !ups[0]!.namespaced) {
     const up = ups[0]!;
-    const out = await forward(ctx, up, req);
+    const out = await forward(ctx, up, msg);
     const r = out.response.result;
     if (!isObject(r) || !Array.isArray(r[kind.key])) return out;
     const listed = r[kind.key] as Json[];
-    if (kind.key === "tools" && typeof req.params?.cursor !== "string" && (typeof r.nextCursor !== "string" || r.nextCursor === "")) await rememberTools(ctx, up, listed);
+    if (kind.key === "tools" && typeof msg.params?.cursor !== "string" && (typeof r.nextCursor !== "string" || r.nextCursor === "")) await rememberTools(ctx, up, listed);
     const items = listed.map((i) => renameItem(ctx, kind, up, i)).filter((i): i is Json => i !== null);
     const ttls = typeof r.ttlMs === "number" ? [r.ttlMs] : [];
     const scopes = typeof r.cacheScope === "string" ? [r.cacheScope] : [];
     return { ...out, response: { ...out.response, result: stampCache(ctx, { ...r, [kind.key]: items }, ttls, scopes) } };
   }
-  if (req.params && typeof req.params.cursor === "string") {
+  if (msg.params && typeof msg.params.cursor === "string") {
     // Aggregated lists are returned whole, so no cursor the gateway issued can exist.
-    return { response: { jsonrpc: "2.0", id: req.id, error: { code: -32602, message: "Invalid params: unknown cursor" } }, status: ctx.era === "modern" ? 400 : 200 };
+    return { response: { jsonrpc: "2.0", id: msg.id, error: { code: -32602, message: "Invalid params: unknown cursor" } }, status: ctx.era === "modern" ? 400 : 200 };
   }
   const ttls: number[] = [];
   const scopes: string[] = [];
   const perUpstream = await Promise.all(ups.map(async (up) => {
-    if (!grantReachesUpstream(ctx.who, up)) return [] as Json[];
+    if (!grantReachesUpstream(ctx.principal, up)) return [] as Json[];
     const caps = await ctx.capabilities(up).catch(() => undefined);
     if (caps && !isObject(caps[kind.capability])) return [] as Json[];
     const raw: Json[] = [];
-    const pages = await allPages(ctx, up, req, kind.key, (i) => {
+    const pages = await allPages(ctx, up, msg, kind.key, (i) => {
       raw.push(i);
       return renameItem(ctx, kind, up, i);
     });
@@ -123,5 +123,5 @@ export async function aggregateList(ctx: CallContext, req: JsonRpcRequest): Prom
     return pages.items;
   }));
   const result: JsonObject = { [kind.key]: perUpstream.flat() };
-  return { response: { jsonrpc: "2.0", id: req.id, result: stampCache(ctx, result, ttls, scopes) }, status: 200 };
+  return { response: { jsonrpc: "2.0", id: msg.id, result: stampCache(ctx, result, ttls, scopes) }, status: 200 };
 }

@@ -26,7 +26,7 @@ const MAX_PAGES = 50;
 const filling = new Map<string, Promise<Entry>>();
 
 function keyOf(ctx: CallContext, up: UpstreamConfig): string {
-  const scope = up.credentials.mode === "per_principal" ? `p:${ctx.principal}` : "shared";
+  const scope = up.credentials.mode === "per_principal" ? `p:${ctx.principal.sub}` : "shared";
   return `${up.name}\u0000${up.url}\u0000${ctx.era}\u0000${scope}`;
 }
 

@@ -13,10 +13,8 @@ import type { Era, Leg } from "../../durable-objects/records.ts";
 export interface FrontContext {
   env: Env;
   cfg: GatewayConfig;
-  /** Who is calling (verified grant, or the loopback actor). */
-  who: Principal;
-  /** `who.sub`: the key sessions and upstream legs are owned by. */
-  principal: string;
+  /** Who is calling (verified grant, or the loopback actor); `principal.sub` owns sessions, runs and upstream legs. */
+  principal: Principal;
   waitUntil(p: Promise<unknown>): void;
 }
 
@@ -24,7 +22,7 @@ export interface Relay {
   /** Sends a notification (or a relayed request) to the client on the stream of the request being served. */
   send(msg: JsonRpcNotification | JsonRpcRequest): Promise<void>;
   /** An upstream sent a server→client request on this request's stream; relay it or refuse it upstream. */
-  upstreamRequest(up: UpstreamConfig, leg: Leg, req: JsonRpcRequest): Promise<void>;
+  upstreamRequest(up: UpstreamConfig, leg: Leg, msg: JsonRpcRequest): Promise<void>;
   /** Asks the client a server→client request and waits for its answer (era bridge); absent when impossible. */
   ask?(method: string, params: JsonObject): Promise<JsonObject>;
   /** The upstream answered this request with an SSE stream: answer the client with one too, now (legacy fronts). */
@@ -40,9 +38,8 @@ export interface CallContext {
   cfg: GatewayConfig;
   /** The client's era. */
   era: Era;
-  principal: string;
-  /** The caller's grant: which tools and upstreams it may see. */
-  who: Principal;
+  /** The caller and its grant: which tools and upstreams it may see; `principal.sub` owns what it opens. */
+  principal: Principal;
   /** The leg to `up` for this client context; null when the upstream is unavailable. */
   leg(up: UpstreamConfig): Promise<Leg | null>;
   /** The legacy upstream session expired: make a new one (or null). */

@@ -19,15 +19,15 @@ import { ErrorCode, type JsonObject, type JsonRpcRequest, errorResponse, isObjec
 import { exposeHandle, splitHandle, splitName, splitUri } from "./names.ts";
 import { directoryRead, skillsGet, skillsList } from "./skills.ts";
 
-function fail(req: JsonRpcRequest, code: number, message: string, status = 200, data?: JsonObject): Outcome {
-  return { response: errorResponse(req.id, code, message, data), status };
+function fail(msg: JsonRpcRequest, code: number, message: string, status = 200, data?: JsonObject): Outcome {
+  return { response: errorResponse(msg.id, code, message, data), status };
 }
-function ok(req: JsonRpcRequest, result: JsonObject): Outcome {
-  return { response: { jsonrpc: "2.0", id: req.id, result }, status: 200 };
+function ok(msg: JsonRpcRequest, result: JsonObject): Outcome {
+  return { response: { jsonrpc: "2.0", id: msg.id, result }, status: 200 };
 }
 
-function withParam(req: JsonRpcRequest, key: string, value: unknown): JsonRpcRequest {
-  return { ...req, params: { ...(req.params ?? {}), [key]: value as JsonObject[string] } };
+function withParam(msg: JsonRpcRequest, key: string, value: unknown): JsonRpcRequest {
+  return { ...msg, params: { ...(msg.params ?? {}), [key]: value as JsonObject[string] } };
 }
 
 /** Maps task ids in a result back to exposed handles when several upstreams share the front. */
@@ -54,42 +54,42 @@ function governance(ctx: CallContext): GovernanceDeps {
   };
 }
 
-function toolCallOf(ctx: CallContext, req: JsonRpcRequest, exposedName: string): ToolCall {
-  return { principal: ctx.who, era: ctx.era, request: req, exposedName, arguments: isObject(req.params?.arguments) ? req.params.arguments : undefined, runId: ctx.runId };
+function toolCallOf(ctx: CallContext, msg: JsonRpcRequest, exposedName: string): ToolCall {
+  return { principal: ctx.principal, era: ctx.era, request: msg, exposedName, arguments: isObject(msg.params?.arguments) ? msg.params.arguments : undefined, runId: ctx.runId };
 }
 
 /** tools/call: the governed path (src/governance/call.ts) owns every step from resolve to answer. */
-async function toolsCall(ctx: CallContext, req: JsonRpcRequest): Promise<Outcome> {
-  const name = req.params?.name;
-  if (typeof name !== "string") return fail(req, ErrorCode.InvalidParams, "Invalid params: tools/call needs a string name", ctx.era === "modern" ? 400 : 200);
-  const answer = await governToolCall(governance(ctx), toolCallOf(ctx, req, name));
+async function toolsCall(ctx: CallContext, msg: JsonRpcRequest): Promise<Outcome> {
+  const name = msg.params?.name;
+  if (typeof name !== "string") return fail(msg, ErrorCode.InvalidParams, "Invalid params: tools/call needs a string name", ctx.era === "modern" ? 400 : 200);
+  const answer = await governToolCall(governance(ctx), toolCallOf(ctx, msg, name));
   const target = splitName(ctx.cfg.upstreams, name);
   return target ? exposeTask(target.up, answer) : answer;
 }
 
 /** Requests that reach a tool without naming it go through governedPassThrough (kill switch first). */
-function passThrough(ctx: CallContext, up: UpstreamConfig, req: JsonRpcRequest, upstreamReq: JsonRpcRequest): Promise<Outcome> {
-  return governedPassThrough(governance(ctx), { call: toolCallOf(ctx, req, ""), upstream: up }, () => callLeg(ctx, up, upstreamReq));
+function passThrough(ctx: CallContext, up: UpstreamConfig, msg: JsonRpcRequest, upstreamReq: JsonRpcRequest): Promise<Outcome> {
+  return governedPassThrough(governance(ctx), { call: toolCallOf(ctx, msg, ""), upstream: up }, () => callLeg(ctx, up, upstreamReq));
 }
 
-async function byName(ctx: CallContext, req: JsonRpcRequest, what: string): Promise<Outcome> {
-  const name = req.params?.name;
-  if (typeof name !== "string") return fail(req, ErrorCode.InvalidParams, `Invalid params: ${req.method} needs a string name`, ctx.era === "modern" ? 400 : 200);
+async function byName(ctx: CallContext, msg: JsonRpcRequest, what: string): Promise<Outcome> {
+  const name = msg.params?.name;
+  if (typeof name !== "string") return fail(msg, ErrorCode.InvalidParams, `Invalid params: ${msg.method} needs a string name`, ctx.era === "modern" ? 400 : 200);
   const target = splitName(ctx.cfg.upstreams, name);
-  if (!target || !grantReachesUpstream(ctx.who, target.up)) return fail(req, ErrorCode.InvalidParams, `Unknown ${what}: ${name}`);
-  return forward(ctx, target.up, withParam(req, "name", target.name));
+  if (!target || !grantReachesUpstream(ctx.principal, target.up)) return fail(msg, ErrorCode.InvalidParams, `Unknown ${what}: ${name}`);
+  return forward(ctx, target.up, withParam(msg, "name", target.name));
 }
 
-async function byUri(ctx: CallContext, req: JsonRpcRequest): Promise<Outcome> {
-  const uri = req.params?.uri;
-  if (typeof uri !== "string") return fail(req, ErrorCode.InvalidParams, `Invalid params: ${req.method} needs a string uri`, ctx.era === "modern" ? 400 : 200);
+async function byUri(ctx: CallContext, msg: JsonRpcRequest): Promise<Outcome> {
+  const uri = msg.params?.uri;
+  if (typeof uri !== "string") return fail(msg, ErrorCode.InvalidParams, `Invalid params: ${msg.method} needs a string uri`, ctx.era === "modern" ? 400 : 200);
   const target = splitUri(ctx.cfg.upstreams, uri);
-  if (!target || !grantReachesUpstream(ctx.who, target.up)) return fail(req, ErrorCode.InvalidParams, `Resource not found: ${uri}`, 200, { uri });
-  const out = await forward(ctx, target.up, withParam(req, "uri", target.uri));
+  if (!target || !grantReachesUpstream(ctx.principal, target.up)) return fail(msg, ErrorCode.InvalidParams, `Resource not found: ${uri}`, 200, { uri });
+  const out = await forward(ctx, target.up, withParam(msg, "uri", target.uri));
   const err = out.response.error;
   // 2026-07-28 (SEP-2164): -32002 is gone; resource-not-found is -32602 with data.uri.
   if (ctx.era === "modern" && err && err.code === ErrorCode.ResourceNotFoundLegacy) {
-    return { ...out, response: errorResponse(req.id, ErrorCode.InvalidParams, err.message, { uri }) };
+    return { ...out, response: errorResponse(msg.id, ErrorCode.InvalidParams, err.message, { uri }) };
   }
   if (isObject(out.response.result) && Array.isArray(out.response.result.contents) && target.up.namespaced) {
     const contents = out.response.result.contents.map((c) => (isObject(c) && c.uri === target.uri ? { ...c, uri } : c));
@@ -98,62 +98,62 @@ async function byUri(ctx: CallContext, req: JsonRpcRequest): Promise<Outcome> {
   return out;
 }
 
-async function complete(ctx: CallContext, req: JsonRpcRequest): Promise<Outcome> {
-  const ref = req.params?.ref;
-  if (!isObject(ref)) return fail(req, ErrorCode.InvalidParams, "Invalid params: completion/complete needs a ref", ctx.era === "modern" ? 400 : 200);
+async function complete(ctx: CallContext, msg: JsonRpcRequest): Promise<Outcome> {
+  const ref = msg.params?.ref;
+  if (!isObject(ref)) return fail(msg, ErrorCode.InvalidParams, "Invalid params: completion/complete needs a ref", ctx.era === "modern" ? 400 : 200);
   if (ref.type === "ref/prompt" && typeof ref.name === "string") {
     const t = splitName(ctx.cfg.upstreams, ref.name);
-    if (!t || !grantReachesUpstream(ctx.who, t.up)) return fail(req, ErrorCode.InvalidParams, `Unknown prompt: ${ref.name}`);
-    return forward(ctx, t.up, withParam(req, "ref", { ...ref, name: t.name }));
+    if (!t || !grantReachesUpstream(ctx.principal, t.up)) return fail(msg, ErrorCode.InvalidParams, `Unknown prompt: ${ref.name}`);
+    return forward(ctx, t.up, withParam(msg, "ref", { ...ref, name: t.name }));
   }
   if (ref.type === "ref/resource" && typeof ref.uri === "string") {
     const t = splitUri(ctx.cfg.upstreams, ref.uri);
-    if (!t || !grantReachesUpstream(ctx.who, t.up)) return fail(req, ErrorCode.InvalidParams, `Unknown resource: ${ref.uri}`);
-    return forward(ctx, t.up, withParam(req, "ref", { ...ref, uri: t.uri }));
+    if (!t || !grantReachesUpstream(ctx.principal, t.up)) return fail(msg, ErrorCode.InvalidParams, `Unknown resource: ${ref.uri}`);
+    return forward(ctx, t.up, withParam(msg, "ref", { ...ref, uri: t.uri }));
   }
-  return fail(req, ErrorCode.InvalidParams, "Invalid params: ref must be ref/prompt with a name or ref/resource with a uri", ctx.era === "modern" ? 400 : 200);
+  return fail(msg, ErrorCode.InvalidParams, "Invalid params: ref must be ref/prompt with a name or ref/resource with a uri", ctx.era === "modern" ? 400 : 200);
 }
 
 /** logging/setLevel reaches every upstream that declared logging; the client gets {} once all answered. */
-async function setLevel(ctx: CallContext, req: JsonRpcRequest): Promise<Outcome> {
+async function setLevel(ctx: CallContext, msg: JsonRpcRequest): Promise<Outcome> {
   await Promise.all(ctx.cfg.upstreams.map(async (up) => {
     const caps = await ctx.capabilities(up).catch(() => undefined);
     if (!caps || !isObject(caps.logging)) return;
     const leg = await ctx.leg(up);
     if (leg?.era !== "legacy") return;
-    await forward(ctx, up, { ...req, id: `${String(req.id)}:${up.name}` }).catch(() => undefined);
+    await forward(ctx, up, { ...msg, id: `${String(msg.id)}:${up.name}` }).catch(() => undefined);
   }));
-  return ok(req, {});
+  return ok(msg, {});
 }
 
-async function byTask(ctx: CallContext, req: JsonRpcRequest): Promise<Outcome> {
-  const taskId = req.params?.taskId;
-  if (typeof taskId !== "string") return fail(req, ErrorCode.InvalidParams, `Invalid params: ${req.method} needs a string taskId`, ctx.era === "modern" ? 400 : 200);
+async function byTask(ctx: CallContext, msg: JsonRpcRequest): Promise<Outcome> {
+  const taskId = msg.params?.taskId;
+  if (typeof taskId !== "string") return fail(msg, ErrorCode.InvalidParams, `Invalid params: ${msg.method} needs a string taskId`, ctx.era === "modern" ? 400 : 200);
   const t = splitHandle(ctx.cfg.upstreams, taskId);
-  if (!t || !grantReachesUpstream(ctx.who, t.up)) return fail(req, ErrorCode.InvalidParams, `Unknown task: ${taskId}`);
-  return exposeTask(t.up, await passThrough(ctx, t.up, req, withParam(req, "taskId", t.name)));
+  if (!t || !grantReachesUpstream(ctx.principal, t.up)) return fail(msg, ErrorCode.InvalidParams, `Unknown task: ${taskId}`);
+  return exposeTask(t.up, await passThrough(ctx, t.up, msg, withParam(msg, "taskId", t.name)));
 }
 
 /** Routes one client request. The front has already validated era, session and headers. */
-export async function dispatch(ctx: CallContext, req: JsonRpcRequest): Promise<Outcome> {
-  if (LISTS[req.method]) return aggregateList(ctx, req);
-  switch (req.method) {
-    case "tools/call": return toolsCall(ctx, req);
-    case "prompts/get": return byName(ctx, req, "prompt");
+export async function dispatch(ctx: CallContext, msg: JsonRpcRequest): Promise<Outcome> {
+  if (LISTS[msg.method]) return aggregateList(ctx, msg);
+  switch (msg.method) {
+    case "tools/call": return toolsCall(ctx, msg);
+    case "prompts/get": return byName(ctx, msg, "prompt");
     case "resources/read":
     case "resources/subscribe":
-    case "resources/unsubscribe": return byUri(ctx, req);
-    case "completion/complete": return complete(ctx, req);
-    case "logging/setLevel": return setLevel(ctx, req);
-    case "ping": return ok(req, {});
+    case "resources/unsubscribe": return byUri(ctx, msg);
+    case "completion/complete": return complete(ctx, msg);
+    case "logging/setLevel": return setLevel(ctx, msg);
+    case "ping": return ok(msg, {});
     case "tasks/get":
     case "tasks/update":
-    case "tasks/cancel": return byTask(ctx, req);
-    case "skills/list": return skillsList(ctx, req);
-    case "skills/get": return skillsGet(ctx, req);
-    case "resources/directory/read": return directoryRead(ctx, req);
+    case "tasks/cancel": return byTask(ctx, msg);
+    case "skills/list": return skillsList(ctx, msg);
+    case "skills/get": return skillsGet(ctx, msg);
+    case "resources/directory/read": return directoryRead(ctx, msg);
   }
   const ups = ctx.cfg.upstreams;
-  if (ups.length === 1 && !ups[0]!.namespaced && grantReachesUpstream(ctx.who, ups[0]!)) return passThrough(ctx, ups[0]!, req, req);
-  return fail(req, ErrorCode.MethodNotFound, `Method not found: ${req.method}`, ctx.era === "modern" ? 404 : 200);
+  if (ups.length === 1 && !ups[0]!.namespaced && grantReachesUpstream(ctx.principal, ups[0]!)) return passThrough(ctx, ups[0]!, msg, msg);
+  return fail(msg, ErrorCode.MethodNotFound, `Method not found: ${msg.method}`, ctx.era === "modern" ? 404 : 200);
 }

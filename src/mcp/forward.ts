@@ -41,17 +41,17 @@ const TRACKED = new Set(["tools/call", "prompts/get", "resources/read", "complet
 const CACHEABLE = new Set(["tools/list", "prompts/list", "resources/list", "resources/templates/list", "resources/read"]);
 
 /**
- * The upstream leg: sends `req` (already in the upstream's names) to `up` and reports what
+ * The upstream leg: sends `msg` (already in the upstream's names) to `up` and reports what
  * happened — never a throw. Interim messages are relayed as they arrive; the response carries
  * the client's id.
  */
-export async function callLeg(ctx: CallContext, up: UpstreamConfig, req: JsonRpcRequest): Promise<LegResult> {
+export async function callLeg(ctx: CallContext, up: UpstreamConfig, msg: JsonRpcRequest): Promise<LegResult> {
   try {
-    const out = await forwardOnce(ctx, up, req);
-    logCall(ctx, up, req, out.response.error ? `error ${out.response.error.code}` : "ok");
+    const out = await forwardOnce(ctx, up, msg);
+    logCall(ctx, up, msg, out.response.error ? `error ${out.response.error.code}` : "ok");
     return { kind: "answered", response: out.response, status: out.status };
   } catch (e) {
-    logCall(ctx, up, req, e instanceof UpstreamError ? `failed: ${e.status ?? "?"}` : "failed");
+    logCall(ctx, up, msg, e instanceof UpstreamError ? `failed: ${e.status ?? "?"}` : "failed");
     if (e instanceof UpstreamAuthError) return { kind: "failed", reason: e.message, auth: true };
     if (e instanceof UpstreamUncertain) return { kind: "uncertain", reason: e.message };
     if (e instanceof UpstreamError) return { kind: "failed", reason: e.message, auth: false };
@@ -61,45 +61,45 @@ export async function callLeg(ctx: CallContext, up: UpstreamConfig, req: JsonRpc
 }
 
 /** A request that is not governed (lists, prompts, resources, …): the leg's failures become JSON-RPC errors. */
-export async function forward(ctx: CallContext, up: UpstreamConfig, req: JsonRpcRequest): Promise<Outcome> {
-  const leg = await callLeg(ctx, up, req);
+export async function forward(ctx: CallContext, up: UpstreamConfig, msg: JsonRpcRequest): Promise<Outcome> {
+  const leg = await callLeg(ctx, up, msg);
   if (leg.kind === "answered") return { response: leg.response, status: leg.status };
-  return { response: errorResponse(req.id, ErrorCode.InternalError, leg.reason), status: 200 };
+  return { response: errorResponse(msg.id, ErrorCode.InternalError, leg.reason), status: 200 };
 }
 
 /** One structured line per tool call (and per failed upstream request): the credential mode, never its value. */
-function logCall(ctx: CallContext, up: UpstreamConfig, req: JsonRpcRequest, outcome: string): void {
-  if (req.method !== "tools/call" && outcome === "ok") return;
-  console.log(JSON.stringify({ event: "upstream_request", upstream: up.name, method: req.method, principal: ctx.principal, credential: up.credentials.mode, outcome }));
+function logCall(ctx: CallContext, up: UpstreamConfig, msg: JsonRpcRequest, outcome: string): void {
+  if (msg.method !== "tools/call" && outcome === "ok") return;
+  console.log(JSON.stringify({ event: "upstream_request", upstream: up.name, method: msg.method, principal: ctx.principal.sub, credential: up.credentials.mode, outcome }));
 }
 
-async function forwardOnce(ctx: CallContext, up: UpstreamConfig, req: JsonRpcRequest): Promise<Outcome> {
+async function forwardOnce(ctx: CallContext, up: UpstreamConfig, msg: JsonRpcRequest): Promise<Outcome> {
   let leg = await ctx.leg(up);
   if (!leg) {
     if (up.credentialProblem) throw new UpstreamAuthError(up.name, up.credentialProblem, 401);
-    return { response: unavailable(req, up), status: 200 };
+    return { response: unavailable(msg, up), status: 200 };
   }
-  if (TRACKED.has(req.method)) ctx.recordRequest(req.id, up).catch(() => undefined);
-  let params = withLegMeta(req.params, leg, ctx);
+  if (TRACKED.has(msg.method)) ctx.recordRequest(msg.id, up).catch(() => undefined);
+  let params = withLegMeta(msg.params, leg, ctx);
   for (let round = 0; ; round++) {
-    const upReq: JsonRpcRequest = { jsonrpc: "2.0", id: round === 0 ? upstreamId(req.id) : `${upstreamId(req.id)}:r${round}`, method: req.method };
-    if (params !== undefined) upReq.params = params;
+    const upMsg: JsonRpcRequest = { jsonrpc: "2.0", id: round === 0 ? upstreamId(msg.id) : `${upstreamId(msg.id)}:r${round}`, method: msg.method };
+    if (params !== undefined) upMsg.params = params;
     let out: Outcome;
     try {
-      out = await once(ctx, up, leg, upReq, req.id);
+      out = await once(ctx, up, leg, upMsg, msg.id);
     } catch (e) {
       if (e instanceof UpstreamSessionGone) {
         const renewed = await ctx.renewLeg(up);
-        if (!renewed) return { response: unavailable(req, up), status: 200 };
+        if (!renewed) return { response: unavailable(msg, up), status: 200 };
         leg = renewed;
-        out = await once(ctx, up, leg, upReq, req.id);
+        out = await once(ctx, up, leg, upMsg, msg.id);
       } else throw e;
     }
     const result = out.response.result;
     // Legacy client, modern upstream: answer input_required rounds through server→client requests.
     if (ctx.era === "legacy" && leg.era === "modern" && isObject(result) && result.resultType === "input_required") {
       if (!ctx.relay.ask || round >= MAX_MRTR_ROUNDS) {
-        return { response: errorResponse(req.id, ErrorCode.InternalError, `upstream ${up.name} needs more input rounds than Portcullis relays (${MAX_MRTR_ROUNDS})`), status: 200 };
+        return { response: errorResponse(msg.id, ErrorCode.InternalError, `upstream ${up.name} needs more input rounds than Portcullis relays (${MAX_MRTR_ROUNDS})`), status: 200 };
       }
       const inputs = isObject(result.inputRequests) ? result.inputRequests : {};
       const answers: JsonObject = {};
@@ -116,8 +116,8 @@ async function forwardOnce(ctx: CallContext, up: UpstreamConfig, req: JsonRpcReq
   }
 }
 
-async function once(ctx: CallContext, up: UpstreamConfig, leg: Leg, upReq: JsonRpcRequest, clientId: string | number): Promise<Outcome> {
-  for await (const f of requestUpstream(up, leg, upReq, { signal: ctx.signal, paramHeaders: ctx.paramHeaders, control: true })) {
+async function once(ctx: CallContext, up: UpstreamConfig, leg: Leg, upMsg: JsonRpcRequest, clientId: string | number): Promise<Outcome> {
+  for await (const f of requestUpstream(up, leg, upMsg, { signal: ctx.signal, paramHeaders: ctx.paramHeaders, control: true })) {
     // The upstream's stream, mirrored to the client where its front can (SEP-1699).
     if ("kind" in f) {
       if (f.kind === "stream-opened") ctx.relay.streamOpened?.();
@@ -125,18 +125,18 @@ async function once(ctx: CallContext, up: UpstreamConfig, leg: Leg, upReq: JsonR
       continue;
     }
     const m = f.message;
-    if (answers(m, upReq.id)) {
+    if (answers(m, upMsg.id)) {
       const response: JsonRpcResponse = { ...(m as JsonRpcResponse), id: clientId };
       // 2026-07-28 cacheable results carry caching hints; a legacy upstream gives none, so stamp
       // the conservative ones (resultType is added for every modern answer in modern.ts).
-      if (ctx.era === "modern" && leg.era === "legacy" && isObject(response.result) && CACHEABLE.has(upReq.method) && response.result.ttlMs === undefined) {
+      if (ctx.era === "modern" && leg.era === "legacy" && isObject(response.result) && CACHEABLE.has(upMsg.method) && response.result.ttlMs === undefined) {
         response.result = { ...response.result, ttlMs: 0, cacheScope: "private" };
       }
       return { response, status: f.status };
     }
     await relayInterim(ctx, up, leg, m);
   }
-  throw new UpstreamError(up.name, `no response to ${upReq.method}`, 502);
+  throw new UpstreamError(up.name, `no response to ${upMsg.method}`, 502);
 }
 
 /** The `_meta` the upstream leg needs: modern legs carry per-request protocol metadata. */
@@ -161,6 +161,6 @@ function withLegMeta(params: JsonObject | undefined, leg: Leg, ctx: CallContext)
   return { ...(params ?? {}), _meta: meta };
 }
 
-export function unavailable(req: JsonRpcRequest, up: UpstreamConfig): JsonRpcResponse {
-  return errorResponse(req.id, ErrorCode.InternalError, `upstream ${up.name} is unavailable; try again later`);
+export function unavailable(msg: JsonRpcRequest, up: UpstreamConfig): JsonRpcResponse {
+  return errorResponse(msg.id, ErrorCode.InternalError, `upstream ${up.name} is unavailable; try again later`);
 }

@@ -38,14 +38,14 @@ export async function readiness(cfg: GatewayConfig) {
 
 /**
  * Each upstream of the per-request config with the number of its tools the caller can list:
- * those the upstream's allow/deny let through and, for a Principal, whose exposed name its grant
- * matches — the same filter tools/list applies. A bare principal name (no grant) counts every
- * tool allow/deny let through: the operator's view of the upstreams (`portcullis.upstreams`).
+ * those the upstream's allow/deny let through and whose exposed name the principal's grant
+ * matches — the same filter tools/list applies. With `byGrant: false` it counts every tool
+ * allow/deny let through: the operator's view of the upstreams (`portcullis.upstreams`).
  */
-export async function summary(cfg: GatewayConfig, who: Principal | string) {
-  const sub = typeof who === "string" ? who : who.sub;
+export async function summary(cfg: GatewayConfig, principal: Principal, byGrant = true) {
+  const sub = principal.sub;
   const visible = (up: UpstreamConfig, name: unknown): boolean =>
-    typeof name === "string" && toolAllowed(up, name) && (typeof who === "string" || grantAllowsTool(who, exposeName(up, name)));
+    typeof name === "string" && toolAllowed(up, name) && (!byGrant || grantAllowsTool(principal, exposeName(up, name)));
   const upstreams = await Promise.all(cfg.upstreams.map(async (up) => {
     let tools: number | null = null;
     try {

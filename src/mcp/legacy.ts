@@ -60,7 +60,7 @@ async function initialize(fc: FrontContext, req: JsonRpcRequest): Promise<Respon
   const id = newSessionId();
   const now = Date.now();
   const rec: SessionRecord = {
-    v: SESSION_RECORD_VERSION, id, principal: fc.principal, protocolVersion: version, clientCapabilities: clientCaps, upstreams,
+    v: SESSION_RECORD_VERSION, id, principal: fc.principal.sub, protocolVersion: version, clientCapabilities: clientCaps, upstreams,
     createdAt: now, touchedAt: now, ttlS: fc.cfg.sessionTtlS,
   };
   if (clientInfo) rec.clientInfo = clientInfo;
@@ -75,16 +75,16 @@ function legacyContext(
   fc: FrontContext, store: Store, rec: SessionRecord, signal: AbortSignal, emit: (m: JsonRpcMessage) => Promise<void>, stream?: StreamControl,
 ): CallContext {
   return {
-    cfg: fc.cfg, era: "legacy", principal: fc.principal, who: fc.who, signal, paramHeaders: [], callerFiltered: fc.who.tools !== null, runId: rec.id,
+    cfg: fc.cfg, era: "legacy", principal: fc.principal, signal, paramHeaders: [], callerFiltered: fc.principal.tools !== null, runId: rec.id,
     leg: async (up) => legOf(rec, up),
     renewLeg: async (up) => {
       const fresh = await openLegacyClientLeg(up, rec.protocolVersion, rec.clientCapabilities, rec.clientInfo);
       rec.upstreams[up.name] = fresh;
-      await store.update(fc.principal, { upstreams: { [up.name]: fresh } });
+      await store.update(fc.principal.sub, { upstreams: { [up.name]: fresh } });
       return legOf(rec, up);
     },
     capabilities: async (up) => rec.upstreams[up.name]?.capabilities,
-    recordRequest: async (id, up) => { await store.begin(fc.principal, JSON.stringify(id), up.name); },
+    recordRequest: async (id, up) => { await store.begin(fc.principal.sub, JSON.stringify(id), up.name); },
     relay: {
       send: emit,
       // SEP-1699 as the upstream does it: its stream makes this answer a stream (priming event
@@ -92,12 +92,12 @@ function legacyContext(
       // call runs on into the buffer the client resumes from with GET + Last-Event-ID.
       streamOpened: () => stream?.open(),
       mirrorClose: async () => { await stream?.closeEarly(); },
-      upstreamRequest: (up, leg, req) => relayServerRequest(store, fc.principal, rec.clientCapabilities, up, leg, req, emit),
+      upstreamRequest: (up, leg, req) => relayServerRequest(store, fc.principal.sub, rec.clientCapabilities, up, leg, req, emit),
       ask: async (method, params) => {
         const gid = `pc-${crypto.randomUUID()}`;
-        await store.addPending(fc.principal, { id: gid, upstream: BRIDGE, upId: gid });
+        await store.addPending(fc.principal.sub, { id: gid, upstream: BRIDGE, upId: gid });
         await emit({ jsonrpc: "2.0", id: gid, method, params });
-        const answer = await store.awaitAnswer(fc.principal, gid, 120_000);
+        const answer = await store.awaitAnswer(fc.principal.sub, gid, 120_000);
         if (!answer) throw new Error(`the client did not answer ${method} in time`);
         if (answer.error) return { error: answer.error } as unknown as JsonObject;
         return answer.result ?? {};
@@ -112,7 +112,7 @@ async function clientMessage(fc: FrontContext, store: Store, rec: SessionRecord,
   if (isNotification(msg)) {
     if (msg.method === "notifications/cancelled" && msg.params && (typeof msg.params.requestId === "string" || typeof msg.params.requestId === "number")) {
       const requestId = msg.params.requestId;
-      const upName = await store.lookupRequest(fc.principal, JSON.stringify(requestId));
+      const upName = await store.lookupRequest(fc.principal.sub, JSON.stringify(requestId));
       const up = fc.cfg.upstreams.find((u) => u.name === upName);
       const leg = up ? legOf(rec, up) : null;
       if (up && leg?.era === "legacy") {
@@ -130,10 +130,10 @@ async function clientMessage(fc: FrontContext, store: Store, rec: SessionRecord,
   }
   // An answer to a request the gateway relayed.
   if (typeof msg.id !== "string") return refuse(400, ErrorCode.InvalidRequest, "Invalid Request: no relayed request has this id");
-  const pending = await store.takePending(fc.principal, msg.id);
+  const pending = await store.takePending(fc.principal.sub, msg.id);
   if (!pending) return refuse(400, ErrorCode.InvalidRequest, `Invalid Request: no relayed request with id ${msg.id} is waiting`);
   if (pending.upstream === BRIDGE) {
-    await store.putAnswer(fc.principal, msg.id, msg);
+    await store.putAnswer(fc.principal.sub, msg.id, msg);
     return accepted();
   }
   const up = fc.cfg.upstreams.find((u) => u.name === pending.upstream);
@@ -150,11 +150,11 @@ async function heldSubscription(fc: FrontContext, store: Store, rec: SessionReco
   if (msg.method !== "resources/subscribe" && msg.method !== "resources/unsubscribe") return null;
   const uri = msg.params?.uri;
   const target = typeof uri === "string" ? splitUri(fc.cfg.upstreams, uri) : null;
-  if (!target || !grantReachesUpstream(fc.who, target.up) || legOf(rec, target.up)?.era !== "modern") return null;
+  if (!target || !grantReachesUpstream(fc.principal, target.up) || legOf(rec, target.up)?.era !== "modern") return null;
   const current = new Set(rec.subscriptions?.[target.up.name] ?? []);
   if (msg.method === "resources/subscribe") current.add(target.uri);
   else current.delete(target.uri);
-  await store.update(fc.principal, { subscriptions: { [target.up.name]: [...current] } });
+  await store.update(fc.principal.sub, { subscriptions: { [target.up.name]: [...current] } });
   return jsonResponse({ jsonrpc: "2.0", id: msg.id, result: {} });
 }
 
@@ -179,14 +179,14 @@ export async function legacyPost(fc: FrontContext, req: Request, msg: JsonRpcMes
   const bad = versionHeaderProblem(req);
   if (bad) return bad;
   const store = sessionObject(fc.env, sid);
-  const rec = store && (await store.open(fc.principal));
+  const rec = store && (await store.open(fc.principal.sub));
   if (!store || !rec) return notFound(msg);
   if (!isRequest(msg)) return clientMessage(fc, store, rec, msg);
   const held = await heldSubscription(fc, store, rec, msg);
   if (held) return held;
   if (msg.method === "logging/setLevel" && typeof msg.params?.level === "string") {
     rec.logLevel = msg.params.level;
-    await store.update(fc.principal, { logLevel: msg.params.level });
+    await store.update(fc.principal.sub, { logLevel: msg.params.level });
   }
   const streamId = `s${crypto.randomUUID().replace(/-/g, "")}`;
   let chain: Promise<unknown> = Promise.resolve();
@@ -219,7 +219,7 @@ export async function legacyGet(fc: FrontContext, req: Request): Promise<Respons
   const bad = versionHeaderProblem(req);
   if (bad) return bad;
   const store = sessionObject(fc.env, sid);
-  const rec = store && (await store.open(fc.principal));
+  const rec = store && (await store.open(fc.principal.sub));
   if (!store || !rec) return notFound();
   const last = req.headers.get("last-event-id");
   if (last) return replayStream(fc, store, last, req.signal);
@@ -230,7 +230,7 @@ export async function legacyDelete(fc: FrontContext, req: Request): Promise<Resp
   const sid = req.headers.get(SESSION_HDR);
   if (!sid) return refuse(400, ErrorCode.ServerError, "Bad Request: Mcp-Session-Id header is required to end a session");
   const store = sessionObject(fc.env, sid);
-  const rec = store && (await store.end(fc.principal));
+  const rec = store && (await store.end(fc.principal.sub));
   if (!rec) return notFound();
   for (const up of fc.cfg.upstreams) {
     const leg = rec.upstreams[up.name]?.leg;

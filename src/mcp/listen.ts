@@ -27,7 +27,7 @@ const TYPE_OF: Record<string, string> = {
 export async function listen(fc: FrontContext, req: Request, msg: JsonRpcRequest): Promise<Response> {
   const asked = isObject(msg.params?.notifications) ? msg.params.notifications : {};
   const subs = Array.isArray(asked.resourceSubscriptions) ? asked.resourceSubscriptions.filter((u): u is string => typeof u === "string") : [];
-  const recs = await Promise.all(fc.cfg.upstreams.map(async (up) => [up, await modernLegFor(fc.env, fc.principal, up).catch(() => ({}))] as const));
+  const recs = await Promise.all(fc.cfg.upstreams.map(async (up) => [up, await modernLegFor(fc.env, fc.principal.sub, up).catch(() => ({}))] as const));
   const agreed: JsonObject = {};
   for (const [, r] of recs) {
     for (const k of Object.keys(listChangeFlags("capabilities" in r ? r.capabilities : undefined))) if (asked[k] === true) agreed[k] = true;

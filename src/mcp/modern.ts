@@ -85,18 +85,18 @@ function modernContext(fc: FrontContext, req: Request, msg: JsonRpcRequest, runI
     return r;
   };
   return {
-    cfg: fc.cfg, era: "modern", principal: fc.principal, who: fc.who, signal: req.signal, paramHeaders, callerFiltered: fc.who.tools !== null, runId,
+    cfg: fc.cfg, era: "modern", principal: fc.principal, signal: req.signal, paramHeaders, callerFiltered: fc.principal.tools !== null, runId,
     leg: async (up) => {
-      const rec = await legRec(up.name, () => modernLegFor(fc.env, fc.principal, up));
-      if (logLevel !== undefined) await applyLogLevel(up, fc.principal, rec, logLevel).catch(() => undefined);
+      const rec = await legRec(up.name, () => modernLegFor(fc.env, fc.principal.sub, up));
+      if (logLevel !== undefined) await applyLogLevel(up, fc.principal.sub, rec, logLevel).catch(() => undefined);
       return rec.leg ?? null;
     },
     renewLeg: async (up) => {
-      const r = modernLegFor(fc.env, fc.principal, up, true);
+      const r = modernLegFor(fc.env, fc.principal.sub, up, true);
       legs.set(up.name, r);
       return (await r).leg ?? null;
     },
-    capabilities: async (up) => (await legRec(up.name, () => modernLegFor(fc.env, fc.principal, up))).capabilities,
+    capabilities: async (up) => (await legRec(up.name, () => modernLegFor(fc.env, fc.principal.sub, up))).capabilities,
     recordRequest: async () => undefined,
     relay: {
       send: async (m) => {
@@ -115,7 +115,7 @@ function modernContext(fc: FrontContext, req: Request, msg: JsonRpcRequest, runI
 async function discover(fc: FrontContext, req: JsonRpcRequest): Promise<Response> {
   const recs: Record<string, UpstreamLegRecord> = {};
   await Promise.all(fc.cfg.upstreams.map(async (up) => {
-    recs[up.name] = await modernLegFor(fc.env, fc.principal, up).catch(() => ({}));
+    recs[up.name] = await modernLegFor(fc.env, fc.principal.sub, up).catch(() => ({}));
   }));
   const result: JsonObject = {
     supportedVersions: SUPPORTED_VERSIONS,
@@ -144,7 +144,7 @@ export async function modernPost(fc: FrontContext, req: Request, msg: JsonRpcMes
   if (run !== null) {
     const runStore = runObject(fc.env, run);
     if (!runStore) return refuse(400, ErrorCode.InvalidRequest, "Invalid Portcullis-Run-Id: use 8–128 characters of [A-Za-z0-9_-]", msg.id);
-    const owned = await runStore.claimRun(fc.principal, run, fc.cfg.sessionTtlS);
+    const owned = await runStore.claimRun(fc.principal.sub, run, fc.cfg.sessionTtlS);
     if (!owned) return refuse(404, ErrorCode.ServerError, "Run not found: this run belongs to another principal or has ended", msg.id);
   }
   if (msg.method === "server/discover") return discover(fc, msg);

@@ -20,15 +20,15 @@ const CAPABILITY_FOR: Record<string, string> = {
 
 export async function relayServerRequest(
   store: SessionApi, principal: string, clientCaps: JsonObject,
-  up: UpstreamConfig, leg: Leg, req: JsonRpcRequest, send: (m: JsonRpcRequest) => Promise<void>,
+  up: UpstreamConfig, leg: Leg, msg: JsonRpcRequest, send: (m: JsonRpcRequest) => Promise<void>,
 ): Promise<void> {
-  const cap = CAPABILITY_FOR[req.method];
+  const cap = CAPABILITY_FOR[msg.method];
   if (leg.era === "legacy" && (cap === undefined || clientCaps[cap] !== undefined)) {
     const id = `pc-${crypto.randomUUID()}`;
-    await store.addPending(principal, { id, upstream: up.name, upId: req.id });
-    await send({ ...req, id });
+    await store.addPending(principal, { id, upstream: up.name, upId: msg.id });
+    await send({ ...msg, id });
     return;
   }
   const why = cap ? `the client did not declare the ${cap} capability` : "it cannot be routed back";
-  await postUpstream(up, leg, errorResponse(req.id, ErrorCode.MethodNotFound, `Portcullis did not relay ${req.method}: ${why}`)).catch(() => undefined);
+  await postUpstream(up, leg, errorResponse(msg.id, ErrorCode.MethodNotFound, `Portcullis did not relay ${msg.method}: ${why}`)).catch(() => undefined);
 }

@@ -88,11 +88,11 @@ function transparentUpstream(ctx: CallContext): UpstreamConfig | null {
 }
 
 /** An error answer; `modernStatus` is the HTTP status a 2026-07-28 client gets (legacy: 200), as in dispatch.ts. */
-function fail(ctx: CallContext, req: JsonRpcRequest, code: number, message: string, modernStatus: number, data?: JsonObject): Outcome {
-  return { response: errorResponse(req.id, code, message, data), status: ctx.era === "modern" ? modernStatus : 200 };
+function fail(ctx: CallContext, msg: JsonRpcRequest, code: number, message: string, modernStatus: number, data?: JsonObject): Outcome {
+  return { response: errorResponse(msg.id, code, message, data), status: ctx.era === "modern" ? modernStatus : 200 };
 }
 
-const methodNotFound = (ctx: CallContext, req: JsonRpcRequest) => fail(ctx, req, ErrorCode.MethodNotFound, `Method not found: ${req.method}`, 404);
+const methodNotFound = (ctx: CallContext, msg: JsonRpcRequest) => fail(ctx, msg, ErrorCode.MethodNotFound, `Method not found: ${msg.method}`, 404);
 
 /**
  * 2026-07-28 results of skills/list, skills/get and resources/directory/read carry `ttlMs` and
@@ -106,15 +106,15 @@ function withCacheFields(ctx: CallContext, out: Outcome): Outcome {
 }
 
 /** One transparent upstream: the request as is, as any method reaches it (only the era's caching fields added). */
-async function passThrough(ctx: CallContext, up: UpstreamConfig, req: JsonRpcRequest, send: Send): Promise<Outcome> {
-  if (!grantReachesUpstream(ctx.who, up)) return methodNotFound(ctx, req);
-  return withCacheFields(ctx, await send(ctx, up, req));
+async function passThrough(ctx: CallContext, up: UpstreamConfig, msg: JsonRpcRequest, send: Send): Promise<Outcome> {
+  if (!grantReachesUpstream(ctx.principal, up)) return methodNotFound(ctx, msg);
+  return withCacheFields(ctx, await send(ctx, up, msg));
 }
 
 /** The upstreams whose skills this caller may list: reachable by the grant and declaring the extension. */
 async function skillsUpstreams(ctx: CallContext): Promise<{ up: UpstreamConfig; settings: JsonObject }[]> {
   const found = await Promise.all(ctx.cfg.upstreams.map(async (up) => {
-    if (!grantReachesUpstream(ctx.who, up)) return null;
+    if (!grantReachesUpstream(ctx.principal, up)) return null;
     const settings = skillsCapability(await ctx.capabilities(up).catch(() => undefined));
     return settings ? { up, settings } : null;
   }));
@@ -122,37 +122,37 @@ async function skillsUpstreams(ctx: CallContext): Promise<{ up: UpstreamConfig; 
 }
 
 /** skills/list: every page of every skills upstream, entries namespaced, returned whole. */
-export async function skillsList(ctx: CallContext, req: JsonRpcRequest, send: Send = forward): Promise<Outcome> {
+export async function skillsList(ctx: CallContext, msg: JsonRpcRequest, send: Send = forward): Promise<Outcome> {
   const solo = transparentUpstream(ctx);
-  if (solo) return passThrough(ctx, solo, req, send);
+  if (solo) return passThrough(ctx, solo, msg, send);
   const serving = await skillsUpstreams(ctx);
-  if (serving.length === 0) return methodNotFound(ctx, req);
-  if (req.params && typeof req.params.cursor === "string") {
+  if (serving.length === 0) return methodNotFound(ctx, msg);
+  if (msg.params && typeof msg.params.cursor === "string") {
     // The aggregate is returned whole, so no cursor the gateway issued can exist.
-    return fail(ctx, req, ErrorCode.InvalidParams, "Invalid params: unknown cursor", 400);
+    return fail(ctx, msg, ErrorCode.InvalidParams, "Invalid params: unknown cursor", 400);
   }
   const ttls: number[] = [];
   const scopes: string[] = [];
   const per = await Promise.all(serving.map(async ({ up }) => {
-    const pages = await allPages(ctx, up, req, "skills", (s) => exposeSkill(up, s), send);
+    const pages = await allPages(ctx, up, msg, "skills", (s) => exposeSkill(up, s), send);
     ttls.push(...pages.ttls);
     scopes.push(...pages.scopes);
     return pages.items;
   }));
   const result: JsonObject = { skills: per.flat() };
-  return { response: { jsonrpc: "2.0", id: req.id, result: stampCache(ctx, result, ttls, scopes) }, status: 200 };
+  return { response: { jsonrpc: "2.0", id: msg.id, result: stampCache(ctx, result, ttls, scopes) }, status: 200 };
 }
 
 /** The upstream that owns a namespaced skill URI, if the caller may reach it and it serves skills. */
 async function owner(ctx: CallContext, uri: string): Promise<{ up: UpstreamConfig; uri: string; settings: JsonObject } | null> {
   const t = splitUri(ctx.cfg.upstreams, uri);
-  if (!t || !grantReachesUpstream(ctx.who, t.up)) return null;
+  if (!t || !grantReachesUpstream(ctx.principal, t.up)) return null;
   const settings = skillsCapability(await ctx.capabilities(t.up).catch(() => undefined));
   return settings ? { ...t, settings } : null;
 }
 
-function uriParam(req: JsonRpcRequest): string | null {
-  const uri = req.params?.uri;
+function uriParam(msg: JsonRpcRequest): string | null {
+  const uri = msg.params?.uri;
   return typeof uri === "string" ? uri : null;
 }
 
@@ -162,30 +162,30 @@ function uriParam(req: JsonRpcRequest): string | null {
  * Returns the outcome to answer as is, or the owner's answer for the caller to map back.
  */
 async function byOwner(
-  ctx: CallContext, req: JsonRpcRequest, send: Send, accepts: (settings: JsonObject) => boolean, refusal: (uri: string) => string,
+  ctx: CallContext, msg: JsonRpcRequest, send: Send, accepts: (settings: JsonObject) => boolean, refusal: (uri: string) => string,
 ): Promise<{ done: Outcome } | { up: UpstreamConfig; out: Outcome; r: JsonObject | undefined }> {
   const solo = transparentUpstream(ctx);
-  if (solo) return { done: await passThrough(ctx, solo, req, send) };
-  const uri = uriParam(req);
-  if (uri === null) return { done: fail(ctx, req, ErrorCode.InvalidParams, `Invalid params: ${req.method} needs a string uri`, 400) };
+  if (solo) return { done: await passThrough(ctx, solo, msg, send) };
+  const uri = uriParam(msg);
+  if (uri === null) return { done: fail(ctx, msg, ErrorCode.InvalidParams, `Invalid params: ${msg.method} needs a string uri`, 400) };
   const t = await owner(ctx, uri);
-  if (!t || !accepts(t.settings)) return { done: fail(ctx, req, ErrorCode.InvalidParams, refusal(uri), 200, { uri }) };
+  if (!t || !accepts(t.settings)) return { done: fail(ctx, msg, ErrorCode.InvalidParams, refusal(uri), 200, { uri }) };
   // A cursor, if any, is the owning upstream's own: it round-trips untouched.
-  const out = await send(ctx, t.up, { ...req, params: { ...(req.params ?? {}), uri: t.uri } });
+  const out = await send(ctx, t.up, { ...msg, params: { ...(msg.params ?? {}), uri: t.uri } });
   return { up: t.up, out, r: isObject(out.response.result) ? out.response.result : undefined };
 }
 
 /** skills/get: routed by the namespaced `SKILL.md` URI; the entry's URIs mapped back. */
-export async function skillsGet(ctx: CallContext, req: JsonRpcRequest, send: Send = forward): Promise<Outcome> {
-  const o = await byOwner(ctx, req, send, () => true, (uri) => `No skill is served at ${uri}`);
+export async function skillsGet(ctx: CallContext, msg: JsonRpcRequest, send: Send = forward): Promise<Outcome> {
+  const o = await byOwner(ctx, msg, send, () => true, (uri) => `No skill is served at ${uri}`);
   if ("done" in o) return o.done;
   if (!o.r || !isObject(o.r.skill)) return withCacheFields(ctx, o.out);
   return withCacheFields(ctx, { ...o.out, response: { ...o.out.response, result: { ...o.r, skill: exposeSkill(o.up, o.r.skill) } } });
 }
 
 /** resources/directory/read: routed by the namespaced directory URI to an upstream that declared `directoryRead`. */
-export async function directoryRead(ctx: CallContext, req: JsonRpcRequest, send: Send = forward): Promise<Outcome> {
-  const o = await byOwner(ctx, req, send, (s) => s.directoryRead === true, (uri) => `${uri} is not a directory resource`);
+export async function directoryRead(ctx: CallContext, msg: JsonRpcRequest, send: Send = forward): Promise<Outcome> {
+  const o = await byOwner(ctx, msg, send, (s) => s.directoryRead === true, (uri) => `${uri} is not a directory resource`);
   if ("done" in o) return o.done;
   if (!o.r || !Array.isArray(o.r.resources)) return withCacheFields(ctx, o.out);
   const up = o.up;

@@ -43,7 +43,7 @@ export async function replayStream(fc: FrontContext, store: Store, lastEventId: 
   if (!m) return refuse(400, ErrorCode.InvalidRequest, "Invalid Last-Event-ID: not an event id this gateway issued");
   const stream = m[1]!;
   let after = Number(m[2]);
-  const first = await store.readEvents(fc.principal, stream, after);
+  const first = await store.readEvents(fc.principal.sub, stream, after);
   if (!first) return refuse(404, ErrorCode.ServerError, "Unknown stream for Last-Event-ID: it was never issued in this session or has been discarded");
   const s = sseStream();
   const pump = async () => {
@@ -59,7 +59,7 @@ export async function replayStream(fc: FrontContext, store: Store, lastEventId: 
       if (batch.events.length) wait = 50;
       await new Promise((r) => setTimeout(r, wait));
       wait = Math.min(wait * 2, 1000);
-      batch = await store.readEvents(fc.principal, stream, after);
+      batch = await store.readEvents(fc.principal.sub, stream, after);
     }
     await s.close();
   };
@@ -76,8 +76,8 @@ function listenFor(up: UpstreamConfig, leg: Leg & { era: "modern" }, rec: Sessio
   const subs = rec.subscriptions?.[up.name] ?? [];
   if (subs.length) notifications.resourceSubscriptions = subs;
   if (Object.keys(notifications).length === 0) return null;
-  const req: JsonRpcRequest = { jsonrpc: "2.0", id: `portcullis-listen-${crypto.randomUUID()}`, method: "subscriptions/listen", params: { notifications, _meta: leg.meta } };
-  return requestUpstream(up, leg, req, { signal, stream: true });
+  const listenMsg: JsonRpcRequest = { jsonrpc: "2.0", id: `portcullis-listen-${crypto.randomUUID()}`, method: "subscriptions/listen", params: { notifications, _meta: leg.meta } };
+  return requestUpstream(up, leg, listenMsg, { signal, stream: true });
 }
 
 const SUBSCRIPTION_POLL_MS = 1000;
@@ -130,7 +130,7 @@ export async function relayGetStream(
           continue;
         }
         if (isRequest(msg)) {
-          await relayServerRequest(store, fc.principal, rec.clientCapabilities, up, leg, msg, send);
+          await relayServerRequest(store, fc.principal.sub, rec.clientCapabilities, up, leg, msg, send);
         } else if (isNotification(msg)) {
           if (msg.method === "notifications/subscriptions/acknowledged") continue;
           noteNotification(up.name, msg.method);
@@ -163,7 +163,7 @@ export async function relayGetStream(
       const stop = () => round.abort();
       abort.signal.addEventListener("abort", stop, { once: true });
       let changed: SessionRecord | "ended" | null = null;
-      const watching = watchSubscriptions(store, fc.principal, up.name, current, round.signal).then((w) => {
+      const watching = watchSubscriptions(store, fc.principal.sub, up.name, current, round.signal).then((w) => {
         changed = w;
         round.abort();
       });

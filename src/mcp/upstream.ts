@@ -175,13 +175,13 @@ export function answers(m: JsonRpcMessage, id: JsonRpcRequest["id"]): m is JsonR
  * yields a StreamSignal when the upstream answers with a stream and each time it closes a
  * resumable stream early, so a front can mirror both (the resumption goes on regardless).
  */
-export function requestUpstream(up: UpstreamConfig, leg: Leg, req: JsonRpcRequest, opts: SendOptions & { control: true }): AsyncGenerator<UpstreamFrame>;
-export function requestUpstream(up: UpstreamConfig, leg: Leg, req: JsonRpcRequest, opts?: SendOptions): AsyncGenerator<Frame>;
-export async function* requestUpstream(up: UpstreamConfig, leg: Leg, req: JsonRpcRequest, opts: SendOptions = {}): AsyncGenerator<UpstreamFrame> {
-  const headers = baseHeaders(up, leg, req);
+export function requestUpstream(up: UpstreamConfig, leg: Leg, msg: JsonRpcRequest, opts: SendOptions & { control: true }): AsyncGenerator<UpstreamFrame>;
+export function requestUpstream(up: UpstreamConfig, leg: Leg, msg: JsonRpcRequest, opts?: SendOptions): AsyncGenerator<Frame>;
+export async function* requestUpstream(up: UpstreamConfig, leg: Leg, msg: JsonRpcRequest, opts: SendOptions = {}): AsyncGenerator<UpstreamFrame> {
+  const headers = baseHeaders(up, leg, msg);
   for (const [k, v] of opts.paramHeaders ?? []) headers.set(k, v);
   const signal = timeoutSignal(up, opts.signal);
-  const res = await send(up, { method: "POST", headers, body: JSON.stringify(req) }, signal, opts.stream ?? false);
+  const res = await send(up, { method: "POST", headers, body: JSON.stringify(msg) }, signal, opts.stream ?? false);
   if (res.status === 404 && leg.era === "legacy" && leg.sessionId) {
     await res.body?.cancel();
     throw new UpstreamSessionGone(up.name, "session expired", 404);
@@ -192,7 +192,7 @@ export async function* requestUpstream(up: UpstreamConfig, leg: Leg, req: JsonRp
   if (opts.control && sse && res.ok) yield { kind: "stream-opened", status: res.status };
   for await (const f of readAnswer(up, res, track)) {
     yield f;
-    if (answers(f.message, req.id)) { answered = true; break; }
+    if (answers(f.message, msg.id)) { answered = true; break; }
   }
   for (let attempt = 0; !answered && sse && leg.era === "legacy" && track.lastEventId !== undefined && attempt < 5; attempt++) {
     if (opts.control) {
@@ -209,10 +209,10 @@ export async function* requestUpstream(up: UpstreamConfig, leg: Leg, req: JsonRp
     sse = (again.headers.get("content-type") ?? "").includes("text/event-stream");
     for await (const f of readAnswer(up, again, track)) {
       yield f;
-      if (answers(f.message, req.id)) { answered = true; break; }
+      if (answers(f.message, msg.id)) { answered = true; break; }
     }
   }
-  if (!answered) throw new UpstreamUncertain(up.name, `closed the stream before answering ${req.method}`, 502);
+  if (!answered) throw new UpstreamUncertain(up.name, `closed the stream before answering ${msg.method}`, 502);
 }
 
 /** Sends a notification or a response upstream (fire and check). */
@@ -237,13 +237,13 @@ export async function openGetStream(up: UpstreamConfig, leg: Leg & { era: "legac
 
 /** One request, collecting the final response (interim messages are handed to `onOther`). */
 export async function callUpstream(
-  up: UpstreamConfig, leg: Leg, req: JsonRpcRequest, onOther?: (f: Frame) => Promise<void>, opts?: SendOptions,
+  up: UpstreamConfig, leg: Leg, msg: JsonRpcRequest, onOther?: (f: Frame) => Promise<void>, opts?: SendOptions,
 ): Promise<{ response: JsonRpcResponse; status: number }> {
-  for await (const f of requestUpstream(up, leg, req, opts)) {
-    if (answers(f.message, req.id)) return { response: f.message, status: f.status };
+  for await (const f of requestUpstream(up, leg, msg, opts)) {
+    if (answers(f.message, msg.id)) return { response: f.message, status: f.status };
     if (onOther) await onOther(f);
   }
-  throw new UpstreamError(up.name, `no response to ${req.method}`, 502);
+  throw new UpstreamError(up.name, `no response to ${msg.method}`, 502);
 }
 
 export interface LegacyInit {
@@ -256,16 +256,16 @@ export interface LegacyInit {
 export async function initializeLegacy(
   up: UpstreamConfig, protocolVersion: string, capabilities: JsonObject, clientInfo?: JsonObject,
 ): Promise<LegacyInit> {
-  const req: JsonRpcRequest = {
+  const msg: JsonRpcRequest = {
     jsonrpc: "2.0", id: `portcullis-init-${crypto.randomUUID()}`, method: "initialize",
     params: { protocolVersion, capabilities, clientInfo: clientInfo ?? { ...GATEWAY_INFO } },
   };
-  const headers = baseHeaders(up, undefined, req);
-  const res = await send(up, { method: "POST", headers, body: JSON.stringify(req) }, timeoutSignal(up));
+  const headers = baseHeaders(up, undefined, msg);
+  const res = await send(up, { method: "POST", headers, body: JSON.stringify(msg) }, timeoutSignal(up));
   const sessionId = res.headers.get("mcp-session-id") ?? undefined;
   let response: JsonRpcResponse | undefined;
   for await (const f of readAnswer(up, res, {})) {
-    if (answers(f.message, req.id)) { response = f.message; break; }
+    if (answers(f.message, msg.id)) { response = f.message; break; }
   }
   if (!response || response.error || !isObject(response.result)) {
     throw new UpstreamError(up.name, `refused initialize (${response?.error?.message ?? `HTTP ${res.status}`})`, res.status);
@@ -290,9 +290,9 @@ export function modernMeta(clientCapabilities: JsonObject, extra: JsonObject = {
 
 /** Modern `server/discover`; null when the upstream does not speak 2026-07-28. */
 export async function discoverModern(up: UpstreamConfig): Promise<JsonObject | null> {
-  const req: JsonRpcRequest = { jsonrpc: "2.0", id: `portcullis-discover-${crypto.randomUUID()}`, method: "server/discover", params: { _meta: modernMeta({}) } };
+  const msg: JsonRpcRequest = { jsonrpc: "2.0", id: `portcullis-discover-${crypto.randomUUID()}`, method: "server/discover", params: { _meta: modernMeta({}) } };
   try {
-    const { response } = await callUpstream(up, { era: "modern", meta: modernMeta({}) }, req);
+    const { response } = await callUpstream(up, { era: "modern", meta: modernMeta({}) }, msg);
     return isObject(response.result) && Array.isArray(response.result.supportedVersions) ? response.result : null;
   } catch (e) {
     // Unreachable, timed out, or refused our credential: no verdict (nothing is cached).

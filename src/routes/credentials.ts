@@ -22,7 +22,7 @@ function target(cfg: GatewayConfig, name: string): UpstreamConfig | Response {
   return up;
 }
 
-export async function putCredentialRoute(req: Request, env: Env, cfg: GatewayConfig, who: Principal, upstream: string): Promise<Response> {
+export async function putCredentialRoute(req: Request, env: Env, cfg: GatewayConfig, principal: Principal, upstream: string): Promise<Response> {
   const up = target(cfg, upstream);
   if (up instanceof Response) return up;
   let body: unknown;
@@ -36,16 +36,16 @@ export async function putCredentialRoute(req: Request, env: Env, cfg: GatewayCon
     return bad("token must be a string of 1–8192 characters without line breaks");
   }
   try {
-    await credentialsObject(env, who.sub).put(upstream, await sealCredential(env, cfg, who.sub, up, token));
+    await credentialsObject(env, principal.sub).put(upstream, await sealCredential(env, cfg, principal.sub, up, token));
   } catch (e) {
     return bad(`the credential could not be stored (${(e as Error).message})`, 503);
   }
-  return jsonResponse({ upstream, principal: who.sub, stored: true });
+  return jsonResponse({ upstream, principal: principal.sub, stored: true });
 }
 
-export async function deleteCredentialRoute(env: Env, cfg: GatewayConfig, who: Principal, upstream: string): Promise<Response> {
+export async function deleteCredentialRoute(env: Env, cfg: GatewayConfig, principal: Principal, upstream: string): Promise<Response> {
   const up = target(cfg, upstream);
   if (up instanceof Response) return up;
-  const removed = await credentialsObject(env, who.sub).remove(upstream);
-  return jsonResponse({ upstream, principal: who.sub, removed });
+  const removed = await credentialsObject(env, principal.sub).remove(upstream);
+  return jsonResponse({ upstream, principal: principal.sub, removed });
 }

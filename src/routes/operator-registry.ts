@@ -12,7 +12,7 @@ import type { JsonObject } from "../wire/jsonrpc.ts";
 export interface OperatorContext {
   env: Env;
   cfg: GatewayConfig;
-  who: Principal;
+  principal: Principal;
 }
 
 export interface OperatorTool {
@@ -31,11 +31,11 @@ export function registerOperatorTool(t: OperatorTool): void {
   tools.set(t.name, t);
 }
 
-export function operatorToolsFor(who: Principal): OperatorTool[] {
-  return [...tools.values()].filter((t) => t.roles.some((r) => principalHas(who, r))).sort((a, b) => a.name.localeCompare(b.name));
+export function operatorToolsFor(principal: Principal): OperatorTool[] {
+  return [...tools.values()].filter((t) => t.roles.some((r) => principalHas(principal, r))).sort((a, b) => a.name.localeCompare(b.name));
 }
 
-export function operatorTool(name: string, who: Principal): OperatorTool | undefined {
+export function operatorTool(name: string, principal: Principal): OperatorTool | undefined {
   const t = tools.get(name);
-  return t && t.roles.some((r) => principalHas(who, r)) ? t : undefined;
+  return t && t.roles.some((r) => principalHas(principal, r)) ? t : undefined;
 }

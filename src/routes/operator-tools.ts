@@ -1,5 +1,5 @@
 /**
- * The operator tools that exist today: who am I, upstream status, and grant revocation.
+ * The operator tools that exist today: whoami, upstream status, and grant revocation.
  * Must never: reveal secrets (upstream headers) or another principal's token.
  */
 import { revocationObject } from "../../durable-objects/names.ts";
@@ -12,7 +12,7 @@ registerOperatorTool({
   description: "The principal, team, roles and tool globs of the calling grant.",
   inputSchema: { type: "object", additionalProperties: false },
   roles: ["auditor", "approver", "operator", "admin"],
-  run: async (_args, { who }) => ({ sub: who.sub, team: who.team, roles: who.roles, tools: who.tools, authenticated: who.authenticated }),
+  run: async (_args, { principal }) => ({ sub: principal.sub, team: principal.team, roles: principal.roles, tools: principal.tools, authenticated: principal.authenticated }),
 });
 
 registerOperatorTool({
@@ -20,8 +20,8 @@ registerOperatorTool({
   description: "Each configured upstream: reachability (cached ≤ 2 s), description and tool count. No schemas, no credentials.",
   inputSchema: { type: "object", additionalProperties: false },
   roles: ["auditor", "operator", "admin"],
-  run: async (_args, { cfg, who }) => {
-    const [ready, sum] = await Promise.all([readiness(cfg), summary(cfg, who.sub)]);
+  run: async (_args, { cfg, principal }) => {
+    const [ready, sum] = await Promise.all([readiness(cfg), summary(cfg, principal, false)]);
     const ok = new Map(ready.upstreams.map((u) => [u.name, u.ok]));
     return { upstreams: sum.upstreams.map((u) => ({ ...u, ok: ok.get(u.name) ?? false })) };
   },
@@ -37,11 +37,11 @@ registerOperatorTool({
     additionalProperties: false,
   },
   roles: ["admin"],
-  run: async (args, { env, cfg, who }) => {
+  run: async (args, { env, cfg, principal }) => {
     const jti = args.jti;
     if (typeof jti !== "string" || !/^[A-Za-z0-9_-]{8,128}$/.test(jti)) throw new Error("jti must be 8–128 characters of [A-Za-z0-9_-]");
     const exp = revocationUntil(cfg, args.exp);
-    await revocationObject(env, jti).revoke(jti, exp, who.sub);
+    await revocationObject(env, jti).revoke(jti, exp, principal.sub);
     return { revoked: jti, until: exp };
   },
 });

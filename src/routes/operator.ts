@@ -16,7 +16,7 @@ import { operatorTool, operatorToolsFor } from "./operator-registry.ts";
 import "./operator-tools.ts";
 import { jsonResponse, refuse } from "../wire/http.ts";
 
-export async function operatorMcp(req: Request, env: Env, cfg: GatewayConfig, who: Principal): Promise<Response> {
+export async function operatorMcp(req: Request, env: Env, cfg: GatewayConfig, principal: Principal): Promise<Response> {
   if (req.method !== "POST") return refuse(405, ErrorCode.InvalidRequest, "Method Not Allowed: /operator/mcp is stateless; use POST", null, { allow: "POST" });
   const v = await readPost(req, false);
   if (!v.ok) return v.response;
@@ -39,16 +39,16 @@ export async function operatorMcp(req: Request, env: Env, cfg: GatewayConfig, wh
     case "server/discover":
       return ok({ supportedVersions: SUPPORTED_VERSIONS, capabilities, _meta: { [META.serverInfo]: { ...GATEWAY_INFO, name: "portcullis-operator" } }, ttlMs: 0, cacheScope: "private" });
     case "tools/list": {
-      const tools = operatorToolsFor(who).map((t) => ({ name: t.name, description: t.description, inputSchema: t.inputSchema }));
+      const tools = operatorToolsFor(principal).map((t) => ({ name: t.name, description: t.description, inputSchema: t.inputSchema }));
       return ok(modern ? { tools, ttlMs: 0, cacheScope: "private" } : { tools });
     }
     case "tools/call": {
       const name = msg.params?.name;
-      const tool = typeof name === "string" ? operatorTool(name, who) : undefined;
+      const tool = typeof name === "string" ? operatorTool(name, principal) : undefined;
       if (!tool) return jsonResponse(errorResponse(msg.id, ErrorCode.InvalidParams, `Unknown tool: ${String(name)}`));
       const args = isObject(msg.params?.arguments) ? msg.params.arguments : {};
       try {
-        const out = await tool.run(args, { env, cfg, who });
+        const out = await tool.run(args, { env, cfg, principal });
         return ok({ content: [{ type: "text", text: JSON.stringify(out) }], structuredContent: out });
       } catch (e) {
         return ok({ content: [{ type: "text", text: `${tool.name} failed: ${(e as Error).message}` }], isError: true });

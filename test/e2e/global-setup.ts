@@ -6,6 +6,9 @@
  *  - gateway "transparent": one upstream (conformance), names unchanged — for the official suites
  *  - modern: a 2026-07-28-only upstream (era bridging)
  *  - gateway "namespaced": all three upstreams, `<name>__<tool>` names
+ * Owns their lifetime: if any start fails, or the runner is interrupted (SIGINT/SIGTERM) while
+ * they start, everything already started is stopped (process groups, see harness.ts) before the
+ * error goes on; the teardown stops them all. Must never leave one running.
  */
 import { mkdtempSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -34,15 +37,27 @@ declare module "vitest" {
 }
 
 export default async function setup(project: TestProject) {
-  const evPort = await freePort();
-  const everything = await startEverything(evPort);
-  const conformance = await startConformanceUpstream({ port: 0, host: "127.0.0.1" });
-  const modernOnly = await startModernOnlyUpstream();
-  const vault = await startModernOnlyUpstream({ requireBearer: "user-" });
-  const logFile = join(mkdtempSync(join(tmpdir(), "portcullis-e2e-logs-")), "namespaced.log");
-  const [tPort, nPort] = [await freePort(), await freePort()];
-  const signingKey = JSON.stringify((await generateSigningKey("e2e-key")).privateJwk);
-  const transparent = await startPortcullis(`
+  // Everything started so far, as stoppers; stopped together, each at most once.
+  const started: (() => Promise<unknown>)[] = [];
+  const stopAll = () => Promise.allSettled(started.splice(0).map((stop) => stop()));
+  const track = <T>(value: T, stop: (v: T) => Promise<unknown>): T => { started.push(() => stop(value)); return value; };
+  // Interrupted while starting: stop what runs (the first signals go out at once), then let the
+  // signal do what it would have done (vitest's own handler exits; the harness SIGKILLs any group left).
+  const onSignal = (sig: NodeJS.Signals) => {
+    void stopAll().then(() => { if (process.listenerCount(sig) === 0) process.kill(process.pid, sig); });
+  };
+  process.once("SIGINT", onSignal);
+  process.once("SIGTERM", onSignal);
+  try {
+    const evPort = await freePort();
+    const everything = track(await startEverything(evPort), (p) => p.stop());
+    const conformance = track(await startConformanceUpstream({ port: 0, host: "127.0.0.1" }), (s) => s.close());
+    const modernOnly = track(await startModernOnlyUpstream(), (s) => s.close());
+    const vault = track(await startModernOnlyUpstream({ requireBearer: "user-" }), (s) => s.close());
+    const logFile = join(mkdtempSync(join(tmpdir(), "portcullis-e2e-logs-")), "namespaced.log");
+    const [tPort, nPort] = [await freePort(), await freePort()];
+    const signingKey = JSON.stringify((await generateSigningKey("e2e-key")).privateJwk);
+    const transparent = track(await startPortcullis(`
 actor: local:e2e
 egress:
   allow_loopback: true
@@ -50,8 +65,8 @@ upstreams:
   - name: conf
     url: ${conformance.url}
     timeout: 30s
-`, tPort);
-  const namespaced = await startPortcullis(`
+`, tPort), (p) => p.stop());
+    const namespaced = track(await startPortcullis(`
 actor: local:e2e
 egress:
   allow_loopback: true
@@ -72,16 +87,23 @@ upstreams:
     url: ${vault.url}
     credentials: { mode: per_principal }
     timeout: 30s
-`, nPort, { EVERYTHING_KEY: "ev-secret-1", CONF_KEY: "conf-secret-2", PORTCULLIS_SIGNING_KEY: signingKey, PORTCULLIS_CREDENTIALS_KEY: btoa(String.fromCharCode(...crypto.getRandomValues(new Uint8Array(32)))) }, logFile);
-  project.provide("everythingUrl", `http://127.0.0.1:${evPort}/mcp`);
-  project.provide("conformanceUrl", conformance.url);
-  project.provide("modernLogUrl", modernOnly.url.replace(/\/mcp$/, "/log"));
-  project.provide("transparentUrl", transparent.url);
-  project.provide("namespacedUrl", namespaced.url);
-  project.provide("signingKey", signingKey);
-  project.provide("vaultLogUrl", vault.url.replace(/\/mcp$/, "/log"));
-  project.provide("namespacedLogFile", logFile);
+`, nPort, { EVERYTHING_KEY: "ev-secret-1", CONF_KEY: "conf-secret-2", PORTCULLIS_SIGNING_KEY: signingKey, PORTCULLIS_CREDENTIALS_KEY: btoa(String.fromCharCode(...crypto.getRandomValues(new Uint8Array(32)))) }, logFile), (p) => p.stop());
+    project.provide("everythingUrl", `http://127.0.0.1:${evPort}/mcp`);
+    project.provide("conformanceUrl", conformance.url);
+    project.provide("modernLogUrl", modernOnly.url.replace(/\/mcp$/, "/log"));
+    project.provide("transparentUrl", transparent.url);
+    project.provide("namespacedUrl", namespaced.url);
+    project.provide("signingKey", signingKey);
+    project.provide("vaultLogUrl", vault.url.replace(/\/mcp$/, "/log"));
+    project.provide("namespacedLogFile", logFile);
+  } catch (e) {
+    await stopAll();
+    throw e;
+  } finally {
+    process.off("SIGINT", onSignal);
+    process.off("SIGTERM", onSignal);
+  }
   return async () => {
-    await Promise.all([transparent.stop(), namespaced.stop(), everything.stop(), conformance.close(), modernOnly.close(), vault.close()]);
+    await stopAll();
   };
 }

@@ -1,16 +1,21 @@
 /**
- * E2E harness: starts real upstreams (server-everything in streamableHttp mode, the conformance
- * upstream fixture) and Portcullis gateways on the production build (`wrangler dev`, workerd,
- * no eval), all on loopback. Owns process lifecycle and readiness waits (bounded).
+ * E2E harness: starts real upstreams (server-everything in streamableHttp mode, pinned to
+ * 127.0.0.1 by the CLI's demo-upstream wrapper) and Portcullis gateways on the production build
+ * (`wrangler dev`, workerd, no eval), all on loopback. Owns process lifecycle and readiness waits
+ * (bounded): every process it starts runs in its own process group (the wrangler shim, the real
+ * wrangler, esbuild and workerd share it) and is stopped as a group, SIGTERM then SIGKILL after a
+ * bound; a group still running when this process exits is SIGKILLed then. Children are unref'd:
+ * they never keep the test runner alive. Also reads the process table and listening sockets
+ * (/proc, `ps`) so tests can check both.
  * Must never: leave a process running after teardown, or reach beyond 127.0.0.1.
  */
-import { spawn, type ChildProcess } from "node:child_process";
-import { appendFileSync, mkdtempSync, rmSync } from "node:fs";
+import { execFileSync, type ChildProcess } from "node:child_process";
+import { appendFileSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 // @ts-expect-error -- plain ESM helper shared with the CLI
-import { startGateway } from "../../bin/portcullis.mjs";
+import { startDemoUpstream, startGateway } from "../../bin/portcullis.mjs";
 
 export const root = resolve(import.meta.dirname, "../..");
 
@@ -45,41 +50,170 @@ export async function waitFor(url: string, timeoutMs = 60_000, ok = (r: Response
 
 export interface Proc { child: ChildProcess; stop(): Promise<void> }
 
-function managed(child: ChildProcess, cleanup?: () => void): Proc {
-  return {
-    child,
-    stop: () => new Promise<void>((res) => {
-      if (child.exitCode !== null || child.signalCode !== null) { cleanup?.(); return res(); }
-      const t = setTimeout(() => child.kill("SIGKILL"), 5000);
-      child.once("exit", () => { clearTimeout(t); cleanup?.(); res(); });
-      child.kill("SIGTERM");
-    }),
-  };
+/** Bounds of a stop: SIGTERM to the group, then SIGKILL if anything in it still runs. */
+const TERM_GRACE_MS = 8000;
+const KILL_GRACE_MS = 3000;
+
+/** One process's state, parent, process group and start time (clock ticks) from /proc; null when it is gone. */
+export function procStat(pid: number): { state: string; ppid: number; pgrp: number; start: number } | null {
+  try {
+    const s = readFileSync(`/proc/${pid}/stat`, "utf8");
+    const f = s.slice(s.lastIndexOf(")") + 2).split(" ");
+    return { state: f[0]!, ppid: Number(f[1]), pgrp: Number(f[2]), start: Number(f[19]) };
+  } catch {
+    return null;
+  }
 }
 
-export async function startEverything(port: number): Promise<Proc> {
-  const child = spawn(process.execPath, [join(root, "node_modules/@modelcontextprotocol/server-everything/dist/index.js"), "streamableHttp"], {
-    cwd: root, env: { ...process.env, PORT: String(port) }, stdio: ["ignore", "ignore", "pipe"],
+const hasProc = existsSync("/proc/self/stat");
+
+/** Live (not zombie) members of process group `pgid`: from /proc where there is one, else "some" or none by signal 0. */
+export function groupMembers(pgid: number): number[] {
+  if (!hasProc) {
+    try { process.kill(-pgid, 0); return [pgid]; } catch { return []; }
+  }
+  const out: number[] = [];
+  for (const d of readdirSync("/proc")) {
+    if (!/^\d+$/.test(d)) continue;
+    const st = procStat(Number(d));
+    if (st && st.pgrp === pgid && st.state !== "Z" && st.state !== "X") out.push(Number(d));
+  }
+  return out;
+}
+
+function signalGroup(pgid: number, sig: NodeJS.Signals): void {
+  try { process.kill(-pgid, sig); } catch { /* the group is gone */ }
+}
+
+/** Process groups started here and not yet stopped, with their cleanups: SIGKILLed if this process exits first. */
+const live = new Map<number, () => void>();
+let exitHooked = false;
+function killLiveGroups(): void {
+  for (const [pgid, cleanup] of live) {
+    signalGroup(pgid, "SIGKILL");
+    try { cleanup(); } catch { /* best effort at exit */ }
+  }
+  live.clear();
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+async function groupGone(pgid: number, ms: number): Promise<boolean> {
+  const deadline = Date.now() + ms;
+  while (Date.now() < deadline) {
+    if (groupMembers(pgid).length === 0) return true;
+    await sleep(100);
+  }
+  return groupMembers(pgid).length === 0;
+}
+
+/**
+ * Wraps a child started with `detached: true` (leader of its own process group). The child and
+ * its pipes are unref'd; `stop()` signals the whole group (SIGTERM, SIGKILL after the bound) and
+ * resolves once no process of the group runs any more and the leader's exit has been seen.
+ */
+function managed(child: ChildProcess, cleanup: () => void = () => {}): Proc {
+  const pgid = child.pid;
+  child.on("error", () => { /* spawn failure: the exit below (or its absence) is what stop() waits for */ });
+  const exited = new Promise<void>((res) => {
+    if (child.exitCode !== null || child.signalCode !== null || pgid === undefined) return res();
+    child.once("exit", () => res());
   });
-  child.stderr?.resume();
-  await waitFor(`http://127.0.0.1:${port}/mcp`, 30_000, (r) => r.status > 0);
-  return managed(child);
+  child.unref();
+  for (const s of [child.stdout, child.stderr]) (s as unknown as { unref?: () => void } | null)?.unref?.();
+  if (pgid !== undefined) {
+    live.set(pgid, cleanup);
+    if (!exitHooked) { exitHooked = true; process.on("exit", killLiveGroups); }
+  }
+  let stopping: Promise<void> | undefined;
+  const stop = () => stopping ??= (async () => {
+    if (pgid === undefined) { cleanup(); return; }
+    // The signal goes out synchronously, at the call: an interrupted runner still sends it.
+    signalGroup(pgid, "SIGTERM");
+    if (!(await groupGone(pgid, TERM_GRACE_MS))) {
+      signalGroup(pgid, "SIGKILL");
+      await groupGone(pgid, KILL_GRACE_MS);
+    }
+    await Promise.race([exited, sleep(KILL_GRACE_MS)]);
+    live.delete(pgid);
+    cleanup();
+  })();
+  return { child, stop };
+}
+
+/** server-everything (streamableHttp) on 127.0.0.1:`port` only, through the CLI's demo-upstream wrapper. */
+export async function startEverything(port: number): Promise<Proc> {
+  const child: ChildProcess = startDemoUpstream({ port, stdio: ["ignore", "ignore", "pipe"], detached: true });
+  let logs = "";
+  child.stderr?.on("data", (d: Buffer) => { logs += d.toString(); });
+  const m = managed(child);
+  try {
+    await waitFor(`http://127.0.0.1:${port}/mcp`, 30_000, (r) => r.status > 0);
+  } catch (e) {
+    await m.stop();
+    throw new Error(`${(e as Error).message}\n${logs}`);
+  }
+  return m;
 }
 
 /** Starts a gateway; everything it prints also goes to `logFile` when given (tests grep it). */
 export async function startPortcullis(configText: string, port: number, extraVars: Record<string, string> = {}, logFile?: string): Promise<Proc & { url: string; logs: () => string }> {
   const persistTo = mkdtempSync(join(tmpdir(), "portcullis-e2e-"));
-  const child: ChildProcess = startGateway({ configText, port, persistTo, stdio: ["ignore", "pipe", "pipe"], extraVars });
+  const child: ChildProcess = startGateway({ configText, port, persistTo, stdio: ["ignore", "pipe", "pipe"], extraVars, detached: true });
   let logs = "";
   const keep = (d: Buffer) => { logs += d.toString(); if (logFile) appendFileSync(logFile, d); };
   child.stdout?.on("data", keep);
   child.stderr?.on("data", keep);
+  const m = managed(child, () => rmSync(persistTo, { recursive: true, force: true }));
   try {
     await waitFor(`http://127.0.0.1:${port}/healthz`, 90_000);
   } catch (e) {
-    child.kill("SIGKILL");
+    await m.stop();
     throw new Error(`${(e as Error).message}\n${logs}`);
   }
-  const m = managed(child, () => rmSync(persistTo, { recursive: true, force: true }));
   return { ...m, url: `http://127.0.0.1:${port}/mcp`, logs: () => logs };
 }
+
+/** `pid` and all its descendants, from `ps -eo pid=,ppid=` (the process table as ps reads it). */
+export function processTree(pid: number): number[] {
+  const children = new Map<number, number[]>();
+  for (const line of execFileSync("ps", ["-eo", "pid=,ppid="], { encoding: "utf8" }).split("\n")) {
+    const [c, p] = line.trim().split(/\s+/).map(Number);
+    if (!c || p === undefined || Number.isNaN(p)) continue;
+    children.set(p, [...(children.get(p) ?? []), c]);
+  }
+  const out: number[] = [];
+  const todo = [pid];
+  while (todo.length) {
+    const p = todo.pop()!;
+    out.push(p);
+    todo.push(...(children.get(p) ?? []));
+  }
+  return out;
+}
+
+/** IPv4 or IPv6 text from /proc/net/tcp(6)'s hex (IPv6: four 32-bit words, each in host byte order). */
+function procAddress(hex: string): string {
+  if (hex.length === 8) return [6, 4, 2, 0].map((i) => parseInt(hex.slice(i, i + 2), 16)).join(".");
+  const bytes: number[] = [];
+  for (let w = 0; w < 4; w++) for (const i of [6, 4, 2, 0]) bytes.push(parseInt(hex.slice(w * 8 + i, w * 8 + i + 2), 16));
+  return Array.from({ length: 8 }, (_, i) => ((bytes[2 * i]! << 8) | bytes[2 * i + 1]!).toString(16)).join(":");
+}
+
+/** Local addresses of the TCP sockets listening on `port` (from /proc/net/tcp and tcp6). */
+export function listeningOn(port: number): string[] {
+  const out: string[] = [];
+  for (const file of ["/proc/net/tcp", "/proc/net/tcp6"]) {
+    if (!existsSync(file)) continue;
+    for (const line of readFileSync(file, "utf8").split("\n").slice(1)) {
+      const f = line.trim().split(/\s+/);
+      if (f.length < 4 || f[3] !== "0A") continue; // 0A = LISTEN
+      const [addr, p] = f[1]!.split(":");
+      if (parseInt(p!, 16) === port) out.push(procAddress(addr!));
+    }
+  }
+  return out;
+}
+
+/** A listening address on loopback: 127.0.0.0/8, ::1, or IPv4-mapped 127.x. */
+export const isLoopbackListen = (a: string) => /^127\./.test(a) || a === "0:0:0:0:0:0:0:1" || /^0:0:0:0:0:ffff:7f/.test(a);

@@ -56,7 +56,7 @@ function ctx(upstreams: UpstreamConfig[], who: Principal = everyone, era: "legac
   const cfg = { upstreams } as unknown as GatewayConfig;
   const emitted: JsonObject[] = [];
   return {
-    cfg, era, principal: who.sub, who, signal: new AbortController().signal, paramHeaders: [], callerFiltered: who.tools !== null, runId: null,
+    cfg, era, principal: who, signal: new AbortController().signal, paramHeaders: [], callerFiltered: who.tools !== null, runId: null,
     leg: async () => ({ era: "modern", meta: {} }),
     renewLeg: async () => null,
     capabilities: async () => ({ tools: {}, prompts: {}, resources: {} }),

@@ -36,7 +36,7 @@ interface FakeUpstream {
 function harness(cfg: GatewayConfig, fakes: Record<string, FakeUpstream>, opts: { era?: "legacy" | "modern"; who?: Principal } = {}) {
   const sent: { up: string; req: JsonRpcRequest }[] = [];
   const ctx = {
-    cfg, era: opts.era ?? "legacy", principal: "local:unit", who: opts.who ?? everyone, callerFiltered: (opts.who ?? everyone).tools !== null,
+    cfg, era: opts.era ?? "legacy", principal: opts.who ?? everyone, callerFiltered: (opts.who ?? everyone).tools !== null,
     capabilities: async (up: UpstreamConfig) => fakes[up.name]?.caps,
   } as unknown as CallContext;
   const send = async (_ctx: CallContext, up: UpstreamConfig, req: JsonRpcRequest): Promise<Outcome> => {
