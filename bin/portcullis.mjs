@@ -7,7 +7,7 @@
  * Must never: print secret values (config errors name variables, not values), or let the demo
  * upstream listen beyond loopback.
  */
-import { spawn } from "node:child_process";
+import { execFileSync, spawn } from "node:child_process";
 import { existsSync, mkdirSync, readFileSync, realpathSync, writeFileSync } from "node:fs";
 import { dirname, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -213,6 +213,43 @@ async function demoUpstream(port) {
   await import(EVERYTHING);
 }
 
+/** `pid` and every descendant of it, from `ps` (Linux and macOS); just `pid` when ps cannot be run. */
+function processTree(pid) {
+  const kids = new Map();
+  try {
+    for (const line of execFileSync("ps", ["-A", "-o", "pid=,ppid="], { encoding: "utf8" }).split("\n")) {
+      const [c, p] = line.trim().split(/\s+/).map(Number);
+      if (c && !Number.isNaN(p)) kids.set(p, [...(kids.get(p) ?? []), c]);
+    }
+  } catch { /* no ps: the child alone */ }
+  const out = [];
+  for (const todo = [pid]; todo.length;) { const p = todo.pop(); out.push(p); todo.push(...(kids.get(p) ?? [])); }
+  return out;
+}
+
+/**
+ * Ctrl-C and SIGTERM for `dev` and `start`: the signal goes on to each child (a terminal's Ctrl-C
+ * reaches them anyway; `kill PID` reaches only this process, and the gateway would be orphaned).
+ * A second signal, or a child still running `graceMs` later, gets SIGKILL for that child and its
+ * whole tree (the wrangler shim, the real wrangler, workerd), so nothing is left behind.
+ */
+function stopChildrenOnSignal(children /* read at each signal: callers may add to it */, graceMs = 10_000) {
+  const running = () => children.filter((c) => c.pid !== undefined && c.exitCode === null && c.signalCode === null);
+  const killTrees = () => {
+    for (const pid of running().flatMap((c) => processTree(c.pid))) { try { process.kill(pid, "SIGKILL"); } catch { /* gone */ } }
+    setTimeout(() => process.exit(1), 2000).unref();
+  };
+  let timer;
+  const onSignal = (sig) => {
+    if (timer) { clearTimeout(timer); killTrees(); return; }
+    for (const c of running()) c.kill(sig);
+    timer = setTimeout(killTrees, graceMs);
+    timer.unref();
+  };
+  process.on("SIGINT", onSignal);
+  process.on("SIGTERM", onSignal);
+}
+
 async function main() {
   const a = args(process.argv.slice(2));
   const cmd = a._[0];
@@ -249,6 +286,7 @@ async function main() {
     const port = a.port ? Number(a.port) : 8787;
     const child = startGateway({ configText: v.text, port, signingKey: await devSigningKey() });
     console.log(`portcullis: gateway on http://127.0.0.1:${port}/mcp`);
+    stopChildrenOnSignal([child]);
     child.on("exit", (code) => process.exit(code ?? 0));
     return;
   }
@@ -259,14 +297,14 @@ async function main() {
   if (cmd === "start") {
     const upPort = Number(a["upstream-port"] ?? 3001);
     const demo = startDemoUpstream({ port: upPort });
+    const children = [demo];
+    stopChildrenOnSignal(children);
     const configText = readFileSync(resolve(root, "portcullis.yaml"), "utf8").replaceAll("127.0.0.1:3001/", `127.0.0.1:${upPort}/`);
     const port = a.port ? Number(a.port) : 8787;
     const persistTo = typeof a["persist-to"] === "string" ? a["persist-to"] : undefined;
     const gw = startGateway({ configText, port, persistTo, signingKey: await devSigningKey() });
     console.log(`portcullis: demo upstream on http://127.0.0.1:${upPort}/mcp, gateway on http://127.0.0.1:${port}/mcp`);
-    const stop = () => { demo.kill(); gw.kill(); };
-    process.on("SIGINT", stop);
-    process.on("SIGTERM", stop);
+    children.push(gw);
     gw.on("exit", (code) => { demo.kill(); process.exit(code ?? 0); });
     demo.on("exit", () => gw.kill());
     return;

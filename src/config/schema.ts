@@ -106,6 +106,7 @@ export const configSchema = z.strictObject({
     if (prev !== undefined) ctx.addIssue({ code: "custom", path: ["upstreams", i, "name"], message: `duplicate upstream name "${u.name}" (also upstreams[${prev}])` });
     else seen.set(u.name, i);
     if (u.credentials?.mode === "none" && Object.values(u.headers ?? {}).some((v) => /\$\{/.test(v))) {
+      // biome-ignore lint/suspicious/noTemplateCurlyInString: the message names the config's ${...} syntax literally
       ctx.addIssue({ code: "custom", path: ["upstreams", i, "credentials", "mode"], message: "mode none cannot send secrets: drop the ${...} headers or use mode brokered" });
     }
     if (cfg.upstreams.length > 1 && u.namespace === false) {

@@ -12,7 +12,7 @@ import { acceptedAudiences, acceptedIssuers, canonicalUrl, forbidden, issuerOf, 
 import { verifyExternal } from "./oidc.ts";
 import { isLoopbackAddress, isLoopbackHost } from "../wire/hosts.ts";
 import { principalHas, type Principal } from "../config/principal.ts";
-import { type Role } from "../config/roles.ts";
+import type { Role } from "../config/roles.ts";
 import { revocationObject } from "../../durable-objects/names.ts";
 import { parseKeySet, verifyGrant, type KeySet } from "./tokens.ts";
 import { jsonResponse } from "../wire/http.ts";
@@ -24,7 +24,7 @@ import { jsonResponse } from "../wire/http.ts";
  * sent itself. `request.cf` carries no address in either. So a non-loopback value proves the
  * request came from off the machine; a loopback one is only as good as the runtime in front.
  */
-export function peerAddress(req: Request): string | null {
+function peerAddress(req: Request): string | null {
   return req.headers.get("cf-connecting-ip");
 }
 

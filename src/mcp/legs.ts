@@ -15,7 +15,7 @@ import { LATEST_LEGACY } from "./versions.ts";
 import { mergeExtensions } from "./skills.ts";
 
 /** The client capabilities a legacy client may receive relays for. */
-export function relayableCapabilities(clientCaps: JsonObject): JsonObject {
+function relayableCapabilities(clientCaps: JsonObject): JsonObject {
   const out: JsonObject = {};
   for (const k of ["sampling", "elicitation", "roots"]) if (clientCaps[k] !== undefined) out[k] = clientCaps[k]!;
   return out;
@@ -47,12 +47,12 @@ interface ModernClientLeg { rec: UpstreamLegRecord; at: number }
 const modernClientLegs = new Map<string, Promise<ModernClientLeg>>();
 
 /** Where a modern principal's legacy upstream session is kept across isolates (SessionDO). */
-export interface LegStore {
+interface LegStore {
   get(): Promise<UpstreamLegRecord | null>;
   put(rec: UpstreamLegRecord): Promise<boolean>;
 }
 
-export function legStore(env: Env, principal: string, up: UpstreamConfig): LegStore {
+function legStore(env: Env, principal: string, up: UpstreamConfig): LegStore {
   // Addressed lazily: most requests reach modern upstreams and never touch it.
   const s = () => legObject(env, principal, up.name, up.url);
   return { get: () => s().getLeg(principal), put: (rec) => s().putLeg(principal, rec) };

@@ -57,7 +57,7 @@ export interface RespondOptions {
 
 
 /** Explains a pipeline failure to the client as a JSON-RPC error (never a crash). */
-export function failureOutcome(id: JsonRpcId, e: unknown): Outcome {
+function failureOutcome(id: JsonRpcId, e: unknown): Outcome {
   if (e instanceof UpstreamError) return { response: errorResponse(id, ErrorCode.InternalError, e.message), status: 200 };
   console.error("portcullis: internal error", (e as Error)?.stack ?? String(e));
   return { response: errorResponse(id, ErrorCode.InternalError, "Internal error in Portcullis; the call was not completed"), status: 200 };

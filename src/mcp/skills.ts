@@ -28,7 +28,7 @@ export const TASKS_EXTENSION = "io.modelcontextprotocol/tasks";
  * extension an upstream declares is dropped from what the gateway advertises: its methods
  * would get -32601.
  */
-export const SERVED_EXTENSIONS: readonly string[] = [SKILLS_EXTENSION, TASKS_EXTENSION];
+const SERVED_EXTENSIONS: readonly string[] = [SKILLS_EXTENSION, TASKS_EXTENSION];
 
 /** The forwarder (a seam for unit tests). */
 export type Send = typeof forward;
@@ -65,7 +65,7 @@ function agreedSettings(decls: JsonObject[]): JsonObject {
 }
 
 /** The skills extension settings an upstream declared, or undefined when it declared none. */
-export function skillsCapability(caps: JsonObject | undefined): JsonObject | undefined {
+function skillsCapability(caps: JsonObject | undefined): JsonObject | undefined {
   const ext = caps?.extensions;
   if (!isObject(ext)) return undefined;
   const s = ext[SKILLS_EXTENSION];

@@ -289,7 +289,7 @@ export function modernMeta(clientCapabilities: JsonObject, extra: JsonObject = {
 }
 
 /** Modern `server/discover`; null when the upstream does not speak 2026-07-28. */
-export async function discoverModern(up: UpstreamConfig): Promise<JsonObject | null> {
+async function discoverModern(up: UpstreamConfig): Promise<JsonObject | null> {
   const msg: JsonRpcRequest = { jsonrpc: "2.0", id: `portcullis-discover-${crypto.randomUUID()}`, method: "server/discover", params: { _meta: modernMeta({}) } };
   try {
     const { response } = await callUpstream(up, { era: "modern", meta: modernMeta({}) }, msg);
@@ -314,10 +314,6 @@ export async function modernDiscovery(up: UpstreamConfig): Promise<JsonObject | 
   const discover = await discoverModern(up);
   verdicts.set(key, { discover, at: Date.now() });
   return discover;
-}
-
-export function forgetVerdicts(): void {
-  verdicts.clear();
 }
 
 function sleep(ms: number, signal: AbortSignal): Promise<void> {

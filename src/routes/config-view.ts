@@ -44,10 +44,10 @@ const checked = new WeakMap<GatewayConfig, Map<boolean, string[]>>();
 /** Egress refusals of the config for this request's vantage (cached per config object and loopback-ness). */
 export function egressRefusal(cfg: GatewayConfig, req: Request): Response | null {
   const onLoopback = isLoopbackRequest(req);
-  let byVantage = checked.get(cfg);
-  if (!byVantage) checked.set(cfg, (byVantage = new Map()));
-  let problems = byVantage.get(onLoopback);
-  if (!problems) byVantage.set(onLoopback, (problems = egressProblems(cfg, onLoopback)));
+  const byVantage = checked.get(cfg) ?? new Map<boolean, string[]>();
+  checked.set(cfg, byVantage);
+  const problems = byVantage.get(onLoopback) ?? egressProblems(cfg, onLoopback);
+  byVantage.set(onLoopback, problems);
   if (problems.length === 0) return null;
   return jsonResponse({ ok: false, error: "configuration refused by the egress rules", problems }, 503);
 }

@@ -6,7 +6,7 @@
 import type { GatewayConfig } from "../config/load.ts";
 import type { Env } from "../env.ts";
 import { principalHas, type Principal } from "../config/principal.ts";
-import { type Role } from "../config/roles.ts";
+import type { Role } from "../config/roles.ts";
 import type { JsonObject } from "../wire/jsonrpc.ts";
 
 export interface OperatorContext {
@@ -37,5 +37,5 @@ export function operatorToolsFor(principal: Principal): OperatorTool[] {
 
 export function operatorTool(name: string, principal: Principal): OperatorTool | undefined {
   const t = tools.get(name);
-  return t && t.roles.some((r) => principalHas(principal, r)) ? t : undefined;
+  return t?.roles.some((r) => principalHas(principal, r)) ? t : undefined;
 }

@@ -98,7 +98,7 @@ function inV4(n: number, r: V4Range): boolean {
   return Math.floor(n / 2 ** shift) === Math.floor(r.base / 2 ** shift);
 }
 
-export function classifyIPv4(n: number): AddressVerdict {
+function classifyIPv4(n: number): AddressVerdict {
   if (V4_METADATA.has(n)) return { kind: "metadata" };
   for (const r of V4_DENIED) {
     if (inV4(n, r)) return r.loopback ? { kind: "loopback" } : { kind: "denied", range: r.label };
@@ -197,7 +197,7 @@ function inV6(w: number[], r: V6Range): boolean {
   return true;
 }
 
-export function classifyIPv6(w: number[]): AddressVerdict {
+function classifyIPv6(w: number[]): AddressVerdict {
   if (V6_METADATA.some((m) => m.every((x, i) => x === w[i]))) return { kind: "metadata" };
   const zeroHead = w.slice(0, 7).every((x) => x === 0);
   if (zeroHead && w[7] === 0) return { kind: "denied", range: "the unspecified address (::)" };
@@ -247,7 +247,7 @@ export function classifyHostLiteral(hostname: string): AddressVerdict | null {
 }
 
 /** Cloud and orchestrator metadata names: never allowed, nor any name below them. */
-export const METADATA_NAMES: readonly string[] = [
+const METADATA_NAMES: readonly string[] = [
   "metadata", "metadata.google.internal", "metadata.goog", "metadata.internal",
   "instance-data", "instance-data.ec2.internal", "metadata.ec2.internal",
   "metadata.azure.com", "metadata.azure.internal",

@@ -18,7 +18,7 @@ export function encodeEvent(ev: SseEvent): Uint8Array {
   if (ev.event !== undefined) out += `event: ${ev.event}\n`;
   if (ev.retry !== undefined) out += `retry: ${ev.retry}\n`;
   for (const line of ev.data.split("\n")) out += `data: ${line}\n`;
-  return encoder.encode(out + "\n");
+  return encoder.encode(`${out}\n`);
 }
 
 export function encodeComment(text: string): Uint8Array {
@@ -38,8 +38,7 @@ export async function* parseSse(body: ReadableStream<Uint8Array>, onRetry?: (ms:
       const { value, done } = await reader.read();
       if (done) break;
       buf += value;
-      let nl: number;
-      while ((nl = buf.search(/\r\n|\r|\n/)) >= 0) {
+      for (let nl = buf.search(/\r\n|\r|\n/); nl >= 0; nl = buf.search(/\r\n|\r|\n/)) {
         const line = buf.slice(0, nl);
         buf = buf.slice(nl + (buf.startsWith("\r\n", nl) ? 2 : 1));
         if (line === "") {

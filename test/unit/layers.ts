@@ -39,7 +39,7 @@ export function importsOf(text: string): string[] {
   const re = /(?:^|[\s;])(?:import|export)\s[^"';]*?from\s*["']([^"']+)["']|(?:^|[\s;])import\s*["']([^"']+)["']|import\(\s*["']([^"']+)["']\s*\)/gm;
   for (const m of text.matchAll(re)) {
     const spec = m[1] ?? m[2] ?? m[3];
-    if (spec && spec.startsWith(".")) out.push(spec);
+    if (spec?.startsWith(".")) out.push(spec);
   }
   return out;
 }
