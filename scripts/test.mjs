@@ -1,6 +1,6 @@
 #!/usr/bin/env node
 /**
- * `npm test`: typecheck, unit tests in workerd, then the end-to-end suite on the production
+ * `npm test`: format and lint check (Biome), typecheck, unit tests in workerd, then the end-to-end suite on the production
  * build. Prints one closing line "N passed, M failed" summing every suite, and exits non-zero
  * if anything failed. Runs on the project's Node 22 (npm scripts put it first on PATH).
  */
@@ -40,6 +40,10 @@ function vitest(name, config) {
 }
 
 const only = process.argv[2];
+if (!only || only === "lint") {
+  // Formatting and lint rules (biome.json); `npm run format` applies the fixes.
+  if (!step("format and lint (Biome)", bin("biome"), ["ci", "--max-diagnostics=50", "."])) failed += 1;
+}
 if (!only || only === "typecheck") {
   if (!step("typecheck (Worker + unit tests)", bin("tsc"), ["--noEmit", "-p", "."])) failed += 1;
   if (!step("typecheck (e2e + fixtures, Node)", bin("tsc"), ["--noEmit", "-p", "tsconfig.node.json"])) failed += 1;
