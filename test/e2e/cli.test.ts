@@ -262,7 +262,7 @@ describe("a dev gateway exposed beyond loopback", () => {
     const port = await freePort();
     const persist = mkdtempSync(join(tmp, "exposed-state-"));
     // No signing key, an upstream that is never contacted: the gateway can serve nobody but the loopback actor.
-    const child: ChildProcess = startGateway({ ip: ownV4, port, persistTo: persist, stdio: ["ignore", "pipe", "pipe"], configText: `
+    const child: ChildProcess = startGateway({ ip: ownV4, port, persistTo: persist, detached: true, stdio: ["ignore", "pipe", "pipe"], configText: `
 actor: local:exposed
 upstreams:
   - name: remote
@@ -289,7 +289,7 @@ upstreams:
         error_description: `refusing to serve: auth.required is false, which is only allowed while the gateway listens on loopback, and this request came from "${ownV4}" (CF-Connecting-IP), not a loopback address`,
       });
     } finally {
-      await stopChild(child);
+      await stopChild(child, true);
     }
   });
 });

@@ -17,7 +17,7 @@ import type { TestProject } from "vitest/node";
 import { startConformanceUpstream } from "../fixtures/conformance-upstream/server.ts";
 import { generateSigningKey } from "../../src/identity/keys.ts";
 import { startModernOnlyUpstream } from "../fixtures/modern-only-upstream.ts";
-import { freePort, startEverything, startPortcullis } from "./harness.ts";
+import { freePort, startEverything, startPortcullis, stopEveryProcess } from "./harness.ts";
 
 declare module "vitest" {
   export interface ProvidedContext {
@@ -40,24 +40,32 @@ export default async function setup(project: TestProject) {
   // Everything started so far, as stoppers; stopped together, each at most once.
   const started: (() => Promise<unknown>)[] = [];
   const stopAll = () => Promise.allSettled(started.splice(0).map((stop) => stop()));
-  const track = <T>(value: T, stop: (v: T) => Promise<unknown>): T => { started.push(() => stop(value)); return value; };
-  // Interrupted while starting: stop what runs (the first signals go out at once), then let the
-  // signal do what it would have done (vitest's own handler exits; the harness SIGKILLs any group left).
+  let interrupted: NodeJS.Signals | undefined;
+  // A start that completes after an interrupt is stopped at once, and nothing more is started.
+  const track = async <T>(value: T, stop: (v: T) => Promise<unknown>): Promise<T> => {
+    started.push(() => stop(value));
+    if (interrupted) { await stopAll(); throw new Error(`e2e setup interrupted (${interrupted})`); }
+    return value;
+  };
+  // Interrupted while starting: stop what runs, the processes still starting included (the first
+  // signals go out at once), then let the signal do what it would have done: vitest's own handler
+  // exits (and the harness SIGKILLs any group left at exit); with no other listener it is raised again.
   const onSignal = (sig: NodeJS.Signals) => {
-    void stopAll().then(() => { if (process.listenerCount(sig) === 0) process.kill(process.pid, sig); });
+    interrupted = sig;
+    void Promise.allSettled([stopAll(), stopEveryProcess()]).then(() => { if (process.listenerCount(sig) === 0) process.kill(process.pid, sig); });
   };
   process.once("SIGINT", onSignal);
   process.once("SIGTERM", onSignal);
   try {
     const evPort = await freePort();
-    const everything = track(await startEverything(evPort), (p) => p.stop());
-    const conformance = track(await startConformanceUpstream({ port: 0, host: "127.0.0.1" }), (s) => s.close());
-    const modernOnly = track(await startModernOnlyUpstream(), (s) => s.close());
-    const vault = track(await startModernOnlyUpstream({ requireBearer: "user-" }), (s) => s.close());
+    await track(await startEverything(evPort), (p) => p.stop());
+    const conformance = await track(await startConformanceUpstream({ port: 0, host: "127.0.0.1" }), (s) => s.close());
+    const modernOnly = await track(await startModernOnlyUpstream(), (s) => s.close());
+    const vault = await track(await startModernOnlyUpstream({ requireBearer: "user-" }), (s) => s.close());
     const logFile = join(mkdtempSync(join(tmpdir(), "portcullis-e2e-logs-")), "namespaced.log");
     const [tPort, nPort] = [await freePort(), await freePort()];
     const signingKey = JSON.stringify((await generateSigningKey("e2e-key")).privateJwk);
-    const transparent = track(await startPortcullis(`
+    const transparent = await track(await startPortcullis(`
 actor: local:e2e
 egress:
   allow_loopback: true
@@ -66,7 +74,7 @@ upstreams:
     url: ${conformance.url}
     timeout: 30s
 `, tPort), (p) => p.stop());
-    const namespaced = track(await startPortcullis(`
+    const namespaced = await track(await startPortcullis(`
 actor: local:e2e
 egress:
   allow_loopback: true

@@ -32,10 +32,12 @@ export function freePort(): Promise<number> {
   });
 }
 
-export async function waitFor(url: string, timeoutMs = 60_000, ok = (r: Response) => r.ok): Promise<void> {
+/** Polls `url` until `ok` (bounded by `timeoutMs`); `signal` ends the wait early (it then throws). */
+export async function waitFor(url: string, timeoutMs = 60_000, ok = (r: Response) => r.ok, signal?: AbortSignal): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   let last = "";
   while (Date.now() < deadline) {
+    if (signal?.aborted) throw new Error(`stopped waiting for ${url}`);
     try {
       const r = await fetch(url, { signal: AbortSignal.timeout(2000) });
       if (ok(r)) return;
@@ -85,15 +87,43 @@ function signalGroup(pgid: number, sig: NodeJS.Signals): void {
   try { process.kill(-pgid, sig); } catch { /* the group is gone */ }
 }
 
-/** Process groups started here and not yet stopped, with their cleanups: SIGKILLed if this process exits first. */
-const live = new Map<number, () => void>();
+/**
+ * Process groups started here and not yet stopped. If this process exits first, each is SIGKILLed
+ * (synchronously, in the "exit" hook). While any runs, SIGINT/SIGTERM/SIGHUP stop them all (a
+ * terminal's Ctrl-C no longer reaches a detached group): then, if no one else listens for that
+ * signal, it is raised again, so the process ends as it would have.
+ */
+const live = new Map<number, { stop(): Promise<void>; kill(): void }>();
+const SIGNALS = ["SIGINT", "SIGTERM", "SIGHUP"] as const;
 let exitHooked = false;
-function killLiveGroups(): void {
-  for (const [pgid, cleanup] of live) {
-    signalGroup(pgid, "SIGKILL");
-    try { cleanup(); } catch { /* best effort at exit */ }
-  }
-  live.clear();
+let signalsHooked = false;
+function onSignal(sig: NodeJS.Signals): void {
+  unhookSignals();
+  void stopEveryProcess().finally(() => { if (process.listenerCount(sig) === 0) process.kill(process.pid, sig); });
+}
+function hookSignals(): void {
+  if (signalsHooked) return;
+  signalsHooked = true;
+  for (const sig of SIGNALS) process.on(sig, onSignal);
+}
+function unhookSignals(): void {
+  if (!signalsHooked) return;
+  signalsHooked = false;
+  for (const sig of SIGNALS) process.off(sig, onSignal);
+}
+function register(pgid: number, group: { stop(): Promise<void>; kill(): void }): void {
+  live.set(pgid, group);
+  if (!exitHooked) { exitHooked = true; process.on("exit", () => { for (const g of live.values()) g.kill(); live.clear(); }); }
+  hookSignals();
+}
+function unregister(pgid: number): void {
+  live.delete(pgid);
+  if (live.size === 0) unhookSignals();
+}
+
+/** Stops every process group this harness started and has not stopped yet (those still starting too). */
+export async function stopEveryProcess(): Promise<void> {
+  await Promise.allSettled([...live.values()].map((g) => g.stop()));
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -111,34 +141,53 @@ async function groupGone(pgid: number, ms: number): Promise<boolean> {
  * Wraps a child started with `detached: true` (leader of its own process group). The child and
  * its pipes are unref'd; `stop()` signals the whole group (SIGTERM, SIGKILL after the bound) and
  * resolves once no process of the group runs any more and the leader's exit has been seen.
+ * `exited` rejects if the leader exits before `stop()` (a start that failed).
  */
-function managed(child: ChildProcess, cleanup: () => void = () => {}): Proc {
+function managed(child: ChildProcess, cleanup: () => void = () => {}): Proc & { exited: Promise<never> } {
   const pgid = child.pid;
-  child.on("error", () => { /* spawn failure: the exit below (or its absence) is what stop() waits for */ });
-  const exited = new Promise<void>((res) => {
-    if (child.exitCode !== null || child.signalCode !== null || pgid === undefined) return res();
+  let spawnError: Error | undefined;
+  child.on("error", (e) => { spawnError = e; });
+  const exit = new Promise<void>((res) => {
+    if (child.exitCode !== null || child.signalCode !== null) return res();
     child.once("exit", () => res());
+    child.once("error", () => { if (child.pid === undefined) res(); });
   });
+  let stopping: Promise<void> | undefined;
+  const exited = exit.then(() => {
+    throw new Error(spawnError ? `could not start: ${spawnError.message}` : `exited while starting (code ${child.exitCode}, signal ${child.signalCode})`);
+  });
+  exited.catch(() => { /* only a start waits on it */ });
   child.unref();
   for (const s of [child.stdout, child.stderr]) (s as unknown as { unref?: () => void } | null)?.unref?.();
-  if (pgid !== undefined) {
-    live.set(pgid, cleanup);
-    if (!exitHooked) { exitHooked = true; process.on("exit", killLiveGroups); }
-  }
-  let stopping: Promise<void> | undefined;
+  let cleaned = false;
+  const clean = () => { if (!cleaned) { cleaned = true; cleanup(); } };
   const stop = () => stopping ??= (async () => {
-    if (pgid === undefined) { cleanup(); return; }
+    if (pgid === undefined) { clean(); return; }
     // The signal goes out synchronously, at the call: an interrupted runner still sends it.
     signalGroup(pgid, "SIGTERM");
     if (!(await groupGone(pgid, TERM_GRACE_MS))) {
       signalGroup(pgid, "SIGKILL");
       await groupGone(pgid, KILL_GRACE_MS);
     }
-    await Promise.race([exited, sleep(KILL_GRACE_MS)]);
-    live.delete(pgid);
-    cleanup();
+    await Promise.race([exit, sleep(KILL_GRACE_MS)]);
+    unregister(pgid);
+    clean();
   })();
-  return { child, stop };
+  if (pgid !== undefined) register(pgid, { stop, kill: () => { signalGroup(pgid, "SIGKILL"); try { clean(); } catch { /* at exit: best effort */ } } });
+  return { child, stop, exited };
+}
+
+/** Waits for `url` unless the process exits first; on failure stops the process (its whole group) and throws with its output. */
+async function ready(m: ReturnType<typeof managed>, url: string, timeoutMs: number, ok: ((r: Response) => boolean) | undefined, logs: () => string): Promise<void> {
+  const abort = new AbortController();
+  try {
+    await Promise.race([waitFor(url, timeoutMs, ok, abort.signal), m.exited]);
+  } catch (e) {
+    abort.abort();
+    await m.stop();
+    throw new Error(`${(e as Error).message}\n${logs()}`);
+  }
+  abort.abort();
 }
 
 /** server-everything (streamableHttp) on 127.0.0.1:`port` only, through the CLI's demo-upstream wrapper. */
@@ -147,13 +196,8 @@ export async function startEverything(port: number): Promise<Proc> {
   let logs = "";
   child.stderr?.on("data", (d: Buffer) => { logs += d.toString(); });
   const m = managed(child);
-  try {
-    await waitFor(`http://127.0.0.1:${port}/mcp`, 30_000, (r) => r.status > 0);
-  } catch (e) {
-    await m.stop();
-    throw new Error(`${(e as Error).message}\n${logs}`);
-  }
-  return m;
+  await ready(m, `http://127.0.0.1:${port}/mcp`, 30_000, (r) => r.status > 0, () => logs);
+  return { child: m.child, stop: m.stop };
 }
 
 /** Starts a gateway; everything it prints also goes to `logFile` when given (tests grep it). */
@@ -165,13 +209,8 @@ export async function startPortcullis(configText: string, port: number, extraVar
   child.stdout?.on("data", keep);
   child.stderr?.on("data", keep);
   const m = managed(child, () => rmSync(persistTo, { recursive: true, force: true }));
-  try {
-    await waitFor(`http://127.0.0.1:${port}/healthz`, 90_000);
-  } catch (e) {
-    await m.stop();
-    throw new Error(`${(e as Error).message}\n${logs}`);
-  }
-  return { ...m, url: `http://127.0.0.1:${port}/mcp`, logs: () => logs };
+  await ready(m, `http://127.0.0.1:${port}/healthz`, 90_000, undefined, () => logs);
+  return { child: m.child, stop: m.stop, url: `http://127.0.0.1:${port}/mcp`, logs: () => logs };
 }
 
 /** `pid` and all its descendants, from `ps -eo pid=,ppid=` (the process table as ps reads it). */
