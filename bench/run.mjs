@@ -1,35 +1,49 @@
 #!/usr/bin/env node
 /**
- * `npm run bench`: latency (p50/p99) and throughput (calls/s) of one tools/call three ways, in
- * one run on loopback: directly against the upstream, through a bare pass-through Worker on the
- * same runtime, and through Portcullis (transparent mode), in both protocol eras. Prints ratios.
- * Bounded: fixed call counts, every request with a timeout; all processes stopped at the end,
- * each with its whole tree: every child leads its own process group (the wrangler shim, the real
+ * `npm run bench`, in one run on loopback: (1) latency (p50/p99) and throughput (calls/s) of one
+ * tools/call four ways, in both protocol eras: directly against the upstream, through a bare
+ * pass-through Worker on the same runtime, through Portcullis (transparent mode), and through
+ * the same Portcullis build with its ledger taken out (bench/no-ledger-worker.ts), which gives
+ * what a governed call pays for its two ledger appends; (2) the ledger itself: appends/s of one
+ * chain (the production LedgerDO, driven from inside bench/ledger-worker.ts) at 1, 50 and 500
+ * appends in flight, with the transactions they took (the group-commit factor), and the latency
+ * of the decision + outcome pair one governed call writes. Prints ratios, never asserts a time.
+ * Bounded: fixed counts, every request with a timeout; all processes stopped at the end, each
+ * with its whole tree: every child leads its own process group (the wrangler shim, the real
  * wrangler and workerd share it), stopped by SIGTERM to the group, SIGKILL after a bound; on
  * Ctrl-C/SIGTERM (which no longer reach the groups from the terminal) and at exit as well.
  */
-import { spawn } from "node:child_process";
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { execFileSync, spawn } from "node:child_process";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { Agent, request } from "node:http";
 import { createServer } from "node:net";
-import { tmpdir } from "node:os";
+import { cpus, tmpdir, totalmem } from "node:os";
 import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import { startGateway } from "../bin/portcullis.mjs";
+import { devSigningKey, startGateway } from "../bin/portcullis.mjs";
 
 const root = resolve(fileURLToPath(import.meta.url), "../..");
 const SEQ = Number(process.env.BENCH_SEQ ?? 400);
 const PAR_CALLS = Number(process.env.BENCH_PAR_CALLS ?? 800);
 const CONCURRENCY = Number(process.env.BENCH_CONCURRENCY ?? 8);
 const WARMUP = 50;
+/** Ledger: appends per level, the levels (appends in flight), decision + outcome pairs. */
+const APPENDS = Number(process.env.BENCH_APPENDS ?? 5000);
+const LEVELS = (process.env.BENCH_LEVELS ?? "1,50,500").split(",").map(Number);
+const PAIRS = Number(process.env.BENCH_PAIRS ?? 400);
+const TARGET_APPENDS_PER_S = 2000;
+/** The no-op ledger's receipts carry this hash (bench/no-ledger-worker.ts); a real chain's never do. */
+const ZERO_HASH = "0".repeat(64);
+const WORKER_ENV = { ...process.env, CLOUDFLARE_CF_FETCH_ENABLED: "false", WRANGLER_SEND_METRICS: "false" };
 
 const freePort = () => new Promise((res) => { const s = createServer(); s.listen(0, "127.0.0.1", () => { const p = s.address().port; s.close(() => res(p)); }); });
 const agent = new Agent({ keepAlive: true, maxSockets: 64 });
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-function post(url, headers, body) {
+function post(url, headers, body, timeout = 10_000) {
   const u = new URL(url);
   return new Promise((resolveP, reject) => {
-    const req = request({ host: u.hostname, port: u.port, path: u.pathname, method: "POST", agent, headers: { "content-type": "application/json", accept: "application/json, text/event-stream", ...headers }, timeout: 10_000 }, (res) => {
+    const req = request({ host: u.hostname, port: u.port, path: u.pathname + u.search, method: "POST", agent, headers: { "content-type": "application/json", accept: "application/json, text/event-stream", ...headers }, timeout }, (res) => {
       const chunks = [];
       res.on("data", (c) => chunks.push(c));
       res.on("end", () => resolveP({ status: res.statusCode, headers: res.headers, body: Buffer.concat(chunks).toString() }));
@@ -44,31 +58,40 @@ async function waitHttp(url, ms = 90_000) {
   const deadline = Date.now() + ms;
   while (Date.now() < deadline) {
     try { const r = await fetch(url, { signal: AbortSignal.timeout(1000) }); if (r.status > 0) return; } catch {}
-    await new Promise((r) => setTimeout(r, 250));
+    await sleep(250);
   }
   throw new Error(`timeout waiting for ${url}`);
 }
 
+/**
+ * What the answer must carry besides the tool's text: Portcullis a receipt from a real chain,
+ * the no-ledger build a receipt from its no-op chain (proof the seam took), the baselines none.
+ */
+function receiptCheck(kind) {
+  return (body) => {
+    const m = /"portcullis\/receipt":\{[^}]*"hash":"([0-9a-f]{64})"/.exec(body);
+    if (kind === "none") return true;
+    if (!m) return false;
+    return kind === "zero" ? m[1] === ZERO_HASH : m[1] !== ZERO_HASH;
+  };
+}
+
 /** A caller for one target and era: returns a function doing one tools/call. */
-async function caller(url, era) {
+async function caller(url, era, receipt = "none") {
+  const ok = receiptCheck(receipt);
+  const check = (r) => { if (r.status !== 200 || !r.body.includes("simple text") || !ok(r.body)) throw new Error(`bad answer from ${url} (receipt: ${receipt}) ${r.status} ${r.body.slice(0, 300)}`); };
   if (era === "modern") {
     const meta = { "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {} };
     const headers = { "mcp-protocol-version": "2026-07-28", "mcp-method": "tools/call", "mcp-name": "test_simple_text" };
     let id = 0;
-    return async () => {
-      const r = await post(url, headers, JSON.stringify({ jsonrpc: "2.0", id: ++id, method: "tools/call", params: { name: "test_simple_text", arguments: {}, _meta: meta } }));
-      if (r.status !== 200 || !r.body.includes("simple text")) throw new Error(`bad answer ${r.status} ${r.body.slice(0, 200)}`);
-    };
+    return async () => check(await post(url, headers, JSON.stringify({ jsonrpc: "2.0", id: ++id, method: "tools/call", params: { name: "test_simple_text", arguments: {}, _meta: meta } })));
   }
   const init = await post(url, {}, JSON.stringify({ jsonrpc: "2.0", id: 0, method: "initialize", params: { protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "bench", version: "1" } } }));
   const sid = init.headers["mcp-session-id"];
   const headers = { "mcp-protocol-version": "2025-11-25", ...(sid ? { "mcp-session-id": sid } : {}) };
   await post(url, headers, JSON.stringify({ jsonrpc: "2.0", method: "notifications/initialized" }));
   let id = 0;
-  return async () => {
-    const r = await post(url, headers, JSON.stringify({ jsonrpc: "2.0", id: ++id, method: "tools/call", params: { name: "test_simple_text", arguments: {} } }));
-    if (r.status !== 200 || !r.body.includes("simple text")) throw new Error(`bad answer ${r.status} ${r.body.slice(0, 200)}`);
-  };
+  return async () => check(await post(url, headers, JSON.stringify({ jsonrpc: "2.0", id: ++id, method: "tools/call", params: { name: "test_simple_text", arguments: {} } })));
 }
 
 /** Does process group `pgid` still have a live (not zombie) member? /proc where there is one, else signal 0. */
@@ -91,7 +114,7 @@ async function stopGroups(procs, graceMs = 8000) {
   for (const g of pgids) signalGroup(g, "SIGTERM");
   for (const [sig, ms] of [["SIGKILL", graceMs], [null, 3000]]) {
     const deadline = Date.now() + ms;
-    while (Date.now() < deadline && pgids.some(groupAlive)) await new Promise((r) => setTimeout(r, 100));
+    while (Date.now() < deadline && pgids.some(groupAlive)) await sleep(100);
     if (sig) for (const g of pgids.filter(groupAlive)) signalGroup(g, sig);
   }
 }
@@ -109,6 +132,81 @@ async function measure(call) {
   return { p50: pct(lat, 50), p99: pct(lat, 99), rps: PAR_CALLS / secs };
 }
 
+/** `wrangler dev` of a bench Worker in its own process group. */
+function wranglerDev(config, port, persistTo, vars) {
+  const argv = ["dev", "--config", config, "--ip", "127.0.0.1", "--port", String(port), "--inspector-port", "0", "--show-interactive-dev-session=false", "--log-level", "error", "--persist-to", persistTo];
+  for (const [k, v] of Object.entries(vars)) argv.push("--var", `${k}:${v}`);
+  return spawn(join(root, "node_modules/.bin/wrangler"), argv, { cwd: root, stdio: "ignore", detached: true, env: WORKER_ENV });
+}
+
+/**
+ * The production wrangler.toml with only its name and entry changed (bench/no-ledger-worker.ts):
+ * the same bindings, flags and compatibility date as the Portcullis it is compared with.
+ */
+function noLedgerConfig(dir) {
+  const text = readFileSync(join(root, "wrangler.toml"), "utf8");
+  const main = /^main = "src\/index\.ts"$/m;
+  if (!main.test(text)) throw new Error("wrangler.toml: no `main = \"src/index.ts\"` line to point at bench/no-ledger-worker.ts");
+  const out = text
+    .replace(/^name = ".*"$/m, 'name = "portcullis-bench-no-ledger"')
+    .replace(main, `main = ${JSON.stringify(join(root, "bench/no-ledger-worker.ts"))}`)
+    .replace(/^migrations_dir = "(.*)"$/m, (_, d) => `migrations_dir = ${JSON.stringify(join(root, d))}`);
+  const file = join(dir, "wrangler.toml");
+  writeFileSync(file, out);
+  return file;
+}
+
+/** One call to the bench ledger Worker. */
+async function ledgerCall(base, path, params) {
+  const r = await post(`${base}${path}?${new URLSearchParams(params)}`, {}, "", 120_000);
+  const j = JSON.parse(r.body);
+  if (r.status !== 200) throw new Error(`ledger worker ${path}: ${r.status} ${j.error ?? r.body}`);
+  return j;
+}
+
+/** Waits (bounded) until chain `chain` is flushed to D1; the seconds that took, or null if it did not within `ms`. */
+async function flushWait(base, chain, ms = 30_000) {
+  const t0 = performance.now();
+  while (performance.now() - t0 < ms) {
+    const s = await ledgerCall(base, "/status", { chain });
+    if (s.flushedSeq >= s.seq) return (performance.now() - t0) / 1000;
+    await sleep(100);
+  }
+  return null;
+}
+
+/** Appends/s of one chain per level of appends in flight, and the decision + outcome pair's latency. */
+async function ledgerBench(base) {
+  const run = Date.now().toString(36);
+  const levels = [];
+  for (const inFlight of LEVELS) {
+    const chain = `bench-${run}-c${inFlight}`;
+    await ledgerCall(base, "/appends", { chain, n: 50, c: Math.min(inFlight, 50) }); // the object exists, its SQLite is warm
+    await flushWait(base, chain);
+    const r = await ledgerCall(base, "/appends", { chain, n: APPENDS, c: inFlight });
+    const appends = r.after.appends - r.before.appends;
+    const transactions = r.after.transactions - r.before.transactions;
+    const stored = r.after.seq - r.before.seq;
+    if (r.failed > 0 || appends !== APPENDS || stored !== APPENDS) throw new Error(`ledger level ${inFlight}: ${r.failed} failed, ${appends} counted, ${stored} stored of ${APPENDS}`);
+    const flushS = await flushWait(base, chain);
+    const after = await ledgerCall(base, "/status", { chain });
+    levels.push({ inFlight, ms: r.ms, perS: (APPENDS * 1000) / r.ms, transactions, perTx: APPENDS / transactions, flushS, checkpointSize: after.checkpointSize, seq: after.seq, checkpointProblem: after.checkpointProblem });
+  }
+  const chain = `bench-${run}-pairs`;
+  await ledgerCall(base, "/pairs", { chain, n: 20 });
+  const p = await ledgerCall(base, "/pairs", { chain, n: PAIRS });
+  await flushWait(base, chain);
+  return { levels, pairs: { p50: pct(p.ms, 50), p99: pct(p.ms, 99) } };
+}
+
+function machine() {
+  const c = cpus();
+  let workerd = "?";
+  try { workerd = execFileSync(join(root, "node_modules/.bin/workerd"), ["--version"], { encoding: "utf8" }).trim(); } catch { /* unknown */ }
+  const wrangler = JSON.parse(readFileSync(join(root, "node_modules/wrangler/package.json"), "utf8")).version;
+  return `${c[0]?.model ?? "?"} × ${c.length} cores, ${(totalmem() / 2 ** 30).toFixed(0)} GiB, ${process.platform} ${process.arch}; Node ${process.version}, wrangler ${wrangler}, ${workerd}`;
+}
+
 async function main() {
   const procs = [];
   const dirs = [];
@@ -117,7 +215,11 @@ async function main() {
   // At exit (whatever the path): SIGKILL any group still running, synchronously.
   process.on("exit", () => { for (const p of procs) if (p.pid !== undefined) signalGroup(p.pid, "SIGKILL"); removeDirs(); });
   for (const [sig, code] of [["SIGINT", 130], ["SIGTERM", 143]]) process.once(sig, () => { void stopAll().finally(() => process.exit(code)); });
+  const tmp = (prefix) => { const d = mkdtempSync(join(tmpdir(), prefix)); dirs.push(d); return d; };
   try {
+    // A throwaway checkpoint signing key (never the developer's .portcullis key).
+    const signingKey = await devSigningKey(join(tmp("bench-key-"), "signing-key.json"));
+
     const upPort = await freePort();
     const up = spawn(process.execPath, [join(root, "test/fixtures/conformance-upstream/server.ts"), "--port", String(upPort)], { stdio: "ignore", detached: true });
     procs.push(up);
@@ -125,42 +227,70 @@ async function main() {
     await waitHttp(upstreamUrl);
 
     const ptPort = await freePort();
-    const ptDir = mkdtempSync(join(tmpdir(), "bench-pt-")); dirs.push(ptDir);
-    const pt = spawn(join(root, "node_modules/.bin/wrangler"), ["dev", "--config", join(root, "bench/passthrough.wrangler.toml"), "--ip", "127.0.0.1", "--port", String(ptPort), "--inspector-port", "0", "--show-interactive-dev-session=false", "--log-level", "error", "--persist-to", ptDir, "--var", `UPSTREAM_URL:${upstreamUrl}`], { stdio: "ignore", detached: true, env: { ...process.env, CLOUDFLARE_CF_FETCH_ENABLED: "false", WRANGLER_SEND_METRICS: "false" } });
-    procs.push(pt);
+    procs.push(wranglerDev(join(root, "bench/passthrough.wrangler.toml"), ptPort, tmp("bench-pt-"), { UPSTREAM_URL: upstreamUrl }));
 
+    const configText = `actor: local:bench\negress:\n  allow_loopback: true\nupstreams:\n  - name: conf\n    url: ${upstreamUrl}\n`;
     const gwPort = await freePort();
-    const gwDir = mkdtempSync(join(tmpdir(), "bench-gw-")); dirs.push(gwDir);
-    const gw = startGateway({ configText: `actor: local:bench\negress:\n  allow_loopback: true\nupstreams:\n  - name: conf\n    url: ${upstreamUrl}\n`, port: gwPort, persistTo: gwDir, stdio: "ignore", logLevel: process.env.BENCH_GATEWAY_LOG_LEVEL ?? "log", detached: true });
-    procs.push(gw);
+    procs.push(startGateway({ configText, port: gwPort, persistTo: tmp("bench-gw-"), signingKey, stdio: "ignore", logLevel: process.env.BENCH_GATEWAY_LOG_LEVEL ?? "log", detached: true }));
+
+    const nlPort = await freePort();
+    const nlDir = tmp("bench-nl-");
+    procs.push(wranglerDev(noLedgerConfig(nlDir), nlPort, join(nlDir, "state"), { PORTCULLIS_CONFIG: configText, PORTCULLIS_SIGNING_KEY: signingKey }));
+
+    const ldPort = await freePort();
+    procs.push(wranglerDev(join(root, "bench/ledger.wrangler.toml"), ldPort, tmp("bench-ledger-"), { PORTCULLIS_SIGNING_KEY: signingKey }));
+
     await waitHttp(`http://127.0.0.1:${ptPort}/`);
     await waitHttp(`http://127.0.0.1:${gwPort}/healthz`);
+    await waitHttp(`http://127.0.0.1:${nlPort}/healthz`);
+    await waitHttp(`http://127.0.0.1:${ldPort}/`);
 
     const targets = [
-      ["direct", upstreamUrl],
-      ["passthrough-worker", `http://127.0.0.1:${ptPort}/mcp`],
-      ["portcullis", `http://127.0.0.1:${gwPort}/mcp`],
+      ["direct", upstreamUrl, "none"],
+      ["passthrough-worker", `http://127.0.0.1:${ptPort}/mcp`, "none"],
+      ["portcullis-no-ledger", `http://127.0.0.1:${nlPort}/mcp`, "zero"],
+      ["portcullis", `http://127.0.0.1:${gwPort}/mcp`, "chained"],
     ];
     const results = {};
     for (const era of ["legacy", "modern"]) {
-      for (const [name, url] of targets) {
-        results[`${era}/${name}`] = await measure(await caller(url, era));
+      for (const [name, url, receipt] of targets) {
+        results[`${era}/${name}`] = await measure(await caller(url, era, receipt));
       }
+      await sleep(2000); // the gateway's ledger flushes its entries to D1 behind the calls: let it finish before the next era
     }
+    const ledger = await ledgerBench(`http://127.0.0.1:${ldPort}`);
+
+    console.log(`\nmachine: ${machine()}`);
     console.log(`\none tools/call (test_simple_text), ${SEQ} sequential + ${PAR_CALLS} at concurrency ${CONCURRENCY}, loopback\n`);
-    console.log("era     target               p50 ms   p99 ms   calls/s");
+    console.log("era     target                  p50 ms   p99 ms   calls/s");
     for (const [k, r] of Object.entries(results)) {
       const [era, name] = k.split("/");
-      console.log(`${era.padEnd(7)} ${name.padEnd(20)} ${r.p50.toFixed(2).padStart(7)}  ${r.p99.toFixed(2).padStart(7)}  ${r.rps.toFixed(0).padStart(8)}`);
+      console.log(`${era.padEnd(7)} ${name.padEnd(22)} ${r.p50.toFixed(2).padStart(8)} ${r.p99.toFixed(2).padStart(8)}  ${r.rps.toFixed(0).padStart(8)}`);
     }
     console.log("\nratios (portcullis ÷ baseline; latency >1 = slower, throughput <1 = fewer calls/s)");
     for (const era of ["legacy", "modern"]) {
       const g = results[`${era}/portcullis`];
-      for (const base of ["direct", "passthrough-worker"]) {
+      for (const base of ["direct", "passthrough-worker", "portcullis-no-ledger"]) {
         const b = results[`${era}/${base}`];
-        console.log(`${era.padEnd(7)} vs ${base.padEnd(19)} p50 ×${(g.p50 / b.p50).toFixed(2)}  p99 ×${(g.p99 / b.p99).toFixed(2)}  calls/s ×${(g.rps / b.rps).toFixed(2)}`);
+        console.log(`${era.padEnd(7)} vs ${base.padEnd(21)} p50 ×${(g.p50 / b.p50).toFixed(2)}  p99 ×${(g.p99 / b.p99).toFixed(2)}  calls/s ×${(g.rps / b.rps).toFixed(2)}`);
       }
     }
+    console.log("\nthe ledger's share of a governed call (portcullis − portcullis-no-ledger: its decision + outcome appends)");
+    for (const era of ["legacy", "modern"]) {
+      const g = results[`${era}/portcullis`];
+      const n = results[`${era}/portcullis-no-ledger`];
+      console.log(`${era.padEnd(7)} p50 +${(g.p50 - n.p50).toFixed(2)} ms  p99 +${(g.p99 - n.p99).toFixed(2)} ms  (${((100 * (g.p50 - n.p50)) / g.p50).toFixed(0)}% of the p50)`);
+    }
+    console.log(`decision + outcome appends, sequential, from a Worker (${PAIRS} pairs): p50 ${ledger.pairs.p50.toFixed(2)} ms  p99 ${ledger.pairs.p99.toFixed(2)} ms`);
+
+    console.log(`\nledger: one chain (LedgerDO in workerd), ${APPENDS} one-entry appends per level, timed inside the Worker; target ≥ ${TARGET_APPENDS_PER_S} appends/s`);
+    console.log("in flight   appends/s   ms total   transactions   appends/transaction   D1 flushed after   vs target");
+    for (const l of ledger.levels) {
+      const flushed = l.flushS === null ? "> 30 s" : `${l.flushS.toFixed(1)} s`;
+      console.log(`${String(l.inFlight).padStart(9)}   ${l.perS.toFixed(0).padStart(9)}   ${l.ms.toFixed(0).padStart(8)}   ${String(l.transactions).padStart(12)}   ${l.perTx.toFixed(1).padStart(19)}   ${flushed.padStart(16)}   ×${(l.perS / TARGET_APPENDS_PER_S).toFixed(2)}`);
+    }
+    const last = ledger.levels[ledger.levels.length - 1];
+    if (last) console.log(`checkpoints: the last chain (${last.seq} entries) is signed up to ${last.checkpointSize}${last.checkpointProblem ? ` (problem: ${last.checkpointProblem})` : ""}`);
   } finally {
     await stopAll();
   }

@@ -45,7 +45,9 @@ function usage(code = 1) {
                           --aud URL      aud = URL, iss = --iss or the same URL
                         default: --port 8787; --iss overrides the issuer in every case;
                         the dev key is .portcullis/dev-signing-key.json (PORTCULLIS_DEV_KEY_FILE overrides)
-  portcullis token mint --url GATEWAY --token ADMIN_GRANT --sub ...  through POST /v1/grants`);
+  portcullis token mint --url GATEWAY --token ADMIN_GRANT --sub ...  through POST /v1/grants
+  portcullis ledger verify|export|trace ...  the ledger: verify an export offline, export or trace
+                        from a gateway (portcullis ledger --help)`);
   process.exit(code);
 }
 
@@ -253,6 +255,11 @@ function stopChildrenOnSignal(children /* read at each signal: callers may add t
 async function main() {
   const a = args(process.argv.slice(2));
   const cmd = a._[0];
+  if (cmd === "ledger") {
+    // verify | export | trace: bin/ledger-cli.mjs owns the ledger commands and their flags.
+    const { ledgerCommand } = await import("./ledger-cli.mjs");
+    process.exit(await ledgerCommand(process.argv.slice(3)));
+  }
   if (cmd === "doctor") {
     if (typeof a.config !== "string") usage();
     // Where will it run? --local: on loopback (portcullis dev); --deployed: on a public hostname.

@@ -6,7 +6,8 @@
  * that failed its format check, or build a name outside this module.
  */
 import type { Env } from "../src/env.ts";
-import type { CredentialsApi, RevocationsApi, SessionApi } from "./records.ts";
+import { GLOBAL_CHAIN } from "../src/ledger/records.ts";
+import type { CredentialsApi, LedgerApi, RevocationsApi, SessionApi } from "./records.ts";
 
 /** Legacy session ids the gateway issues: 192 random bits as 48 lowercase hex characters. */
 export const SESSION_ID = /^[0-9a-f]{48}$/;
@@ -53,4 +54,13 @@ export function revocationObject(env: Env, jti: string): RevocationsApi {
 /** One principal's sealed upstream credentials. */
 export function credentialsObject(env: Env, principal: string): CredentialsApi {
   return stub<CredentialsApi>(env.CREDENTIALS, `principal:${principal}`);
+}
+
+export { GLOBAL_CHAIN };
+/** Team names become chain names (the chain is the team); `_global` is reserved. */
+export const CHAIN_NAME = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$|^_global$/;
+
+/** The LedgerDO holding one chain; null when the name is not a chain name. */
+export function ledgerObject(env: Env, chain: string): LedgerApi | null {
+  return CHAIN_NAME.test(chain) ? stub<LedgerApi>(env.LEDGER, `chain:${chain}`) : null;
 }

@@ -6,6 +6,9 @@ export interface Env {
   SESSIONS: DurableObjectNamespace;
   REVOCATIONS: DurableObjectNamespace;
   CREDENTIALS: DurableObjectNamespace;
+  LEDGER: DurableObjectNamespace;
+  /** The shared ledger store all teams' auditors query (migrations/). */
+  LEDGER_DB: D1Database;
   /** portcullis.yaml text, delivered as a var at deploy (or by `portcullis dev`). */
   PORTCULLIS_CONFIG?: string;
   [secretOrVar: string]: unknown;

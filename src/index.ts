@@ -5,18 +5,20 @@
  */
 import { Hono } from "hono";
 import { signingKeys } from "./identity/auth.ts";
-import { protectedResourceMetadata } from "./identity/metadata.ts";
+import { canonicalUrl, protectedResourceMetadata } from "./identity/metadata.ts";
 import { publicJwks } from "./identity/tokens.ts";
 import { readiness, summary } from "./mcp/health.ts";
 import { configOr503, requestConfig, servableConfig } from "./routes/config-view.ts";
 import { deleteCredentialRoute, putCredentialRoute } from "./routes/credentials.ts";
 import { type AppEnv, gate } from "./routes/gate.ts";
 import { mintGrantRoute, revokeGrantRoute } from "./routes/grants.ts";
+import { exportRoute, searchRoute, traceRoute } from "./routes/ledger.ts";
 import { mcpRoutes } from "./routes/mcp.ts";
 import { operatorMcp } from "./routes/operator.ts";
 import { jsonResponse } from "./wire/http.ts";
 
 export { CredentialsDO } from "../durable-objects/credentials.ts";
+export { LedgerDO } from "../durable-objects/ledger.ts";
 export { RevocationsDO } from "../durable-objects/revocations.ts";
 export { SessionDO } from "../durable-objects/session.ts";
 
@@ -24,6 +26,7 @@ const app = new Hono<AppEnv>();
 
 const admin = gate({ path: "/", role: "admin", allowActor: false });
 const agent = gate({ path: "/", role: "agent", allowActor: true, scoped: true });
+const auditor = gate({ path: "/", role: ["auditor", "admin"], allowActor: false });
 
 for (const path of ["/.well-known/oauth-protected-resource", "/.well-known/oauth-protected-resource/mcp", "/.well-known/oauth-protected-resource/operator/mcp"]) {
   app.get(path, (c) => {
@@ -41,10 +44,14 @@ app.get("/.well-known/jwks.json", async (c) => {
   return c.json(keys ? publicJwks(await keys) : { keys: [] }, 200, { "cache-control": "public, max-age=300" });
 });
 
-app.post("/v1/grants", admin, (c) => mintGrantRoute(c.req.raw, c.env, c.var.cfg));
+app.post("/v1/grants", admin, (c) => mintGrantRoute(c.req.raw, c.env, c.var.cfg, c.var.principal));
 app.post("/v1/grants/:jti/revoke", admin, (c) => revokeGrantRoute(c.req.raw, c.env, c.var.cfg, c.req.param("jti"), c.var.principal));
 app.put("/v1/credentials/:upstream", agent, (c) => putCredentialRoute(c.req.raw, c.env, c.var.cfg, c.var.principal, c.req.param("upstream")));
 app.delete("/v1/credentials/:upstream", agent, (c) => deleteCredentialRoute(c.env, c.var.cfg, c.var.principal, c.req.param("upstream")));
+
+app.get("/v1/ledger", auditor, (c) => searchRoute(c.env, c.var.principal, new URL(c.req.url).searchParams));
+app.get("/v1/ledger/export", auditor, (c) => exportRoute(c.env, c.var.principal, c.req.query("team") ?? null, canonicalUrl(c.var.cfg, c.req.raw)));
+app.get("/v1/ledger/:id/trace", auditor, (c) => traceRoute(c.env, c.var.principal, c.req.param("id"), c.req.query("team") ?? null));
 
 app.all("/operator/mcp", gate({ path: "/operator/mcp", role: ["auditor", "approver", "operator", "admin"], allowActor: false }), (c) =>
   operatorMcp(c.req.raw, c.env, c.var.cfg, c.var.principal),

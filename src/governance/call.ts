@@ -36,7 +36,7 @@ export interface Answer {
 }
 
 /** The `_meta` key under which an answer carries its ledger receipt. */
-export const RECEIPT_META = "io.portcullis/receipt";
+export const RECEIPT_META = "portcullis/receipt";
 
 class StepFailed extends Error {
   constructor(readonly step: string, cause: unknown) {
@@ -128,7 +128,7 @@ async function governedSteps(deps: GovernanceDeps, call: ToolCall): Promise<Answ
   // 10 write-ahead: the decision is durable before anything reaches the upstream.
   const receipt = await step("ledger", () => deps.ledger.decision({
     principal: call.principal.sub, team: call.principal.team, runId: call.runId, upstream: target.upstream.name, tool: target.tool.name,
-    classification, decision, ...(hold.holdId ? { holdId: hold.holdId } : {}),
+    arguments: call.arguments, classification, decision, ...(hold.holdId ? { holdId: hold.holdId } : {}),
   }));
 
   // 11 forward: the leg never throws.
@@ -136,7 +136,7 @@ async function governedSteps(deps: GovernanceDeps, call: ToolCall): Promise<Answ
   const leg = await deps.upstream.call(target, upstreamRequest(call, target.tool.name));
   const durationMs = deps.clock() - started;
   if (leg.kind !== "answered") {
-    await step("ledger", () => deps.ledger.outcome({ decision: receipt, status: leg.kind === "failed" ? "failed" : "uncertain", durationMs, obligationsApplied: [], reason: leg.reason }));
+    await step("ledger", () => deps.ledger.outcome({ decision: receipt, status: leg.kind === "failed" ? "failed" : "uncertain", answer: null, durationMs, obligationsApplied: [], reason: leg.reason }));
     return notAnswered(call, leg);
   }
 
@@ -146,7 +146,7 @@ async function governedSteps(deps: GovernanceDeps, call: ToolCall): Promise<Answ
   // 13 outcome: durable before the agent sees the result.
   const status = shaped.ok ? outcomeOf(leg.response) : "failed";
   const outcome = await step("ledger", () => deps.ledger.outcome({
-    decision: receipt, status, durationMs, obligationsApplied: shaped.ok ? shaped.applied : [], ...(shaped.ok ? {} : { reason: shaped.refusal.reason }),
+    decision: receipt, status, answer: leg.response, durationMs, obligationsApplied: shaped.ok ? shaped.applied : [], ...(shaped.ok ? {} : { reason: shaped.refusal.reason }),
   }));
   if (!shaped.ok) return refused(call, shaped.refusal);
 

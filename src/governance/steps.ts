@@ -164,7 +164,8 @@ export interface Receipt {
   chain: string;
   seq: number;
   hash: string;
-  decisionId: string;
+  /** The id of the call's decision record (wire name: it travels as is in `_meta`). */
+  decision_id: string;
 }
 export interface DecisionRecord {
   principal: string;
@@ -172,6 +173,8 @@ export interface DecisionRecord {
   runId: string | null;
   upstream: string;
   tool: string;
+  /** The call's arguments; the ledger keeps them as the mapping says (canonical, hashed or redacted). */
+  arguments: JsonObject | undefined;
   classification: Classification;
   decision: Decision;
   holdId?: string;
@@ -180,6 +183,8 @@ export type OutcomeStatus = "succeeded" | "failed" | "uncertain";
 export interface OutcomeRecord {
   decision: Receipt | null;
   status: OutcomeStatus;
+  /** What the upstream answered (its hash is recorded, never the content); null when nothing came back. */
+  answer: JsonRpcResponse | null;
   durationMs: number;
   obligationsApplied: string[];
   reason?: string;

@@ -86,6 +86,14 @@ export async function allPages(ctx: CallContext, up: UpstreamConfig, msg: JsonRp
   return pages;
 }
 
+/** One `tools.listed` record per tools/list: the exposed names shown, and those the grant or the upstream's allow/deny hid. */
+function recordListing(ctx: CallContext, listedBy: (readonly [UpstreamConfig, Json[]])[], shownItems: Json[]): void {
+  const shown = shownItems.flatMap((t) => (isObject(t) && typeof t.name === "string" ? [t.name] : []));
+  const seen = new Set(shown);
+  const hidden = listedBy.flatMap(([up, raw]) => raw.flatMap((t) => (isObject(t) && typeof t.name === "string" && !seen.has(exposeName(up, t.name)) ? [exposeName(up, t.name)] : [])));
+  ctx.ledger.listed(shown, hidden);
+}
+
 export async function aggregateList(ctx: CallContext, msg: JsonRpcRequest): Promise<Outcome> {
   const kind = LISTS[msg.method]!;
   const ups = ctx.cfg.upstreams;
@@ -98,6 +106,7 @@ export async function aggregateList(ctx: CallContext, msg: JsonRpcRequest): Prom
     const listed = r[kind.key] as Json[];
     if (kind.key === "tools" && typeof msg.params?.cursor !== "string" && (typeof r.nextCursor !== "string" || r.nextCursor === "")) await rememberTools(ctx, up, listed);
     const items = listed.map((i) => renameItem(ctx, kind, up, i)).filter((i): i is Json => i !== null);
+    if (kind.key === "tools") recordListing(ctx, [[up, listed]], items);
     const ttls = typeof r.ttlMs === "number" ? [r.ttlMs] : [];
     const scopes = typeof r.cacheScope === "string" ? [r.cacheScope] : [];
     return { ...out, response: { ...out.response, result: stampCache(ctx, { ...r, [kind.key]: items }, ttls, scopes) } };
@@ -109,9 +118,10 @@ export async function aggregateList(ctx: CallContext, msg: JsonRpcRequest): Prom
   const ttls: number[] = [];
   const scopes: string[] = [];
   const perUpstream = await Promise.all(ups.map(async (up) => {
-    if (!grantReachesUpstream(ctx.principal, up)) return [] as Json[];
+    const none = { up, raw: [] as Json[], items: [] as Json[] };
+    if (!grantReachesUpstream(ctx.principal, up)) return none;
     const caps = await ctx.capabilities(up).catch(() => undefined);
-    if (caps && !isObject(caps[kind.capability])) return [] as Json[];
+    if (caps && !isObject(caps[kind.capability])) return none;
     const raw: Json[] = [];
     const pages = await allPages(ctx, up, msg, kind.key, (i) => {
       raw.push(i);
@@ -120,8 +130,10 @@ export async function aggregateList(ctx: CallContext, msg: JsonRpcRequest): Prom
     if (kind.key === "tools" && pages.complete) await rememberTools(ctx, up, raw);
     ttls.push(...pages.ttls);
     scopes.push(...pages.scopes);
-    return pages.items;
+    return { up, raw, items: pages.items };
   }));
-  const result: JsonObject = { [kind.key]: perUpstream.flat() };
+  const items = perUpstream.flatMap((p) => p.items);
+  if (kind.key === "tools") recordListing(ctx, perUpstream.map((p) => [p.up, p.raw] as const), items);
+  const result: JsonObject = { [kind.key]: items };
   return { response: { jsonrpc: "2.0", id: msg.id, result: stampCache(ctx, result, ttls, scopes) }, status: 200 };
 }

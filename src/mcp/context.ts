@@ -8,6 +8,7 @@ import type { Env } from "../env.ts";
 import type { Principal } from "../config/principal.ts";
 import type { JsonObject, JsonRpcNotification, JsonRpcRequest } from "../wire/jsonrpc.ts";
 import type { Era, Leg } from "../../durable-objects/records.ts";
+import type { LedgerWriter } from "../governance/steps.ts";
 
 /** What a front knows about one HTTP request once the gate let it through. */
 export interface FrontContext {
@@ -15,6 +16,8 @@ export interface FrontContext {
   cfg: GatewayConfig;
   /** Who is calling (verified grant, or the loopback actor); `principal.sub` owns sessions, runs and upstream legs. */
   principal: Principal;
+  /** The gateway's canonical URL (grant audience, ledger checkpoint origins). */
+  gateway: string;
   waitUntil(p: Promise<unknown>): void;
 }
 
@@ -32,6 +35,12 @@ export interface Relay {
    * client's stream the same way if the client can resume it; the call goes on either way.
    */
   mirrorClose?(): Promise<void>;
+}
+
+/** The governed path's ledger, plus the one record per tools/list (src/mcp/ledger-writer.ts). */
+export interface CallLedger extends LedgerWriter {
+  /** The names shown and those hidden from this caller (not awaited by the list). */
+  listed(shown: string[], hidden: string[]): void;
 }
 
 export interface CallContext {
@@ -54,6 +63,8 @@ export interface CallContext {
   callerFiltered: boolean;
   /** The run calls belong to: the legacy session id, or the modern Portcullis-Run-Id (null without one). */
   runId: string | null;
+  /** This caller's team chain: decision, outcome, blocked and tools.listed records. */
+  ledger: CallLedger;
   /** Records which upstream serves client request `id` (legacy cancellation). */
   recordRequest(id: string | number, up: UpstreamConfig): Promise<void>;
 }

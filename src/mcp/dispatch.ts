@@ -9,7 +9,7 @@
  */
 import type { UpstreamConfig } from "../config/load.ts";
 import { type GovernanceDeps, governedPassThrough, governToolCall } from "../governance/call.ts";
-import { NO_HALTS, NO_HOLDS, NO_LEDGER, NO_MAPPINGS, OPEN_POLICY, type ToolCall } from "../governance/steps.ts";
+import { NO_HALTS, NO_HOLDS, NO_MAPPINGS, OPEN_POLICY, type ToolCall } from "../governance/steps.ts";
 import { toolCatalog } from "./catalog.ts";
 import { grantReachesUpstream } from "../governance/grant-scope.ts";
 import { aggregateList, LISTS } from "./aggregate.ts";
@@ -48,7 +48,7 @@ function governance(ctx: CallContext): GovernanceDeps {
     mappings: NO_MAPPINGS,
     policy: OPEN_POLICY,
     holds: NO_HOLDS,
-    ledger: NO_LEDGER,
+    ledger: ctx.ledger,
     upstream: { call: (target, request) => callLeg(ctx, target.upstream, request) },
     clock: Date.now,
   };

@@ -26,10 +26,13 @@ import { relayGetStream, replayStream } from "./streams.ts";
 import { postUpstream, modernMeta } from "./upstream.ts";
 import { GATEWAY_INFO, LATEST_LEGACY, LEGACY_VERSIONS, META, isLegacyVersion } from "./versions.ts";
 import { jsonResponse, refuse } from "../wire/http.ts";
+import { frontLedger } from "./ledger-writer.ts";
 
 type Store = SessionApi;
 
 const SESSION_HDR = "mcp-session-id";
+/** How long a POST stream may run before its events are kept for resumption (see legacyPost). */
+const PERSIST_AFTER_MS = 250;
 const BRIDGE = "__bridge__";
 
 function notFound(id: JsonRpcMessage | null = null): Response {
@@ -75,7 +78,7 @@ function legacyContext(
   fc: FrontContext, store: Store, rec: SessionRecord, signal: AbortSignal, emit: (m: JsonRpcMessage) => Promise<void>, stream?: StreamControl,
 ): CallContext {
   return {
-    cfg: fc.cfg, era: "legacy", principal: fc.principal, signal, paramHeaders: [], callerFiltered: fc.principal.tools !== null, runId: rec.id,
+    cfg: fc.cfg, era: "legacy", principal: fc.principal, signal, paramHeaders: [], callerFiltered: fc.principal.tools !== null, runId: rec.id, ledger: frontLedger(fc),
     leg: async (up) => legOf(rec, up),
     renewLeg: async (up) => {
       const fresh = await openLegacyClientLeg(up, rec.protocolVersion, rec.clientCapabilities, rec.clientInfo);
@@ -196,12 +199,31 @@ export async function legacyPost(fc: FrontContext, req: Request, msg: JsonRpcMes
   // The version this request speaks (the header, else the session's): priming events (empty
   // data) only from 2025-11-25 on, as the SDK's servers do, since older clients may fail on them.
   const version = req.headers.get("mcp-protocol-version")?.trim() || rec.protocolVersion;
+  // A stream that completes quickly with its client still there is never written to the buffer:
+  // events wait in memory and become durable (all of them, and every later one as it comes) once
+  // the stream outlives PERSIST_AFTER_MS, the client goes away, or the stream is closed early.
+  let durable = false;
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const waiting: { seq: number; data: string }[] = [];
+  const goDurable = () => {
+    if (durable) return;
+    durable = true;
+    if (timer !== undefined) clearTimeout(timer);
+    append(waiting.splice(0), false);
+    fc.waitUntil(chain);
+  };
   const resumable: Resumable = {
     streamId, retryMs: fc.cfg.sseRetryMs, priming: version >= "2025-11-25",
-    open: () => append([], false),
-    persist: (seq, data) => append([{ seq, data }], false),
-    flushed: () => chain.then(() => undefined),
-    finish: () => { append([], true); fc.waitUntil(chain); },
+    open: () => { timer = setTimeout(goDurable, PERSIST_AFTER_MS); },
+    persist: (seq, data) => { if (durable) append([{ seq, data }], false); else waiting.push({ seq, data }); },
+    lost: goDurable,
+    flushed: () => { goDurable(); return chain.then(() => undefined); },
+    finish: () => {
+      if (timer !== undefined) clearTimeout(timer);
+      if (!durable) return;
+      append([], true);
+      fc.waitUntil(chain);
+    },
   };
   // A disconnect is not a cancellation: the call runs on and its events stay resumable.
   const signal = new AbortController().signal;

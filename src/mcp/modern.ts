@@ -19,6 +19,7 @@ import type { UpstreamLegRecord } from "../../durable-objects/records.ts";
 import { routingName } from "./upstream.ts";
 import { GATEWAY_INFO, META, MODERN_VERSION, REMOVED_IN_MODERN, SUPPORTED_VERSIONS } from "./versions.ts";
 import { jsonResponse, refuse } from "../wire/http.ts";
+import { frontLedger } from "./ledger-writer.ts";
 
 /** Decodes a SEP-2243 header value (`=?base64?…?=` or literal); null when malformed. */
 export function decodeHeaderValue(v: string): string | null {
@@ -85,7 +86,7 @@ function modernContext(fc: FrontContext, req: Request, msg: JsonRpcRequest, runI
     return r;
   };
   return {
-    cfg: fc.cfg, era: "modern", principal: fc.principal, signal: req.signal, paramHeaders, callerFiltered: fc.principal.tools !== null, runId,
+    cfg: fc.cfg, era: "modern", principal: fc.principal, signal: req.signal, paramHeaders, callerFiltered: fc.principal.tools !== null, runId, ledger: frontLedger(fc),
     leg: async (up) => {
       const rec = await legRec(up.name, () => modernLegFor(fc.env, fc.principal.sub, up));
       if (logLevel !== undefined) await applyLogLevel(up, fc.principal.sub, rec, logLevel).catch(() => undefined);

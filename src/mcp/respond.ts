@@ -25,8 +25,10 @@ export interface Resumable {
    * which the client can always resume, is ever closed early.
    */
   priming: boolean;
-  /** Registers the stream in the buffer as soon as it opens (resuming from `<stream>/0` works). */
+  /** The stream opened (the buffer keeps it from then on, or once it proves long-lived; see legacy.ts). */
   open(): void;
+  /** A write to the client failed: it went away, and everything from now on must be resumable. */
+  lost(): void;
   /** Persists event `seq` (1-based; 0 is the priming event) of this stream. */
   persist(seq: number, data: string): void;
   /** Resolves once everything handed to open() and persist() so far is stored. */
@@ -78,6 +80,7 @@ export function respond(
         await writer.write(chunk);
       } catch {
         clientGone = true;
+        opts.resumable?.lost();
       }
     };
     const open = () => {

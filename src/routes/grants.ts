@@ -14,6 +14,7 @@ import { canonicalUrl, issuerOf } from "../identity/metadata.ts";
 import type { Principal } from "../config/principal.ts";
 import { revocationObject } from "../../durable-objects/names.ts";
 import { mintGrant } from "../identity/tokens.ts";
+import { appendRecord } from "../mcp/ledger-writer.ts";
 import { jsonResponse } from "../wire/http.ts";
 
 const mintBody = z.strictObject({
@@ -37,7 +38,10 @@ async function body(req: Request): Promise<unknown> {
   }
 }
 
-export async function mintGrantRoute(req: Request, env: Env, cfg: GatewayConfig): Promise<Response> {
+const signingOf = (cfg: GatewayConfig, req: Request) => ({ secret: cfg.auth.signingKeySecret, gateway: canonicalUrl(cfg, req) });
+
+/** Mints a grant; the `grant.minted` record (never the token) is durable in the grant team's chain before the token is returned. */
+export async function mintGrantRoute(req: Request, env: Env, cfg: GatewayConfig, by: Principal): Promise<Response> {
   const parsed = mintBody.safeParse(await body(req));
   if (!parsed.success) return bad(parsed.error.issues.map((i) => `${i.path.join(".") || "(body)"}: ${i.message}`).join("; "));
   const b = parsed.data;
@@ -47,6 +51,11 @@ export async function mintGrantRoute(req: Request, env: Env, cfg: GatewayConfig)
   if (!keysP) return bad(`no signing key is configured (set the ${cfg.auth.signingKeySecret} secret)`, 503);
   const claims = { iss: issuerOf(cfg, req), aud: canonicalUrl(cfg, req), sub: b.sub, team: b.team, roles: b.roles, tools: b.tools, ttlSeconds: ttl, ...(b.budget ? { budget: b.budget } : {}) };
   const minted = await mintGrant(await keysP, claims, { maxLifetimeSeconds: cfg.auth.maxTokenLifetimeS });
+  try {
+    await appendRecord(env, signingOf(cfg, req), b.team, "grant.minted", { jti: minted.jti, sub: b.sub, team: b.team, roles: b.roles, tools: b.tools, exp: minted.exp, by: by.sub });
+  } catch (e) {
+    return bad(`the grant was not issued: its ledger record could not be written (${(e as Error).message})`, 503);
+  }
   return jsonResponse({ token: minted.token, jti: minted.jti, exp: minted.exp }, 201, { "cache-control": "no-store" });
 }
 
@@ -59,11 +68,25 @@ export function revocationUntil(cfg: GatewayConfig, given: unknown): number {
   return typeof given === "number" && Number.isFinite(given) ? Math.max(given, floor) : floor;
 }
 
+/**
+ * Revokes `jti` (effective on the next request everywhere) and records `grant.revoked` on the
+ * revoker's team chain. The revocation stands even if the record cannot be written; the answer
+ * then says so.
+ */
+export async function revokeGrant(env: Env, cfg: GatewayConfig, gateway: string, jti: string, given: unknown, by: Principal): Promise<{ revoked: string; until: number; warning?: string }> {
+  const until = revocationUntil(cfg, given);
+  await revocationObject(env, jti).revoke(jti, until, by.sub);
+  try {
+    await appendRecord(env, { secret: cfg.auth.signingKeySecret, gateway }, by.team, "grant.revoked", { jti, until, by: by.sub });
+  } catch (e) {
+    return { revoked: jti, until, warning: `the revocation applies, but its ledger record could not be written (${(e as Error).message})` };
+  }
+  return { revoked: jti, until };
+}
+
 export async function revokeGrantRoute(req: Request, env: Env, cfg: GatewayConfig, jti: string, by: Principal): Promise<Response> {
   if (!/^[A-Za-z0-9_-]{8,128}$/.test(jti)) return bad("jti must be 8–128 characters of [A-Za-z0-9_-]");
   const b = await body(req);
   const given = b && typeof b === "object" && "exp" in b ? (b as { exp: unknown }).exp : undefined;
-  const exp = revocationUntil(cfg, given);
-  await revocationObject(env, jti).revoke(jti, exp, by.sub);
-  return jsonResponse({ revoked: jti, until: exp });
+  return jsonResponse(await revokeGrant(env, cfg, canonicalUrl(cfg, req), jti, given, by));
 }

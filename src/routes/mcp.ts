@@ -6,6 +6,7 @@
  * Must never: look at anything but the parsed body and the protocol headers to pick the era.
  */
 import { Hono } from "hono";
+import { canonicalUrl } from "../identity/metadata.ts";
 import type { FrontContext } from "../mcp/context.ts";
 import { readPost } from "../mcp/edge.ts";
 import { legacyDelete, legacyGet, legacyPost } from "../mcp/legacy.ts";
@@ -37,7 +38,7 @@ async function serve(fc: FrontContext, req: Request): Promise<Response> {
 }
 
 mcpRoutes.on(["POST", "GET", "DELETE"], "/mcp", gate({ path: "/mcp", role: "agent", allowActor: true, scoped: true }), (c) =>
-  serve({ env: c.env, cfg: c.var.cfg, principal: c.var.principal, waitUntil: waitUntilOf(c) }, c.req.raw),
+  serve({ env: c.env, cfg: c.var.cfg, principal: c.var.principal, gateway: canonicalUrl(c.var.cfg, c.req.raw), waitUntil: waitUntilOf(c) }, c.req.raw),
 );
 
 mcpRoutes.all("/mcp", () => refuse(405, ErrorCode.InvalidRequest, "Method Not Allowed: use POST, GET or DELETE", null, { allow: "POST, GET, DELETE" }));

@@ -13,6 +13,8 @@ export interface OperatorContext {
   env: Env;
   cfg: GatewayConfig;
   principal: Principal;
+  /** The gateway's canonical URL. */
+  gateway: string;
 }
 
 export interface OperatorTool {

@@ -1,10 +1,12 @@
 /**
- * The operator tools that exist today: whoami, upstream status, and grant revocation.
+ * The operator tools that exist today: whoami, upstream status, grant revocation, and ledger
+ * search and trace (an auditor's own team; admin any).
  * Must never: reveal secrets (upstream headers) or another principal's token.
  */
-import { revocationObject } from "../../durable-objects/names.ts";
 import { readiness, summary } from "../mcp/health.ts";
-import { revocationUntil } from "./grants.ts";
+import { revokeGrant } from "./grants.ts";
+import { searchRoute, traceRoute } from "./ledger.ts";
+import type { JsonObject } from "../wire/jsonrpc.ts";
 import { registerOperatorTool } from "./operator-registry.ts";
 
 registerOperatorTool({
@@ -37,11 +39,43 @@ registerOperatorTool({
     additionalProperties: false,
   },
   roles: ["admin"],
-  run: async (args, { env, cfg, principal }) => {
+  run: async (args, { env, cfg, principal, gateway }) => {
     const jti = args.jti;
     if (typeof jti !== "string" || !/^[A-Za-z0-9_-]{8,128}$/.test(jti)) throw new Error("jti must be 8–128 characters of [A-Za-z0-9_-]");
-    const exp = revocationUntil(cfg, args.exp);
-    await revocationObject(env, jti).revoke(jti, exp, principal.sub);
-    return { revoked: jti, until: exp };
+    return { ...(await revokeGrant(env, cfg, gateway, jti, args.exp, principal)) };
   },
+});
+
+/** A ledger route's JSON answer as a tool result; its error as a tool error. */
+async function fromRoute(r: Response): Promise<JsonObject> {
+  const body = (await r.json()) as JsonObject;
+  if (!r.ok) throw new Error(typeof body.error === "string" ? body.error : `HTTP ${r.status}`);
+  return body;
+}
+
+registerOperatorTool({
+  name: "portcullis.ledger_search",
+  description: "Searches the ledger (newest first): filter by team, principal, tool, kind, status, since/until (ISO times); `after` continues from a previous page's `next`.",
+  inputSchema: {
+    type: "object",
+    properties: {
+      ...Object.fromEntries(["team", "principal", "tool", "kind", "status", "since", "until", "after"].map((k) => [k, { type: "string" }])),
+      limit: { type: "integer", minimum: 1, maximum: 1000 },
+    },
+    additionalProperties: false,
+  },
+  roles: ["auditor", "admin"],
+  run: async (args, { env, principal }) => {
+    const q = new URLSearchParams();
+    for (const [k, v] of Object.entries(args)) if (typeof v === "string" || typeof v === "number") q.set(k, String(v));
+    return fromRoute(await searchRoute(env, principal, q));
+  },
+});
+
+registerOperatorTool({
+  name: "portcullis.ledger_trace",
+  description: "Every ledger record of one call (decision, enforcement, outcome, holds) by its decision id, with what became of it.",
+  inputSchema: { type: "object", properties: { id: { type: "string" }, team: { type: "string" } }, required: ["id"], additionalProperties: false },
+  roles: ["auditor", "admin"],
+  run: async (args, { env, principal }) => fromRoute(await traceRoute(env, principal, String(args.id), typeof args.team === "string" ? args.team : null)),
 });

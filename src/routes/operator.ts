@@ -15,6 +15,7 @@ import { GATEWAY_INFO, LATEST_LEGACY, META, SUPPORTED_VERSIONS, isLegacyVersion 
 import { operatorTool, operatorToolsFor } from "./operator-registry.ts";
 import "./operator-tools.ts";
 import { jsonResponse, refuse } from "../wire/http.ts";
+import { canonicalUrl } from "../identity/metadata.ts";
 
 export async function operatorMcp(req: Request, env: Env, cfg: GatewayConfig, principal: Principal): Promise<Response> {
   if (req.method !== "POST") return refuse(405, ErrorCode.InvalidRequest, "Method Not Allowed: /operator/mcp is stateless; use POST", null, { allow: "POST" });
@@ -48,7 +49,7 @@ export async function operatorMcp(req: Request, env: Env, cfg: GatewayConfig, pr
       if (!tool) return jsonResponse(errorResponse(msg.id, ErrorCode.InvalidParams, `Unknown tool: ${String(name)}`));
       const args = isObject(msg.params?.arguments) ? msg.params.arguments : {};
       try {
-        const out = await tool.run(args, { env, cfg, principal });
+        const out = await tool.run(args, { env, cfg, principal, gateway: canonicalUrl(cfg, req) });
         return ok({ content: [{ type: "text", text: JSON.stringify(out) }], structuredContent: out });
       } catch (e) {
         return ok({ content: [{ type: "text", text: `${tool.name} failed: ${(e as Error).message}` }], isError: true });

@@ -117,7 +117,7 @@ describe("401 and 403 challenges", () => {
 });
 
 describe("roles and the operator endpoint", () => {
-  it("lists portcullis.* tools by role; an admin also sees revoke_grant", async () => {
+  it("lists portcullis.* tools by role; auditors see the ledger tools, an admin also revoke_grant", async () => {
     const names = async (roles: string[]) => {
       const r = await op((await grant({ roles })).token, rpc("tools/list"));
       expect(r.status).toBe(200);
@@ -125,7 +125,8 @@ describe("roles and the operator endpoint", () => {
     };
     expect(await names(["operator"])).toEqual(["portcullis.upstreams", "portcullis.whoami"]);
     expect(await names(["approver"])).toEqual(["portcullis.whoami"]);
-    expect(await names(["admin"])).toEqual(["portcullis.revoke_grant", "portcullis.upstreams", "portcullis.whoami"]);
+    expect(await names(["auditor"])).toEqual(["portcullis.ledger_search", "portcullis.ledger_trace", "portcullis.upstreams", "portcullis.whoami"]);
+    expect(await names(["admin"])).toEqual(["portcullis.ledger_search", "portcullis.ledger_trace", "portcullis.revoke_grant", "portcullis.upstreams", "portcullis.whoami"]);
     const who = await op((await grant({ roles: ["auditor"], sub: "human:leo" })).token, rpc("tools/call", { name: "portcullis.whoami", arguments: {} }));
     expect(((await who.json()) as { result: { structuredContent: { sub: string } } }).result.structuredContent.sub).toBe("human:leo");
     const hidden = await op((await grant({ roles: ["operator"] })).token, rpc("tools/call", { name: "portcullis.revoke_grant", arguments: { jti: "abcdefgh" } }));

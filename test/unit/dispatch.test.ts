@@ -13,6 +13,7 @@ import { clearCatalog, noteNotification } from "../../src/mcp/catalog-store.ts";
 import type { CallContext } from "../../src/mcp/context.ts";
 import { dispatch } from "../../src/mcp/dispatch.ts";
 import { callLeg } from "../../src/mcp/forward.ts";
+import { NO_LEDGER } from "../../src/governance/steps.ts";
 import type { JsonObject, JsonRpcRequest } from "../../src/wire/jsonrpc.ts";
 
 const LONG = `create_${"very_".repeat(14)}long_tool_name`;
@@ -56,7 +57,7 @@ function ctx(upstreams: UpstreamConfig[], who: Principal = everyone, era: "legac
   const cfg = { upstreams } as unknown as GatewayConfig;
   const emitted: JsonObject[] = [];
   return {
-    cfg, era, principal: who, signal: new AbortController().signal, paramHeaders: [], callerFiltered: who.tools !== null, runId: null,
+    cfg, era, principal: who, signal: new AbortController().signal, paramHeaders: [], callerFiltered: who.tools !== null, runId: null, ledger: { ...NO_LEDGER, listed: () => undefined },
     leg: async () => ({ era: "modern", meta: {} }),
     renewLeg: async () => null,
     capabilities: async () => ({ tools: {}, prompts: {}, resources: {} }),

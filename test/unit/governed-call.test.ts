@@ -43,8 +43,8 @@ function fakes(leg: LegResult | (() => Promise<LegResult>), over: Partial<Govern
     policy: { version: "p1", decide: async () => { events.push("decide"); return { decision: "allow", rule: "r1", reason: "ok", obligations: [], mode: "enforce", policyVersion: "p1" }; } },
     holds: NO_HOLDS,
     ledger: {
-      decision: async () => { events.push("write_ahead"); return { chain: "infra", seq: 1, hash: "h1", decisionId: "d1" }; },
-      outcome: async (r) => { events.push(`outcome:${r.status}`); return { chain: "infra", seq: 2, hash: "h2", decisionId: "d1" }; },
+      decision: async () => { events.push("write_ahead"); return { chain: "infra", seq: 1, hash: "h1", decision_id: "d1" }; },
+      outcome: async (r) => { events.push(`outcome:${r.status}`); return { chain: "infra", seq: 2, hash: "h2", decision_id: "d1" }; },
       blocked: async (_c, r) => { events.push(`blocked:${r.check}`); },
     },
     upstream: {
@@ -74,7 +74,7 @@ describe("governToolCall", () => {
     expect(f.seen[0]!.id).toBe(7);
     expect(a.status).toBe(200);
     expect(a.response.result).toMatchObject({ content: [{ type: "text", text: "hi" }], structuredContent: { n: 1 }, extra: "kept" });
-    expect((a.response.result!._meta as JsonObject)[RECEIPT_META]).toEqual({ chain: "infra", seq: 2, hash: "h2", decisionId: "d1" });
+    expect((a.response.result!._meta as JsonObject)[RECEIPT_META]).toEqual({ chain: "infra", seq: 2, hash: "h2", decision_id: "d1" });
   });
 
   it("an upstream isError result is passed through unchanged and recorded as failed", async () => {

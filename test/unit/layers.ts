@@ -16,21 +16,23 @@ export function layerOf(path: string): string | null {
 
 /**
  * What each layer may import besides itself. `store` is the storage contract: record shapes,
- * object names and the Env bindings — types and name builders only, importing `wire` alone.
+ * object names and the Env bindings — types and name builders only, importing `wire` and the
+ * ledger's pure record code. `ledger` (records, hashing, chain and checkpoint rules) is shared
+ * with the offline verifier, so it imports only `wire`.
  */
 export const ALLOWED: Record<string, string[]> = {
   wire: [],
   config: ["wire"],
-  store: ["wire"],
+  store: ["wire", "ledger"],
   identity: ["wire", "config", "store"],
   egress: ["wire", "config", "store"],
   governance: ["wire", "config"],
-  ledger: ["wire", "config"],
+  ledger: ["wire"],
   mcp: ["wire", "config", "store", "identity", "egress", "governance", "ledger"],
   console: ["wire", "config", "store", "identity", "egress", "governance", "ledger", "mcp"],
   routes: ["wire", "config", "store", "identity", "egress", "governance", "ledger", "mcp", "console"],
   app: ["wire", "config", "store", "identity", "egress", "governance", "ledger", "mcp", "console", "routes", "objects"],
-  objects: ["wire", "store"],
+  objects: ["wire", "store", "ledger"],
 };
 
 /** Relative import specifiers of a source file (static, re-export, side-effect and dynamic). */

@@ -91,6 +91,7 @@ function buffer(priming: boolean, log: string[]) {
     streamId: "sabc", retryMs: 750, priming,
     open: () => { registered = true; log.push("registered"); },
     persist: (seq, data) => { events.push({ seq, data }); log.push(`persisted ${seq}`); },
+    lost: () => { log.push("lost"); },
     flushed: () => new Promise<void>((res) => setTimeout(() => { log.push("flushed"); res(); }, 30)),
     finish: () => { finished = true; log.push("finished"); },
   };

@@ -1,0 +1,122 @@
+/**
+ * Bench only (`npm run bench`): the production LedgerDO (durable-objects/ledger.ts, unchanged) on
+ * the production runtime (workerd via wrangler dev), driven from inside this Worker so that the
+ * numbers are the chain's and not wrangler's HTTP plumbing. `POST /appends?chain=C&n=N&c=K` makes
+ * N one-draft appends to chain C with K in flight and answers the elapsed time and the chain's
+ * counters from `status()` before and after (its transaction counter gives the group-commit
+ * factor); `POST /pairs?chain=C&n=N` makes N sequential decision + outcome pairs (what one
+ * governed call writes) and answers each pair's latency; `POST /status?chain=C` the counters.
+ * Owns nothing of the gateway; must never be deployed, be bound to a real D1 database, or grow
+ * endpoints into src/ (the production Worker).
+ */
+import { ledgerObject } from "../durable-objects/names.ts";
+import type { LedgerApi, LedgerSigning, LedgerStatus } from "../durable-objects/records.ts";
+import type { Env } from "../src/env.ts";
+import type { EntryDraft } from "../src/ledger/records.ts";
+
+export { LedgerDO } from "../durable-objects/ledger.ts";
+
+/** Bounds of one request (the bench asks for far less). */
+const MAX_APPENDS = 20_000;
+const MAX_IN_FLIGHT = 1_000;
+
+/** A decision record shaped like the one src/mcp/ledger-writer.ts writes for test_simple_text. */
+function decision(): EntryDraft {
+  return {
+    kind: "decision",
+    id: crypto.randomUUID(),
+    at: new Date().toISOString(),
+    body: {
+      principal: "local:bench",
+      team: "bench",
+      run: crypto.randomUUID(),
+      upstream: "conf",
+      tool: "test_simple_text",
+      arguments: { sha256: "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a" },
+      arguments_mode: "hashed",
+      classification: { effect: "read", blast_radius: "self", source: "default" },
+      decision: "allow",
+      rule: null,
+      reason: "transparent mode",
+      mode: "transparent",
+      policy_version: "bench",
+      obligations: [],
+      hold_id: null,
+    },
+  };
+}
+
+function outcome(decisionId: string): EntryDraft {
+  return {
+    kind: "outcome",
+    id: crypto.randomUUID(),
+    at: new Date().toISOString(),
+    body: {
+      decision_id: decisionId,
+      status: "succeeded",
+      result_hash: "5e884898da28047151d0e56f8dc6292773603d0d6aabbdd62a11ef721d1542d8",
+      duration_ms: 1,
+      obligations_applied: [],
+      reason: null,
+    },
+  };
+}
+
+function intParam(url: URL, name: string, max: number): number {
+  const n = Number(url.searchParams.get(name));
+  if (!Number.isInteger(n) || n < 1 || n > max) throw new Error(`${name} must be an integer in 1..${max}`);
+  return n;
+}
+
+/** The counters a bench reads from one status(). */
+const counters = (s: LedgerStatus) => ({ seq: s.head.seq, transactions: s.transactions, appends: s.appends, checkpointSize: s.checkpointSize, flushedSeq: s.flushedSeq, checkpointProblem: s.checkpointProblem });
+
+async function appends(ledger: LedgerApi, signing: LedgerSigning, n: number, inFlight: number) {
+  const before = counters(await ledger.status());
+  let next = 0;
+  let failed = 0;
+  const t0 = performance.now();
+  await Promise.all(
+    Array.from({ length: Math.min(inFlight, n) }, async () => {
+      while (next++ < n) {
+        const [entry] = await ledger.append([decision()], signing).catch(() => []);
+        if (!entry) failed++;
+      }
+    }),
+  );
+  const ms = performance.now() - t0;
+  return { ms, failed, before, after: counters(await ledger.status()) };
+}
+
+async function pairs(ledger: LedgerApi, signing: LedgerSigning, n: number) {
+  const ms: number[] = [];
+  for (let i = 0; i < n; i++) {
+    const t0 = performance.now();
+    const d = decision();
+    const [entry] = await ledger.append([d], signing);
+    if (!entry || entry.id !== d.id) throw new Error("the decision was not confirmed");
+    const [out] = await ledger.append([outcome(d.id)], signing);
+    if (!out) throw new Error("the outcome was not confirmed");
+    ms.push(performance.now() - t0);
+  }
+  return { ms };
+}
+
+export default {
+  async fetch(req: Request, env: Env): Promise<Response> {
+    const url = new URL(req.url);
+    if (req.method === "GET" && url.pathname === "/") return Response.json({ ok: true });
+    if (req.method !== "POST") return Response.json({ error: "not found" }, { status: 404 });
+    try {
+      const ledger = ledgerObject(env, url.searchParams.get("chain") ?? "");
+      if (!ledger) throw new Error("chain must be a chain name");
+      const signing: LedgerSigning = { secret: "PORTCULLIS_SIGNING_KEY", gateway: url.origin };
+      if (url.pathname === "/appends") return Response.json(await appends(ledger, signing, intParam(url, "n", MAX_APPENDS), intParam(url, "c", MAX_IN_FLIGHT)));
+      if (url.pathname === "/status") return Response.json(counters(await ledger.status()));
+      if (url.pathname === "/pairs") return Response.json(await pairs(ledger, signing, intParam(url, "n", MAX_APPENDS)));
+      return Response.json({ error: "not found" }, { status: 404 });
+    } catch (err) {
+      return Response.json({ error: err instanceof Error ? err.message : String(err) }, { status: 500 });
+    }
+  },
+};

@@ -1,0 +1,336 @@
+#!/usr/bin/env node
+/**
+ * `portcullis ledger …`: verify a ledger export offline (`verify --file`, or fetched with
+ * `verify --url`), stream an export to a file (`export`), and print one call's records (`trace`).
+ * Owns argument parsing, reading files and HTTP for these commands, and their output and exit
+ * codes (0 valid, 1 invalid, 2 usage, 3 the gateway could not be reached or refused); the
+ * verdict itself is src/ledger/verify.ts, shared with the gateway. Tokens come from --token or,
+ * preferably, PORTCULLIS_TOKEN. Must never: print or log a token, send it anywhere but the
+ * gateway named by --url, or call an export valid that src/ledger/verify.ts did not.
+ */
+import { createReadStream, createWriteStream, readFileSync, realpathSync } from "node:fs";
+import { dirname, resolve } from "node:path";
+import { Readable } from "node:stream";
+import { pipeline } from "node:stream/promises";
+import { fileURLToPath, pathToFileURL } from "node:url";
+
+const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
+const verifier = () => import(pathToFileURL(resolve(root, "src/ledger/verify.ts")).href);
+
+const HELP = {
+  ledger: `usage: portcullis ledger <command> [options]
+  verify   check an export offline: every hash, seq, link and signed checkpoint; exit 0 valid, 1 invalid
+  export   stream a gateway's export (NDJSON) to a file or stdout
+  trace    print one call's records (decision, holds, outcome)
+Each command takes --help. Give the token in PORTCULLIS_TOKEN (a --token on the command line is
+visible to other processes on this machine).`,
+  verify: `usage: portcullis ledger verify --file EXPORT.ndjson [--key JWKS_FILE] [--checkpoint FILE]... [--receipt R] [--json]
+       portcullis ledger verify --url GATEWAY [--team T] [--key JWKS_FILE] [--checkpoint FILE]... [--receipt R] [--json]
+  --file F        the export (NDJSON, as GET /v1/ledger/export returns it)
+  --url GATEWAY   fetch the export from GATEWAY/v1/ledger/export (token: PORTCULLIS_TOKEN or --token),
+                  and, without --key, the public keys from GATEWAY/.well-known/jwks.json
+  --team T        with --url: only team T's chain (and _global)
+  --key FILE      the gateway's public keys: a JWKS {"keys": [...]} or one JWK (private parts are ignored)
+  --checkpoint F  a checkpoint saved earlier (its signed note, or its JSON): the export must contain what it covers
+  --receipt R     a receipt {chain, seq, hash, decision_id} (JSON text, or a file; a tool result carrying
+                  _meta["portcullis/receipt"] will do): also prove that call is in the verified export
+  --json          print the report as JSON
+  --quiet         no progress lines on stderr
+exit: 0 valid, 1 invalid (first bad chain, seq and reason printed) or the receipt not proven, 2 usage, 3 fetch failed`,
+  export: `usage: portcullis ledger export --url GATEWAY [--team T] [--out FILE] [--json]
+  streams GATEWAY/v1/ledger/export (token: PORTCULLIS_TOKEN or --token) to FILE, or stdout;
+  --json (with --out) prints {"out", "bytes", "lines"} instead of the summary on stderr
+exit: 0 written, 2 usage, 3 fetch failed`,
+  trace: `usage: portcullis ledger trace ID --url GATEWAY [--team T] [--json]
+  prints GATEWAY/v1/ledger/ID/trace (token: PORTCULLIS_TOKEN or --token): one call's records and its status
+exit: 0 found, 2 usage, 3 fetch failed or not found`,
+};
+
+/** Prints a command's usage to stdout; exit 0. */
+function help(cmd) {
+  console.log(HELP[cmd]);
+  return 0;
+}
+
+class UsageError extends Error {}
+class FetchError extends Error {}
+
+const REPEATABLE = new Set(["checkpoint"]);
+const BOOLEAN = new Set(["json", "help", "quiet"]);
+const KNOWN = {
+  verify: ["file", "url", "token", "team", "key", "checkpoint", "receipt", "json", "quiet", "help"],
+  export: ["url", "token", "team", "out", "json", "help"],
+  trace: ["url", "token", "team", "json", "help"],
+};
+
+function parse(argv, known) {
+  const out = { _: [], checkpoint: [] };
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i];
+    if (!a.startsWith("--")) {
+      out._.push(a);
+      continue;
+    }
+    const eq = a.indexOf("=");
+    const k = a.slice(2, eq < 0 ? undefined : eq);
+    if (!known.includes(k)) throw new UsageError(`unknown option --${k}`);
+    let v;
+    if (BOOLEAN.has(k)) v = true;
+    else if (eq >= 0) v = a.slice(eq + 1);
+    else if (i + 1 < argv.length && !argv[i + 1].startsWith("--")) v = argv[++i];
+    else throw new UsageError(`--${k} needs a value`);
+    if (REPEATABLE.has(k)) out[k].push(v);
+    else out[k] = v;
+  }
+  return out;
+}
+
+function readArg(what, file) {
+  try {
+    return readFileSync(file, "utf8");
+  } catch (e) {
+    throw new UsageError(`${what}: cannot read ${file} (${e.code ?? e.message})`);
+  }
+}
+
+/** A JWKS from a file: a key set, or one JWK; only public Ed25519 parts are kept. */
+function jwksFrom(text, where) {
+  let j;
+  try {
+    j = JSON.parse(text);
+  } catch {
+    throw new UsageError(`${where} is not JSON (a JWKS {"keys": [...]} or a JWK)`);
+  }
+  const keys = (Array.isArray(j?.keys) ? j.keys : [j])
+    .filter((k) => k && k.kty === "OKP" && k.crv === "Ed25519" && typeof k.x === "string")
+    .map((k) => ({ kty: k.kty, crv: k.crv, x: k.x, ...(typeof k.kid === "string" ? { kid: k.kid } : {}) }));
+  if (keys.length === 0) throw new UsageError(`${where} holds no Ed25519 public key`);
+  return { keys };
+}
+
+function gatewayOf(url) {
+  let u;
+  try {
+    u = new URL(url);
+  } catch {
+    throw new UsageError(`--url: not a URL: ${url}`);
+  }
+  if (u.protocol !== "https:" && u.protocol !== "http:") throw new UsageError("--url must be an http(s) URL");
+  return u;
+}
+
+function tokenOf(a) {
+  const t = a.token ?? process.env.PORTCULLIS_TOKEN;
+  if (!t) throw new UsageError("a token is needed: set PORTCULLIS_TOKEN (or pass --token)");
+  return t;
+}
+
+/** GET a gateway path with the bearer token; the response when 2xx, else a FetchError naming the status and the gateway's reason. */
+async function get(base, path, token, query = {}) {
+  const url = new URL(path, base);
+  for (const [k, v] of Object.entries(query)) if (v !== undefined) url.searchParams.set(k, v);
+  let res;
+  try {
+    res = await fetch(url, { headers: { ...(token ? { authorization: `Bearer ${token}` } : {}), accept: "application/json, application/x-ndjson" } });
+  } catch (e) {
+    throw new FetchError(`GET ${url.origin}${url.pathname}: ${e.cause?.code ?? e.cause?.message ?? e.message}`);
+  }
+  if (!res.ok) {
+    const text = await res.text().catch(() => "");
+    let reason = text.slice(0, 300);
+    try {
+      reason = JSON.parse(text).error ?? reason;
+    } catch {}
+    throw new FetchError(`GET ${url.origin}${url.pathname} → ${res.status}${reason ? `: ${reason}` : ""}`);
+  }
+  return res;
+}
+
+function receiptArg(value, receiptFrom) {
+  const text = value.trimStart().startsWith("{") ? value : readArg("--receipt", value);
+  let parsed;
+  try {
+    parsed = JSON.parse(text);
+  } catch {
+    throw new UsageError("--receipt is not JSON");
+  }
+  const r = receiptFrom(parsed);
+  if (!r) throw new UsageError('--receipt holds no receipt {chain, seq, hash, decision_id} (or a result with _meta["portcullis/receipt"])');
+  return r;
+}
+
+/** Saved checkpoints from a file: a signed note, a Checkpoint JSON, an array of them, or export lines. */
+function checkpointsArg(files) {
+  const out = [];
+  for (const f of files) {
+    const text = readArg("--checkpoint", f);
+    if (!text.trimStart().startsWith("{") && !text.trimStart().startsWith("[")) {
+      out.push(text);
+      continue;
+    }
+    let items;
+    try {
+      items = text.trimStart().startsWith("[")
+        ? JSON.parse(text)
+        : text
+            .split("\n")
+            .filter((l) => l.trim())
+            .map((l) => JSON.parse(l));
+    } catch {
+      throw new UsageError(`--checkpoint: ${f} is neither a signed note nor checkpoint JSON`);
+    }
+    for (const c of items) out.push(c?.checkpoint ?? c);
+  }
+  return out;
+}
+
+const pad = (s, n) => String(s).padEnd(n);
+const num = (s, n) => String(s).padStart(n);
+
+function printReport(report, receipt, verdict) {
+  const h = report.header;
+  const what = h ? `export of ${h.gateway}, generated ${h.generated_at}` : "export";
+  console.log(`portcullis ledger verify: ${what}: ${report.ok ? "VALID" : "INVALID"}`);
+  const b = report.firstBad;
+  if (b) {
+    const where = [b.chain ?? null, b.seq !== null ? `seq ${b.seq}` : null].filter(Boolean).join(" ") || "the export";
+    console.log(`  first bad: ${where}${b.line !== null ? ` (line ${b.line})` : ""}: ${b.reason}`);
+    if (report.problems.length > 1) console.log(`  ${report.problems.length} problems in all (--json lists them)`);
+  }
+  const names = Object.keys(report.chains);
+  if (names.length) {
+    const w = Math.max(8, ...names.map((n) => n.length)) + 2;
+    const verified = report.ok ? () => "" : (c) => num(c.head.seq, 10);
+    console.log(`  ${pad("chain", w)}${num("entries", 9)}${report.ok ? "" : num("verified", 10)}${num("anchored", 10)}${num("unanchored", 12)}`);
+    for (const n of names) {
+      const c = report.chains[n];
+      console.log(`  ${pad(n, w)}${num(c.entries, 9)}${verified(c)}${num(c.anchored, 10)}${num(c.unanchored, 12)}`);
+    }
+    if (report.ok && names.some((n) => report.chains[n].unanchored > 0)) console.log("  (unanchored: chained, but no signed checkpoint covers them yet)");
+  }
+  for (const w of report.warnings) console.log(`  warning: ${w}`);
+  if (receipt && verdict) {
+    const r = `receipt ${receipt.chain} seq ${receipt.seq} (decision ${receipt.decision_id})`;
+    console.log(
+      verdict.ok
+        ? `  ${r}: in the export (${verdict.kind})${verdict.anchored ? ", under a signed checkpoint" : ", not yet under a signed checkpoint"}`
+        : `  ${r}: NOT PROVEN: ${verdict.reason}`,
+    );
+  }
+}
+
+async function verifyCommand(a) {
+  if (a.help) return help("verify");
+  if (!a.file && !a.url) throw new UsageError("give --file EXPORT or --url GATEWAY");
+  if (a.team && !a.url) throw new UsageError("--team goes with --url");
+  const { verifyExport, verifyReceipt, receiptFrom, ndjsonLines } = await verifier();
+  const base = a.url ? gatewayOf(a.url) : null;
+  const receipt = a.receipt ? receiptArg(a.receipt, receiptFrom) : null;
+  const checkpoints = checkpointsArg(a.checkpoint);
+  let jwks;
+  if (a.key) jwks = jwksFrom(readArg("--key", a.key), a.key);
+  else if (base) jwks = jwksFrom(await (await get(base, "/.well-known/jwks.json", null)).text(), `${base.origin}/.well-known/jwks.json`);
+  else throw new UsageError("--key JWKS_FILE is needed to check the checkpoint signatures (or --url GATEWAY to fetch its JWKS)");
+  let source;
+  if (a.file) {
+    const stream = createReadStream(a.file);
+    await new Promise((ok, fail) =>
+      stream.once("open", ok).once("error", (e) => fail(new UsageError(`--file: cannot read ${a.file} (${e.code ?? e.message})`))),
+    );
+    source = stream;
+  } else {
+    source = (await get(base, "/v1/ledger/export", tokenOf(a), { team: a.team })).body;
+  }
+  const progress = a.quiet ? undefined : (n) => process.stderr.write(`portcullis ledger verify: ${n} lines read\n`);
+  const report = await verifyExport(ndjsonLines(source), jwks, {
+    onProgress: progress,
+    checkpoints,
+    keep: receipt ? (e) => e.chain === receipt.chain && e.seq === receipt.seq : undefined,
+  });
+  const verdict = receipt ? verifyReceipt(receipt, report) : null;
+  if (a.json) {
+    const { kept: _kept, ...rest } = report;
+    console.log(JSON.stringify({ ...rest, ...(verdict ? { receipt: verdict } : {}) }, null, 2));
+  } else printReport(report, receipt, verdict);
+  return report.ok && (!verdict || verdict.ok) ? 0 : 1;
+}
+
+async function exportCommand(a) {
+  if (a.help) return help("export");
+  if (!a.url) throw new UsageError("give --url GATEWAY");
+  const base = gatewayOf(a.url);
+  const res = await get(base, "/v1/ledger/export", tokenOf(a), { team: a.team });
+  const out = a.out ? createWriteStream(a.out) : process.stdout;
+  let bytes = 0;
+  let lines = 0;
+  await pipeline(
+    Readable.fromWeb(res.body),
+    async function* count(chunks) {
+      for await (const chunk of chunks) {
+        bytes += chunk.length;
+        for (const b of chunk) if (b === 10) lines++;
+        yield chunk;
+      }
+    },
+    out,
+    { end: Boolean(a.out) },
+  );
+  if (a.out && a.json) console.log(JSON.stringify({ out: a.out, bytes, lines }));
+  else if (a.out) process.stderr.write(`portcullis ledger export: wrote ${lines} lines (${bytes} bytes) to ${a.out}\n`);
+  return 0;
+}
+
+function summary(e) {
+  const b = e.body ?? {};
+  if (e.kind === "decision") return `${b.principal} → ${b.upstream}/${b.tool}: ${b.decision}${b.rule ? ` (${b.rule})` : ""}`;
+  if (e.kind === "outcome") return `${b.status} in ${b.duration_ms} ms${b.reason ? `: ${b.reason}` : ""}`;
+  if (e.kind === "blocked") return `${b.tool}: refused by ${b.check}: ${b.reason}`;
+  if (e.kind.startsWith("hold.")) return `hold ${b.hold_id}${b.approver ? ` by ${b.approver}` : ""}`;
+  return "";
+}
+
+async function traceCommand(a) {
+  if (a.help) return help("trace");
+  const id = a._[0];
+  if (!id || a._.length > 1) throw new UsageError("give one record id: ledger trace ID --url GATEWAY");
+  if (!a.url) throw new UsageError("give --url GATEWAY");
+  const base = gatewayOf(a.url);
+  const res = await get(base, `/v1/ledger/${encodeURIComponent(id)}/trace`, tokenOf(a), { team: a.team });
+  const t = await res.json();
+  if (a.json) console.log(JSON.stringify(t, null, 2));
+  else {
+    console.log(`call ${t.id} (chain ${t.chain}): ${t.status}`);
+    for (const e of t.records ?? []) console.log(`  seq ${num(e.seq, 6)}  ${pad(e.kind, 14)} ${e.at}  ${summary(e)}`);
+  }
+  return 0;
+}
+
+const COMMANDS = { verify: verifyCommand, export: exportCommand, trace: traceCommand };
+
+/** Runs `portcullis ledger <argv…>`; the exit code. */
+export async function ledgerCommand(argv) {
+  const [cmd, ...rest] = argv;
+  if (cmd === "--help" || cmd === "help") return help("ledger");
+  const run = COMMANDS[cmd];
+  if (!run) {
+    console.error(`${cmd ? `portcullis ledger: unknown command ${cmd}\n` : ""}${HELP.ledger}`);
+    return 2;
+  }
+  try {
+    return await run(parse(rest, KNOWN[cmd]));
+  } catch (e) {
+    if (e instanceof UsageError) {
+      console.error(`portcullis ledger ${cmd}: ${e.message}\n(portcullis ledger ${cmd} --help for the options)`);
+      return 2;
+    }
+    if (e instanceof FetchError) {
+      console.error(`portcullis ledger ${cmd}: ${e.message}`);
+      return 3;
+    }
+    throw e;
+  }
+}
+
+if (process.argv[1] && import.meta.url === pathToFileURL(realpathSync(process.argv[1])).href) {
+  process.exitCode = await ledgerCommand(process.argv.slice(2));
+}

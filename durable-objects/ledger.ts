@@ -1,0 +1,565 @@
+/**
+ * LedgerDO: one hash chain (a team's, or `_global`, the chain of every team's checkpoints) as a
+ * thin state machine over DO SQLite. It is the durable write-ahead point of the governed call
+ * path: `append` chains drafts after the head and inserts them inside one `transactionSync`,
+ * with every append that arrived meanwhile (group commit), and answers only once the write is
+ * durable. Behind the chain it signs checkpoints (≥ 256 unanchored entries, or ≤ 10 s after
+ * the first one), commits each team checkpoint to `_global`, and flushes entries and
+ * checkpoints to D1 (`LEDGER_DB`) in idempotent batches from its alarm. The chain rules live in
+ * src/ledger (pure functions); the D1 schema in ./ledger-schema.ts. Must never: renumber,
+ * rewrite or delete an entry, answer an append before its transaction committed, let D1 or
+ * signing failures reach an append, or put any part of a secret in a status or error.
+ */
+import { DurableObject } from "cloudflare:workers";
+import type { Env } from "../src/env.ts";
+import { chainEntries, EMPTY_HEAD, type Head } from "../src/ledger/chain.ts";
+import { type Checkpoint, checkpointOrigin, signCheckpoint, type SigningKey, signingKeyFrom } from "../src/ledger/checkpoint.ts";
+import { canonicalJson } from "../src/ledger/hash.ts";
+import type { EntryDraft, EntryKind, LedgerEntry } from "../src/ledger/records.ts";
+import type { JsonObject } from "../src/wire/jsonrpc.ts";
+import { ENTRY_COLUMNS, type EntryRow, rowFacts, schemaStatements } from "./ledger-schema.ts";
+import { GLOBAL_CHAIN, ledgerObject } from "./names.ts";
+import type { LedgerApi, LedgerSigning, LedgerStatus } from "./records.ts";
+
+/** A checkpoint is signed once this many entries follow the newest one… */
+export const CHECKPOINT_EVERY = 256;
+/** …or this long after the first entry that follows it. */
+export const CHECKPOINT_WITHIN_MS = 10_000;
+/** Entries reach D1 this long (at most) after their append. */
+export const FLUSH_DELAY_MS = 1_000;
+/** Rows per D1 `batch()`; each statement of it inserts at most D1_ROWS_PER_STATEMENT rows (D1 binds ≤ 100 parameters per statement). */
+export const FLUSH_BATCH_ROWS = 100;
+const D1_ROWS_PER_STATEMENT = Math.floor(100 / ENTRY_COLUMNS.length);
+/** Rows one alarm run flushes before it re-arms (bounds the D1 queries of one invocation). */
+const FLUSH_MAX_ROWS = 1_000;
+/** Drafts one transaction chains (bounds the synchronous work; a call is never split). */
+const MAX_TRANSACTION_DRAFTS = 2_000;
+/** Drafts one append call may carry. */
+const MAX_CALL_DRAFTS = 1_000;
+/** Longest body (canonical JSON, UTF-16 units) an entry may have: well inside the 2 MB row limits of DO SQLite and D1. */
+export const MAX_BODY_CHARS = 256 * 1024;
+/** A D1 statement's rows hold at most this much body text (one large row goes alone). */
+const D1_STATEMENT_CHARS = 256 * 1024;
+/** A chain whose last commit (of several calls) is this recent is busy: its next batch waits one turn to gather more appends. */
+const BUSY_MS = 10;
+/** How long a read waits for a checkpoint being signed right now. */
+const SETTLE_MS = 2_000;
+/** Retry backoff for D1 and for anchoring: 1 s, 2 s, 4 s … at most 5 min. */
+const backoff = (failures: number): number => Math.min(1_000 * 2 ** Math.max(0, failures - 1), 300_000);
+/** Upper bound of one read / checkpoints answer. */
+const MAX_PAGE = 1_000;
+
+/** An append waiting for its group commit. */
+interface Waiting {
+  drafts: EntryDraft[];
+  /** Each draft's body as RFC 8785 JSON: what is stored. */
+  bodies: string[];
+  signing: LedgerSigning;
+  resolve: (entries: LedgerEntry[]) => void;
+  reject: (err: Error) => void;
+}
+
+/** A background failure with its retry time (D1 flush, anchoring). */
+interface Trouble {
+  failures: number;
+  error: string;
+  retryAt: number;
+}
+
+interface EntrySqlRow extends Record<string, SqlStorageValue> {
+  seq: number;
+  v: number;
+  id: string;
+  kind: string;
+  at: string;
+  body: string;
+  prev: string;
+  hash: string;
+}
+interface CheckpointSqlRow extends Record<string, SqlStorageValue> {
+  size: number;
+  hash: string;
+  at: string;
+  note: string;
+}
+
+const isObject = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === "object" && !Array.isArray(v);
+const message = (err: unknown): string => (err instanceof Error ? err.message : String(err));
+
+/**
+ * Checks one append call and normalises its drafts (bodies become their canonical JSON value, so
+ * what is stored, hashed and returned is the same). Throws, for this call only, on anything the
+ * chain could not hash or a reader could not parse back.
+ */
+export function normaliseDrafts(drafts: unknown, signing: unknown): { drafts: EntryDraft[]; bodies: string[]; signing: LedgerSigning } {
+  if (!isObject(signing) || typeof signing.secret !== "string" || typeof signing.gateway !== "string") {
+    throw new Error("ledger: append needs signing settings {secret, gateway}");
+  }
+  if (!Array.isArray(drafts)) throw new Error("ledger: append takes an array of drafts");
+  if (drafts.length > MAX_CALL_DRAFTS) throw new Error(`ledger: at most ${MAX_CALL_DRAFTS} drafts per append`);
+  const out: EntryDraft[] = [];
+  const bodies: string[] = [];
+  for (const [i, d] of drafts.entries()) {
+    if (!isObject(d)) throw new Error(`ledger: draft ${i} is not an object`);
+    if (typeof d.kind !== "string" || d.kind === "") throw new Error(`ledger: draft ${i} has no kind`);
+    if (typeof d.id !== "string" || d.id === "" || d.id.length > 256) throw new Error(`ledger: draft ${i} needs an id of 1-256 characters`);
+    if (typeof d.at !== "string" || d.at === "") throw new Error(`ledger: draft ${i} has no time (at)`);
+    if (!isObject(d.body)) throw new Error(`ledger: draft ${i} has no body object`);
+    let text: string;
+    try {
+      for (const field of [d.kind, d.id, d.at]) canonicalJson(field); // a lone surrogate has no canonical form
+      text = canonicalJson(d.body);
+    } catch (err) {
+      throw new Error(`ledger: draft ${i} (${d.kind} ${d.id}) cannot be canonicalised: ${message(err)}`);
+    }
+    if (text.length > MAX_BODY_CHARS) throw new Error(`ledger: draft ${i} (${d.kind} ${d.id}) has a body of ${text.length} characters; at most ${MAX_BODY_CHARS} are kept`);
+    out.push({ kind: d.kind as EntryKind, id: d.id, at: d.at, body: JSON.parse(text) as JsonObject });
+    bodies.push(text);
+  }
+  return { drafts: out, bodies, signing: { secret: signing.secret, gateway: signing.gateway } };
+}
+
+/** The chain name an object of the names module carries (`chain:<name>`), or null. */
+export function chainOfObjectName(name: string | undefined): string | null {
+  return name?.startsWith("chain:") && name.length > "chain:".length ? name.slice("chain:".length) : null;
+}
+
+/**
+ * D1 statements inserting `rows` (INSERT OR IGNORE: a row already there stays as it is), several
+ * rows per statement within D1's 100 bound parameters and a bound on the body text.
+ */
+function entryInserts(db: D1Database, rows: EntryRow[]): D1PreparedStatement[] {
+  const bodyAt = ENTRY_COLUMNS.indexOf("body");
+  const groups: EntryRow[][] = [];
+  let chars = 0;
+  for (const row of rows) {
+    const len = String(row[bodyAt]).length;
+    const last = groups[groups.length - 1];
+    if (!last || last.length >= D1_ROWS_PER_STATEMENT || chars + len > D1_STATEMENT_CHARS) {
+      groups.push([row]);
+      chars = len;
+    } else {
+      last.push(row);
+      chars += len;
+    }
+  }
+  const one = `(${ENTRY_COLUMNS.map(() => "?").join(", ")})`;
+  return groups.map((group) =>
+    db.prepare(`INSERT OR IGNORE INTO ledger_entries (${ENTRY_COLUMNS.join(", ")}) VALUES ${group.map(() => one).join(", ")}`).bind(...group.flat()),
+  );
+}
+
+/** Waits for `p` at most `ms` (never rejects). */
+async function settle(p: Promise<unknown> | null, ms = SETTLE_MS): Promise<void> {
+  if (!p) return;
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  await Promise.race([p.catch(() => undefined), new Promise<void>((r) => { timer = setTimeout(r, ms); })]);
+  if (timer !== undefined) clearTimeout(timer);
+}
+
+export class LedgerDO extends DurableObject<Env> implements LedgerApi {
+  private sql: SqlStorage;
+  private queue: Waiting[] = [];
+  private pumping = false;
+  /** The checkpoint being signed (and anchored), if any: at most one at a time. */
+  private signing: Promise<void> | null = null;
+  /** D1 tables are known to exist (checked once per instance). */
+  private schemaReady = false;
+  /** The alarm time this instance last set (undefined: not read yet). */
+  private alarmAt: number | null | undefined = undefined;
+  /** When the last batch committed (ms): how the pump tells a busy chain from an idle one. */
+  private lastCommitAt = 0;
+  private lastBatchCalls = 0;
+  /** The chain name once stored. */
+  private chainName: string | null = null;
+
+  constructor(ctx: DurableObjectState, env: Env) {
+    super(ctx, env);
+    this.sql = ctx.storage.sql;
+    this.sql.exec(`
+      CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
+      CREATE TABLE IF NOT EXISTS entries (seq INTEGER PRIMARY KEY, v INTEGER NOT NULL, id TEXT NOT NULL, kind TEXT NOT NULL, at TEXT NOT NULL, body TEXT NOT NULL, prev TEXT NOT NULL, hash TEXT NOT NULL, decision_id TEXT);
+      CREATE INDEX IF NOT EXISTS entries_id ON entries (id);
+      CREATE INDEX IF NOT EXISTS entries_decision ON entries (decision_id);
+      CREATE TABLE IF NOT EXISTS checkpoints (size INTEGER PRIMARY KEY, hash TEXT NOT NULL, at TEXT NOT NULL, note TEXT NOT NULL);
+    `);
+  }
+
+  // ---- meta ----
+
+  private meta<T>(k: string): T | undefined {
+    const row = this.sql.exec<{ v: string }>("SELECT v FROM meta WHERE k = ?", k).toArray()[0];
+    return row ? (JSON.parse(row.v) as T) : undefined;
+  }
+  private setMeta(k: string, v: unknown): void {
+    if (v === undefined) this.sql.exec("DELETE FROM meta WHERE k = ?", k);
+    else this.sql.exec("INSERT OR REPLACE INTO meta (k, v) VALUES (?, ?)", k, JSON.stringify(v));
+  }
+
+  /**
+   * The chain this object holds. Its name comes from the object name (`chain:<name>`, built only
+   * by names.ts `ledgerObject`) and is stored on the first append, so it never changes after.
+   */
+  private chain(): string {
+    if (this.chainName !== null) return this.chainName;
+    const stored = this.meta<string>("chain");
+    const name = stored ?? chainOfObjectName(this.ctx.id.name);
+    if (name === null) throw new Error("ledger: this object was not addressed by a chain name (ledgerObject)");
+    if (stored !== undefined) this.chainName = stored;
+    return name;
+  }
+
+  private headNow(): Head {
+    const row = this.sql.exec<{ seq: number; hash: string }>("SELECT seq, hash FROM entries ORDER BY seq DESC LIMIT 1").toArray()[0];
+    return row ? { seq: row.seq, hash: row.hash } : EMPTY_HEAD;
+  }
+  private lastCheckpoint(): { size: number; hash: string } {
+    const row = this.sql.exec<{ size: number; hash: string }>("SELECT size, hash FROM checkpoints ORDER BY size DESC LIMIT 1").toArray()[0];
+    return row ?? { size: 0, hash: "" };
+  }
+
+  /** Sets the alarm to `at` unless this instance already has one due sooner. */
+  private async arm(at: number): Promise<void> {
+    if (this.alarmAt === undefined) this.alarmAt = await this.ctx.storage.getAlarm();
+    if (this.alarmAt === null || at < this.alarmAt) {
+      this.alarmAt = at;
+      await this.ctx.storage.setAlarm(at);
+    }
+  }
+
+  // ---- append: group commit ----
+
+  /**
+   * Chains `drafts` after the head and returns them as stored. Appends that arrive while a
+   * commit is being made durable wait and are chained together in the next transaction. A call
+   * whose drafts cannot be hashed is refused alone; if the transaction fails, every append in
+   * it is refused and the chain is unchanged (the caller refuses the governed call).
+   */
+  async append(drafts: EntryDraft[], signing: LedgerSigning): Promise<LedgerEntry[]> {
+    const call = normaliseDrafts(drafts, signing);
+    if (call.drafts.length === 0) return [];
+    this.chain(); // refuse before queueing if the object has no chain name
+    return new Promise<LedgerEntry[]>((resolve, reject) => {
+      this.queue.push({ ...call, resolve, reject });
+      if (!this.pumping) {
+        this.pumping = true;
+        void this.pump();
+      }
+    });
+  }
+
+  private async pump(): Promise<void> {
+    try {
+      // Under concurrent load (the last batch, just now, held several calls), let appends already
+      // on their way join the first transaction; an append to an idle chain, or from a lone
+      // sequential writer, commits at once. Later arrivals gather while a batch is made durable.
+      if (this.lastBatchCalls > 1 && Date.now() - this.lastCommitAt < BUSY_MS) await new Promise<void>((r) => setTimeout(r, 0));
+      while (this.queue.length > 0) {
+        const batch: Waiting[] = [];
+        let size = 0;
+        while (this.queue.length > 0 && (batch.length === 0 || size + this.queue[0]!.drafts.length <= MAX_TRANSACTION_DRAFTS)) {
+          const w = this.queue.shift()!;
+          batch.push(w);
+          size += w.drafts.length;
+        }
+        let results: LedgerEntry[][];
+        try {
+          results = this.commit(batch);
+          // Durable before anyone hears of it (the output gate would also hold the answers back).
+          await this.ctx.storage.sync();
+        } catch (err) {
+          const refusal = new Error(`ledger: the chain could not be written (${message(err)}); nothing was appended`);
+          for (const w of batch) w.reject(refusal);
+          continue;
+        }
+        this.lastCommitAt = Date.now();
+        this.lastBatchCalls = batch.length;
+        for (const [i, w] of batch.entries()) w.resolve(results[i]!);
+        await this.afterCommit().catch(() => undefined);
+      }
+    } finally {
+      this.pumping = false;
+    }
+  }
+
+  /** One transaction: read the head, chain every waiting call in order, insert all. All or nothing. */
+  private commit(batch: Waiting[]): LedgerEntry[][] {
+    return this.ctx.storage.transactionSync(() => {
+      const chain = this.chain();
+      if (this.meta<string>("chain") === undefined) this.setMeta("chain", chain);
+      let head = this.headNow();
+      const seen = new Map<string, LedgerEntry>();
+      const out: LedgerEntry[][] = [];
+      for (const w of batch) {
+        const entries: LedgerEntry[] = [];
+        for (const [i, d] of w.drafts.entries()) {
+          // A checkpoint entry is named by its chain and size: committing it again (a retried anchor) returns the first.
+          const again = d.kind === "checkpoint" ? (seen.get(d.id) ?? this.byId(d.id, "checkpoint")) : undefined;
+          if (again) {
+            entries.push(again);
+            continue;
+          }
+          const [e] = chainEntries(chain, head, [d]) as [LedgerEntry];
+          const facts = rowFacts(chain, e.kind, e.id, e.body);
+          this.sql.exec(
+            "INSERT INTO entries (seq, v, id, kind, at, body, prev, hash, decision_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            e.seq, e.v, e.id, e.kind, e.at, w.bodies[i]!, e.prev, e.hash, facts.decision_id,
+          );
+          if (e.kind === "checkpoint") seen.set(e.id, e);
+          head = { seq: e.seq, hash: e.hash };
+          entries.push(e);
+        }
+        out.push(entries);
+      }
+      const last = batch[batch.length - 1]!.signing;
+      this.setMeta("signing", last);
+      this.setMeta("transactions", (this.meta<number>("transactions") ?? 0) + 1);
+      this.setMeta("appends", (this.meta<number>("appends") ?? 0) + batch.length);
+      if (head.seq > this.lastCheckpoint().size && this.meta<number>("checkpoint_due") === undefined) {
+        this.setMeta("checkpoint_due", Date.now() + CHECKPOINT_WITHIN_MS);
+      }
+      return out;
+    });
+  }
+
+  private byId(id: string, kind: string): LedgerEntry | undefined {
+    const row = this.sql.exec<EntrySqlRow>("SELECT * FROM entries WHERE id = ? AND kind = ? ORDER BY seq LIMIT 1", id, kind).toArray()[0];
+    return row ? this.toEntry(row) : undefined;
+  }
+
+  /** After a commit: sign at once when 256 entries are unanchored, and arm the alarm for the D1 flush and the 10 s checkpoint. */
+  private async afterCommit(): Promise<void> {
+    const head = this.headNow();
+    if (head.seq - this.lastCheckpoint().size >= CHECKPOINT_EVERY) this.startCheckpoint();
+    const due = this.meta<number>("checkpoint_due");
+    await this.arm(Math.min(Date.now() + FLUSH_DELAY_MS, due ?? Number.POSITIVE_INFINITY));
+  }
+
+  // ---- checkpoints ----
+
+  /** Starts signing (and anchoring) a checkpoint of the head unless one is already in flight. */
+  private startCheckpoint(): Promise<void> {
+    if (!this.signing) {
+      this.signing = this.checkpointNow()
+        .catch((err: unknown) => this.setMeta("checkpoint_problem", `checkpoint failed: ${message(err)}`))
+        .finally(() => {
+          this.signing = null;
+        });
+    }
+    return this.signing;
+  }
+
+  /** The key named by the latest signing settings, or the reason there is none (never the secret's text). */
+  private signingKey(signing: LedgerSigning | undefined): SigningKey | string {
+    if (!signing) return "no signing settings yet (no append has named a signing secret)";
+    const secret = this.env[signing.secret];
+    if (typeof secret !== "string" || secret.trim() === "") return `no signing key configured: the Worker secret ${signing.secret} is not set`;
+    try {
+      return signingKeyFrom(secret);
+    } catch {
+      return `the Worker secret ${signing.secret} holds no usable Ed25519 private key`;
+    }
+  }
+
+  /** Signs a checkpoint of the current head (idempotent: nothing when the head is already anchored), then commits it to `_global`. */
+  private async checkpointNow(): Promise<void> {
+    const started = Date.now();
+    const head = this.headNow();
+    if (head.seq > this.lastCheckpoint().size) {
+      const signing = this.meta<LedgerSigning>("signing");
+      const key = this.signingKey(signing);
+      if (typeof key === "string") {
+        // Recorded, and tried again on the next append (not by a loop of alarms).
+        this.setMeta("checkpoint_problem", key);
+        this.setMeta("checkpoint_due", undefined);
+        return;
+      }
+      const chain = this.chain();
+      let note: string;
+      try {
+        note = await signCheckpoint(checkpointOrigin(signing!.gateway, chain), head.seq, head.hash, key);
+      } catch (err) {
+        this.setMeta("checkpoint_problem", `signing failed: ${message(err)}`);
+        this.setMeta("checkpoint_due", started + CHECKPOINT_WITHIN_MS);
+        await this.arm(started + CHECKPOINT_WITHIN_MS);
+        return;
+      }
+      this.ctx.storage.transactionSync(() => {
+        this.sql.exec("INSERT OR IGNORE INTO checkpoints (size, hash, at, note) VALUES (?, ?, ?, ?)", head.seq, head.hash, new Date().toISOString(), note);
+        this.setMeta("checkpoint_problem", undefined);
+        // Entries committed while signing are unanchored since (at most) the start of this signing.
+        this.setMeta("checkpoint_due", this.headNow().seq > head.seq ? started + CHECKPOINT_WITHIN_MS : undefined);
+      });
+      const due = this.meta<number>("checkpoint_due");
+      await this.arm(Math.min(Date.now() + FLUSH_DELAY_MS, due ?? Number.POSITIVE_INFINITY));
+    }
+    await this.anchor();
+  }
+
+  /** Commits the newest checkpoint of a team chain to `_global` (retried with backoff from the alarm). */
+  private async anchor(): Promise<void> {
+    const chain = this.chain();
+    if (chain === GLOBAL_CHAIN) return;
+    const row = this.sql.exec<CheckpointSqlRow>("SELECT * FROM checkpoints ORDER BY size DESC LIMIT 1").toArray()[0];
+    if (!row || row.size <= (this.meta<number>("anchored") ?? 0)) return;
+    const signing = this.meta<LedgerSigning>("signing");
+    const global = ledgerObject(this.env, GLOBAL_CHAIN);
+    try {
+      if (!signing || !global) throw new Error("no global chain to anchor to");
+      await global.append([{ kind: "checkpoint", id: `checkpoint:${chain}:${row.size}`, at: row.at, body: { chain, size: row.size, hash: row.hash, note: row.note } }], signing);
+      this.setMeta("anchored", row.size);
+      this.setMeta("anchor_trouble", undefined);
+    } catch (err) {
+      const failures = (this.meta<Trouble>("anchor_trouble")?.failures ?? 0) + 1;
+      const retryAt = Date.now() + backoff(failures);
+      this.setMeta("anchor_trouble", { failures, error: message(err), retryAt } satisfies Trouble);
+      await this.arm(retryAt);
+    }
+  }
+
+  // ---- D1 ----
+
+  /** The D1 row of one stored entry (an outcome or hold event takes principal, team, upstream and tool from its decision). */
+  private d1Row(chain: string, r: EntrySqlRow): EntryRow {
+    const body = JSON.parse(r.body) as Record<string, unknown>;
+    let decision: Record<string, unknown> | null = null;
+    if (r.kind !== "decision" && typeof body.decision_id === "string") {
+      const d = this.sql.exec<{ body: string }>("SELECT body FROM entries WHERE id = ? AND kind = 'decision' LIMIT 1", body.decision_id).toArray()[0];
+      decision = d ? (JSON.parse(d.body) as Record<string, unknown>) : null;
+    }
+    const f = rowFacts(chain, r.kind, r.id, body, decision);
+    return [chain, r.seq, r.v, r.id, r.kind, r.at, r.prev, r.hash, r.body, f.team, f.principal, f.upstream, f.tool, f.status, f.decision_id];
+  }
+
+  /**
+   * Copies entries after `flushed_seq` and checkpoints after `flushed_cp` to D1, 100 rows per
+   * `batch()` (atomic), advancing the marks only after each batch succeeded. Idempotent: rows
+   * are keyed (chain, seq) / (chain, size) and inserted with INSERT OR IGNORE. True when rows
+   * remain for another run.
+   */
+  private async flush(): Promise<boolean> {
+    const db = this.env.LEDGER_DB;
+    if (!db) throw new Error("no D1 binding LEDGER_DB");
+    const chain = this.meta<string>("chain");
+    if (chain === undefined) return false;
+    if (!this.schemaReady) {
+      await db.batch(schemaStatements().map((s) => db.prepare(s)));
+      this.schemaReady = true;
+    }
+    let done = 0;
+    while (done < FLUSH_MAX_ROWS) {
+      const after = this.meta<number>("flushed_seq") ?? 0;
+      const rows = this.sql.exec<EntrySqlRow>("SELECT * FROM entries WHERE seq > ? ORDER BY seq LIMIT ?", after, FLUSH_BATCH_ROWS).toArray();
+      if (rows.length === 0) break;
+      await db.batch(entryInserts(db, rows.map((r) => this.d1Row(chain, r))));
+      this.setMeta("flushed_seq", rows[rows.length - 1]!.seq);
+      done += rows.length;
+    }
+    const afterCp = this.meta<number>("flushed_cp") ?? 0;
+    const cps = this.sql.exec<CheckpointSqlRow>("SELECT * FROM checkpoints WHERE size > ? ORDER BY size LIMIT ?", afterCp, FLUSH_BATCH_ROWS).toArray();
+    if (cps.length > 0) {
+      await db.batch(cps.map((c) => db.prepare("INSERT OR IGNORE INTO ledger_checkpoints (chain, size, hash, at, note) VALUES (?, ?, ?, ?, ?)").bind(chain, c.size, c.hash, c.at, c.note)));
+      this.setMeta("flushed_cp", cps[cps.length - 1]!.size);
+    }
+    const head = this.headNow();
+    return head.seq > (this.meta<number>("flushed_seq") ?? 0) || cps.length === FLUSH_BATCH_ROWS;
+  }
+
+  /**
+   * The background work, idempotent (alarms may fire more than once): flush to D1 (failures back
+   * off and never touch appends), sign the checkpoint that is due, retry anchoring; then set the
+   * alarm for the earliest thing still pending.
+   */
+  override async alarm(): Promise<void> {
+    this.alarmAt = null;
+    const next: number[] = [];
+    const now = Date.now();
+
+    const trouble = this.meta<Trouble>("flush_trouble");
+    if (trouble && trouble.retryAt > now) next.push(trouble.retryAt);
+    else {
+      try {
+        if (await this.flush()) next.push(Date.now());
+        this.setMeta("flush_trouble", undefined);
+      } catch (err) {
+        const failures = (trouble?.failures ?? 0) + 1;
+        const retryAt = Date.now() + backoff(failures);
+        this.setMeta("flush_trouble", { failures, error: message(err), retryAt } satisfies Trouble);
+        next.push(retryAt);
+      }
+    }
+
+    await settle(this.signing, 30_000);
+    const due = this.meta<number>("checkpoint_due");
+    if (due !== undefined && this.headNow().seq > this.lastCheckpoint().size) {
+      if (due <= Date.now()) await this.startCheckpoint().catch(() => undefined);
+      else next.push(due);
+    } else if (due !== undefined) this.setMeta("checkpoint_due", undefined);
+
+    // A checkpoint not yet in `_global` (a failed anchor, or an object evicted before it anchored).
+    const anchorTrouble = this.meta<Trouble>("anchor_trouble");
+    if (!anchorTrouble || anchorTrouble.retryAt <= Date.now()) await this.anchor();
+    const still = this.meta<Trouble>("anchor_trouble");
+    if (still) next.push(still.retryAt);
+
+    // Whatever signing and anchoring just wrote still has to reach D1.
+    const unflushed = this.headNow().seq > (this.meta<number>("flushed_seq") ?? 0) || this.lastCheckpoint().size > (this.meta<number>("flushed_cp") ?? 0);
+    if (unflushed && !this.meta<Trouble>("flush_trouble")) next.push(Date.now() + FLUSH_DELAY_MS);
+    const laterDue = this.meta<number>("checkpoint_due");
+    if (laterDue !== undefined) next.push(laterDue);
+    if (next.length > 0) await this.arm(Math.min(...next));
+  }
+
+  // ---- reads ----
+
+  private toEntry(r: EntrySqlRow): LedgerEntry {
+    return { v: r.v, chain: this.chain(), seq: r.seq, prev: r.prev, kind: r.kind as EntryKind, id: r.id, at: r.at, body: JSON.parse(r.body) as JsonObject, hash: r.hash };
+  }
+
+  async head(): Promise<Head> {
+    return this.headNow();
+  }
+
+  async read(afterSeq: number, limit: number): Promise<LedgerEntry[]> {
+    const n = Math.max(0, Math.min(MAX_PAGE, Math.floor(Number(limit) || 0)));
+    if (n === 0) return [];
+    return this.sql.exec<EntrySqlRow>("SELECT * FROM entries WHERE seq > ? ORDER BY seq LIMIT ?", Math.floor(Number(afterSeq) || 0), n).toArray().map((r) => this.toEntry(r));
+  }
+
+  /** One call's entries (see LedgerApi.traceCall; `trace` is a reserved handler name RPC cannot call). */
+  async traceCall(id: string): Promise<LedgerEntry[]> {
+    return this.sql.exec<EntrySqlRow>("SELECT * FROM entries WHERE id = ? OR decision_id = ? ORDER BY seq LIMIT ?", id, id, MAX_PAGE).toArray().map((r) => this.toEntry(r));
+  }
+
+  /** Signed checkpoints after `afterSize`; waits (≤ 2 s) for a checkpoint being signed right now. */
+  async checkpoints(afterSize: number): Promise<Checkpoint[]> {
+    await settle(this.signing);
+    const chain = this.meta<string>("chain");
+    if (chain === undefined) return [];
+    return this.sql.exec<CheckpointSqlRow>("SELECT * FROM checkpoints WHERE size > ? ORDER BY size LIMIT ?", Math.floor(Number(afterSize) || 0), MAX_PAGE)
+      .toArray()
+      .map((c) => ({ chain, size: c.size, hash: c.hash, at: c.at, note: c.note }));
+  }
+
+  async status(): Promise<LedgerStatus> {
+    await settle(this.signing);
+    const head = this.headNow();
+    const cp = this.lastCheckpoint();
+    const flush = this.meta<Trouble>("flush_trouble");
+    const anchor = this.meta<Trouble>("anchor_trouble");
+    return {
+      chain: this.meta<string>("chain") ?? null,
+      head,
+      checkpointSize: cp.size,
+      unanchored: head.seq - cp.size,
+      checkpointProblem: this.meta<string>("checkpoint_problem") ?? null,
+      flushedSeq: this.meta<number>("flushed_seq") ?? 0,
+      flushProblem: flush?.error ?? null,
+      flushFailures: flush?.failures ?? 0,
+      anchoredSize: this.meta<number>("anchored") ?? 0,
+      anchorProblem: anchor?.error ?? null,
+      transactions: this.meta<number>("transactions") ?? 0,
+      appends: this.meta<number>("appends") ?? 0,
+    };
+  }
+}

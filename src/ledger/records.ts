@@ -1,0 +1,189 @@
+/**
+ * Ledger record shapes: every governed event the gateway writes, each kind with its body and a
+ * version, and the entry envelope that chains them (team chain, contiguous seq, previous hash,
+ * own hash). Shared by the gateway, the LedgerDO and the offline verifier (`portcullis ledger
+ * verify`), so it imports nothing but `wire/`. Must never: carry a secret or a token in any
+ * body (arguments are kept as the mapping says: canonical, hashed or redacted).
+ */
+import type { Json, JsonObject } from "../wire/jsonrpc.ts";
+
+/** Version of the entry envelope and of every body shape below. */
+export const ENTRY_VERSION = 1;
+
+/** The previous hash of a chain's first entry (seq 1), and the hash of an empty chain. */
+export const GENESIS = "0".repeat(64);
+
+/** The global checkpoint chain: its entries commit each team chain's newest signed checkpoint. */
+export const GLOBAL_CHAIN = "_global";
+
+export type EntryKind =
+  | "decision"
+  | "outcome"
+  | "blocked"
+  | "tools.listed"
+  | "hold.created"
+  | "hold.approved"
+  | "hold.rejected"
+  | "hold.expired"
+  | "hold.consumed"
+  | "killswitch.changed"
+  | "grant.minted"
+  | "grant.revoked"
+  | "config.changed"
+  | "checkpoint";
+
+/** Every kind above, in documentation order. */
+export const ENTRY_KINDS: readonly EntryKind[] = [
+  "decision",
+  "outcome",
+  "blocked",
+  "tools.listed",
+  "hold.created",
+  "hold.approved",
+  "hold.rejected",
+  "hold.expired",
+  "hold.consumed",
+  "killswitch.changed",
+  "grant.minted",
+  "grant.revoked",
+  "config.changed",
+  "checkpoint",
+];
+
+/** What a writer hands the chain: the kind, its body, when and who; seq, prev and hash are the chain's. */
+export interface EntryDraft {
+  kind: EntryKind;
+  /** Unique id of this entry (decision ids are the decision entry's id). */
+  id: string;
+  /** ISO 8601 time the gateway observed the event. */
+  at: string;
+  body: JsonObject;
+}
+
+/** One entry as chained and stored: hash = SHA-256 over the RFC 8785 JSON of every other field. */
+export interface LedgerEntry extends EntryDraft {
+  v: number;
+  chain: string;
+  seq: number;
+  prev: string;
+  hash: string;
+}
+
+/** The place of an entry in its chain, as the agent receives it in `_meta["portcullis/receipt"]`. */
+export interface ChainReceipt {
+  chain: string;
+  seq: number;
+  hash: string;
+  /** The decision entry's id this call is recorded under. */
+  decision_id: string;
+}
+
+/** How a tool's arguments are kept in the ledger (the mapping's `arguments`). */
+export type ArgumentsMode = "full" | "hashed" | "redacted";
+
+export interface DecisionBody extends JsonObject {
+  principal: string;
+  team: string;
+  run: string | null;
+  upstream: string;
+  tool: string;
+  /** The arguments as kept: the value (full), `{sha256}` (hashed) or null (redacted). */
+  arguments: Json;
+  arguments_mode: ArgumentsMode;
+  classification: JsonObject;
+  decision: string;
+  rule: string | null;
+  reason: string;
+  mode: string;
+  policy_version: string;
+  obligations: Json[];
+  hold_id: string | null;
+}
+
+export interface OutcomeBody extends JsonObject {
+  decision_id: string | null;
+  status: "succeeded" | "failed" | "uncertain";
+  /** SHA-256 of the RFC 8785 JSON of the result (or error) the upstream returned; null when none came. */
+  result_hash: string | null;
+  duration_ms: number;
+  obligations_applied: string[];
+  reason: string | null;
+}
+
+export interface BlockedBody extends JsonObject {
+  principal: string;
+  team: string;
+  run: string | null;
+  tool: string;
+  /** The check that refused: grant, kill_switch, schema, drift, policy, budget, hold, obligations, or a step that could not answer. */
+  check: string;
+  reason: string;
+}
+
+/** One tools/list answer: the names this caller was shown and those hidden from it. */
+export interface ToolsListedBody extends JsonObject {
+  principal: string;
+  team: string;
+  shown: string[];
+  hidden: string[];
+}
+
+/** A hold event (`hold.created | approved | rejected | expired | consumed`) of one call. */
+export interface HoldBody extends JsonObject {
+  hold_id: string;
+  /** The decision the hold belongs to, when known. */
+  decision_id: string | null;
+  principal: string;
+  team: string;
+  tool: string;
+  /** Who approved or rejected (null for created, expired, consumed). */
+  approver: string | null;
+  reason: string | null;
+}
+
+/** A kill-switch change: a halt set or lifted. */
+export interface KillSwitchBody extends JsonObject {
+  action: "halt" | "resume";
+  scope: "global" | "team" | "upstream" | "tool" | "principal" | "grant";
+  /** The team, upstream, tool, principal or grant jti; null for global. */
+  target: string | null;
+  reason: string;
+  by: string;
+  /** The kill switch's version after the change. */
+  version: number;
+}
+
+/** A grant minted (never the token itself). */
+export interface GrantMintedBody extends JsonObject {
+  jti: string;
+  sub: string;
+  team: string;
+  roles: string[];
+  tools: string[];
+  exp: number;
+  by: string;
+}
+
+/** A grant revoked, effective until `until` (the grant's own expiry). */
+export interface GrantRevokedBody extends JsonObject {
+  jti: string;
+  until: number;
+  by: string;
+}
+
+/** A mode, configuration or policy change: what changed, from and to which version (or hash). */
+export interface ConfigChangedBody extends JsonObject {
+  what: "mode" | "config" | "policy";
+  from: string | null;
+  to: string;
+  by: string;
+}
+
+/** An entry of the global chain: a team chain's newest signed checkpoint, committed. */
+export interface CheckpointBody extends JsonObject {
+  chain: string;
+  size: number;
+  hash: string;
+  /** The team chain's signed note (checkpoint.ts). */
+  note: string;
+}

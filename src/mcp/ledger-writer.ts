@@ -1,0 +1,97 @@
+/**
+ * The governed path's ledger: decision, outcome and blocked records — and one `tools.listed`
+ * record per tools/list — appended to the caller's team chain in its LedgerDO, which makes them
+ * durable before the append returns (the write-ahead point). Owns turning governance's records
+ * into ledger bodies: arguments kept hashed until mappings say otherwise ([G]), results only as
+ * a hash, never a secret or a token. Must never: report a receipt for a record that was not
+ * stored, or swallow a failed decision/outcome append (the governed path refuses on a throw).
+ */
+import { ledgerObject } from "../../durable-objects/names.ts";
+import type { LedgerApi, LedgerSigning } from "../../durable-objects/records.ts";
+import type { Principal } from "../config/principal.ts";
+import type { Env } from "../env.ts";
+import type { Receipt, ToolCall } from "../governance/steps.ts";
+import { canonicalHash } from "../ledger/hash.ts";
+import type { BlockedBody, DecisionBody, EntryDraft, EntryKind, OutcomeBody } from "../ledger/records.ts";
+import type { JsonObject } from "../wire/jsonrpc.ts";
+import type { CallLedger, FrontContext } from "./context.ts";
+
+/** Where and how a caller's records are written. */
+export interface LedgerTarget {
+  env: Env;
+  principal: Principal;
+  signing: LedgerSigning;
+  waitUntil(p: Promise<unknown>): void;
+}
+
+function chainOf(env: Env, team: string): LedgerApi {
+  const chain = ledgerObject(env, team);
+  if (!chain) throw new Error(`team "${team}" is not a valid ledger chain name`);
+  return chain;
+}
+
+const draft = (kind: EntryKind, body: JsonObject, id: string = crypto.randomUUID()): EntryDraft => ({ kind, id, at: new Date().toISOString(), body });
+
+/** A ledger that does not answer within this bound counts as failed (the call is refused or its result held back). */
+export const LEDGER_WRITE_TIMEOUT_MS = 5000;
+
+function bounded<T>(p: Promise<T>, ms = LEDGER_WRITE_TIMEOUT_MS): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`the ledger did not answer within ${ms} ms`)), ms);
+  });
+  return Promise.race([p, late]).finally(() => { if (timer !== undefined) clearTimeout(timer); });
+}
+
+async function append(env: Env, team: string, signing: LedgerSigning, d: EntryDraft, decisionId: string): Promise<Receipt> {
+  const [entry] = await bounded(chainOf(env, team).append([d], signing));
+  if (!entry || entry.id !== d.id || entry.kind !== d.kind) throw new Error("the ledger did not confirm the record");
+  return { chain: entry.chain, seq: entry.seq, hash: entry.hash, decision_id: decisionId };
+}
+
+/** The ledger of one caller's requests. */
+export function callLedger(t: LedgerTarget): CallLedger {
+  const p = t.principal;
+  const write = (d: EntryDraft, decisionId: string) => append(t.env, p.team, t.signing, d, decisionId);
+  return {
+    async decision(r) {
+      const id = crypto.randomUUID();
+      const body: DecisionBody = {
+        principal: r.principal, team: r.team, run: r.runId, upstream: r.upstream, tool: r.tool,
+        arguments: r.arguments === undefined ? null : { sha256: canonicalHash(r.arguments) }, arguments_mode: r.arguments === undefined ? "redacted" : "hashed",
+        classification: { effect: r.classification.effect, blast_radius: r.classification.blastRadius, source: r.classification.source },
+        decision: r.decision.decision, rule: r.decision.rule, reason: r.decision.reason, mode: r.decision.mode, policy_version: r.decision.policyVersion,
+        obligations: r.decision.obligations.map((o) => o.kind), hold_id: r.holdId ?? null,
+      };
+      return write(draft("decision", body, id), id);
+    },
+    async outcome(r) {
+      const answer = r.answer ? (r.answer.error ? { error: r.answer.error } : { result: r.answer.result ?? {} }) : null;
+      const body: OutcomeBody = {
+        decision_id: r.decision?.decision_id ?? null, status: r.status, result_hash: answer ? canonicalHash(answer) : null,
+        duration_ms: r.durationMs, obligations_applied: r.obligationsApplied, reason: r.reason ?? null,
+      };
+      return write(draft("outcome", body), r.decision?.decision_id ?? "");
+    },
+    async blocked(call: ToolCall, refusal) {
+      const body: BlockedBody = { principal: p.sub, team: p.team, run: call.runId, tool: call.exposedName, check: refusal.check, reason: refusal.reason };
+      const d = draft("blocked", body);
+      await write(d, d.id);
+    },
+    listed(shown, hidden) {
+      const d = draft("tools.listed", { principal: p.sub, team: p.team, shown, hidden });
+      t.waitUntil(chainOf(t.env, p.team).append([d], t.signing).catch((e) => console.error("portcullis: tools.listed record not written", String(e))));
+    },
+  };
+}
+
+/** An administrative record (grant minted or revoked, config or mode changed) on a team's chain; durable when it resolves. */
+export async function appendRecord(env: Env, signing: LedgerSigning, team: string, kind: EntryKind, body: JsonObject): Promise<Receipt> {
+  const d = draft(kind, body);
+  return append(env, team, signing, d, d.id);
+}
+
+/** The ledger of a front's caller. */
+export function frontLedger(fc: FrontContext): CallLedger {
+  return callLedger({ env: fc.env, principal: fc.principal, signing: { secret: fc.cfg.auth.signingKeySecret, gateway: fc.gateway }, waitUntil: fc.waitUntil });
+}

@@ -1,0 +1,112 @@
+/**
+ * The governed path against a faulty ledger: a failure injected at each await of the write path
+ * — the decision append and the outcome append, each as a throw, a hang (past the write bound)
+ * and a partial write (a record the ledger did not confirm) — refuses the call before the
+ * upstream sees anything, or holds the result back; never a result without its records. Also:
+ * what a decision record keeps (arguments hashed, never raw) and the receipt the answer carries.
+ */
+import { describe, expect, it, vi } from "vitest";
+import type { LedgerApi } from "../../durable-objects/records.ts";
+import type { UpstreamConfig } from "../../src/config/load.ts";
+import { DEFAULT_EGRESS_RULES } from "../../src/config/egress-schema.ts";
+import type { Principal } from "../../src/config/principal.ts";
+import type { Env } from "../../src/env.ts";
+import { type GovernanceDeps, governToolCall, RECEIPT_META } from "../../src/governance/call.ts";
+import { catalogEntry } from "../../src/governance/catalog.ts";
+import { type LegResult, NO_HALTS, NO_HOLDS, NO_MAPPINGS, OPEN_POLICY, type ToolCall } from "../../src/governance/steps.ts";
+import { chainEntries, EMPTY_HEAD, type Head } from "../../src/ledger/chain.ts";
+import { canonicalHash } from "../../src/ledger/hash.ts";
+import type { EntryDraft, LedgerEntry } from "../../src/ledger/records.ts";
+import { callLedger, LEDGER_WRITE_TIMEOUT_MS } from "../../src/mcp/ledger-writer.ts";
+import type { JsonObject } from "../../src/wire/jsonrpc.ts";
+
+const up: UpstreamConfig = {
+  name: "alpha", url: "http://127.0.0.1:9/mcp", namespaced: true, headers: {}, allow: [], deny: [], timeoutMs: 1000,
+  credentials: { mode: "none", header: "Authorization", prefix: "Bearer " }, egress: DEFAULT_EGRESS_RULES, onLoopback: true,
+};
+const agent: Principal = { sub: "agent:a", team: "team-a", roles: ["agent"], tools: null, authenticated: true };
+
+type Fault = "none" | "throw" | "hang" | "partial";
+
+/** A LedgerApi in memory that chains for real, with one fault injected at the n-th append. */
+function fakeLedger(faultAt: number, fault: Fault) {
+  const entries: LedgerEntry[] = [];
+  let head: Head = EMPTY_HEAD;
+  let calls = 0;
+  const api: Pick<LedgerApi, "append"> = {
+    async append(drafts: EntryDraft[]) {
+      calls++;
+      if (calls === faultAt) {
+        if (fault === "throw") throw new Error("disk on fire");
+        if (fault === "hang") return new Promise<LedgerEntry[]>(() => undefined);
+        if (fault === "partial") return [];
+      }
+      const chained = chainEntries("team-a", head, drafts);
+      entries.push(...chained);
+      head = { seq: chained.at(-1)!.seq, hash: chained.at(-1)!.hash };
+      return chained;
+    },
+  };
+  const env = { LEDGER: { idFromName: (n: string) => n, get: () => api } } as unknown as Env;
+  return { env, entries };
+}
+
+async function run(faultAt: number, fault: Fault, args: JsonObject = { secret_arg: "hunter2" }) {
+  const { env, entries } = fakeLedger(faultAt, fault);
+  let reached = 0;
+  const deps: GovernanceDeps = {
+    catalog: { resolve: async (name) => ({ upstream: up, tool: (await catalogEntry({ name: name.slice(7), inputSchema: {} }, name))! }) },
+    killSwitch: NO_HALTS, mappings: NO_MAPPINGS, policy: OPEN_POLICY, holds: NO_HOLDS,
+    ledger: callLedger({ env, principal: agent, signing: { secret: "PORTCULLIS_SIGNING_KEY", gateway: "http://127.0.0.1" }, waitUntil: () => undefined }),
+    upstream: { call: async (): Promise<LegResult> => { reached++; return { kind: "answered", response: { jsonrpc: "2.0", id: 1, result: { content: [{ type: "text", text: "RESULT-XYZ" }] } }, status: 200 }; } },
+    clock: Date.now,
+  };
+  const call: ToolCall = { principal: agent, era: "modern", request: { jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: "alpha__do", arguments: args } }, exposedName: "alpha__do", arguments: args, runId: "run-9" };
+  const answer = await governToolCall(deps, call);
+  return { answer, reached, entries, text: JSON.stringify(answer) };
+}
+
+describe("the ledger write path under faults", () => {
+  it("no fault: decision before forwarding, outcome before the answer, receipt in _meta; arguments only as a hash", async () => {
+    const r = await run(0, "none");
+    expect(r.reached).toBe(1);
+    expect(r.entries.map((e) => e.kind)).toEqual(["decision", "outcome"]);
+    const [decision, outcome] = r.entries as [LedgerEntry, LedgerEntry];
+    expect(decision.body).toMatchObject({ principal: "agent:a", team: "team-a", run: "run-9", upstream: "alpha", tool: "do", arguments_mode: "hashed", arguments: { sha256: canonicalHash({ secret_arg: "hunter2" }) } });
+    expect(JSON.stringify(r.entries)).not.toContain("hunter2");
+    expect(outcome.body).toMatchObject({ decision_id: decision.id, status: "succeeded", result_hash: canonicalHash({ result: { content: [{ type: "text", text: "RESULT-XYZ" }] } }) });
+    expect(JSON.stringify(r.entries)).not.toContain("RESULT-XYZ");
+    expect((r.answer.response.result!._meta as JsonObject)[RECEIPT_META]).toEqual({ chain: "team-a", seq: 2, hash: outcome.hash, decision_id: decision.id });
+  });
+
+  for (const fault of ["throw", "hang", "partial"] as const) {
+    it(`decision append: ${fault} → refused, the upstream sees nothing`, async () => {
+      vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout"] });
+      try {
+        const pending = run(1, fault);
+        await vi.advanceTimersByTimeAsync(LEDGER_WRITE_TIMEOUT_MS + 10);
+        const r = await pending;
+        expect(r.reached).toBe(0);
+        expect(r.answer.response.result?.isError).toBe(true);
+        expect(r.text).toContain("the ledger step could not answer");
+        expect(r.entries.filter((e) => e.kind === "decision")).toHaveLength(0);
+      } finally {
+        vi.useRealTimers();
+      }
+    });
+    it(`outcome append: ${fault} → the call ran, but its result is held back`, async () => {
+      vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout"] });
+      try {
+        const pending = run(2, fault);
+        await vi.advanceTimersByTimeAsync(LEDGER_WRITE_TIMEOUT_MS + 10);
+        const r = await pending;
+        expect(r.reached).toBe(1);
+        expect(r.answer.response.result?.isError).toBe(true);
+        expect(r.text).toContain("the ledger step could not answer");
+        expect(r.text).not.toContain("RESULT-XYZ");
+      } finally {
+        vi.useRealTimers();
+      }
+    });
+  }
+});
