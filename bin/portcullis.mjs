@@ -72,7 +72,13 @@ function seconds(ttl) {
   return Number(m[1]) * { s: 1, m: 60, h: 3600, d: 86400 }[m[2] ?? "s"];
 }
 
-const list = (v) => (v === undefined || v === true ? [] : String(v).split(",").map((s) => s.trim()).filter(Boolean));
+const list = (v) =>
+  v === undefined || v === true
+    ? []
+    : String(v)
+        .split(",")
+        .map((s) => s.trim())
+        .filter(Boolean);
 
 function fail(message) {
   console.error(`portcullis: ${message}`);
@@ -103,7 +109,8 @@ export function mintTarget(a) {
     } catch {
       u = null;
     }
-    if (!u || (u.protocol !== "http:" && u.protocol !== "https:")) return `--gateway: use the gateway's http(s) URL, e.g. http://127.0.0.1:8787, not ${a.gateway === true ? "nothing" : a.gateway}`;
+    if (!u || (u.protocol !== "http:" && u.protocol !== "https:"))
+      return `--gateway: use the gateway's http(s) URL, e.g. http://127.0.0.1:8787, not ${a.gateway === true ? "nothing" : a.gateway}`;
     // The gateway's URL or its MCP endpoint: both name the same gateway.
     url = /^\/mcp\/*$/.test(u.pathname) && !u.search ? u.origin : u.href.replace(/\/+$/, "");
   } else if (a.aud !== undefined) {
@@ -118,18 +125,27 @@ export function mintTarget(a) {
 
 async function tokenMint(a) {
   if (typeof a.sub !== "string") usage();
-  const body = { sub: a.sub, team: typeof a.team === "string" ? a.team : "default", roles: list(a.role).length ? list(a.role) : ["agent"], tools: list(a.tools) };
+  const body = {
+    sub: a.sub,
+    team: typeof a.team === "string" ? a.team : "default",
+    roles: list(a.role).length ? list(a.role) : ["agent"],
+    tools: list(a.tools),
+  };
   const ttl = seconds(a.ttl ?? "1h");
   if (typeof a.url === "string") {
     if (typeof a.token !== "string") usage();
     const named = ["aud", "gateway", "port", "iss"].filter((k) => a[k] !== undefined);
     if (named.length) fail(`--url mints through that gateway, which signs for itself: drop ${named.map((k) => `--${k}`).join(", ")}`);
     const res = await fetch(new URL("/v1/grants", a.url), {
-      method: "POST", headers: { "content-type": "application/json", authorization: `Bearer ${a.token}` },
+      method: "POST",
+      headers: { "content-type": "application/json", authorization: `Bearer ${a.token}` },
       body: JSON.stringify({ ...body, ttl_seconds: ttl }),
     });
     const j = await res.json().catch(() => ({}));
-    if (!res.ok) { console.error(`mint refused (${res.status}): ${j.error_description ?? j.error ?? "unknown error"}`); process.exit(1); }
+    if (!res.ok) {
+      console.error(`mint refused (${res.status}): ${j.error_description ?? j.error ?? "unknown error"}`);
+      process.exit(1);
+    }
     console.log(j.token);
     return;
   }
@@ -170,18 +186,44 @@ async function validate(file, { onLoopback = true, secrets = "env" } = {}) {
  * workerd then share that group, so a caller can stop the whole tree with `process.kill(-pid, sig)`
  * (the e2e harness and the bench do; the caller then owns the signals and must unref the child).
  */
-export function startGateway({ configText, port = 8787, persistTo, stdio = "inherit", extraVars = {}, signingKey, logLevel = "log", ip = "127.0.0.1", detached = false }) {
+export function startGateway({
+  configText,
+  port = 8787,
+  persistTo,
+  stdio = "inherit",
+  extraVars = {},
+  signingKey,
+  logLevel = "log",
+  ip = "127.0.0.1",
+  detached = false,
+}) {
   const argv = [
-    "dev", "--config", resolve(root, "wrangler.toml"), "--ip", ip, "--port", String(port),
+    "dev",
+    "--config",
+    resolve(root, "wrangler.toml"),
+    "--ip",
+    ip,
+    "--port",
+    String(port),
     // "log" level: the Worker's own structured lines (one per upstream request) are shown.
-    "--inspector-port", "0", "--show-interactive-dev-session=false", "--log-level", logLevel,
-    "--var", `PORTCULLIS_CONFIG:${configText}`,
+    "--inspector-port",
+    "0",
+    "--show-interactive-dev-session=false",
+    "--log-level",
+    logLevel,
+    "--var",
+    `PORTCULLIS_CONFIG:${configText}`,
   ];
   // The dev signing key travels as a var: local runs only (a deploy uses `wrangler secret put`).
   if (signingKey) argv.push("--var", `PORTCULLIS_SIGNING_KEY:${signingKey}`);
   for (const [k, v] of Object.entries(extraVars)) argv.push("--var", `${k}:${v}`);
   if (persistTo) argv.push("--persist-to", persistTo);
-  return spawn(bin("wrangler"), argv, { cwd: root, stdio, detached, env: { ...process.env, WRANGLER_SEND_METRICS: "false", CLOUDFLARE_CF_FETCH_ENABLED: "false" } });
+  return spawn(bin("wrangler"), argv, {
+    cwd: root,
+    stdio,
+    detached,
+    env: { ...process.env, WRANGLER_SEND_METRICS: "false", CLOUDFLARE_CF_FETCH_ENABLED: "false" },
+  });
 }
 
 const EVERYTHING = resolve(root, "node_modules/@modelcontextprotocol/server-everything/dist/index.js");
@@ -194,7 +236,12 @@ const EVERYTHING = resolve(root, "node_modules/@modelcontextprotocol/server-ever
  * `detached` (default false): its own process group, as for `startGateway`.
  */
 export function startDemoUpstream({ port = 3001, stdio = ["ignore", "inherit", "inherit"], detached = false } = {}) {
-  return spawn(process.execPath, [fileURLToPath(import.meta.url), "demo-upstream", "--port", String(port)], { cwd: root, stdio, detached, env: { ...process.env } });
+  return spawn(process.execPath, [fileURLToPath(import.meta.url), "demo-upstream", "--port", String(port)], {
+    cwd: root,
+    stdio,
+    detached,
+    env: { ...process.env },
+  });
 }
 
 /** Runs server-everything in this process with every TCP listen bound to 127.0.0.1. */
@@ -205,8 +252,10 @@ async function demoUpstream(port) {
     const cb = typeof args[args.length - 1] === "function" ? args.pop() : undefined;
     const [first] = args;
     let opts;
-    if (first === undefined || typeof first === "number" || (typeof first === "string" && /^\d+$/.test(first))) opts = { port: Number(first ?? 0), host: "127.0.0.1" };
-    else if (first && typeof first === "object" && first.path === undefined && first.fd === undefined && first.handle === undefined && !first._handle) opts = { ...first, host: "127.0.0.1" };
+    if (first === undefined || typeof first === "number" || (typeof first === "string" && /^\d+$/.test(first)))
+      opts = { port: Number(first ?? 0), host: "127.0.0.1" };
+    else if (first && typeof first === "object" && first.path === undefined && first.fd === undefined && first.handle === undefined && !first._handle)
+      opts = { ...first, host: "127.0.0.1" };
     else throw new Error("demo upstream: only TCP listens on 127.0.0.1 are allowed");
     return cb ? listen.call(this, opts, cb) : listen.call(this, opts);
   };
@@ -223,9 +272,15 @@ function processTree(pid) {
       const [c, p] = line.trim().split(/\s+/).map(Number);
       if (c && !Number.isNaN(p)) kids.set(p, [...(kids.get(p) ?? []), c]);
     }
-  } catch { /* no ps: the child alone */ }
+  } catch {
+    /* no ps: the child alone */
+  }
   const out = [];
-  for (const todo = [pid]; todo.length;) { const p = todo.pop(); out.push(p); todo.push(...(kids.get(p) ?? [])); }
+  for (const todo = [pid]; todo.length; ) {
+    const p = todo.pop();
+    out.push(p);
+    todo.push(...(kids.get(p) ?? []));
+  }
   return out;
 }
 
@@ -238,12 +293,22 @@ function processTree(pid) {
 function stopChildrenOnSignal(children /* read at each signal: callers may add to it */, graceMs = 10_000) {
   const running = () => children.filter((c) => c.pid !== undefined && c.exitCode === null && c.signalCode === null);
   const killTrees = () => {
-    for (const pid of running().flatMap((c) => processTree(c.pid))) { try { process.kill(pid, "SIGKILL"); } catch { /* gone */ } }
+    for (const pid of running().flatMap((c) => processTree(c.pid))) {
+      try {
+        process.kill(pid, "SIGKILL");
+      } catch {
+        /* gone */
+      }
+    }
     setTimeout(() => process.exit(1), 2000).unref();
   };
   let timer;
   const onSignal = (sig) => {
-    if (timer) { clearTimeout(timer); killTrees(); return; }
+    if (timer) {
+      clearTimeout(timer);
+      killTrees();
+      return;
+    }
     for (const c of running()) c.kill(sig);
     timer = setTimeout(killTrees, graceMs);
     timer.unref();
@@ -268,14 +333,20 @@ async function main() {
     const local = a.local === true ? true : a.deployed === true ? false : !/^\s*required:\s*true\b/m.test(text);
     const v = await validate(a.config, { onLoopback: local, secrets: "static" });
     const where = local ? "served on loopback" : "deployed";
-    if (v.ok) { console.log(`${a.config}: sound (${where}; ${v.cfg.upstreams.length} upstream${v.cfg.upstreams.length === 1 ? "" : "s"})`); return; }
+    if (v.ok) {
+      console.log(`${a.config}: sound (${where}; ${v.cfg.upstreams.length} upstream${v.cfg.upstreams.length === 1 ? "" : "s"})`);
+      return;
+    }
     console.error(`${a.config}: refused (${where})\n${v.problems.map((p) => `  - ${p}`).join("\n")}`);
     process.exit(1);
   }
   if (cmd === "check") {
     if (typeof a.config !== "string") usage();
     const v = await validate(a.config);
-    if (v.ok) { console.log(`${a.config}: ok`); return; }
+    if (v.ok) {
+      console.log(`${a.config}: ok`);
+      return;
+    }
     console.error(`${a.config}: invalid\n${v.problems.map((p) => `  - ${p}`).join("\n")}`);
     process.exit(1);
   }
@@ -312,7 +383,10 @@ async function main() {
     const gw = startGateway({ configText, port, persistTo, signingKey: await devSigningKey() });
     console.log(`portcullis: demo upstream on http://127.0.0.1:${upPort}/mcp, gateway on http://127.0.0.1:${port}/mcp`);
     children.push(gw);
-    gw.on("exit", (code) => { demo.kill(); process.exit(code ?? 0); });
+    gw.on("exit", (code) => {
+      demo.kill();
+      process.exit(code ?? 0);
+    });
     demo.on("exit", () => gw.kill());
     return;
   }

@@ -15,15 +15,29 @@ export class CredentialsDO extends DurableObject implements CredentialsApi {
   constructor(ctx: DurableObjectState, env: unknown) {
     super(ctx, env as never);
     this.sql = ctx.storage.sql;
-    this.sql.exec("CREATE TABLE IF NOT EXISTS creds (upstream TEXT PRIMARY KEY, iv TEXT NOT NULL, ct TEXT NOT NULL, at INTEGER NOT NULL, v INTEGER NOT NULL DEFAULT 1)");
+    this.sql.exec(
+      "CREATE TABLE IF NOT EXISTS creds (upstream TEXT PRIMARY KEY, iv TEXT NOT NULL, ct TEXT NOT NULL, at INTEGER NOT NULL, v INTEGER NOT NULL DEFAULT 1)",
+    );
     // Tables created before rows carried `v` hold version-1 rows (the only shape there was).
-    if (!this.sql.exec<{ name: string }>("PRAGMA table_info(creds)").toArray().some((c) => c.name === "v")) {
+    if (
+      !this.sql
+        .exec<{ name: string }>("PRAGMA table_info(creds)")
+        .toArray()
+        .some((c) => c.name === "v")
+    ) {
       this.sql.exec("ALTER TABLE creds ADD COLUMN v INTEGER NOT NULL DEFAULT 1");
     }
   }
 
   async put(upstream: string, sealed: { iv: string; ct: string }): Promise<void> {
-    this.sql.exec("INSERT OR REPLACE INTO creds (upstream, iv, ct, at, v) VALUES (?, ?, ?, ?, ?)", upstream, sealed.iv, sealed.ct, Date.now(), SEALED_CREDENTIAL_VERSION);
+    this.sql.exec(
+      "INSERT OR REPLACE INTO creds (upstream, iv, ct, at, v) VALUES (?, ?, ?, ?, ?)",
+      upstream,
+      sealed.iv,
+      sealed.ct,
+      Date.now(),
+      SEALED_CREDENTIAL_VERSION,
+    );
   }
 
   /** The sealed credential for `upstream`; null when none is registered or its version is unknown to this code. */

@@ -60,7 +60,23 @@ export function schemaStatements(schema: string = LEDGER_D1_SCHEMA): string[] {
 }
 
 /** The columns of `ledger_entries`, in insert order. */
-export const ENTRY_COLUMNS = ["chain", "seq", "v", "id", "kind", "at", "prev", "hash", "body", "team", "principal", "upstream", "tool", "status", "decision_id"] as const;
+export const ENTRY_COLUMNS = [
+  "chain",
+  "seq",
+  "v",
+  "id",
+  "kind",
+  "at",
+  "prev",
+  "hash",
+  "body",
+  "team",
+  "principal",
+  "upstream",
+  "tool",
+  "status",
+  "decision_id",
+] as const;
 /** One row of `ledger_entries`, in ENTRY_COLUMNS order. */
 export type EntryRow = (string | number | null)[];
 

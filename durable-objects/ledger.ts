@@ -112,7 +112,8 @@ export function normaliseDrafts(drafts: unknown, signing: unknown): { drafts: En
     } catch (err) {
       throw new Error(`ledger: draft ${i} (${d.kind} ${d.id}) cannot be canonicalised: ${message(err)}`);
     }
-    if (text.length > MAX_BODY_CHARS) throw new Error(`ledger: draft ${i} (${d.kind} ${d.id}) has a body of ${text.length} characters; at most ${MAX_BODY_CHARS} are kept`);
+    if (text.length > MAX_BODY_CHARS)
+      throw new Error(`ledger: draft ${i} (${d.kind} ${d.id}) has a body of ${text.length} characters; at most ${MAX_BODY_CHARS} are kept`);
     out.push({ kind: d.kind as EntryKind, id: d.id, at: d.at, body: JSON.parse(text) as JsonObject });
     bodies.push(text);
   }
@@ -153,7 +154,12 @@ function entryInserts(db: D1Database, rows: EntryRow[]): D1PreparedStatement[] {
 async function settle(p: Promise<unknown> | null, ms = SETTLE_MS): Promise<void> {
   if (!p) return;
   let timer: ReturnType<typeof setTimeout> | undefined;
-  await Promise.race([p.catch(() => undefined), new Promise<void>((r) => { timer = setTimeout(r, ms); })]);
+  await Promise.race([
+    p.catch(() => undefined),
+    new Promise<void>((r) => {
+      timer = setTimeout(r, ms);
+    }),
+  ]);
   if (timer !== undefined) clearTimeout(timer);
 }
 
@@ -303,7 +309,15 @@ export class LedgerDO extends DurableObject<Env> implements LedgerApi {
           const facts = rowFacts(chain, e.kind, e.id, e.body);
           this.sql.exec(
             "INSERT INTO entries (seq, v, id, kind, at, body, prev, hash, decision_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            e.seq, e.v, e.id, e.kind, e.at, w.bodies[i]!, e.prev, e.hash, facts.decision_id,
+            e.seq,
+            e.v,
+            e.id,
+            e.kind,
+            e.at,
+            w.bodies[i]!,
+            e.prev,
+            e.hash,
+            facts.decision_id,
           );
           if (e.kind === "checkpoint") seen.set(e.id, e);
           head = { seq: e.seq, hash: e.hash };
@@ -406,7 +420,10 @@ export class LedgerDO extends DurableObject<Env> implements LedgerApi {
     const global = ledgerObject(this.env, GLOBAL_CHAIN);
     try {
       if (!signing || !global) throw new Error("no global chain to anchor to");
-      await global.append([{ kind: "checkpoint", id: `checkpoint:${chain}:${row.size}`, at: row.at, body: { chain, size: row.size, hash: row.hash, note: row.note } }], signing);
+      await global.append(
+        [{ kind: "checkpoint", id: `checkpoint:${chain}:${row.size}`, at: row.at, body: { chain, size: row.size, hash: row.hash, note: row.note } }],
+        signing,
+      );
       this.setMeta("anchored", row.size);
       this.setMeta("anchor_trouble", undefined);
     } catch (err) {
@@ -451,14 +468,23 @@ export class LedgerDO extends DurableObject<Env> implements LedgerApi {
       const after = this.meta<number>("flushed_seq") ?? 0;
       const rows = this.sql.exec<EntrySqlRow>("SELECT * FROM entries WHERE seq > ? ORDER BY seq LIMIT ?", after, FLUSH_BATCH_ROWS).toArray();
       if (rows.length === 0) break;
-      await db.batch(entryInserts(db, rows.map((r) => this.d1Row(chain, r))));
+      await db.batch(
+        entryInserts(
+          db,
+          rows.map((r) => this.d1Row(chain, r)),
+        ),
+      );
       this.setMeta("flushed_seq", rows[rows.length - 1]!.seq);
       done += rows.length;
     }
     const afterCp = this.meta<number>("flushed_cp") ?? 0;
     const cps = this.sql.exec<CheckpointSqlRow>("SELECT * FROM checkpoints WHERE size > ? ORDER BY size LIMIT ?", afterCp, FLUSH_BATCH_ROWS).toArray();
     if (cps.length > 0) {
-      await db.batch(cps.map((c) => db.prepare("INSERT OR IGNORE INTO ledger_checkpoints (chain, size, hash, at, note) VALUES (?, ?, ?, ?, ?)").bind(chain, c.size, c.hash, c.at, c.note)));
+      await db.batch(
+        cps.map((c) =>
+          db.prepare("INSERT OR IGNORE INTO ledger_checkpoints (chain, size, hash, at, note) VALUES (?, ?, ?, ?, ?)").bind(chain, c.size, c.hash, c.at, c.note),
+        ),
+      );
       this.setMeta("flushed_cp", cps[cps.length - 1]!.size);
     }
     const head = this.headNow();
@@ -513,7 +539,17 @@ export class LedgerDO extends DurableObject<Env> implements LedgerApi {
   // ---- reads ----
 
   private toEntry(r: EntrySqlRow): LedgerEntry {
-    return { v: r.v, chain: this.chain(), seq: r.seq, prev: r.prev, kind: r.kind as EntryKind, id: r.id, at: r.at, body: JSON.parse(r.body) as JsonObject, hash: r.hash };
+    return {
+      v: r.v,
+      chain: this.chain(),
+      seq: r.seq,
+      prev: r.prev,
+      kind: r.kind as EntryKind,
+      id: r.id,
+      at: r.at,
+      body: JSON.parse(r.body) as JsonObject,
+      hash: r.hash,
+    };
   }
 
   async head(): Promise<Head> {
@@ -523,12 +559,18 @@ export class LedgerDO extends DurableObject<Env> implements LedgerApi {
   async read(afterSeq: number, limit: number): Promise<LedgerEntry[]> {
     const n = Math.max(0, Math.min(MAX_PAGE, Math.floor(Number(limit) || 0)));
     if (n === 0) return [];
-    return this.sql.exec<EntrySqlRow>("SELECT * FROM entries WHERE seq > ? ORDER BY seq LIMIT ?", Math.floor(Number(afterSeq) || 0), n).toArray().map((r) => this.toEntry(r));
+    return this.sql
+      .exec<EntrySqlRow>("SELECT * FROM entries WHERE seq > ? ORDER BY seq LIMIT ?", Math.floor(Number(afterSeq) || 0), n)
+      .toArray()
+      .map((r) => this.toEntry(r));
   }
 
   /** One call's entries (see LedgerApi.traceCall; `trace` is a reserved handler name RPC cannot call). */
   async traceCall(id: string): Promise<LedgerEntry[]> {
-    return this.sql.exec<EntrySqlRow>("SELECT * FROM entries WHERE id = ? OR decision_id = ? ORDER BY seq LIMIT ?", id, id, MAX_PAGE).toArray().map((r) => this.toEntry(r));
+    return this.sql
+      .exec<EntrySqlRow>("SELECT * FROM entries WHERE id = ? OR decision_id = ? ORDER BY seq LIMIT ?", id, id, MAX_PAGE)
+      .toArray()
+      .map((r) => this.toEntry(r));
   }
 
   /** Signed checkpoints after `afterSize`; waits (≤ 2 s) for a checkpoint being signed right now. */
@@ -536,7 +578,8 @@ export class LedgerDO extends DurableObject<Env> implements LedgerApi {
     await settle(this.signing);
     const chain = this.meta<string>("chain");
     if (chain === undefined) return [];
-    return this.sql.exec<CheckpointSqlRow>("SELECT * FROM checkpoints WHERE size > ? ORDER BY size LIMIT ?", Math.floor(Number(afterSize) || 0), MAX_PAGE)
+    return this.sql
+      .exec<CheckpointSqlRow>("SELECT * FROM checkpoints WHERE size > ? ORDER BY size LIMIT ?", Math.floor(Number(afterSize) || 0), MAX_PAGE)
       .toArray()
       .map((c) => ({ chain, size: c.size, hash: c.hash, at: c.at, note: c.note }));
   }

@@ -12,9 +12,7 @@ import type { JsonObject, JsonRpcResponse } from "../src/wire/jsonrpc.ts";
 export type Era = "legacy" | "modern";
 
 /** How the gateway talks to one upstream for one client context. */
-export type Leg =
-  | { era: "legacy"; sessionId?: string; protocolVersion: string }
-  | { era: "modern"; meta: JsonObject };
+export type Leg = { era: "legacy"; sessionId?: string; protocolVersion: string } | { era: "modern"; meta: JsonObject };
 
 /** Version of the SessionRecord shape (bumped when a field changes meaning). */
 export const SESSION_RECORD_VERSION = 1;

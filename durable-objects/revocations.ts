@@ -27,7 +27,10 @@ export class RevocationsDO extends DurableObject implements RevocationsApi {
   async revoke(jti: string, exp: number, by: string): Promise<void> {
     this.sql.exec(
       "INSERT INTO revoked (jti, at, exp, by) VALUES (?, ?, ?, ?) ON CONFLICT(jti) DO UPDATE SET exp = MAX(exp, excluded.exp)",
-      jti, Date.now(), exp, by,
+      jti,
+      Date.now(),
+      exp,
+      by,
     );
     const next = await this.ctx.storage.getAlarm();
     const due = (exp + 120) * 1000;

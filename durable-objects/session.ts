@@ -14,8 +14,14 @@
 import { DurableObject } from "cloudflare:workers";
 import type { JsonRpcResponse } from "../src/wire/jsonrpc.ts";
 import {
-  LEG_IDLE_TTL_S, SESSION_RECORD_VERSION, STORED_LEG_VERSION,
-  type PendingRelay, type SessionRecord, type StoredEvent, type StoredLeg, type UpstreamLegRecord,
+  LEG_IDLE_TTL_S,
+  SESSION_RECORD_VERSION,
+  STORED_LEG_VERSION,
+  type PendingRelay,
+  type SessionRecord,
+  type StoredEvent,
+  type StoredLeg,
+  type UpstreamLegRecord,
 } from "./records.ts";
 
 /** The protocol version claimRun writes: what marks a run's record (legacy sessions are only created at legacy versions). */
@@ -35,7 +41,13 @@ function readable(v: unknown, current: number): boolean {
 
 /** Adds a column a table gained after it first shipped (CREATE TABLE IF NOT EXISTS leaves old tables as they were). */
 function addColumn(sql: SqlStorage, table: string, column: string, decl: string, backfill: number): void {
-  if (sql.exec<{ name: string }>(`PRAGMA table_info(${table})`).toArray().some((c) => c.name === column)) return;
+  if (
+    sql
+      .exec<{ name: string }>(`PRAGMA table_info(${table})`)
+      .toArray()
+      .some((c) => c.name === column)
+  )
+    return;
   sql.exec(`ALTER TABLE ${table} ADD COLUMN ${column} ${decl}`);
   sql.exec(`UPDATE ${table} SET ${column} = ?`, backfill);
 }
@@ -147,7 +159,17 @@ export class SessionDO extends DurableObject {
     if (rec && !rec.ended && !this.expired(rec, now)) return (await this.open(principal)) !== null;
     if (rec && rec.principal !== principal) return false;
     if (rec) this.finish(rec);
-    this.save({ v: SESSION_RECORD_VERSION, id, principal, protocolVersion: RUN_VERSION, clientCapabilities: {}, upstreams: {}, createdAt: now, touchedAt: now, ttlS });
+    this.save({
+      v: SESSION_RECORD_VERSION,
+      id,
+      principal,
+      protocolVersion: RUN_VERSION,
+      clientCapabilities: {},
+      upstreams: {},
+      createdAt: now,
+      touchedAt: now,
+      ttlS,
+    });
     await this.arm(now + ttlS * 1000 + 1);
     return true;
   }
@@ -234,7 +256,10 @@ export class SessionDO extends DurableObject {
       }
       await new Promise<void>((resolve) => {
         const t = setTimeout(resolve, Math.max(0, Math.min(1000, deadline - Date.now())));
-        this.waiters.set(id, () => { clearTimeout(t); resolve(); });
+        this.waiters.set(id, () => {
+          clearTimeout(t);
+          resolve();
+        });
       });
       this.waiters.delete(id);
     }
@@ -249,7 +274,9 @@ export class SessionDO extends DurableObject {
     for (const e of events) this.sql.exec("INSERT OR REPLACE INTO events (stream, seq, data) VALUES (?, ?, ?)", stream, e.seq, e.data);
     this.sql.exec(
       "INSERT INTO streams (stream, done, at) VALUES (?, ?, ?) ON CONFLICT(stream) DO UPDATE SET done = MAX(done, excluded.done), at = excluded.at",
-      stream, done ? 1 : 0, now,
+      stream,
+      done ? 1 : 0,
+      now,
     );
   }
 
@@ -258,9 +285,10 @@ export class SessionDO extends DurableObject {
     if (!(await this.open(principal))) return null;
     const s = this.sql.exec<{ done: number }>("SELECT done FROM streams WHERE stream = ?", stream).toArray()[0];
     if (!s) return null;
-    const events = this.sql.exec<{ seq: number; data: string }>(
-      "SELECT seq, data FROM events WHERE stream = ? AND seq > ? ORDER BY seq", stream, afterSeq,
-    ).toArray().map((r) => ({ seq: r.seq, data: r.data }));
+    const events = this.sql
+      .exec<{ seq: number; data: string }>("SELECT seq, data FROM events WHERE stream = ? AND seq > ? ORDER BY seq", stream, afterSeq)
+      .toArray()
+      .map((r) => ({ seq: r.seq, data: r.data }));
     return { events, done: s.done === 1 };
   }
 

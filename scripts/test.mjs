@@ -19,7 +19,11 @@ let ok = true;
 
 function step(name, cmd, args) {
   console.log(`\n=== ${name} ===`);
-  const r = spawnSync(cmd, args, { cwd: root, stdio: "inherit", env: { ...process.env, CLOUDFLARE_CF_FETCH_ENABLED: "false", WRANGLER_SEND_METRICS: "false" } });
+  const r = spawnSync(cmd, args, {
+    cwd: root,
+    stdio: "inherit",
+    env: { ...process.env, CLOUDFLARE_CF_FETCH_ENABLED: "false", WRANGLER_SEND_METRICS: "false" },
+  });
   if (r.status !== 0) ok = false;
   return r.status === 0;
 }
@@ -31,7 +35,10 @@ function vitest(name, config) {
     const j = JSON.parse(readFileSync(file, "utf8"));
     passed += j.numPassedTests;
     failed += j.numFailedTests;
-    if (j.numTotalTests === 0) { console.error(`${name}: no tests ran`); ok = false; }
+    if (j.numTotalTests === 0) {
+      console.error(`${name}: no tests ran`);
+      ok = false;
+    }
   } catch {
     console.error(`${name}: no report was written`);
     failed += 1;

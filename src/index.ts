@@ -28,7 +28,11 @@ const admin = gate({ path: "/", role: "admin", allowActor: false });
 const agent = gate({ path: "/", role: "agent", allowActor: true, scoped: true });
 const auditor = gate({ path: "/", role: ["auditor", "admin"], allowActor: false });
 
-for (const path of ["/.well-known/oauth-protected-resource", "/.well-known/oauth-protected-resource/mcp", "/.well-known/oauth-protected-resource/operator/mcp"]) {
+for (const path of [
+  "/.well-known/oauth-protected-resource",
+  "/.well-known/oauth-protected-resource/mcp",
+  "/.well-known/oauth-protected-resource/operator/mcp",
+]) {
   app.get(path, (c) => {
     const cfg = configOr503(c.env);
     if (cfg instanceof Response) return cfg;

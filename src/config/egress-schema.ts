@@ -41,10 +41,7 @@ function durationMs(v: number | string): number {
 }
 
 const duration = z
-  .union([
-    z.number().int().positive(),
-    z.string().regex(/^\d+(ms|s|m)$/, 'use a number of milliseconds or a string such as "500ms", "30s", "2m"'),
-  ])
+  .union([z.number().int().positive(), z.string().regex(/^\d+(ms|s|m)$/, 'use a number of milliseconds or a string such as "500ms", "30s", "2m"')])
   .transform(durationMs)
   .refine((ms) => ms > 0 && ms <= MAX_TIMEOUT_MS, `must be between 1 ms and ${MAX_TIMEOUT_MS / 60_000} minutes`);
 
@@ -76,12 +73,15 @@ function canonicalHostPattern(entry: string): { ok: true; value: string } | { ok
   return { ok: true, value: wild ? `*.${host}` : host };
 }
 
-const hostPattern = z.string().min(1).transform((s, ctx) => {
-  const c = canonicalHostPattern(s);
-  if (c.ok) return c.value;
-  ctx.addIssue({ code: "custom", message: c.message });
-  return z.NEVER;
-});
+const hostPattern = z
+  .string()
+  .min(1)
+  .transform((s, ctx) => {
+    const c = canonicalHostPattern(s);
+    if (c.ok) return c.value;
+    ctx.addIssue({ code: "custom", message: c.message });
+    return z.NEVER;
+  });
 
 export const egressSchema = z
   .strictObject({
@@ -93,15 +93,17 @@ export const egressSchema = z
     max_response_bytes: z.number().int().min(1).max(MAX_RESPONSE_BYTES_LIMIT).default(DEFAULT_MAX_RESPONSE_BYTES),
     timeout: duration.default(DEFAULT_TIMEOUT_MS),
   })
-  .transform((e): EgressRules => ({
-    allow_loopback: e.allow_loopback,
-    allow_ip_literals: e.allow_ip_literals,
-    hosts: e.hosts,
-    ports: e.ports,
-    max_redirects: e.max_redirects,
-    max_response_bytes: e.max_response_bytes,
-    timeout_ms: e.timeout,
-  }));
+  .transform(
+    (e): EgressRules => ({
+      allow_loopback: e.allow_loopback,
+      allow_ip_literals: e.allow_ip_literals,
+      hosts: e.hosts,
+      ports: e.ports,
+      max_redirects: e.max_redirects,
+      max_response_bytes: e.max_response_bytes,
+      timeout_ms: e.timeout,
+    }),
+  );
 
 export type EgressInput = z.input<typeof egressSchema>;
 

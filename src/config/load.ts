@@ -91,7 +91,12 @@ function expand(value: string, vars: Record<string, unknown>, where: string, pro
 }
 
 function formatPath(path: PropertyKey[]): string {
-  return path.map((p) => (typeof p === "number" ? `[${p}]` : `.${String(p)}`)).join("").replace(/^\./, "") || "(root)";
+  return (
+    path
+      .map((p) => (typeof p === "number" ? `[${p}]` : `.${String(p)}`))
+      .join("")
+      .replace(/^\./, "") || "(root)"
+  );
 }
 
 function validateConfig(raw: unknown): { ok: true; config: ParsedConfig } | { ok: false; problems: string[] } {
@@ -143,8 +148,13 @@ export function loadConfig(yamlText: string, vars: Record<string, unknown>): Gat
     signingKeySecret: a.signing_key_secret,
     externalIssuers: a.external_issuers.map((x) => {
       const e: ExternalIssuer = {
-        issuer: x.issuer, jwksUrl: x.jwks_url, audience: x.audience, defaultRoles: x.default_roles,
-        defaultTeam: x.default_team, defaultTools: x.default_tools, subPrefix: x.sub_prefix,
+        issuer: x.issuer,
+        jwksUrl: x.jwks_url,
+        audience: x.audience,
+        defaultRoles: x.default_roles,
+        defaultTeam: x.default_team,
+        defaultTools: x.default_tools,
+        subPrefix: x.sub_prefix,
       };
       if (x.roles_claim) e.rolesClaim = x.roles_claim;
       if (x.team_claim) e.teamClaim = x.team_claim;

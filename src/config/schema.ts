@@ -32,11 +32,16 @@ const upstreamSchema = z.strictObject({
    * secrets), `per_principal` (the token each principal registered, in `header`), or `none`.
    * Default: brokered when headers are set, else none.
    */
-  credentials: z.strictObject({
-    mode: z.enum(["brokered", "per_principal", "none"]),
-    header: z.string().regex(/^[A-Za-z0-9-]+$/).default("Authorization"),
-    prefix: z.string().default("Bearer "),
-  }).optional(),
+  credentials: z
+    .strictObject({
+      mode: z.enum(["brokered", "per_principal", "none"]),
+      header: z
+        .string()
+        .regex(/^[A-Za-z0-9-]+$/)
+        .default("Authorization"),
+      prefix: z.string().default("Bearer "),
+    })
+    .optional(),
   allow: z.array(z.string().min(1)).optional(),
   deny: z.array(z.string().min(1)).optional(),
   timeout: duration.optional(),
@@ -76,43 +81,67 @@ const authSchema = z.strictObject({
   /** Longest grant lifetime accepted or minted. */
   max_token_lifetime: duration.default("24h"),
   /** Worker secret holding the signing key (a private Ed25519 JWK or a key set). */
-  signing_key_secret: z.string().regex(/^[A-Z_][A-Z0-9_]*$/).default("PORTCULLIS_SIGNING_KEY"),
+  signing_key_secret: z
+    .string()
+    .regex(/^[A-Z_][A-Z0-9_]*$/)
+    .default("PORTCULLIS_SIGNING_KEY"),
   external_issuers: z.array(externalIssuerSchema).default([]),
 });
 
-export const configSchema = z.strictObject({
-  /** Principal used for unauthenticated clients while the gateway listens on loopback. */
-  actor: z.string().min(1).default("local:actor"),
-  gateway: z.strictObject({
-    /** Extra Host values accepted besides loopback (e.g. your workers.dev or custom hostname). */
-    allowed_hosts: z.array(z.string().min(1)).default([]),
-    /** Origins accepted when a browser-style Origin header is present. */
-    allowed_origins: z.array(z.string().min(1)).default([]),
-    /** SSE `retry:` hint, in milliseconds, sent with every priming event. */
-    sse_retry_ms: z.number().int().min(0).max(60000).default(1000),
-    /** How long an idle legacy session lives, in seconds. */
-    session_ttl_s: z.number().int().min(60).max(7 * 86400).default(86400),
-    /** Worker secret holding the AES-256 key (base64) that seals per-principal upstream credentials. */
-    credentials_key_secret: z.string().regex(/^[A-Z_][A-Z0-9_]*$/).default("PORTCULLIS_CREDENTIALS_KEY"),
-  }).prefault({}),
-  auth: authSchema.prefault({}),
-  /** Where the gateway may connect: every upstream URL and every outbound fetch is checked. */
-  egress: egressSchema.prefault({}),
-  upstreams: z.array(upstreamSchema).min(1, "at least one upstream is required"),
-}).superRefine((cfg, ctx) => {
-  const seen = new Map<string, number>();
-  cfg.upstreams.forEach((u, i) => {
-    const prev = seen.get(u.name);
-    if (prev !== undefined) ctx.addIssue({ code: "custom", path: ["upstreams", i, "name"], message: `duplicate upstream name "${u.name}" (also upstreams[${prev}])` });
-    else seen.set(u.name, i);
-    if (u.credentials?.mode === "none" && Object.values(u.headers ?? {}).some((v) => /\$\{/.test(v))) {
-      // biome-ignore lint/suspicious/noTemplateCurlyInString: the message names the config's ${...} syntax literally
-      ctx.addIssue({ code: "custom", path: ["upstreams", i, "credentials", "mode"], message: "mode none cannot send secrets: drop the ${...} headers or use mode brokered" });
-    }
-    if (cfg.upstreams.length > 1 && u.namespace === false) {
-      ctx.addIssue({ code: "custom", path: ["upstreams", i, "namespace"], message: "namespace: false is only allowed with a single upstream (names from several upstreams would collide)" });
-    }
+export const configSchema = z
+  .strictObject({
+    /** Principal used for unauthenticated clients while the gateway listens on loopback. */
+    actor: z.string().min(1).default("local:actor"),
+    gateway: z
+      .strictObject({
+        /** Extra Host values accepted besides loopback (e.g. your workers.dev or custom hostname). */
+        allowed_hosts: z.array(z.string().min(1)).default([]),
+        /** Origins accepted when a browser-style Origin header is present. */
+        allowed_origins: z.array(z.string().min(1)).default([]),
+        /** SSE `retry:` hint, in milliseconds, sent with every priming event. */
+        sse_retry_ms: z.number().int().min(0).max(60000).default(1000),
+        /** How long an idle legacy session lives, in seconds. */
+        session_ttl_s: z
+          .number()
+          .int()
+          .min(60)
+          .max(7 * 86400)
+          .default(86400),
+        /** Worker secret holding the AES-256 key (base64) that seals per-principal upstream credentials. */
+        credentials_key_secret: z
+          .string()
+          .regex(/^[A-Z_][A-Z0-9_]*$/)
+          .default("PORTCULLIS_CREDENTIALS_KEY"),
+      })
+      .prefault({}),
+    auth: authSchema.prefault({}),
+    /** Where the gateway may connect: every upstream URL and every outbound fetch is checked. */
+    egress: egressSchema.prefault({}),
+    upstreams: z.array(upstreamSchema).min(1, "at least one upstream is required"),
+  })
+  .superRefine((cfg, ctx) => {
+    const seen = new Map<string, number>();
+    cfg.upstreams.forEach((u, i) => {
+      const prev = seen.get(u.name);
+      if (prev !== undefined)
+        ctx.addIssue({ code: "custom", path: ["upstreams", i, "name"], message: `duplicate upstream name "${u.name}" (also upstreams[${prev}])` });
+      else seen.set(u.name, i);
+      if (u.credentials?.mode === "none" && Object.values(u.headers ?? {}).some((v) => /\$\{/.test(v))) {
+        ctx.addIssue({
+          code: "custom",
+          path: ["upstreams", i, "credentials", "mode"],
+          // biome-ignore lint/suspicious/noTemplateCurlyInString: the message names the config's ${...} syntax literally
+          message: "mode none cannot send secrets: drop the ${...} headers or use mode brokered",
+        });
+      }
+      if (cfg.upstreams.length > 1 && u.namespace === false) {
+        ctx.addIssue({
+          code: "custom",
+          path: ["upstreams", i, "namespace"],
+          message: "namespace: false is only allowed with a single upstream (names from several upstreams would collide)",
+        });
+      }
+    });
   });
-});
 
 export type ParsedConfig = z.output<typeof configSchema>;

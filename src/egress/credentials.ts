@@ -30,14 +30,34 @@ function sealingKey(env: Env, cfg: GatewayConfig): Promise<CryptoKey> {
 /** Bound to principal, upstream name and URL: a credential never unseals for another upstream that later takes the name. */
 const aad = (principal: string, up: UpstreamConfig) => new TextEncoder().encode(`portcullis-credential\u0000${principal}\u0000${up.name}\u0000${up.url}`);
 
-export async function sealCredential(env: Env, cfg: GatewayConfig, principal: string, upstream: UpstreamConfig, value: string): Promise<{ iv: string; ct: string }> {
+export async function sealCredential(
+  env: Env,
+  cfg: GatewayConfig,
+  principal: string,
+  upstream: UpstreamConfig,
+  value: string,
+): Promise<{ iv: string; ct: string }> {
   const iv = crypto.getRandomValues(new Uint8Array(12));
-  const ct = await crypto.subtle.encrypt({ name: "AES-GCM", iv, additionalData: aad(principal, upstream) }, await sealingKey(env, cfg), new TextEncoder().encode(value));
+  const ct = await crypto.subtle.encrypt(
+    { name: "AES-GCM", iv, additionalData: aad(principal, upstream) },
+    await sealingKey(env, cfg),
+    new TextEncoder().encode(value),
+  );
   return { iv: b64(iv), ct: b64(new Uint8Array(ct)) };
 }
 
-async function unsealCredential(env: Env, cfg: GatewayConfig, principal: string, upstream: UpstreamConfig, sealed: { iv: string; ct: string }): Promise<string> {
-  const pt = await crypto.subtle.decrypt({ name: "AES-GCM", iv: unb64(sealed.iv), additionalData: aad(principal, upstream) }, await sealingKey(env, cfg), unb64(sealed.ct));
+async function unsealCredential(
+  env: Env,
+  cfg: GatewayConfig,
+  principal: string,
+  upstream: UpstreamConfig,
+  sealed: { iv: string; ct: string },
+): Promise<string> {
+  const pt = await crypto.subtle.decrypt(
+    { name: "AES-GCM", iv: unb64(sealed.iv), additionalData: aad(principal, upstream) },
+    await sealingKey(env, cfg),
+    unb64(sealed.ct),
+  );
   return new TextDecoder().decode(pt);
 }
 
@@ -48,16 +68,19 @@ async function unsealCredential(env: Env, cfg: GatewayConfig, principal: string,
  */
 export async function upstreamsFor(env: Env, cfg: GatewayConfig, principal: string): Promise<UpstreamConfig[]> {
   if (!cfg.upstreams.some((u) => u.credentials.mode === "per_principal")) return cfg.upstreams;
-  return Promise.all(cfg.upstreams.map(async (up): Promise<UpstreamConfig> => {
-    const c = up.credentials;
-    if (c.mode !== "per_principal") return up;
-    try {
-      const sealed = await credentialsObject(env, principal).get(up.name);
-      if (!sealed) return { ...up, credentialProblem: `no credential is registered for upstream ${up.name}; register one with POST /v1/credentials/${up.name}` };
-      const value = await unsealCredential(env, cfg, principal, up, sealed);
-      return { ...up, headers: { ...up.headers, [c.header]: `${c.prefix}${value}` } };
-    } catch (e) {
-      return { ...up, credentialProblem: `the credential for upstream ${up.name} could not be read (${(e as Error).message})` };
-    }
-  }));
+  return Promise.all(
+    cfg.upstreams.map(async (up): Promise<UpstreamConfig> => {
+      const c = up.credentials;
+      if (c.mode !== "per_principal") return up;
+      try {
+        const sealed = await credentialsObject(env, principal).get(up.name);
+        if (!sealed)
+          return { ...up, credentialProblem: `no credential is registered for upstream ${up.name}; register one with POST /v1/credentials/${up.name}` };
+        const value = await unsealCredential(env, cfg, principal, up, sealed);
+        return { ...up, headers: { ...up.headers, [c.header]: `${c.prefix}${value}` } };
+      } catch (e) {
+        return { ...up, credentialProblem: `the credential for upstream ${up.name} could not be read (${(e as Error).message})` };
+      }
+    }),
+  );
 }

@@ -22,21 +22,48 @@ const MAX_URL_LENGTH = 16 * 1024;
 
 /** Suffixes that only resolve on private resolvers: denied unless the name matches `hosts`. */
 const PRIVATE_SUFFIXES: readonly string[] = [
-  "internal", "local", "localdomain", "home.arpa", "arpa", "intranet", "corp", "lan", "home",
-  "private", "svc", "test", "invalid",
+  "internal",
+  "local",
+  "localdomain",
+  "home.arpa",
+  "arpa",
+  "intranet",
+  "corp",
+  "lan",
+  "home",
+  "private",
+  "svc",
+  "test",
+  "invalid",
 ];
 
 /** Wildcard-DNS services that resolve a name to the address it spells: denied unless in `hosts`. */
 const WILDCARD_DNS: readonly string[] = [
-  "nip.io", "xip.io", "sslip.io", "nip.direct", "traefik.me", "localtest.me", "lvh.me", "vcap.me",
-  "lacolhost.com", "localh.st", "fuf.me", "localdev.me", "1u.ms", "rbndr.us",
+  "nip.io",
+  "xip.io",
+  "sslip.io",
+  "nip.direct",
+  "traefik.me",
+  "localtest.me",
+  "lvh.me",
+  "vcap.me",
+  "lacolhost.com",
+  "localh.st",
+  "fuf.me",
+  "localdev.me",
+  "1u.ms",
+  "rbndr.us",
 ];
-
 
 // ---------------------------------------------------------------------------------------------
 // Punycode (RFC 3492) decoding, so `xn--` spellings of denied names are seen for what they say.
 
-const BASE = 36, TMIN = 1, TMAX = 26, SKEW = 38, DAMP = 700, MAXINT = 0x7fffffff;
+const BASE = 36,
+  TMIN = 1,
+  TMAX = 26,
+  SKEW = 38,
+  DAMP = 700,
+  MAXINT = 0x7fffffff;
 
 function adapt(delta: number, points: number, first: boolean): number {
   let d = first ? Math.floor(delta / DAMP) : delta >> 1;
@@ -66,7 +93,9 @@ export function punycodeDecode(input: string): string | null {
     if (c >= 0x80) return null;
     out.push(c);
   }
-  let n = 128, i = 0, bias = 72;
+  let n = 128,
+    i = 0,
+    bias = 72;
   for (let idx = delim > 0 ? delim + 1 : 0; idx < input.length; ) {
     const oldi = i;
     let w = 1;
@@ -117,10 +146,7 @@ export function matchesHostPattern(host: string, pattern: string): boolean {
 
 const isLoopbackName = (name: string): boolean => isUnder(name, "localhost");
 
-type HostClass =
-  | { kind: "loopback" }
-  | { kind: "public"; listed: boolean }
-  | { kind: "refused"; reason: string };
+type HostClass = { kind: "loopback" } | { kind: "public"; listed: boolean } | { kind: "refused"; reason: string };
 
 function classifyName(name: string, rules: EgressRules): HostClass {
   if (name === "" || name.split(".").some((l) => l === "")) return { kind: "refused", reason: "host name has an empty label" };
@@ -136,7 +162,8 @@ function classifyName(name: string, rules: EgressRules): HostClass {
     const suffix = PRIVATE_SUFFIXES.find((s) => forms.some((f) => isUnder(f, s)));
     if (suffix) return { kind: "refused", reason: `host names under .${suffix} are private; list ${name} in egress.hosts to allow it` };
     if (!name.includes(".")) return { kind: "refused", reason: `single-label host name ${name}; list it in egress.hosts to allow it` };
-    if (forms.some((f) => f.split(".")[0] === "metadata")) return { kind: "refused", reason: "looks like a cloud metadata host name (metadata.*); list it in egress.hosts to allow it" };
+    if (forms.some((f) => f.split(".")[0] === "metadata"))
+      return { kind: "refused", reason: "looks like a cloud metadata host name (metadata.*); list it in egress.hosts to allow it" };
     const wild = WILDCARD_DNS.find((d) => isUnder(name, d));
     if (wild) return { kind: "refused", reason: `${wild} names resolve to any address they spell; list the name in egress.hosts to allow it` };
   }
@@ -155,7 +182,10 @@ function classifyHost(hostname: string, rules: EgressRules): HostClass {
       return { kind: "refused", reason: `IP literal ${hostname} is ${literal.range}` };
     case "public": {
       if (!rules.allow_ip_literals) {
-        return { kind: "refused", reason: `IP literal ${hostname} is not allowed (set egress.allow_ip_literals: true; production Workers refuse IP URLs anyway)` };
+        return {
+          kind: "refused",
+          reason: `IP literal ${hostname} is not allowed (set egress.allow_ip_literals: true; production Workers refuse IP URLs anyway)`,
+        };
       }
       const listed = rules.hosts.some((p) => matchesHostPattern(hostname, p));
       if (rules.hosts.length > 0 && !listed) return { kind: "refused", reason: `IP literal ${hostname} is not in egress.hosts` };

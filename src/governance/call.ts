@@ -14,8 +14,23 @@ import { ErrorCode, errorResponse, type JsonObject, type JsonRpcRequest, type Js
 import type { ToolCatalog } from "./catalog.ts";
 import { grantAllowsTool, toolAllowed } from "./grant-scope.ts";
 import {
-  applyObligations, CatalogUnreadable, classify, haltFor, holdFor, type KillSwitchReader, type LedgerWriter, type LegResult, type Mappings,
-  outcomeOf, type Policy, type HoldStore, type Receipt, type Refusal, type ToolCall, type UpstreamLeg, validateArguments,
+  applyObligations,
+  CatalogUnreadable,
+  classify,
+  haltFor,
+  holdFor,
+  type KillSwitchReader,
+  type LedgerWriter,
+  type LegResult,
+  type Mappings,
+  outcomeOf,
+  type Policy,
+  type HoldStore,
+  type Receipt,
+  type Refusal,
+  type ToolCall,
+  type UpstreamLeg,
+  validateArguments,
 } from "./steps.ts";
 
 export interface GovernanceDeps {
@@ -39,7 +54,10 @@ export interface Answer {
 export const RECEIPT_META = "portcullis/receipt";
 
 class StepFailed extends Error {
-  constructor(readonly step: string, cause: unknown) {
+  constructor(
+    readonly step: string,
+    cause: unknown,
+  ) {
     super(`the ${step} step could not answer (${cause instanceof Error ? cause.message : String(cause)})`);
   }
 }
@@ -54,9 +72,13 @@ async function step<T>(name: string, run: () => T | Promise<T>): Promise<T> {
 }
 
 const result = (call: ToolCall, r: JsonObject): Answer => ({ response: { jsonrpc: "2.0", id: call.request.id, result: r }, status: 200 });
-const unknownTool = (call: ToolCall): Answer => ({ response: errorResponse(call.request.id, ErrorCode.InvalidParams, `Unknown tool: ${call.exposedName}`), status: 200 });
+const unknownTool = (call: ToolCall): Answer => ({
+  response: errorResponse(call.request.id, ErrorCode.InvalidParams, `Unknown tool: ${call.exposedName}`),
+  status: 200,
+});
 /** A refusal is a tool result the model can read (isError), never a protocol error. */
-const refused = (call: ToolCall, r: Refusal): Answer => result(call, { content: [{ type: "text", text: `Portcullis denied this call: ${r.reason}` }], isError: true });
+const refused = (call: ToolCall, r: Refusal): Answer =>
+  result(call, { content: [{ type: "text", text: `Portcullis denied this call: ${r.reason}` }], isError: true });
 /** A leg that did not answer: auth problems are readable isError results; the rest JSON-RPC errors naming the upstream. */
 function notAnswered(call: ToolCall, leg: Exclude<LegResult, { kind: "answered" }>): Answer {
   if (leg.kind === "failed" && leg.auth) return result(call, { content: [{ type: "text", text: leg.reason }], isError: true });
@@ -92,7 +114,10 @@ async function governedSteps(deps: GovernanceDeps, call: ToolCall): Promise<Answ
   // 4 resolve: the grant first (same answer whether or not the tool exists), then the catalog.
   if (call.exposedName.startsWith("portcullis.")) return unknownTool(call); // operator tools live on /operator/mcp only
   if (!grantAllowsTool(call.principal, call.exposedName)) {
-    const refusal = { check: "grant", reason: `tool "${call.exposedName}" is outside the grant of ${call.principal.sub}; it cannot be listed or called with this grant` };
+    const refusal = {
+      check: "grant",
+      reason: `tool "${call.exposedName}" is outside the grant of ${call.principal.sub}; it cannot be listed or called with this grant`,
+    };
     await step("ledger", () => deps.ledger.blocked(call, refusal));
     return refused(call, refusal);
   }
@@ -126,17 +151,35 @@ async function governedSteps(deps: GovernanceDeps, call: ToolCall): Promise<Answ
   if (!hold.proceed) return block(deps, call, hold.refusal);
 
   // 10 write-ahead: the decision is durable before anything reaches the upstream.
-  const receipt = await step("ledger", () => deps.ledger.decision({
-    principal: call.principal.sub, team: call.principal.team, runId: call.runId, upstream: target.upstream.name, tool: target.tool.name,
-    arguments: call.arguments, classification, decision, ...(hold.holdId ? { holdId: hold.holdId } : {}),
-  }));
+  const receipt = await step("ledger", () =>
+    deps.ledger.decision({
+      principal: call.principal.sub,
+      team: call.principal.team,
+      runId: call.runId,
+      upstream: target.upstream.name,
+      tool: target.tool.name,
+      arguments: call.arguments,
+      classification,
+      decision,
+      ...(hold.holdId ? { holdId: hold.holdId } : {}),
+    }),
+  );
 
   // 11 forward: the leg never throws.
   const started = deps.clock();
   const leg = await deps.upstream.call(target, upstreamRequest(call, target.tool.name));
   const durationMs = deps.clock() - started;
   if (leg.kind !== "answered") {
-    await step("ledger", () => deps.ledger.outcome({ decision: receipt, status: leg.kind === "failed" ? "failed" : "uncertain", answer: null, durationMs, obligationsApplied: [], reason: leg.reason }));
+    await step("ledger", () =>
+      deps.ledger.outcome({
+        decision: receipt,
+        status: leg.kind === "failed" ? "failed" : "uncertain",
+        answer: null,
+        durationMs,
+        obligationsApplied: [],
+        reason: leg.reason,
+      }),
+    );
     return notAnswered(call, leg);
   }
 
@@ -145,9 +188,16 @@ async function governedSteps(deps: GovernanceDeps, call: ToolCall): Promise<Answ
 
   // 13 outcome: durable before the agent sees the result.
   const status = shaped.ok ? outcomeOf(leg.response) : "failed";
-  const outcome = await step("ledger", () => deps.ledger.outcome({
-    decision: receipt, status, answer: leg.response, durationMs, obligationsApplied: shaped.ok ? shaped.applied : [], ...(shaped.ok ? {} : { reason: shaped.refusal.reason }),
-  }));
+  const outcome = await step("ledger", () =>
+    deps.ledger.outcome({
+      decision: receipt,
+      status,
+      answer: leg.response,
+      durationMs,
+      obligationsApplied: shaped.ok ? shaped.applied : [],
+      ...(shaped.ok ? {} : { reason: shaped.refusal.reason }),
+    }),
+  );
   if (!shaped.ok) return refused(call, shaped.refusal);
 
   // 14 answer: the upstream's result, changed only by obligations, plus the receipt.
@@ -179,8 +229,19 @@ export async function governedPassThrough(deps: GovernanceDeps, p: PassThrough, 
   } catch (e) {
     halted = { check: "kill_switch", reason: `the kill switch could not answer (${(e as Error).message}); refused to fail closed` };
   }
-  if (halted) return { response: errorResponse(p.call.request.id, ErrorCode.InvalidRequest, `Portcullis refused this request: ${halted.reason}`), status: p.call.era === "modern" ? 403 : 200 };
+  if (halted)
+    return {
+      response: errorResponse(p.call.request.id, ErrorCode.InvalidRequest, `Portcullis refused this request: ${halted.reason}`),
+      status: p.call.era === "modern" ? 403 : 200,
+    };
   const leg = await forward();
   if (leg.kind === "answered") return { response: leg.response, status: leg.status };
-  return { response: errorResponse(p.call.request.id, ErrorCode.InternalError, leg.kind === "uncertain" ? `${leg.reason}; the request may or may not have run upstream` : leg.reason), status: 200 };
+  return {
+    response: errorResponse(
+      p.call.request.id,
+      ErrorCode.InternalError,
+      leg.kind === "uncertain" ? `${leg.reason}; the request may or may not have run upstream` : leg.reason,
+    ),
+    status: 200,
+  };
 }

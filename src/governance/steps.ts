@@ -62,12 +62,18 @@ export function haltFor(state: KillSwitchState, call: ToolCall, upstream: Upstre
   const p = call.principal;
   const covers = (h: Halt): boolean => {
     switch (h.scope) {
-      case "global": return true;
-      case "team": return h.target === p.team;
-      case "upstream": return h.target === upstream.name;
-      case "tool": return h.target === call.exposedName;
-      case "principal": return h.target === p.sub;
-      case "grant": return p.jti !== undefined && h.target === p.jti;
+      case "global":
+        return true;
+      case "team":
+        return h.target === p.team;
+      case "upstream":
+        return h.target === upstream.name;
+      case "tool":
+        return h.target === call.exposedName;
+      case "principal":
+        return h.target === p.sub;
+      case "grant":
+        return p.jti !== undefined && h.target === p.jti;
     }
   };
   const h = state.halts.find(covers);
@@ -217,7 +223,10 @@ export interface UpstreamLeg {
 
 /** The catalog could not be read because the upstream leg did not answer: the call gets that leg's answer. */
 export class CatalogUnreadable extends Error {
-  constructor(readonly upstream: string, readonly leg: Exclude<LegResult, { kind: "answered" }>) {
+  constructor(
+    readonly upstream: string,
+    readonly leg: Exclude<LegResult, { kind: "answered" }>,
+  ) {
     super(leg.reason);
   }
 }
@@ -232,7 +241,8 @@ export type Obligated = { ok: true; response: JsonRpcResponse; applied: string[]
 /** Applies the decision's obligations to the upstream's response; an unknown obligation holds the result back. */
 export function applyObligations(obligations: Obligation[], response: JsonRpcResponse): Obligated {
   const unknown = obligations.find((o) => !KNOWN_OBLIGATIONS.has(o.kind));
-  if (unknown) return { ok: false, refusal: { check: "obligations", reason: `the result was held back: this gateway cannot apply the obligation "${unknown.kind}"` } };
+  if (unknown)
+    return { ok: false, refusal: { check: "obligations", reason: `the result was held back: this gateway cannot apply the obligation "${unknown.kind}"` } };
   return { ok: true, response, applied: [] };
 }
 

@@ -63,7 +63,12 @@ export function protectedResourceMetadata(cfg: GatewayConfig, req: Request, path
 export function unauthorized(req: Request, path: string, reason?: string): Response {
   const parts = [`resource_metadata=${quoteParam(metadataUrl(req, path))}`, `scope=${quoteParam("agent")}`];
   if (reason !== undefined) parts.push(`error="invalid_token"`, `error_description=${quoteParam(reason)}`);
-  return bearerChallenge(401, parts, reason === undefined ? "unauthorized" : "invalid_token", reason ?? "a grant token is required (Authorization: Bearer <token>)");
+  return bearerChallenge(
+    401,
+    parts,
+    reason === undefined ? "unauthorized" : "invalid_token",
+    reason ?? "a grant token is required (Authorization: Bearer <token>)",
+  );
 }
 
 /** 403: authenticated, but the grant lacks the role this route needs. */

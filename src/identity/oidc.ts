@@ -18,7 +18,9 @@ function jwksFor(iss: ExternalIssuer, fetcher: OidcFetch) {
   let set = jwksCache.get(iss.jwksUrl);
   if (!set) {
     set = createRemoteJWKSet(new URL(iss.jwksUrl), {
-      timeoutDuration: 5000, cooldownDuration: 30_000, cacheMaxAge: 600_000,
+      timeoutDuration: 5000,
+      cooldownDuration: 30_000,
+      cacheMaxAge: 600_000,
       [customFetch]: (url: string, init: RequestInit) => fetcher(url, init),
     });
     jwksCache.set(iss.jwksUrl, set);
@@ -41,7 +43,9 @@ function principalFromClaims(iss: ExternalIssuer, payload: JWTPayload): Principa
   const p: Principal = {
     sub: `${iss.subPrefix}${payload.sub}`,
     team: typeof teamClaim === "string" && teamClaim ? teamClaim : iss.defaultTeam,
-    roles, tools, authenticated: true,
+    roles,
+    tools,
+    authenticated: true,
   };
   if (typeof payload.jti === "string") p.jti = payload.jti;
   return p;
@@ -51,8 +55,12 @@ function principalFromClaims(iss: ExternalIssuer, payload: JWTPayload): Principa
 export async function verifyExternal(token: string, iss: ExternalIssuer, fetcher: OidcFetch, maxLifetimeS: number): Promise<Principal | string> {
   try {
     const { payload } = await jwtVerify(token, jwksFor(iss, fetcher), {
-      issuer: iss.issuer, audience: iss.audience, clockTolerance: 60, maxTokenAge: maxLifetimeS,
-      algorithms: ["RS256", "PS256", "ES256", "EdDSA"], requiredClaims: ["exp", "iat", "sub"],
+      issuer: iss.issuer,
+      audience: iss.audience,
+      clockTolerance: 60,
+      maxTokenAge: maxLifetimeS,
+      algorithms: ["RS256", "PS256", "ES256", "EdDSA"],
+      requiredClaims: ["exp", "iat", "sub"],
     });
     return principalFromClaims(iss, payload);
   } catch (e) {

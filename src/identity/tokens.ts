@@ -90,8 +90,16 @@ export async function mintGrant(keys: KeySet, claims: GrantClaimsInput, opts: Mi
   const exp = iat + ttlSeconds;
   const jti = randomJti();
   const payload: Record<string, unknown> = {
-    iss: claims.iss, aud: claims.aud, sub: claims.sub, team: claims.team,
-    roles: claims.roles, tools: claims.tools, iat, nbf: iat, exp, jti,
+    iss: claims.iss,
+    aud: claims.aud,
+    sub: claims.sub,
+    team: claims.team,
+    roles: claims.roles,
+    tools: claims.tools,
+    iat,
+    nbf: iat,
+    exp,
+    jti,
   };
   if (claims.budget !== undefined) payload.budget = claims.budget;
   // Refuse to mint anything verifyGrant would refuse.

@@ -455,7 +455,13 @@ export class ExportVerifier {
       const missing = [...this.absent].sort();
       if (this.header && !this.header.teams) {
         // The export claims to be complete: a chain the global chain commits was dropped from it.
-        for (const name of missing) this.problem({ chain: name, seq: null, line: null, reason: `the ${GLOBAL_CHAIN} chain commits checkpoints of ${name}, which this unfiltered export does not hold` });
+        for (const name of missing)
+          this.problem({
+            chain: name,
+            seq: null,
+            line: null,
+            reason: `the ${GLOBAL_CHAIN} chain commits checkpoints of ${name}, which this unfiltered export does not hold`,
+          });
       } else {
         this.warnings.add(`the ${GLOBAL_CHAIN} chain commits checkpoints of chains this team-limited export does not hold: ${missing.join(", ")}`);
       }

@@ -49,14 +49,26 @@ export function stampCache(ctx: CallContext, result: JsonObject, ttls: number[],
 const MAX_PAGES = 50;
 
 /** Every page of one upstream's list, each item mapped (null drops it), with the pages' caching hints. */
-export interface Pages { items: Json[]; ttls: number[]; scopes: string[]; /** The walk reached the last page. */ complete: boolean }
+export interface Pages {
+  items: Json[];
+  ttls: number[];
+  scopes: string[] /** The walk reached the last page. */;
+  complete: boolean;
+}
 
 /**
  * Walks every page (at most MAX_PAGES) of list method `msg.method` on `up`, items under `key`.
  * An unreachable upstream or a malformed page ends the walk with what was gathered.
  * `send` is the forwarder (a seam for tests).
  */
-export async function allPages(ctx: CallContext, up: UpstreamConfig, msg: JsonRpcRequest, key: string, map: (item: Json) => Json | null, send = forward): Promise<Pages> {
+export async function allPages(
+  ctx: CallContext,
+  up: UpstreamConfig,
+  msg: JsonRpcRequest,
+  key: string,
+  map: (item: Json) => Json | null,
+  send = forward,
+): Promise<Pages> {
   const pages: Pages = { items: [], ttls: [], scopes: [], complete: false };
   let cursor: string | undefined;
   for (let page = 0; page < MAX_PAGES; page++) {
@@ -90,7 +102,9 @@ export async function allPages(ctx: CallContext, up: UpstreamConfig, msg: JsonRp
 function recordListing(ctx: CallContext, listedBy: (readonly [UpstreamConfig, Json[]])[], shownItems: Json[]): void {
   const shown = shownItems.flatMap((t) => (isObject(t) && typeof t.name === "string" ? [t.name] : []));
   const seen = new Set(shown);
-  const hidden = listedBy.flatMap(([up, raw]) => raw.flatMap((t) => (isObject(t) && typeof t.name === "string" && !seen.has(exposeName(up, t.name)) ? [exposeName(up, t.name)] : [])));
+  const hidden = listedBy.flatMap(([up, raw]) =>
+    raw.flatMap((t) => (isObject(t) && typeof t.name === "string" && !seen.has(exposeName(up, t.name)) ? [exposeName(up, t.name)] : [])),
+  );
   ctx.ledger.listed(shown, hidden);
 }
 
@@ -104,7 +118,8 @@ export async function aggregateList(ctx: CallContext, msg: JsonRpcRequest): Prom
     const r = out.response.result;
     if (!isObject(r) || !Array.isArray(r[kind.key])) return out;
     const listed = r[kind.key] as Json[];
-    if (kind.key === "tools" && typeof msg.params?.cursor !== "string" && (typeof r.nextCursor !== "string" || r.nextCursor === "")) await rememberTools(ctx, up, listed);
+    if (kind.key === "tools" && typeof msg.params?.cursor !== "string" && (typeof r.nextCursor !== "string" || r.nextCursor === ""))
+      await rememberTools(ctx, up, listed);
     const items = listed.map((i) => renameItem(ctx, kind, up, i)).filter((i): i is Json => i !== null);
     if (kind.key === "tools") recordListing(ctx, [[up, listed]], items);
     const ttls = typeof r.ttlMs === "number" ? [r.ttlMs] : [];
@@ -113,27 +128,37 @@ export async function aggregateList(ctx: CallContext, msg: JsonRpcRequest): Prom
   }
   if (msg.params && typeof msg.params.cursor === "string") {
     // Aggregated lists are returned whole, so no cursor the gateway issued can exist.
-    return { response: { jsonrpc: "2.0", id: msg.id, error: { code: -32602, message: "Invalid params: unknown cursor" } }, status: ctx.era === "modern" ? 400 : 200 };
+    return {
+      response: { jsonrpc: "2.0", id: msg.id, error: { code: -32602, message: "Invalid params: unknown cursor" } },
+      status: ctx.era === "modern" ? 400 : 200,
+    };
   }
   const ttls: number[] = [];
   const scopes: string[] = [];
-  const perUpstream = await Promise.all(ups.map(async (up) => {
-    const none = { up, raw: [] as Json[], items: [] as Json[] };
-    if (!grantReachesUpstream(ctx.principal, up)) return none;
-    const caps = await ctx.capabilities(up).catch(() => undefined);
-    if (caps && !isObject(caps[kind.capability])) return none;
-    const raw: Json[] = [];
-    const pages = await allPages(ctx, up, msg, kind.key, (i) => {
-      raw.push(i);
-      return renameItem(ctx, kind, up, i);
-    });
-    if (kind.key === "tools" && pages.complete) await rememberTools(ctx, up, raw);
-    ttls.push(...pages.ttls);
-    scopes.push(...pages.scopes);
-    return { up, raw, items: pages.items };
-  }));
+  const perUpstream = await Promise.all(
+    ups.map(async (up) => {
+      const none = { up, raw: [] as Json[], items: [] as Json[] };
+      if (!grantReachesUpstream(ctx.principal, up)) return none;
+      const caps = await ctx.capabilities(up).catch(() => undefined);
+      if (caps && !isObject(caps[kind.capability])) return none;
+      const raw: Json[] = [];
+      const pages = await allPages(ctx, up, msg, kind.key, (i) => {
+        raw.push(i);
+        return renameItem(ctx, kind, up, i);
+      });
+      if (kind.key === "tools" && pages.complete) await rememberTools(ctx, up, raw);
+      ttls.push(...pages.ttls);
+      scopes.push(...pages.scopes);
+      return { up, raw, items: pages.items };
+    }),
+  );
   const items = perUpstream.flatMap((p) => p.items);
-  if (kind.key === "tools") recordListing(ctx, perUpstream.map((p) => [p.up, p.raw] as const), items);
+  if (kind.key === "tools")
+    recordListing(
+      ctx,
+      perUpstream.map((p) => [p.up, p.raw] as const),
+      items,
+    );
   const result: JsonObject = { [kind.key]: items };
   return { response: { jsonrpc: "2.0", id: msg.id, result: stampCache(ctx, result, ttls, scopes) }, status: 200 };
 }

@@ -30,7 +30,6 @@ function keyOf(ctx: CallContext, up: UpstreamConfig): string {
   return `${up.name}\u0000${up.url}\u0000${ctx.era}\u0000${scope}`;
 }
 
-
 async function build(up: UpstreamConfig, listed: Json[]): Promise<Map<string, CatalogTool>> {
   const tools = new Map<string, CatalogTool>();
   for (const t of listed) {

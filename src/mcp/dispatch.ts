@@ -55,7 +55,14 @@ function governance(ctx: CallContext): GovernanceDeps {
 }
 
 function toolCallOf(ctx: CallContext, msg: JsonRpcRequest, exposedName: string): ToolCall {
-  return { principal: ctx.principal, era: ctx.era, request: msg, exposedName, arguments: isObject(msg.params?.arguments) ? msg.params.arguments : undefined, runId: ctx.runId };
+  return {
+    principal: ctx.principal,
+    era: ctx.era,
+    request: msg,
+    exposedName,
+    arguments: isObject(msg.params?.arguments) ? msg.params.arguments : undefined,
+    runId: ctx.runId,
+  };
 }
 
 /** tools/call: the governed path (src/governance/call.ts) owns every step from resolve to answer. */
@@ -74,7 +81,8 @@ function passThrough(ctx: CallContext, up: UpstreamConfig, msg: JsonRpcRequest, 
 
 async function byName(ctx: CallContext, msg: JsonRpcRequest, what: string): Promise<Outcome> {
   const name = msg.params?.name;
-  if (typeof name !== "string") return fail(msg, ErrorCode.InvalidParams, `Invalid params: ${msg.method} needs a string name`, ctx.era === "modern" ? 400 : 200);
+  if (typeof name !== "string")
+    return fail(msg, ErrorCode.InvalidParams, `Invalid params: ${msg.method} needs a string name`, ctx.era === "modern" ? 400 : 200);
   const target = splitName(ctx.cfg.upstreams, name);
   if (!target || !grantReachesUpstream(ctx.principal, target.up)) return fail(msg, ErrorCode.InvalidParams, `Unknown ${what}: ${name}`);
   return forward(ctx, target.up, withParam(msg, "name", target.name));
@@ -116,19 +124,22 @@ async function complete(ctx: CallContext, msg: JsonRpcRequest): Promise<Outcome>
 
 /** logging/setLevel reaches every upstream that declared logging; the client gets {} once all answered. */
 async function setLevel(ctx: CallContext, msg: JsonRpcRequest): Promise<Outcome> {
-  await Promise.all(ctx.cfg.upstreams.map(async (up) => {
-    const caps = await ctx.capabilities(up).catch(() => undefined);
-    if (!caps || !isObject(caps.logging)) return;
-    const leg = await ctx.leg(up);
-    if (leg?.era !== "legacy") return;
-    await forward(ctx, up, { ...msg, id: `${String(msg.id)}:${up.name}` }).catch(() => undefined);
-  }));
+  await Promise.all(
+    ctx.cfg.upstreams.map(async (up) => {
+      const caps = await ctx.capabilities(up).catch(() => undefined);
+      if (!caps || !isObject(caps.logging)) return;
+      const leg = await ctx.leg(up);
+      if (leg?.era !== "legacy") return;
+      await forward(ctx, up, { ...msg, id: `${String(msg.id)}:${up.name}` }).catch(() => undefined);
+    }),
+  );
   return ok(msg, {});
 }
 
 async function byTask(ctx: CallContext, msg: JsonRpcRequest): Promise<Outcome> {
   const taskId = msg.params?.taskId;
-  if (typeof taskId !== "string") return fail(msg, ErrorCode.InvalidParams, `Invalid params: ${msg.method} needs a string taskId`, ctx.era === "modern" ? 400 : 200);
+  if (typeof taskId !== "string")
+    return fail(msg, ErrorCode.InvalidParams, `Invalid params: ${msg.method} needs a string taskId`, ctx.era === "modern" ? 400 : 200);
   const t = splitHandle(ctx.cfg.upstreams, taskId);
   if (!t || !grantReachesUpstream(ctx.principal, t.up)) return fail(msg, ErrorCode.InvalidParams, `Unknown task: ${taskId}`);
   return exposeTask(t.up, await passThrough(ctx, t.up, msg, withParam(msg, "taskId", t.name)));
@@ -138,20 +149,30 @@ async function byTask(ctx: CallContext, msg: JsonRpcRequest): Promise<Outcome> {
 export async function dispatch(ctx: CallContext, msg: JsonRpcRequest): Promise<Outcome> {
   if (LISTS[msg.method]) return aggregateList(ctx, msg);
   switch (msg.method) {
-    case "tools/call": return toolsCall(ctx, msg);
-    case "prompts/get": return byName(ctx, msg, "prompt");
+    case "tools/call":
+      return toolsCall(ctx, msg);
+    case "prompts/get":
+      return byName(ctx, msg, "prompt");
     case "resources/read":
     case "resources/subscribe":
-    case "resources/unsubscribe": return byUri(ctx, msg);
-    case "completion/complete": return complete(ctx, msg);
-    case "logging/setLevel": return setLevel(ctx, msg);
-    case "ping": return ok(msg, {});
+    case "resources/unsubscribe":
+      return byUri(ctx, msg);
+    case "completion/complete":
+      return complete(ctx, msg);
+    case "logging/setLevel":
+      return setLevel(ctx, msg);
+    case "ping":
+      return ok(msg, {});
     case "tasks/get":
     case "tasks/update":
-    case "tasks/cancel": return byTask(ctx, msg);
-    case "skills/list": return skillsList(ctx, msg);
-    case "skills/get": return skillsGet(ctx, msg);
-    case "resources/directory/read": return directoryRead(ctx, msg);
+    case "tasks/cancel":
+      return byTask(ctx, msg);
+    case "skills/list":
+      return skillsList(ctx, msg);
+    case "skills/get":
+      return skillsGet(ctx, msg);
+    case "resources/directory/read":
+      return directoryRead(ctx, msg);
   }
   const ups = ctx.cfg.upstreams;
   if (ups.length === 1 && !ups[0]!.namespaced && grantReachesUpstream(ctx.principal, ups[0]!)) return passThrough(ctx, ups[0]!, msg, msg);

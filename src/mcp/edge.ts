@@ -28,7 +28,10 @@ async function readCapped(req: Request): Promise<string | null> {
   }
   const buf = new Uint8Array(total);
   let off = 0;
-  for (const c of chunks) { buf.set(c, off); off += c.byteLength; }
+  for (const c of chunks) {
+    buf.set(c, off);
+    off += c.byteLength;
+  }
   return new TextDecoder().decode(buf);
 }
 

@@ -8,8 +8,15 @@
 import type { UpstreamConfig } from "../config/load.ts";
 import type { CallContext, Outcome } from "./context.ts";
 import {
-  ErrorCode, type JsonObject, type JsonRpcMessage, type JsonRpcRequest, type JsonRpcResponse,
-  errorResponse, isNotification, isObject, isRequest,
+  ErrorCode,
+  type JsonObject,
+  type JsonRpcMessage,
+  type JsonRpcRequest,
+  type JsonRpcResponse,
+  errorResponse,
+  isNotification,
+  isObject,
+  isRequest,
 } from "../wire/jsonrpc.ts";
 import { noteNotification } from "./catalog-store.ts";
 import { exposeUri } from "./names.ts";
@@ -70,7 +77,16 @@ export async function forward(ctx: CallContext, up: UpstreamConfig, msg: JsonRpc
 /** One structured line per tool call (and per failed upstream request): the credential mode, never its value. */
 function logCall(ctx: CallContext, up: UpstreamConfig, msg: JsonRpcRequest, outcome: string): void {
   if (msg.method !== "tools/call" && outcome === "ok") return;
-  console.log(JSON.stringify({ event: "upstream_request", upstream: up.name, method: msg.method, principal: ctx.principal.sub, credential: up.credentials.mode, outcome }));
+  console.log(
+    JSON.stringify({
+      event: "upstream_request",
+      upstream: up.name,
+      method: msg.method,
+      principal: ctx.principal.sub,
+      credential: up.credentials.mode,
+      outcome,
+    }),
+  );
 }
 
 async function forwardOnce(ctx: CallContext, up: UpstreamConfig, msg: JsonRpcRequest): Promise<Outcome> {
@@ -99,7 +115,10 @@ async function forwardOnce(ctx: CallContext, up: UpstreamConfig, msg: JsonRpcReq
     // Legacy client, modern upstream: answer input_required rounds through server→client requests.
     if (ctx.era === "legacy" && leg.era === "modern" && isObject(result) && result.resultType === "input_required") {
       if (!ctx.relay.ask || round >= MAX_MRTR_ROUNDS) {
-        return { response: errorResponse(msg.id, ErrorCode.InternalError, `upstream ${up.name} needs more input rounds than Portcullis relays (${MAX_MRTR_ROUNDS})`), status: 200 };
+        return {
+          response: errorResponse(msg.id, ErrorCode.InternalError, `upstream ${up.name} needs more input rounds than Portcullis relays (${MAX_MRTR_ROUNDS})`),
+          status: 200,
+        };
       }
       const inputs = isObject(result.inputRequests) ? result.inputRequests : {};
       const answers: JsonObject = {};

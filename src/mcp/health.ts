@@ -17,9 +17,16 @@ const READY_TTL_MS = 2000;
 
 async function probe(up: UpstreamConfig): Promise<boolean> {
   try {
-    await callUpstream({ ...up, timeoutMs: Math.min(up.timeoutMs, 5000) }, { era: "modern", meta: modernMeta({}) }, {
-      jsonrpc: "2.0", id: "portcullis-readyz", method: "server/discover", params: { _meta: modernMeta({}) },
-    });
+    await callUpstream(
+      { ...up, timeoutMs: Math.min(up.timeoutMs, 5000) },
+      { era: "modern", meta: modernMeta({}) },
+      {
+        jsonrpc: "2.0",
+        id: "portcullis-readyz",
+        method: "server/discover",
+        params: { _meta: modernMeta({}) },
+      },
+    );
     return true;
   } catch (e) {
     // An upstream that answers 401/403 is up; it wants a (per-principal) credential.
@@ -46,29 +53,31 @@ export async function summary(cfg: GatewayConfig, principal: Principal, byGrant 
   const sub = principal.sub;
   const visible = (up: UpstreamConfig, name: unknown): boolean =>
     typeof name === "string" && toolAllowed(up, name) && (!byGrant || grantAllowsTool(principal, exposeName(up, name)));
-  const upstreams = await Promise.all(cfg.upstreams.map(async (up) => {
-    let tools: number | null = null;
-    try {
-      const rec = await modernClientLeg(up, sub);
-      if (rec.leg) {
-        let count = 0;
-        let cursor: string | undefined;
-        for (let page = 0; page < 50; page++) {
-          const params: JsonObject = rec.leg.era === "modern" ? { _meta: modernMeta({}) } : {};
-          if (cursor) params.cursor = cursor;
-          const { response } = await callUpstream(up, rec.leg, { jsonrpc: "2.0", id: `portcullis-summary-${page}`, method: "tools/list", params });
-          const r = response.result;
-          if (!isObject(r) || !Array.isArray(r.tools)) break;
-          count += r.tools.filter((t) => isObject(t) && visible(up, t.name)).length;
-          if (typeof r.nextCursor !== "string" || !r.nextCursor) break;
-          cursor = r.nextCursor;
+  const upstreams = await Promise.all(
+    cfg.upstreams.map(async (up) => {
+      let tools: number | null = null;
+      try {
+        const rec = await modernClientLeg(up, sub);
+        if (rec.leg) {
+          let count = 0;
+          let cursor: string | undefined;
+          for (let page = 0; page < 50; page++) {
+            const params: JsonObject = rec.leg.era === "modern" ? { _meta: modernMeta({}) } : {};
+            if (cursor) params.cursor = cursor;
+            const { response } = await callUpstream(up, rec.leg, { jsonrpc: "2.0", id: `portcullis-summary-${page}`, method: "tools/list", params });
+            const r = response.result;
+            if (!isObject(r) || !Array.isArray(r.tools)) break;
+            count += r.tools.filter((t) => isObject(t) && visible(up, t.name)).length;
+            if (typeof r.nextCursor !== "string" || !r.nextCursor) break;
+            cursor = r.nextCursor;
+          }
+          tools = count;
         }
-        tools = count;
+      } catch {
+        tools = null;
       }
-    } catch {
-      tools = null;
-    }
-    return { name: up.name, description: up.description ?? null, namespaced: up.namespaced, tools };
-  }));
+      return { name: up.name, description: up.description ?? null, namespaced: up.namespaced, tools };
+    }),
+  );
   return { upstreams };
 }

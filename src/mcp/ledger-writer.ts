@@ -40,7 +40,9 @@ function bounded<T>(p: Promise<T>, ms = LEDGER_WRITE_TIMEOUT_MS): Promise<T> {
   const late = new Promise<never>((_, reject) => {
     timer = setTimeout(() => reject(new Error(`the ledger did not answer within ${ms} ms`)), ms);
   });
-  return Promise.race([p, late]).finally(() => { if (timer !== undefined) clearTimeout(timer); });
+  return Promise.race([p, late]).finally(() => {
+    if (timer !== undefined) clearTimeout(timer);
+  });
 }
 
 async function append(env: Env, team: string, signing: LedgerSigning, d: EntryDraft, decisionId: string): Promise<Receipt> {
@@ -57,19 +59,33 @@ export function callLedger(t: LedgerTarget): CallLedger {
     async decision(r) {
       const id = crypto.randomUUID();
       const body: DecisionBody = {
-        principal: r.principal, team: r.team, run: r.runId, upstream: r.upstream, tool: r.tool,
-        arguments: r.arguments === undefined ? null : { sha256: canonicalHash(r.arguments) }, arguments_mode: r.arguments === undefined ? "redacted" : "hashed",
+        principal: r.principal,
+        team: r.team,
+        run: r.runId,
+        upstream: r.upstream,
+        tool: r.tool,
+        arguments: r.arguments === undefined ? null : { sha256: canonicalHash(r.arguments) },
+        arguments_mode: r.arguments === undefined ? "redacted" : "hashed",
         classification: { effect: r.classification.effect, blast_radius: r.classification.blastRadius, source: r.classification.source },
-        decision: r.decision.decision, rule: r.decision.rule, reason: r.decision.reason, mode: r.decision.mode, policy_version: r.decision.policyVersion,
-        obligations: r.decision.obligations.map((o) => o.kind), hold_id: r.holdId ?? null,
+        decision: r.decision.decision,
+        rule: r.decision.rule,
+        reason: r.decision.reason,
+        mode: r.decision.mode,
+        policy_version: r.decision.policyVersion,
+        obligations: r.decision.obligations.map((o) => o.kind),
+        hold_id: r.holdId ?? null,
       };
       return write(draft("decision", body, id), id);
     },
     async outcome(r) {
       const answer = r.answer ? (r.answer.error ? { error: r.answer.error } : { result: r.answer.result ?? {} }) : null;
       const body: OutcomeBody = {
-        decision_id: r.decision?.decision_id ?? null, status: r.status, result_hash: answer ? canonicalHash(answer) : null,
-        duration_ms: r.durationMs, obligations_applied: r.obligationsApplied, reason: r.reason ?? null,
+        decision_id: r.decision?.decision_id ?? null,
+        status: r.status,
+        result_hash: answer ? canonicalHash(answer) : null,
+        duration_ms: r.durationMs,
+        obligations_applied: r.obligationsApplied,
+        reason: r.reason ?? null,
       };
       return write(draft("outcome", body), r.decision?.decision_id ?? "");
     },
@@ -80,7 +96,11 @@ export function callLedger(t: LedgerTarget): CallLedger {
     },
     listed(shown, hidden) {
       const d = draft("tools.listed", { principal: p.sub, team: p.team, shown, hidden });
-      t.waitUntil(chainOf(t.env, p.team).append([d], t.signing).catch((e) => console.error("portcullis: tools.listed record not written", String(e))));
+      t.waitUntil(
+        chainOf(t.env, p.team)
+          .append([d], t.signing)
+          .catch((e) => console.error("portcullis: tools.listed record not written", String(e))),
+      );
     },
   };
 }

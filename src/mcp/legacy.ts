@@ -12,8 +12,15 @@ import type { CallContext, FrontContext } from "./context.ts";
 import { dispatch } from "./dispatch.ts";
 import { upstreamId } from "./forward.ts";
 import {
-  ErrorCode, type JsonObject, type JsonRpcMessage, type JsonRpcNotification, type JsonRpcRequest, type JsonRpcResponse,
-  isNotification, isObject, isRequest,
+  ErrorCode,
+  type JsonObject,
+  type JsonRpcMessage,
+  type JsonRpcNotification,
+  type JsonRpcRequest,
+  type JsonRpcResponse,
+  isNotification,
+  isObject,
+  isRequest,
 } from "../wire/jsonrpc.ts";
 import { grantReachesUpstream } from "../governance/grant-scope.ts";
 import { mergeCapabilities, mergeInstructions, openLegacyClientLeg } from "./legs.ts";
@@ -57,14 +64,23 @@ async function initialize(fc: FrontContext, req: JsonRpcRequest): Promise<Respon
   const clientCaps = isObject(p.capabilities) ? p.capabilities : {};
   const clientInfo = isObject(p.clientInfo) ? p.clientInfo : undefined;
   const upstreams: Record<string, UpstreamLegRecord> = {};
-  await Promise.all(fc.cfg.upstreams.map(async (up) => {
-    upstreams[up.name] = await openLegacyClientLeg(up, version, clientCaps, clientInfo);
-  }));
+  await Promise.all(
+    fc.cfg.upstreams.map(async (up) => {
+      upstreams[up.name] = await openLegacyClientLeg(up, version, clientCaps, clientInfo);
+    }),
+  );
   const id = newSessionId();
   const now = Date.now();
   const rec: SessionRecord = {
-    v: SESSION_RECORD_VERSION, id, principal: fc.principal.sub, protocolVersion: version, clientCapabilities: clientCaps, upstreams,
-    createdAt: now, touchedAt: now, ttlS: fc.cfg.sessionTtlS,
+    v: SESSION_RECORD_VERSION,
+    id,
+    principal: fc.principal.sub,
+    protocolVersion: version,
+    clientCapabilities: clientCaps,
+    upstreams,
+    createdAt: now,
+    touchedAt: now,
+    ttlS: fc.cfg.sessionTtlS,
   };
   if (clientInfo) rec.clientInfo = clientInfo;
   await sessionObject(fc.env, id)!.create(rec);
@@ -75,10 +91,22 @@ async function initialize(fc: FrontContext, req: JsonRpcRequest): Promise<Respon
 }
 
 function legacyContext(
-  fc: FrontContext, store: Store, rec: SessionRecord, signal: AbortSignal, emit: (m: JsonRpcMessage) => Promise<void>, stream?: StreamControl,
+  fc: FrontContext,
+  store: Store,
+  rec: SessionRecord,
+  signal: AbortSignal,
+  emit: (m: JsonRpcMessage) => Promise<void>,
+  stream?: StreamControl,
 ): CallContext {
   return {
-    cfg: fc.cfg, era: "legacy", principal: fc.principal, signal, paramHeaders: [], callerFiltered: fc.principal.tools !== null, runId: rec.id, ledger: frontLedger(fc),
+    cfg: fc.cfg,
+    era: "legacy",
+    principal: fc.principal,
+    signal,
+    paramHeaders: [],
+    callerFiltered: fc.principal.tools !== null,
+    runId: rec.id,
+    ledger: frontLedger(fc),
     leg: async (up) => legOf(rec, up),
     renewLeg: async (up) => {
       const fresh = await openLegacyClientLeg(up, rec.protocolVersion, rec.clientCapabilities, rec.clientInfo);
@@ -87,14 +115,18 @@ function legacyContext(
       return legOf(rec, up);
     },
     capabilities: async (up) => rec.upstreams[up.name]?.capabilities,
-    recordRequest: async (id, up) => { await store.begin(fc.principal.sub, JSON.stringify(id), up.name); },
+    recordRequest: async (id, up) => {
+      await store.begin(fc.principal.sub, JSON.stringify(id), up.name);
+    },
     relay: {
       send: emit,
       // SEP-1699 as the upstream does it: its stream makes this answer a stream (priming event
       // first), and where it closes its stream early the client's stream closes too, while the
       // call runs on into the buffer the client resumes from with GET + Last-Event-ID.
       streamOpened: () => stream?.open(),
-      mirrorClose: async () => { await stream?.closeEarly(); },
+      mirrorClose: async () => {
+        await stream?.closeEarly();
+      },
       upstreamRequest: (up, leg, req) => relayServerRequest(store, fc.principal.sub, rec.clientCapabilities, up, leg, req, emit),
       ask: async (method, params) => {
         const gid = `pc-${crypto.randomUUID()}`;
@@ -172,7 +204,8 @@ function versionHeaderProblem(req: Request): Response | null {
 export async function legacyPost(fc: FrontContext, req: Request, msg: JsonRpcMessage): Promise<Response> {
   const sid = req.headers.get(SESSION_HDR);
   if (isRequest(msg) && msg.method === "initialize") {
-    if (sid) return refuse(400, ErrorCode.InvalidRequest, "Invalid Request: initialize must not carry Mcp-Session-Id; the session is already initialized", msg.id);
+    if (sid)
+      return refuse(400, ErrorCode.InvalidRequest, "Invalid Request: initialize must not carry Mcp-Session-Id; the session is already initialized", msg.id);
     return initialize(fc, msg);
   }
   if (!sid) {
@@ -213,11 +246,21 @@ export async function legacyPost(fc: FrontContext, req: Request, msg: JsonRpcMes
     fc.waitUntil(chain);
   };
   const resumable: Resumable = {
-    streamId, retryMs: fc.cfg.sseRetryMs, priming: version >= "2025-11-25",
-    open: () => { timer = setTimeout(goDurable, PERSIST_AFTER_MS); },
-    persist: (seq, data) => { if (durable) append([{ seq, data }], false); else waiting.push({ seq, data }); },
+    streamId,
+    retryMs: fc.cfg.sseRetryMs,
+    priming: version >= "2025-11-25",
+    open: () => {
+      timer = setTimeout(goDurable, PERSIST_AFTER_MS);
+    },
+    persist: (seq, data) => {
+      if (durable) append([{ seq, data }], false);
+      else waiting.push({ seq, data });
+    },
     lost: goDurable,
-    flushed: () => { goDurable(); return chain.then(() => undefined); },
+    flushed: () => {
+      goDurable();
+      return chain.then(() => undefined);
+    },
     finish: () => {
       if (timer !== undefined) clearTimeout(timer);
       if (!durable) return;
@@ -228,7 +271,8 @@ export async function legacyPost(fc: FrontContext, req: Request, msg: JsonRpcMes
   // A disconnect is not a cancellation: the call runs on and its events stay resumable.
   const signal = new AbortController().signal;
   return respond(msg.id, (emit, stream) => dispatch(legacyContext(fc, store, rec, signal, emit, stream), msg), {
-    waitUntil: fc.waitUntil, resumable,
+    waitUntil: fc.waitUntil,
+    resumable,
   });
 }
 
@@ -260,10 +304,12 @@ export async function legacyDelete(fc: FrontContext, req: Request): Promise<Resp
       const h = new Headers(up.headers);
       h.set("mcp-session-id", leg.sessionId);
       h.set("mcp-protocol-version", leg.protocolVersion);
-      fc.waitUntil(guardedFetch(up.url, { method: "DELETE", headers: h }, { rules: up.egress, gatewayOnLoopback: up.onLoopback, maxRedirects: 0, timeoutMs: 5000 })
-        .then((r) => r.body?.cancel()).catch(() => undefined));
+      fc.waitUntil(
+        guardedFetch(up.url, { method: "DELETE", headers: h }, { rules: up.egress, gatewayOnLoopback: up.onLoopback, maxRedirects: 0, timeoutMs: 5000 })
+          .then((r) => r.body?.cancel())
+          .catch(() => undefined),
+      );
     }
   }
   return new Response(null, { status: 200 });
 }
-

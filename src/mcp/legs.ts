@@ -43,7 +43,10 @@ export async function openLegacyClientLeg(up: UpstreamConfig, version: string, c
   }
 }
 
-interface ModernClientLeg { rec: UpstreamLegRecord; at: number }
+interface ModernClientLeg {
+  rec: UpstreamLegRecord;
+  at: number;
+}
 const modernClientLegs = new Map<string, Promise<ModernClientLeg>>();
 
 /** Where a modern principal's legacy upstream session is kept across isolates (SessionDO). */
@@ -111,7 +114,11 @@ export function modernLegFor(env: Env, principal: string, up: UpstreamConfig, re
 /** The list-change notifications an upstream's capabilities say it can send. */
 export function listChangeFlags(caps: JsonObject | undefined): JsonObject {
   const out: JsonObject = {};
-  for (const [k, cap] of [["toolsListChanged", "tools"], ["promptsListChanged", "prompts"], ["resourcesListChanged", "resources"]] as const) {
+  for (const [k, cap] of [
+    ["toolsListChanged", "tools"],
+    ["promptsListChanged", "prompts"],
+    ["resourcesListChanged", "resources"],
+  ] as const) {
     const c = caps?.[cap];
     if (isObject(c) && c.listChanged === true) out[k] = true;
   }
@@ -148,9 +155,7 @@ export function mergeCapabilities(cfg: GatewayConfig, recs: Record<string, Upstr
 }
 
 export function mergeInstructions(cfg: GatewayConfig, recs: Record<string, UpstreamLegRecord>): string | undefined {
-  const parts = cfg.upstreams
-    .map((u) => [u, recs[u.name]?.instructions] as const)
-    .filter(([, i]) => typeof i === "string" && i.length > 0);
+  const parts = cfg.upstreams.map((u) => [u, recs[u.name]?.instructions] as const).filter(([, i]) => typeof i === "string" && i.length > 0);
   if (parts.length === 0) return undefined;
   if (cfg.upstreams.length === 1 && !cfg.upstreams[0]!.namespaced) return parts[0]![1];
   return parts.map(([u, i]) => `[${u.name}] ${i}`).join("\n\n");

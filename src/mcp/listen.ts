@@ -46,7 +46,8 @@ export async function listen(fc: FrontContext, req: Request, msg: JsonRpcRequest
   const abort = new AbortController();
   req.signal.addEventListener("abort", () => abort.abort(), { once: true });
   const tag = (n: JsonRpcNotification): JsonRpcNotification => ({
-    ...n, params: { ...(n.params ?? {}), _meta: { ...(isObject(n.params?._meta) ? n.params._meta : {}), [META.subscriptionId]: msg.id } },
+    ...n,
+    params: { ...(n.params ?? {}), _meta: { ...(isObject(n.params?._meta) ? n.params._meta : {}), [META.subscriptionId]: msg.id } },
   });
   const send = async (n: JsonRpcNotification) => {
     if (!(await s.write(encodeEvent({ data: JSON.stringify(tag(n)) })))) abort.abort();
@@ -76,7 +77,12 @@ export async function listen(fc: FrontContext, req: Request, msg: JsonRpcRequest
       if (mine?.length) notifications.resourceSubscriptions = mine;
       if (Object.keys(notifications).length === 0) return;
       const params: JsonObject = { ...(msg.params ?? {}), notifications };
-      frames = requestUpstream(up, leg, { jsonrpc: "2.0", id: `portcullis-listen-${crypto.randomUUID()}`, method: "subscriptions/listen", params }, { signal: abort.signal, stream: true });
+      frames = requestUpstream(
+        up,
+        leg,
+        { jsonrpc: "2.0", id: `portcullis-listen-${crypto.randomUUID()}`, method: "subscriptions/listen", params },
+        { signal: abort.signal, stream: true },
+      );
     } else {
       frames = await openGetStream(up, leg, abort.signal).catch(() => null);
     }

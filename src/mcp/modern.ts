@@ -47,14 +47,18 @@ export function checkModernRequest(req: Request, msg: JsonRpcRequest | { method:
   if (!isObject(meta)) return refuse(400, ErrorCode.InvalidParams, "Invalid params: params._meta is required in the 2026-07-28 era", id);
   const version = meta[META.protocolVersion];
   if (typeof version !== "string") return refuse(400, ErrorCode.InvalidParams, `Invalid params: _meta["${META.protocolVersion}"] is required`, id);
-  if (!isObject(meta[META.clientCapabilities])) return refuse(400, ErrorCode.InvalidParams, `Invalid params: _meta["${META.clientCapabilities}"] is required`, id);
+  if (!isObject(meta[META.clientCapabilities]))
+    return refuse(400, ErrorCode.InvalidParams, `Invalid params: _meta["${META.clientCapabilities}"] is required`, id);
   // Header/body agreement first: a request whose header and _meta disagree is malformed
   // whatever the version (conformance sep-2575-http-server-header-mismatch-400).
   const hv = req.headers.get("mcp-protocol-version");
   if (hv === null) return mismatch(id, "MCP-Protocol-Version header is required");
   if (hv.trim() !== version) return mismatch(id, `MCP-Protocol-Version header "${hv.trim()}" differs from _meta protocolVersion "${version}"`);
   if (version !== MODERN_VERSION) {
-    return jsonResponse(errorResponse(id, ErrorCode.UnsupportedProtocolVersion, `Unsupported protocol version: ${version}`, { supported: [MODERN_VERSION], requested: version }), 400);
+    return jsonResponse(
+      errorResponse(id, ErrorCode.UnsupportedProtocolVersion, `Unsupported protocol version: ${version}`, { supported: [MODERN_VERSION], requested: version }),
+      400,
+    );
   }
   const hm = req.headers.get("mcp-method");
   if (hm === null) return mismatch(id, "Mcp-Method header is required");
@@ -82,11 +86,21 @@ function modernContext(fc: FrontContext, req: Request, msg: JsonRpcRequest, runI
   const legs = new Map<string, Promise<UpstreamLegRecord>>();
   const legRec = (name: string, p: () => Promise<UpstreamLegRecord>) => {
     let r = legs.get(name);
-    if (!r) { r = p(); legs.set(name, r); }
+    if (!r) {
+      r = p();
+      legs.set(name, r);
+    }
     return r;
   };
   return {
-    cfg: fc.cfg, era: "modern", principal: fc.principal, signal: req.signal, paramHeaders, callerFiltered: fc.principal.tools !== null, runId, ledger: frontLedger(fc),
+    cfg: fc.cfg,
+    era: "modern",
+    principal: fc.principal,
+    signal: req.signal,
+    paramHeaders,
+    callerFiltered: fc.principal.tools !== null,
+    runId,
+    ledger: frontLedger(fc),
     leg: async (up) => {
       const rec = await legRec(up.name, () => modernLegFor(fc.env, fc.principal.sub, up));
       if (logLevel !== undefined) await applyLogLevel(up, fc.principal.sub, rec, logLevel).catch(() => undefined);
@@ -115,9 +129,11 @@ function modernContext(fc: FrontContext, req: Request, msg: JsonRpcRequest, runI
 
 async function discover(fc: FrontContext, req: JsonRpcRequest): Promise<Response> {
   const recs: Record<string, UpstreamLegRecord> = {};
-  await Promise.all(fc.cfg.upstreams.map(async (up) => {
-    recs[up.name] = await modernLegFor(fc.env, fc.principal.sub, up).catch(() => ({}));
-  }));
+  await Promise.all(
+    fc.cfg.upstreams.map(async (up) => {
+      recs[up.name] = await modernLegFor(fc.env, fc.principal.sub, up).catch(() => ({}));
+    }),
+  );
   const result: JsonObject = {
     supportedVersions: SUPPORTED_VERSIONS,
     capabilities: mergeCapabilities(fc.cfg, recs),

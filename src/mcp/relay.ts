@@ -19,8 +19,13 @@ const CAPABILITY_FOR: Record<string, string> = {
 };
 
 export async function relayServerRequest(
-  store: SessionApi, principal: string, clientCaps: JsonObject,
-  up: UpstreamConfig, leg: Leg, msg: JsonRpcRequest, send: (m: JsonRpcRequest) => Promise<void>,
+  store: SessionApi,
+  principal: string,
+  clientCaps: JsonObject,
+  up: UpstreamConfig,
+  leg: Leg,
+  msg: JsonRpcRequest,
+  send: (m: JsonRpcRequest) => Promise<void>,
 ): Promise<void> {
   const cap = CAPABILITY_FOR[msg.method];
   if (leg.era === "legacy" && (cap === undefined || clientCaps[cap] !== undefined)) {

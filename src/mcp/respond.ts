@@ -57,7 +57,6 @@ export interface RespondOptions {
   resumable?: Resumable;
 }
 
-
 /** Explains a pipeline failure to the client as a JSON-RPC error (never a crash). */
 function failureOutcome(id: JsonRpcId, e: unknown): Outcome {
   if (e instanceof UpstreamError) return { response: errorResponse(id, ErrorCode.InternalError, e.message), status: 200 };
@@ -66,7 +65,9 @@ function failureOutcome(id: JsonRpcId, e: unknown): Outcome {
 }
 
 export function respond(
-  id: JsonRpcId, run: (emit: (m: JsonRpcMessage) => Promise<void>, stream: StreamControl) => Promise<Outcome>, opts: RespondOptions,
+  id: JsonRpcId,
+  run: (emit: (m: JsonRpcMessage) => Promise<void>, stream: StreamControl) => Promise<Outcome>,
+  opts: RespondOptions,
 ): Promise<Response> {
   return new Promise<Response>((resolve) => {
     let writer: WritableStreamDefaultWriter<Uint8Array> | null = null;

@@ -78,7 +78,8 @@ export function exposeSkill(up: UpstreamConfig, skill: Json): Json {
   const out: JsonObject = { ...skill };
   if (typeof skill.uri === "string") out.uri = exposeUri(up, skill.uri);
   // `resources` is a list of {uri, digest, size} or the string "dynamic" (kept as is).
-  if (Array.isArray(skill.resources)) out.resources = skill.resources.map((r) => (isObject(r) && typeof r.uri === "string" ? { ...r, uri: exposeUri(up, r.uri) } : r));
+  if (Array.isArray(skill.resources))
+    out.resources = skill.resources.map((r) => (isObject(r) && typeof r.uri === "string" ? { ...r, uri: exposeUri(up, r.uri) } : r));
   return out;
 }
 
@@ -113,11 +114,13 @@ async function passThrough(ctx: CallContext, up: UpstreamConfig, msg: JsonRpcReq
 
 /** The upstreams whose skills this caller may list: reachable by the grant and declaring the extension. */
 async function skillsUpstreams(ctx: CallContext): Promise<{ up: UpstreamConfig; settings: JsonObject }[]> {
-  const found = await Promise.all(ctx.cfg.upstreams.map(async (up) => {
-    if (!grantReachesUpstream(ctx.principal, up)) return null;
-    const settings = skillsCapability(await ctx.capabilities(up).catch(() => undefined));
-    return settings ? { up, settings } : null;
-  }));
+  const found = await Promise.all(
+    ctx.cfg.upstreams.map(async (up) => {
+      if (!grantReachesUpstream(ctx.principal, up)) return null;
+      const settings = skillsCapability(await ctx.capabilities(up).catch(() => undefined));
+      return settings ? { up, settings } : null;
+    }),
+  );
   return found.filter((f) => f !== null);
 }
 
@@ -133,12 +136,14 @@ export async function skillsList(ctx: CallContext, msg: JsonRpcRequest, send: Se
   }
   const ttls: number[] = [];
   const scopes: string[] = [];
-  const per = await Promise.all(serving.map(async ({ up }) => {
-    const pages = await allPages(ctx, up, msg, "skills", (s) => exposeSkill(up, s), send);
-    ttls.push(...pages.ttls);
-    scopes.push(...pages.scopes);
-    return pages.items;
-  }));
+  const per = await Promise.all(
+    serving.map(async ({ up }) => {
+      const pages = await allPages(ctx, up, msg, "skills", (s) => exposeSkill(up, s), send);
+      ttls.push(...pages.ttls);
+      scopes.push(...pages.scopes);
+      return pages.items;
+    }),
+  );
   const result: JsonObject = { skills: per.flat() };
   return { response: { jsonrpc: "2.0", id: msg.id, result: stampCache(ctx, result, ttls, scopes) }, status: 200 };
 }
@@ -162,7 +167,11 @@ function uriParam(msg: JsonRpcRequest): string | null {
  * Returns the outcome to answer as is, or the owner's answer for the caller to map back.
  */
 async function byOwner(
-  ctx: CallContext, msg: JsonRpcRequest, send: Send, accepts: (settings: JsonObject) => boolean, refusal: (uri: string) => string,
+  ctx: CallContext,
+  msg: JsonRpcRequest,
+  send: Send,
+  accepts: (settings: JsonObject) => boolean,
+  refusal: (uri: string) => string,
 ): Promise<{ done: Outcome } | { up: UpstreamConfig; out: Outcome; r: JsonObject | undefined }> {
   const solo = transparentUpstream(ctx);
   if (solo) return { done: await passThrough(ctx, solo, msg, send) };
@@ -177,7 +186,13 @@ async function byOwner(
 
 /** skills/get: routed by the namespaced `SKILL.md` URI; the entry's URIs mapped back. */
 export async function skillsGet(ctx: CallContext, msg: JsonRpcRequest, send: Send = forward): Promise<Outcome> {
-  const o = await byOwner(ctx, msg, send, () => true, (uri) => `No skill is served at ${uri}`);
+  const o = await byOwner(
+    ctx,
+    msg,
+    send,
+    () => true,
+    (uri) => `No skill is served at ${uri}`,
+  );
   if ("done" in o) return o.done;
   if (!o.r || !isObject(o.r.skill)) return withCacheFields(ctx, o.out);
   return withCacheFields(ctx, { ...o.out, response: { ...o.out.response, result: { ...o.r, skill: exposeSkill(o.up, o.r.skill) } } });
@@ -185,7 +200,13 @@ export async function skillsGet(ctx: CallContext, msg: JsonRpcRequest, send: Sen
 
 /** resources/directory/read: routed by the namespaced directory URI to an upstream that declared `directoryRead`. */
 export async function directoryRead(ctx: CallContext, msg: JsonRpcRequest, send: Send = forward): Promise<Outcome> {
-  const o = await byOwner(ctx, msg, send, (s) => s.directoryRead === true, (uri) => `${uri} is not a directory resource`);
+  const o = await byOwner(
+    ctx,
+    msg,
+    send,
+    (s) => s.directoryRead === true,
+    (uri) => `${uri} is not a directory resource`,
+  );
   if ("done" in o) return o.done;
   if (!o.r || !Array.isArray(o.r.resources)) return withCacheFields(ctx, o.out);
   const up = o.up;

@@ -32,7 +32,13 @@ export function sseStream() {
   let gone = false;
   const write = async (chunk: Uint8Array) => {
     if (gone) return false;
-    try { await writer.write(chunk); return true; } catch { gone = true; return false; }
+    try {
+      await writer.write(chunk);
+      return true;
+    } catch {
+      gone = true;
+      return false;
+    }
   };
   return { readable: ts.readable, write, close: () => writer.close().catch(() => undefined), gone: () => gone };
 }
@@ -76,7 +82,12 @@ function listenFor(up: UpstreamConfig, leg: Leg & { era: "modern" }, rec: Sessio
   const subs = rec.subscriptions?.[up.name] ?? [];
   if (subs.length) notifications.resourceSubscriptions = subs;
   if (Object.keys(notifications).length === 0) return null;
-  const listenMsg: JsonRpcRequest = { jsonrpc: "2.0", id: `portcullis-listen-${crypto.randomUUID()}`, method: "subscriptions/listen", params: { notifications, _meta: leg.meta } };
+  const listenMsg: JsonRpcRequest = {
+    jsonrpc: "2.0",
+    id: `portcullis-listen-${crypto.randomUUID()}`,
+    method: "subscriptions/listen",
+    params: { notifications, _meta: leg.meta },
+  };
   return requestUpstream(up, leg, listenMsg, { signal, stream: true });
 }
 
@@ -86,13 +97,26 @@ const SUBSCRIPTION_POLL_MS = 1000;
  * Resolves with the session record once its subscriptions for `upstream` differ, "ended" when the
  * session is gone, null when `signal` ends the watch.
  */
-async function watchSubscriptions(store: Store, principal: string, upstream: string, rec: SessionRecord, signal: AbortSignal): Promise<SessionRecord | "ended" | null> {
+async function watchSubscriptions(
+  store: Store,
+  principal: string,
+  upstream: string,
+  rec: SessionRecord,
+  signal: AbortSignal,
+): Promise<SessionRecord | "ended" | null> {
   const key = (r: SessionRecord) => JSON.stringify([...(r.subscriptions?.[upstream] ?? [])].sort());
   const was = key(rec);
   while (!signal.aborted) {
     await new Promise<void>((r) => {
       const t = setTimeout(r, SUBSCRIPTION_POLL_MS);
-      signal.addEventListener("abort", () => { clearTimeout(t); r(); }, { once: true });
+      signal.addEventListener(
+        "abort",
+        () => {
+          clearTimeout(t);
+          r();
+        },
+        { once: true },
+      );
     });
     if (signal.aborted) return null;
     const now = await store.open(principal).catch(() => null);
@@ -104,7 +128,11 @@ async function watchSubscriptions(store: Store, principal: string, upstream: str
 
 /** The session's GET stream: every upstream's server-initiated messages, fanned in. */
 export async function relayGetStream(
-  fc: FrontContext, store: Store, rec: SessionRecord, signal: AbortSignal, legOf: (up: UpstreamConfig) => Leg | null,
+  fc: FrontContext,
+  store: Store,
+  rec: SessionRecord,
+  signal: AbortSignal,
+  legOf: (up: UpstreamConfig) => Leg | null,
 ): Promise<Response> {
   const s = sseStream();
   const streamId = `g${crypto.randomUUID().replace(/-/g, "")}`;
@@ -179,7 +207,10 @@ export async function relayGetStream(
       await watching;
       const w = changed as SessionRecord | "ended" | null;
       if (w === "ended" || (!usable && w === null)) return;
-      if (w) { current = w; backoff = 1000; }
+      if (w) {
+        current = w;
+        backoff = 1000;
+      }
     }
   });
   holdOpen(fc, s, abort, pumps);
@@ -198,5 +229,10 @@ export function holdOpen(fc: FrontContext, s: ReturnType<typeof sseStream>, abor
       if (!abort.signal.aborted && !(await s.write(encodeComment("keep-alive")))) abort.abort();
     }
   })();
-  fc.waitUntil(Promise.all([Promise.all(pumps), keepalive]).finally(() => { abort.abort(); void s.close(); }));
+  fc.waitUntil(
+    Promise.all([Promise.all(pumps), keepalive]).finally(() => {
+      abort.abort();
+      void s.close();
+    }),
+  );
 }

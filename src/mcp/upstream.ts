@@ -8,15 +8,11 @@
  * (every header here is built from config), follow a redirect, or wait without a timeout.
  */
 import type { UpstreamConfig } from "../config/load.ts";
-import {
-  type JsonObject, type JsonRpcMessage, type JsonRpcRequest, type JsonRpcResponse,
-  isObject, isResponse, parseMessage,
-} from "../wire/jsonrpc.ts";
+import { type JsonObject, type JsonRpcMessage, type JsonRpcRequest, type JsonRpcResponse, isObject, isResponse, parseMessage } from "../wire/jsonrpc.ts";
 import { EgressError, guardedFetch } from "../egress/guarded-fetch.ts";
 import { parseSse } from "../wire/sse.ts";
 import type { Leg } from "../../durable-objects/records.ts";
 import { GATEWAY_INFO, META, MODERN_VERSION } from "./versions.ts";
-
 
 export class UpstreamError extends Error {
   readonly upstream: string;
@@ -46,9 +42,7 @@ export interface Frame {
  * resuming it with GET + Last-Event-ID. A stream closed without an event id is not resumable
  * and yields no signal (the request fails as before).
  */
-export type StreamSignal =
-  | { kind: "stream-opened"; status: number }
-  | { kind: "stream-closed-early"; lastEventId: string; retryMs?: number };
+export type StreamSignal = { kind: "stream-opened"; status: number } | { kind: "stream-closed-early"; lastEventId: string; retryMs?: number };
 
 /** A message frame or a stream signal (requestUpstream with `control: true`). */
 export type UpstreamFrame = Frame | StreamSignal;
@@ -120,10 +114,17 @@ async function send(up: UpstreamConfig, init: { method: string; headers: Headers
   if (up.credentialProblem) throw new UpstreamAuthError(up.name, up.credentialProblem, 401);
   let res: Response;
   try {
-    res = await guardedFetch(up.url, { ...init, signal }, {
-      rules: up.egress, gatewayOnLoopback: up.onLoopback, maxRedirects: 0, timeoutMs: stream ? STREAM_MAX_MS : up.timeoutMs,
-      ...(stream ? { maxBytes: Number.MAX_SAFE_INTEGER } : {}),
-    });
+    res = await guardedFetch(
+      up.url,
+      { ...init, signal },
+      {
+        rules: up.egress,
+        gatewayOnLoopback: up.onLoopback,
+        maxRedirects: 0,
+        timeoutMs: stream ? STREAM_MAX_MS : up.timeoutMs,
+        ...(stream ? { maxBytes: Number.MAX_SAFE_INTEGER } : {}),
+      },
+    );
   } catch (e) {
     const err = e as Error;
     if (e instanceof EgressError) {
@@ -136,7 +137,11 @@ async function send(up: UpstreamConfig, init: { method: string; headers: Headers
   }
   if (res.status === 401 || res.status === 403) {
     await res.body?.cancel();
-    throw new UpstreamAuthError(up.name, `refused the gateway's ${up.credentials.mode} credential (HTTP ${res.status}); check the upstream credential configured for it`, res.status);
+    throw new UpstreamAuthError(
+      up.name,
+      `refused the gateway's ${up.credentials.mode} credential (HTTP ${res.status}); check the upstream credential configured for it`,
+      res.status,
+    );
   }
   return res;
 }
@@ -192,7 +197,10 @@ export async function* requestUpstream(up: UpstreamConfig, leg: Leg, msg: JsonRp
   if (opts.control && sse && res.ok) yield { kind: "stream-opened", status: res.status };
   for await (const f of readAnswer(up, res, track)) {
     yield f;
-    if (answers(f.message, msg.id)) { answered = true; break; }
+    if (answers(f.message, msg.id)) {
+      answered = true;
+      break;
+    }
   }
   for (let attempt = 0; !answered && sse && leg.era === "legacy" && track.lastEventId !== undefined && attempt < 5; attempt++) {
     if (opts.control) {
@@ -205,11 +213,17 @@ export async function* requestUpstream(up: UpstreamConfig, leg: Leg, msg: JsonRp
     h.set("accept", "text/event-stream");
     h.set("last-event-id", track.lastEventId);
     const again = await send(up, { method: "GET", headers: h }, signal);
-    if (!again.ok) { await again.body?.cancel(); break; }
+    if (!again.ok) {
+      await again.body?.cancel();
+      break;
+    }
     sse = (again.headers.get("content-type") ?? "").includes("text/event-stream");
     for await (const f of readAnswer(up, again, track)) {
       yield f;
-      if (answers(f.message, msg.id)) { answered = true; break; }
+      if (answers(f.message, msg.id)) {
+        answered = true;
+        break;
+      }
     }
   }
   if (!answered) throw new UpstreamUncertain(up.name, `closed the stream before answering ${msg.method}`, 502);
@@ -237,7 +251,11 @@ export async function openGetStream(up: UpstreamConfig, leg: Leg & { era: "legac
 
 /** One request, collecting the final response (interim messages are handed to `onOther`). */
 export async function callUpstream(
-  up: UpstreamConfig, leg: Leg, msg: JsonRpcRequest, onOther?: (f: Frame) => Promise<void>, opts?: SendOptions,
+  up: UpstreamConfig,
+  leg: Leg,
+  msg: JsonRpcRequest,
+  onOther?: (f: Frame) => Promise<void>,
+  opts?: SendOptions,
 ): Promise<{ response: JsonRpcResponse; status: number }> {
   for await (const f of requestUpstream(up, leg, msg, opts)) {
     if (answers(f.message, msg.id)) return { response: f.message, status: f.status };
@@ -253,11 +271,11 @@ export interface LegacyInit {
 }
 
 /** Legacy initialize + notifications/initialized. Throws UpstreamError if the upstream refuses. */
-export async function initializeLegacy(
-  up: UpstreamConfig, protocolVersion: string, capabilities: JsonObject, clientInfo?: JsonObject,
-): Promise<LegacyInit> {
+export async function initializeLegacy(up: UpstreamConfig, protocolVersion: string, capabilities: JsonObject, clientInfo?: JsonObject): Promise<LegacyInit> {
   const msg: JsonRpcRequest = {
-    jsonrpc: "2.0", id: `portcullis-init-${crypto.randomUUID()}`, method: "initialize",
+    jsonrpc: "2.0",
+    id: `portcullis-init-${crypto.randomUUID()}`,
+    method: "initialize",
     params: { protocolVersion, capabilities, clientInfo: clientInfo ?? { ...GATEWAY_INFO } },
   };
   const headers = baseHeaders(up, undefined, msg);
@@ -265,7 +283,10 @@ export async function initializeLegacy(
   const sessionId = res.headers.get("mcp-session-id") ?? undefined;
   let response: JsonRpcResponse | undefined;
   for await (const f of readAnswer(up, res, {})) {
-    if (answers(f.message, msg.id)) { response = f.message; break; }
+    if (answers(f.message, msg.id)) {
+      response = f.message;
+      break;
+    }
   }
   if (!response || response.error || !isObject(response.result)) {
     throw new UpstreamError(up.name, `refused initialize (${response?.error?.message ?? `HTTP ${res.status}`})`, res.status);
@@ -273,9 +294,14 @@ export async function initializeLegacy(
   const negotiated = typeof response.result.protocolVersion === "string" ? response.result.protocolVersion : protocolVersion;
   const init: LegacyInit = { protocolVersion: negotiated, result: response.result };
   if (sessionId) init.sessionId = sessionId;
-  await postUpstream(up, { era: "legacy", protocolVersion: negotiated, ...(sessionId ? { sessionId } : {}) }, {
-    jsonrpc: "2.0", method: "notifications/initialized",
-  }).catch(() => undefined);
+  await postUpstream(
+    up,
+    { era: "legacy", protocolVersion: negotiated, ...(sessionId ? { sessionId } : {}) },
+    {
+      jsonrpc: "2.0",
+      method: "notifications/initialized",
+    },
+  ).catch(() => undefined);
   return init;
 }
 
@@ -290,7 +316,12 @@ export function modernMeta(clientCapabilities: JsonObject, extra: JsonObject = {
 
 /** Modern `server/discover`; null when the upstream does not speak 2026-07-28. */
 async function discoverModern(up: UpstreamConfig): Promise<JsonObject | null> {
-  const msg: JsonRpcRequest = { jsonrpc: "2.0", id: `portcullis-discover-${crypto.randomUUID()}`, method: "server/discover", params: { _meta: modernMeta({}) } };
+  const msg: JsonRpcRequest = {
+    jsonrpc: "2.0",
+    id: `portcullis-discover-${crypto.randomUUID()}`,
+    method: "server/discover",
+    params: { _meta: modernMeta({}) },
+  };
   try {
     const { response } = await callUpstream(up, { era: "modern", meta: modernMeta({}) }, msg);
     return isObject(response.result) && Array.isArray(response.result.supportedVersions) ? response.result : null;
@@ -302,7 +333,10 @@ async function discoverModern(up: UpstreamConfig): Promise<JsonObject | null> {
   }
 }
 
-interface Verdict { discover: JsonObject | null; at: number }
+interface Verdict {
+  discover: JsonObject | null;
+  at: number;
+}
 const verdicts = new Map<string, Verdict>();
 const VERDICT_TTL_MS = 60_000;
 
@@ -320,6 +354,13 @@ function sleep(ms: number, signal: AbortSignal): Promise<void> {
   return new Promise((resolve, reject) => {
     if (signal.aborted) return reject(signal.reason);
     const t = setTimeout(resolve, ms);
-    signal.addEventListener("abort", () => { clearTimeout(t); reject(signal.reason); }, { once: true });
+    signal.addEventListener(
+      "abort",
+      () => {
+        clearTimeout(t);
+        reject(signal.reason);
+      },
+      { once: true },
+    );
   });
 }

@@ -25,8 +25,13 @@ export function isLegacyVersion(v: string): boolean {
 
 /** Methods the 2026-07-28 era removed: a modern client calling them gets 404 + -32601. */
 export const REMOVED_IN_MODERN = new Set([
-  "initialize", "ping", "logging/setLevel", "resources/subscribe", "resources/unsubscribe",
-  "tasks/result", "tasks/list",
+  "initialize",
+  "ping",
+  "logging/setLevel",
+  "resources/subscribe",
+  "resources/unsubscribe",
+  "tasks/result",
+  "tasks/list",
 ]);
 
 export const LOG_LEVELS = ["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"];

@@ -29,7 +29,7 @@ export async function putCredentialRoute(req: Request, env: Env, cfg: GatewayCon
   try {
     body = await req.json();
   } catch {
-    return bad("body must be JSON: {\"token\": \"…\"}");
+    return bad('body must be JSON: {"token": "…"}');
   }
   const token = body && typeof body === "object" ? (body as { token?: unknown }).token : undefined;
   if (typeof token !== "string" || token.length < 1 || token.length > 8192 || /[\r\n]/.test(token)) {

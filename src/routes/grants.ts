@@ -49,10 +49,27 @@ export async function mintGrantRoute(req: Request, env: Env, cfg: GatewayConfig,
   if (ttl > cfg.auth.maxTokenLifetimeS) return bad(`ttl_seconds exceeds the maximum lifetime (${cfg.auth.maxTokenLifetimeS})`);
   const keysP = signingKeys(env, cfg);
   if (!keysP) return bad(`no signing key is configured (set the ${cfg.auth.signingKeySecret} secret)`, 503);
-  const claims = { iss: issuerOf(cfg, req), aud: canonicalUrl(cfg, req), sub: b.sub, team: b.team, roles: b.roles, tools: b.tools, ttlSeconds: ttl, ...(b.budget ? { budget: b.budget } : {}) };
+  const claims = {
+    iss: issuerOf(cfg, req),
+    aud: canonicalUrl(cfg, req),
+    sub: b.sub,
+    team: b.team,
+    roles: b.roles,
+    tools: b.tools,
+    ttlSeconds: ttl,
+    ...(b.budget ? { budget: b.budget } : {}),
+  };
   const minted = await mintGrant(await keysP, claims, { maxLifetimeSeconds: cfg.auth.maxTokenLifetimeS });
   try {
-    await appendRecord(env, signingOf(cfg, req), b.team, "grant.minted", { jti: minted.jti, sub: b.sub, team: b.team, roles: b.roles, tools: b.tools, exp: minted.exp, by: by.sub });
+    await appendRecord(env, signingOf(cfg, req), b.team, "grant.minted", {
+      jti: minted.jti,
+      sub: b.sub,
+      team: b.team,
+      roles: b.roles,
+      tools: b.tools,
+      exp: minted.exp,
+      by: by.sub,
+    });
   } catch (e) {
     return bad(`the grant was not issued: its ledger record could not be written (${(e as Error).message})`, 503);
   }
@@ -73,7 +90,14 @@ export function revocationUntil(cfg: GatewayConfig, given: unknown): number {
  * revoker's team chain. The revocation stands even if the record cannot be written; the answer
  * then says so.
  */
-export async function revokeGrant(env: Env, cfg: GatewayConfig, gateway: string, jti: string, given: unknown, by: Principal): Promise<{ revoked: string; until: number; warning?: string }> {
+export async function revokeGrant(
+  env: Env,
+  cfg: GatewayConfig,
+  gateway: string,
+  jti: string,
+  given: unknown,
+  by: Principal,
+): Promise<{ revoked: string; until: number; warning?: string }> {
   const until = revocationUntil(cfg, given);
   await revocationObject(env, jti).revoke(jti, until, by.sub);
   try {

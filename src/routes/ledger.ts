@@ -23,7 +23,10 @@ async function scope(env: Env, principal: Principal, team: string | null): Promi
   const admin = principalHas(principal, "admin");
   if (team !== null && team !== principal.team && !admin) return bad(`an auditor of team ${principal.team} cannot read team ${team}'s ledger`, 403);
   if (team !== null || !admin) return [team ?? principal.team];
-  const rows = await env.LEDGER_DB.prepare("SELECT DISTINCT chain FROM ledger_entries WHERE chain != ?").bind(GLOBAL_CHAIN).all<{ chain: string }>().catch(() => ({ results: [] as { chain: string }[] }));
+  const rows = await env.LEDGER_DB.prepare("SELECT DISTINCT chain FROM ledger_entries WHERE chain != ?")
+    .bind(GLOBAL_CHAIN)
+    .all<{ chain: string }>()
+    .catch(() => ({ results: [] as { chain: string }[] }));
   const chains = rows.results.map((r) => r.chain);
   if (!chains.includes(principal.team)) chains.push(principal.team);
   return chains.sort();
@@ -56,13 +59,19 @@ export async function exportRoute(env: Env, principal: Principal, team: string |
           after = 0;
           chainDone = false;
           const ledger = ledgerObject(env, all[i]!);
-          if (!ledger) { chainDone = true; continue; }
+          if (!ledger) {
+            chainDone = true;
+            continue;
+          }
           for (const checkpoint of await ledger.checkpoints(0)) c.enqueue(line({ checkpoint }));
           return;
         }
         const ledger = ledgerObject(env, all[i]!)!;
         const page = await ledger.read(after, PAGE);
-        if (page.length === 0) { chainDone = true; continue; }
+        if (page.length === 0) {
+          chainDone = true;
+          continue;
+        }
         after = page.at(-1)!.seq;
         c.enqueue(encoder.encode(`${page.map((entry) => JSON.stringify({ entry })).join("\n")}\n`));
         return;
@@ -107,7 +116,17 @@ interface SearchRow {
   body: string;
 }
 
-const entryOf = (r: SearchRow): LedgerEntry => ({ v: r.v, chain: r.chain, seq: r.seq, prev: r.prev, kind: r.kind as LedgerEntry["kind"], id: r.id, at: r.at, body: JSON.parse(r.body), hash: r.hash });
+const entryOf = (r: SearchRow): LedgerEntry => ({
+  v: r.v,
+  chain: r.chain,
+  seq: r.seq,
+  prev: r.prev,
+  kind: r.kind as LedgerEntry["kind"],
+  id: r.id,
+  at: r.at,
+  body: JSON.parse(r.body),
+  hash: r.hash,
+});
 
 /** GET /v1/ledger?team&principal&tool&kind&status&since&until&after&limit — newest first; `next` continues. */
 export async function searchRoute(env: Env, principal: Principal, q: URLSearchParams): Promise<Response> {
@@ -116,14 +135,30 @@ export async function searchRoute(env: Env, principal: Principal, q: URLSearchPa
   const limit = Math.min(Math.max(Number(q.get("limit") ?? 100) || 100, 1), 1000);
   const where: string[] = [`chain IN (${chains.map(() => "?").join(", ")})`];
   const args: unknown[] = [...chains];
-  for (const [param, column] of [["principal", "principal"], ["tool", "tool"], ["kind", "kind"], ["status", "status"]] as const) {
+  for (const [param, column] of [
+    ["principal", "principal"],
+    ["tool", "tool"],
+    ["kind", "kind"],
+    ["status", "status"],
+  ] as const) {
     const v = q.get(param);
-    if (v !== null) { where.push(`${column} = ?`); args.push(v); }
+    if (v !== null) {
+      where.push(`${column} = ?`);
+      args.push(v);
+    }
   }
   const since = q.get("since");
   const until = q.get("until");
-  if (since !== null) { if (Number.isNaN(Date.parse(since))) return bad("since must be an ISO 8601 time"); where.push("at >= ?"); args.push(since); }
-  if (until !== null) { if (Number.isNaN(Date.parse(until))) return bad("until must be an ISO 8601 time"); where.push("at < ?"); args.push(until); }
+  if (since !== null) {
+    if (Number.isNaN(Date.parse(since))) return bad("since must be an ISO 8601 time");
+    where.push("at >= ?");
+    args.push(since);
+  }
+  if (until !== null) {
+    if (Number.isNaN(Date.parse(until))) return bad("until must be an ISO 8601 time");
+    where.push("at < ?");
+    args.push(until);
+  }
   const after = q.get("after");
   if (after !== null) {
     const m = /^(.+):(\d+)$/.exec(after);
@@ -134,7 +169,11 @@ export async function searchRoute(env: Env, principal: Principal, q: URLSearchPa
   const sql = `SELECT chain, seq, v, id, kind, at, prev, hash, body FROM ledger_entries WHERE ${where.join(" AND ")} ORDER BY at DESC, chain DESC, seq DESC LIMIT ?`;
   let rows: SearchRow[];
   try {
-    rows = (await env.LEDGER_DB.prepare(sql).bind(...args, limit + 1).all<SearchRow>()).results;
+    rows = (
+      await env.LEDGER_DB.prepare(sql)
+        .bind(...args, limit + 1)
+        .all<SearchRow>()
+    ).results;
   } catch (e) {
     return bad(`the ledger store could not be searched (${(e as Error).message})`, 503);
   }

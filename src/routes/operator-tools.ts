@@ -14,7 +14,13 @@ registerOperatorTool({
   description: "The principal, team, roles and tool globs of the calling grant.",
   inputSchema: { type: "object", additionalProperties: false },
   roles: ["auditor", "approver", "operator", "admin"],
-  run: async (_args, { principal }) => ({ sub: principal.sub, team: principal.team, roles: principal.roles, tools: principal.tools, authenticated: principal.authenticated }),
+  run: async (_args, { principal }) => ({
+    sub: principal.sub,
+    team: principal.team,
+    roles: principal.roles,
+    tools: principal.tools,
+    authenticated: principal.authenticated,
+  }),
 });
 
 registerOperatorTool({
@@ -34,7 +40,10 @@ registerOperatorTool({
   description: "Revokes a grant by its jti; every later request with it is refused (401).",
   inputSchema: {
     type: "object",
-    properties: { jti: { type: "string", minLength: 8, maxLength: 128 }, exp: { type: "integer", description: "the grant's exp (seconds); the revocation is kept at least as long as any grant can still live" } },
+    properties: {
+      jti: { type: "string", minLength: 8, maxLength: 128 },
+      exp: { type: "integer", description: "the grant's exp (seconds); the revocation is kept at least as long as any grant can still live" },
+    },
     required: ["jti"],
     additionalProperties: false,
   },
@@ -55,7 +64,8 @@ async function fromRoute(r: Response): Promise<JsonObject> {
 
 registerOperatorTool({
   name: "portcullis.ledger_search",
-  description: "Searches the ledger (newest first): filter by team, principal, tool, kind, status, since/until (ISO times); `after` continues from a previous page's `next`.",
+  description:
+    "Searches the ledger (newest first): filter by team, principal, tool, kind, status, since/until (ISO times); `after` continues from a previous page's `next`.",
   inputSchema: {
     type: "object",
     properties: {

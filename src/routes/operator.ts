@@ -33,12 +33,26 @@ export async function operatorMcp(req: Request, env: Env, cfg: GatewayConfig, pr
   switch (msg.method) {
     case "initialize": {
       const requested = typeof msg.params?.protocolVersion === "string" ? msg.params.protocolVersion : LATEST_LEGACY;
-      return jsonResponse({ jsonrpc: "2.0", id: msg.id, result: { protocolVersion: isLegacyVersion(requested) ? requested : LATEST_LEGACY, capabilities, serverInfo: { ...GATEWAY_INFO, name: "portcullis-operator" } } });
+      return jsonResponse({
+        jsonrpc: "2.0",
+        id: msg.id,
+        result: {
+          protocolVersion: isLegacyVersion(requested) ? requested : LATEST_LEGACY,
+          capabilities,
+          serverInfo: { ...GATEWAY_INFO, name: "portcullis-operator" },
+        },
+      });
     }
     case "ping":
       return ok({});
     case "server/discover":
-      return ok({ supportedVersions: SUPPORTED_VERSIONS, capabilities, _meta: { [META.serverInfo]: { ...GATEWAY_INFO, name: "portcullis-operator" } }, ttlMs: 0, cacheScope: "private" });
+      return ok({
+        supportedVersions: SUPPORTED_VERSIONS,
+        capabilities,
+        _meta: { [META.serverInfo]: { ...GATEWAY_INFO, name: "portcullis-operator" } },
+        ttlMs: 0,
+        cacheScope: "private",
+      });
     case "tools/list": {
       const tools = operatorToolsFor(principal).map((t) => ({ name: t.name, description: t.description, inputSchema: t.inputSchema }));
       return ok(modern ? { tools, ttlMs: 0, cacheScope: "private" } : { tools });

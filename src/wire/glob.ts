@@ -8,7 +8,12 @@ const compiled = new Map<string, RegExp>();
 export function globMatch(glob: string, name: string): boolean {
   let re = compiled.get(glob);
   if (!re) {
-    re = new RegExp(`^${glob.replace(/[.+^${}()|[\]\\]/g, "\\$&").replace(/\*/g, ".*").replace(/\?/g, ".")}$`);
+    re = new RegExp(
+      `^${glob
+        .replace(/[.+^${}()|[\]\\]/g, "\\$&")
+        .replace(/\*/g, ".*")
+        .replace(/\?/g, ".")}$`,
+    );
     if (compiled.size > 4096) compiled.clear();
     compiled.set(glob, re);
   }

@@ -20,11 +20,7 @@ export function isLoopbackHost(hostname: string): boolean {
  * What a literal is, for the egress decision. `public` is the only kind that may be fetched as-is.
  * `range` completes the sentence "IP literal X is …" (e.g. "in a private range (10.0.0.0/8)").
  */
-export type AddressVerdict =
-  | { kind: "public" }
-  | { kind: "loopback" }
-  | { kind: "metadata" }
-  | { kind: "denied"; range: string };
+export type AddressVerdict = { kind: "public" } | { kind: "loopback" } | { kind: "metadata" } | { kind: "denied"; range: string };
 
 // ---------------------------------------------------------------------------------------------
 // IPv4
@@ -47,7 +43,12 @@ export function formatIPv4(n: number): string {
   return [n >>> 24, (n >>> 16) & 255, (n >>> 8) & 255, n & 255].join(".");
 }
 
-interface V4Range { base: number; bits: number; label: string; loopback?: true }
+interface V4Range {
+  base: number;
+  bits: number;
+  label: string;
+  loopback?: true;
+}
 
 function v4(cidr: string, label: string, loopback?: true): V4Range {
   const [addr, bits] = cidr.split("/");
@@ -149,7 +150,12 @@ export function parseIPv6(s: string): number[] | null {
   return [...head, ...new Array<number>(8 - known).fill(0), ...rest, ...tail];
 }
 
-interface V6Range { prefix: number[]; bits: number; label: string; embed?: (w: number[]) => number }
+interface V6Range {
+  prefix: number[];
+  bits: number;
+  label: string;
+  embed?: (w: number[]) => number;
+}
 
 function v6(cidr: string, label: string, embed?: (w: number[]) => number): V6Range {
   const [addr, bits] = cidr.split("/");
@@ -169,7 +175,7 @@ const V6_DENIED: readonly V6Range[] = [
   v6("64:ff9b::/96", "in the NAT64 range (64:ff9b::/96)", last32),
   v6("64:ff9b:1::/48", "in the local-use NAT64 range (64:ff9b:1::/48)"),
   v6("100::/64", "in the discard range (100::/64)"),
-  v6("2001::/32", "in the Teredo range (2001::/32)", (w) => (~last32(w)) >>> 0),
+  v6("2001::/32", "in the Teredo range (2001::/32)", (w) => ~last32(w) >>> 0),
   v6("2001:db8::/32", "in a documentation range (2001:db8::/32)"),
   v6("2001::/23", "in the IETF protocol assignments range (2001::/23)"),
   v6("2002::/16", "in the 6to4 range (2002::/16)", (w) => word32(w[1], w[2])),
@@ -208,7 +214,8 @@ function classifyIPv6(w: number[]): AddressVerdict {
     const inner = r.embed(w);
     const innerVerdict = classifyIPv4(inner);
     if (innerVerdict.kind === "metadata") return { kind: "metadata" };
-    const what = innerVerdict.kind === "denied" ? `which is ${innerVerdict.range}` : innerVerdict.kind === "loopback" ? "which is loopback" : "a public address";
+    const what =
+      innerVerdict.kind === "denied" ? `which is ${innerVerdict.range}` : innerVerdict.kind === "loopback" ? "which is loopback" : "a public address";
     return { kind: "denied", range: `${r.label} and embeds ${formatIPv4(inner)}, ${what}` };
   }
   if (((w[0] ?? 0) & 0xe000) !== 0x2000) return { kind: "denied", range: "outside global unicast space (2000::/3)" };
@@ -248,12 +255,24 @@ export function classifyHostLiteral(hostname: string): AddressVerdict | null {
 
 /** Cloud and orchestrator metadata names: never allowed, nor any name below them. */
 const METADATA_NAMES: readonly string[] = [
-  "metadata", "metadata.google.internal", "metadata.goog", "metadata.internal",
-  "instance-data", "instance-data.ec2.internal", "metadata.ec2.internal",
-  "metadata.azure.com", "metadata.azure.internal",
-  "metadata.tencentyun.com", "metadata.platformequinix.com", "metadata.packet.net",
-  "rancher-metadata", "rancher-metadata.rancher.internal",
-  "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local",
+  "metadata",
+  "metadata.google.internal",
+  "metadata.goog",
+  "metadata.internal",
+  "instance-data",
+  "instance-data.ec2.internal",
+  "metadata.ec2.internal",
+  "metadata.azure.com",
+  "metadata.azure.internal",
+  "metadata.tencentyun.com",
+  "metadata.platformequinix.com",
+  "metadata.packet.net",
+  "rancher-metadata",
+  "rancher-metadata.rancher.internal",
+  "kubernetes",
+  "kubernetes.default",
+  "kubernetes.default.svc",
+  "kubernetes.default.svc.cluster.local",
 ];
 
 export const isUnder = (name: string, domain: string): boolean => name === domain || name.endsWith(`.${domain}`);
@@ -262,4 +281,3 @@ export const isUnder = (name: string, domain: string): boolean => name === domai
 export function isMetadataName(name: string): boolean {
   return METADATA_NAMES.some((m) => isUnder(name, m));
 }
-

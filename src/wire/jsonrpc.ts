@@ -56,12 +56,10 @@ export function isResponse(m: JsonRpcMessage): m is JsonRpcResponse {
   return !("method" in m) && ("result" in m || "error" in m);
 }
 
-export type ParseVerdict =
-  | { ok: true; message: JsonRpcMessage }
-  | { ok: false; status: number; code: number; reason: string; id: JsonRpcId | null };
+export type ParseVerdict = { ok: true; message: JsonRpcMessage } | { ok: false; status: number; code: number; reason: string; id: JsonRpcId | null };
 
 function validId(v: unknown): v is JsonRpcId {
-  return (typeof v === "string") || (typeof v === "number" && Number.isFinite(v));
+  return typeof v === "string" || (typeof v === "number" && Number.isFinite(v));
 }
 
 /** Parses one HTTP body into exactly one JSON-RPC message, or a verdict naming why not. */
@@ -74,7 +72,10 @@ export function parseMessage(text: string): ParseVerdict {
   }
   if (Array.isArray(raw)) {
     return {
-      ok: false, status: 400, code: ErrorCode.InvalidRequest, id: null,
+      ok: false,
+      status: 400,
+      code: ErrorCode.InvalidRequest,
+      id: null,
       reason: "Invalid Request: JSON-RPC batch arrays are not supported (removed in MCP 2025-06-18); send one message per POST",
     };
   }
@@ -112,4 +113,3 @@ export function errorResponse(id: JsonRpcId | null, code: number, message: strin
   if (data !== undefined) error.data = data;
   return { jsonrpc: "2.0", id, error };
 }
-

@@ -48,7 +48,9 @@ export async function* parseSse(body: ReadableStream<Uint8Array>, onRetry?: (ms:
             if (event !== undefined) ev.event = event;
             yield ev;
           }
-          data = []; event = undefined; sawField = false;
+          data = [];
+          event = undefined;
+          sawField = false;
           continue;
         }
         if (line.startsWith(":")) continue;
@@ -56,10 +58,18 @@ export async function* parseSse(body: ReadableStream<Uint8Array>, onRetry?: (ms:
         const field = colon < 0 ? line : line.slice(0, colon);
         let val = colon < 0 ? "" : line.slice(colon + 1);
         if (val.startsWith(" ")) val = val.slice(1);
-        if (field === "data") { data.push(val); sawField = true; }
-        else if (field === "id") { if (!val.includes("\0")) id = val; sawField = true; }
-        else if (field === "event") { event = val; sawField = true; }
-        else if (field === "retry") { if (/^\d+$/.test(val)) onRetry?.(Number(val)); }
+        if (field === "data") {
+          data.push(val);
+          sawField = true;
+        } else if (field === "id") {
+          if (!val.includes("\0")) id = val;
+          sawField = true;
+        } else if (field === "event") {
+          event = val;
+          sawField = true;
+        } else if (field === "retry") {
+          if (/^\d+$/.test(val)) onRetry?.(Number(val));
+        }
       }
     }
   } finally {

@@ -12,9 +12,19 @@ import { freePort, type Proc, startPortcullis } from "./harness.ts";
 // biome-ignore lint/suspicious/noExplicitAny: test answers are read loosely
 async function modernPost(url: string, method: string, params: Record<string, unknown>): Promise<{ status: number; body: any }> {
   const meta = { "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {} };
-  const headers: Record<string, string> = { "content-type": "application/json", accept: "application/json, text/event-stream", "mcp-protocol-version": "2026-07-28", "mcp-method": method };
+  const headers: Record<string, string> = {
+    "content-type": "application/json",
+    accept: "application/json, text/event-stream",
+    "mcp-protocol-version": "2026-07-28",
+    "mcp-method": method,
+  };
   if (typeof params.name === "string") headers["mcp-name"] = params.name;
-  const r = await fetch(url, { method: "POST", headers, body: JSON.stringify({ jsonrpc: "2.0", id: 1, method, params: { ...params, _meta: meta } }), signal: AbortSignal.timeout(30_000) });
+  const r = await fetch(url, {
+    method: "POST",
+    headers,
+    body: JSON.stringify({ jsonrpc: "2.0", id: 1, method, params: { ...params, _meta: meta } }),
+    signal: AbortSignal.timeout(30_000),
+  });
   return { status: r.status, body: await r.json() };
 }
 

@@ -45,9 +45,15 @@ if (own.length === 0) console.log("cli.test: this machine has no non-loopback ad
 function probe(host: string, port: number): Promise<string> {
   return new Promise((res) => {
     const s = connect({ host, port, timeout: 3000 });
-    s.once("connect", () => { s.destroy(); res("open"); });
-    s.once("timeout", () => { s.destroy(); res("timeout"); });
-    s.once("error", (e: NodeJS.ErrnoException) => res(e.code === "ECONNREFUSED" ? "refused" : e.code ?? e.message));
+    s.once("connect", () => {
+      s.destroy();
+      res("open");
+    });
+    s.once("timeout", () => {
+      s.destroy();
+      res("timeout");
+    });
+    s.once("error", (e: NodeJS.ErrnoException) => res(e.code === "ECONNREFUSED" ? "refused" : (e.code ?? e.message)));
   });
 }
 
@@ -81,16 +87,29 @@ async function expectLoopbackOnly(port: number) {
   expect(await probe("127.0.0.1", port)).toBe("open");
   const sockets = listeningOn(port);
   expect(sockets.length, `listening sockets on ${port}`).toBeGreaterThan(0);
-  expect(sockets.filter((a) => !LOOPBACK_LISTEN(a)), `non-loopback listening sockets on ${port}`).toEqual([]);
+  expect(
+    sockets.filter((a) => !LOOPBACK_LISTEN(a)),
+    `non-loopback listening sockets on ${port}`,
+  ).toEqual([]);
   for (const { address } of own) expect(await probe(address, port), `${address}:${port}`).toBe("refused");
 }
 
 function stopChild(child: ChildProcess, group = false): Promise<void> {
   return new Promise((res) => {
     if (child.exitCode !== null || child.signalCode !== null) return res();
-    const kill = (sig: NodeJS.Signals) => { try { if (group && child.pid) process.kill(-child.pid, sig); else child.kill(sig); } catch { /* gone */ } };
+    const kill = (sig: NodeJS.Signals) => {
+      try {
+        if (group && child.pid) process.kill(-child.pid, sig);
+        else child.kill(sig);
+      } catch {
+        /* gone */
+      }
+    };
     const t = setTimeout(() => kill("SIGKILL"), 8000);
-    child.once("exit", () => { clearTimeout(t); res(); });
+    child.once("exit", () => {
+      clearTimeout(t);
+      res();
+    });
     kill("SIGTERM");
   });
 }
@@ -98,18 +117,34 @@ function stopChild(child: ChildProcess, group = false): Promise<void> {
 /** Runs the CLI; resolves to its exit code and output (bounded at 60 s). */
 function cli(args: string[], env: Record<string, string> = {}): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((res) => {
-    const child = spawn(process.execPath, [CLI, ...args], { cwd: tmp, env: { ...process.env, PORTCULLIS_DEV_KEY_FILE: keyFile, ...env }, stdio: ["ignore", "pipe", "pipe"] });
+    const child = spawn(process.execPath, [CLI, ...args], {
+      cwd: tmp,
+      env: { ...process.env, PORTCULLIS_DEV_KEY_FILE: keyFile, ...env },
+      stdio: ["ignore", "pipe", "pipe"],
+    });
     let stdout = "";
     let stderr = "";
-    child.stdout.on("data", (d: Buffer) => { stdout += d; });
-    child.stderr.on("data", (d: Buffer) => { stderr += d; });
+    child.stdout.on("data", (d: Buffer) => {
+      stdout += d;
+    });
+    child.stderr.on("data", (d: Buffer) => {
+      stderr += d;
+    });
     const t = setTimeout(() => child.kill("SIGKILL"), 60_000);
-    child.on("exit", (code) => { clearTimeout(t); res({ code, stdout: stdout.trim(), stderr: stderr.trim() }); });
+    child.on("exit", (code) => {
+      clearTimeout(t);
+      res({ code, stdout: stdout.trim(), stderr: stderr.trim() });
+    });
   });
 }
 
 const MCP_H = { "content-type": "application/json", accept: "application/json, text/event-stream" };
-const initialize = JSON.stringify({ jsonrpc: "2.0", id: 1, method: "initialize", params: { protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "cli-e2e", version: "1" } } });
+const initialize = JSON.stringify({
+  jsonrpc: "2.0",
+  id: 1,
+  method: "initialize",
+  params: { protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "cli-e2e", version: "1" } },
+});
 
 afterAll(() => {
   rmSync(tmp, { recursive: true, force: true });
@@ -130,7 +165,11 @@ describe("the demo upstream listens on loopback only", () => {
 
   it("control: server-everything started bare (as `start` used to) listens on every interface, so the probes above can see exposure", async () => {
     const port = await freePort();
-    const bare = spawn(process.execPath, [EVERYTHING, "streamableHttp"], { cwd: root, env: { ...process.env, PORT: String(port) }, stdio: ["ignore", "ignore", "pipe"] });
+    const bare = spawn(process.execPath, [EVERYTHING, "streamableHttp"], {
+      cwd: root,
+      env: { ...process.env, PORT: String(port) },
+      stdio: ["ignore", "ignore", "pipe"],
+    });
     bare.stderr?.resume();
     try {
       await waitFor(`http://127.0.0.1:${port}/mcp`, 30_000, (r) => r.status > 0);
@@ -145,14 +184,22 @@ describe("the demo upstream listens on loopback only", () => {
     const [port, upPort] = [await freePort(), await freePort()];
     const persist = mkdtempSync(join(tmp, "start-state-"));
     const start = spawn(process.execPath, [CLI, "start", "--port", String(port), "--upstream-port", String(upPort), "--persist-to", persist], {
-      cwd: root, detached: true, stdio: ["ignore", "pipe", "pipe"],
+      cwd: root,
+      detached: true,
+      stdio: ["ignore", "pipe", "pipe"],
       env: { ...process.env, PORTCULLIS_DEV_KEY_FILE: keyFile, WRANGLER_SEND_METRICS: "false", CLOUDFLARE_CF_FETCH_ENABLED: "false" },
     });
     let logs = "";
-    start.stdout?.on("data", (d: Buffer) => { logs += d; });
-    start.stderr?.on("data", (d: Buffer) => { logs += d; });
+    start.stdout?.on("data", (d: Buffer) => {
+      logs += d;
+    });
+    start.stderr?.on("data", (d: Buffer) => {
+      logs += d;
+    });
     try {
-      await waitFor(`http://127.0.0.1:${port}/readyz`, 120_000).catch((e: Error) => { throw new Error(`${e.message}\n${logs}`); });
+      await waitFor(`http://127.0.0.1:${port}/readyz`, 120_000).catch((e: Error) => {
+        throw new Error(`${e.message}\n${logs}`);
+      });
       const ready = (await (await fetch(`http://127.0.0.1:${port}/readyz`)).json()) as { ok: boolean; upstreams: { name: string; ok: boolean }[] };
       expect(ready).toEqual({ ok: true, upstreams: [{ name: "everything", ok: true }] });
       await expectLoopbackOnly(upPort);
@@ -187,7 +234,8 @@ describe("token mint for the gateway it names", () => {
     expect(m.code).toBe(0);
     first = m.stdout;
     expect(existsSync(keyFile)).toBe(true);
-    gw = await startPortcullis(`
+    gw = await startPortcullis(
+      `
 actor: local:cli
 egress:
   allow_loopback: true
@@ -195,9 +243,14 @@ upstreams:
   - name: everything
     url: ${inject("everythingUrl")}
     timeout: 30s
-`, port, { PORTCULLIS_SIGNING_KEY: readFileSync(keyFile, "utf8") });
+`,
+      port,
+      { PORTCULLIS_SIGNING_KEY: readFileSync(keyFile, "utf8") },
+    );
   });
-  afterAll(async () => { await gw?.stop(); });
+  afterAll(async () => {
+    await gw?.stop();
+  });
 
   it("--port N: a grant the gateway on N accepts, and a tool call through it succeeds", async () => {
     const payload = JSON.parse(Buffer.from(first.split(".")[1]!, "base64url").toString()) as { iss: string; aud: string };
@@ -206,7 +259,9 @@ upstreams:
     const transport = new StreamableHTTPClientTransport(new URL(gw.url), { requestInit: { headers: { authorization: `Bearer ${first}` } } });
     await client.connect(transport);
     try {
-      expect((await client.callTool({ name: "echo", arguments: { message: "minted for this port" } })).content).toEqual([{ type: "text", text: "Echo: minted for this port" }]);
+      expect((await client.callTool({ name: "echo", arguments: { message: "minted for this port" } })).content).toEqual([
+        { type: "text", text: "Echo: minted for this port" },
+      ]);
     } finally {
       await transport.terminateSession().catch(() => undefined);
       await client.close().catch(() => undefined);
@@ -233,7 +288,10 @@ upstreams:
   });
 
   it("refuses --aud together with --port or --gateway, and the help names the flags", async () => {
-    for (const extra of [["--port", String(port)], ["--gateway", origin]]) {
+    for (const extra of [
+      ["--port", String(port)],
+      ["--gateway", origin],
+    ]) {
       const r = await cli(["token", "mint", "--sub", "agent:cli", "--aud", origin, ...extra]);
       expect(r.code).toBe(1);
       expect(r.stdout).toBe("");
@@ -262,21 +320,36 @@ describe("a dev gateway exposed beyond loopback", () => {
     const port = await freePort();
     const persist = mkdtempSync(join(tmp, "exposed-state-"));
     // No signing key, an upstream that is never contacted: the gateway can serve nobody but the loopback actor.
-    const child: ChildProcess = startGateway({ ip: ownV4, port, persistTo: persist, detached: true, stdio: ["ignore", "pipe", "pipe"], configText: `
+    const child: ChildProcess = startGateway({
+      ip: ownV4,
+      port,
+      persistTo: persist,
+      detached: true,
+      stdio: ["ignore", "pipe", "pipe"],
+      configText: `
 actor: local:exposed
 upstreams:
   - name: remote
     url: https://upstream.example.com/mcp
-` });
+`,
+    });
     let logs = "";
-    child.stdout?.on("data", (d: Buffer) => { logs += d; });
-    child.stderr?.on("data", (d: Buffer) => { logs += d; });
+    child.stdout?.on("data", (d: Buffer) => {
+      logs += d;
+    });
+    child.stderr?.on("data", (d: Buffer) => {
+      logs += d;
+    });
     try {
-      await waitFor(`http://${ownV4}:${port}/healthz`, 90_000).catch((e: Error) => { throw new Error(`${e.message}\n${logs}`); });
+      await waitFor(`http://${ownV4}:${port}/healthz`, 90_000).catch((e: Error) => {
+        throw new Error(`${e.message}\n${logs}`);
+      });
       const answer = await new Promise<{ status: number; body: string }>((res, rej) => {
         const req = request({ host: ownV4, port, method: "POST", path: "/mcp", headers: { ...MCP_H, host: `127.0.0.1:${port}` } }, (r) => {
           let body = "";
-          r.on("data", (d: Buffer) => { body += d; });
+          r.on("data", (d: Buffer) => {
+            body += d;
+          });
           r.on("end", () => res({ status: r.statusCode ?? 0, body }));
         });
         req.on("error", rej);

@@ -11,19 +11,24 @@ type Mode = "legacy" | { pin: "2026-07-28" };
 const open: { client: Client; transport: StreamableHTTPClientTransport }[] = [];
 
 async function connect(mode: Mode, opts: { authorization?: string } = {}) {
-  const client = new Client({ name: "e2e", version: "1.0.0" }, {
-    versionNegotiation: { mode },
-    capabilities: { sampling: {}, elicitation: {}, roots: { listChanged: true } },
-  });
+  const client = new Client(
+    { name: "e2e", version: "1.0.0" },
+    {
+      versionNegotiation: { mode },
+      capabilities: { sampling: {}, elicitation: {}, roots: { listChanged: true } },
+    },
+  );
   client.setRequestHandler("sampling/createMessage", async (req) => ({
-    model: "e2e-model", role: "assistant",
+    model: "e2e-model",
+    role: "assistant",
     content: { type: "text", text: `sampled(${JSON.stringify(req.params.messages[0]?.content).slice(0, 60)})` },
   }));
   client.setRequestHandler("elicitation/create", async (req) => {
     // Answer every field the form asks for, typed as the schema says.
-    const props = ((req.params as { requestedSchema?: { properties?: Record<string, { type?: string }> } }).requestedSchema?.properties) ?? {};
+    const props = (req.params as { requestedSchema?: { properties?: Record<string, { type?: string }> } }).requestedSchema?.properties ?? {};
     const content: Record<string, string | number | boolean> = {};
-    for (const [k, p] of Object.entries(props)) content[k] = p.type === "boolean" ? true : p.type === "number" || p.type === "integer" ? 1 : k === "email" ? "ada@example.com" : "ada";
+    for (const [k, p] of Object.entries(props))
+      content[k] = p.type === "boolean" ? true : p.type === "number" || p.type === "integer" ? 1 : k === "email" ? "ada@example.com" : "ada";
     return { action: "accept", content };
   });
   client.setRequestHandler("roots/list", async () => ({ roots: [{ uri: "file:///work/e2e", name: "e2e-root" }] }));
@@ -106,7 +111,11 @@ for (const mode of ["legacy", { pin: "2026-07-28" }] as Mode[]) {
     it("never sends the client's Authorization upstream; each upstream gets only its own credential", async () => {
       const origin = new URL(url).origin;
       const keys = await parseKeySet(inject("signingKey"));
-      const { token } = await mintGrant(keys, { iss: origin, aud: origin, sub: "agent:echo", team: "e2e", roles: ["agent"], tools: ["*"], ttlSeconds: 300 }, { maxLifetimeSeconds: 3600 });
+      const { token } = await mintGrant(
+        keys,
+        { iss: origin, aud: origin, sub: "agent:echo", team: "e2e", roles: ["agent"], tools: ["*"], ttlSeconds: 300 },
+        { maxLifetimeSeconds: 3600 },
+      );
       const { client } = await connect(mode, { authorization: `Bearer ${token}` });
       const r = text(await client.callTool({ name: "conf__test_echo_headers", arguments: {} }));
       expect(r).toContain("conf-secret-2");
@@ -129,7 +138,9 @@ describe("legacy-only features", () => {
   it("sends log messages at the level the client set", async () => {
     const { client } = await connect("legacy");
     const logs: unknown[] = [];
-    client.setNotificationHandler("notifications/message", async (n) => { logs.push(n.params); });
+    client.setNotificationHandler("notifications/message", async (n) => {
+      logs.push(n.params);
+    });
     await client.setLoggingLevel("debug");
     await client.callTool({ name: "conf__test_tool_with_logging", arguments: {} });
     await new Promise((r) => setTimeout(r, 300));
@@ -139,8 +150,12 @@ describe("legacy-only features", () => {
   it("delivers list_changed and resources/updated on the GET stream", async () => {
     const { client } = await connect("legacy");
     const seen: string[] = [];
-    client.setNotificationHandler("notifications/tools/list_changed", async () => { seen.push("tools"); });
-    client.setNotificationHandler("notifications/resources/updated", async (n) => { seen.push(`updated:${n.params.uri}`); });
+    client.setNotificationHandler("notifications/tools/list_changed", async () => {
+      seen.push("tools");
+    });
+    client.setNotificationHandler("notifications/resources/updated", async (n) => {
+      seen.push(`updated:${n.params.uri}`);
+    });
     await client.subscribeResource({ uri: "conf+test://watched-resource" });
     await new Promise((r) => setTimeout(r, 500)); // let the GET stream open
     await client.callTool({ name: "conf__test_trigger_tool_change", arguments: {} });
@@ -160,8 +175,12 @@ describe("legacy-only features", () => {
   it("carries list changes and resource updates of a modern-only upstream on the GET stream", async () => {
     const { client } = await connect("legacy");
     const seen: string[] = [];
-    client.setNotificationHandler("notifications/tools/list_changed", async () => { seen.push("tools"); });
-    client.setNotificationHandler("notifications/resources/updated", async (n) => { seen.push(`updated:${n.params.uri}`); });
+    client.setNotificationHandler("notifications/tools/list_changed", async () => {
+      seen.push("tools");
+    });
+    client.setNotificationHandler("notifications/resources/updated", async (n) => {
+      seen.push(`updated:${n.params.uri}`);
+    });
     await client.subscribeResource({ uri: "modern+modern://note" });
     await new Promise((r) => setTimeout(r, 2500)); // the GET stream renews its listen with the new subscription
     await client.callTool({ name: "modern__bump", arguments: {} });
@@ -177,7 +196,12 @@ describe("legacy-only features", () => {
     await transport.terminateSession();
     const after = await fetch(url, {
       method: "POST",
-      headers: { "content-type": "application/json", accept: "application/json, text/event-stream", "mcp-session-id": sid, "mcp-protocol-version": "2025-11-25" },
+      headers: {
+        "content-type": "application/json",
+        accept: "application/json, text/event-stream",
+        "mcp-session-id": sid,
+        "mcp-protocol-version": "2025-11-25",
+      },
       body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/list" }),
     });
     expect(after.status).toBe(404);
@@ -198,7 +222,9 @@ describe("modern-only features", () => {
   it("fans in list_changed on subscriptions/listen", async () => {
     const { client } = await connect({ pin: "2026-07-28" });
     const seen: string[] = [];
-    client.setNotificationHandler("notifications/tools/list_changed", async () => { seen.push("tools"); });
+    client.setNotificationHandler("notifications/tools/list_changed", async () => {
+      seen.push("tools");
+    });
     const sub = await client.listen({ toolsListChanged: true });
     expect(sub.honoredFilter).toMatchObject({ toolsListChanged: true });
     await client.callTool({ name: "conf__test_trigger_tool_change", arguments: {} });

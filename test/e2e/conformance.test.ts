@@ -24,13 +24,25 @@ const localhost = (u: string) => u.replace("127.0.0.1", "localhost");
 function runSuites(name: string, url: string, baselines: string): Promise<{ code: number; report: Report; output: string }> {
   const json = join(dir, `${name}.json`);
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, [join(root, "scripts/conformance.mjs"), "--url", localhost(url), "--out", join(dir, name), "--baselines", baselines, "--json", json, "--timeout", "400"], { cwd: root });
+    const child = spawn(
+      process.execPath,
+      [join(root, "scripts/conformance.mjs"), "--url", localhost(url), "--out", join(dir, name), "--baselines", baselines, "--json", json, "--timeout", "400"],
+      { cwd: root },
+    );
     let output = "";
-    child.stdout.on("data", (d: Buffer) => { output += d.toString(); });
-    child.stderr.on("data", (d: Buffer) => { output += d.toString(); });
+    child.stdout.on("data", (d: Buffer) => {
+      output += d.toString();
+    });
+    child.stderr.on("data", (d: Buffer) => {
+      output += d.toString();
+    });
     child.on("exit", (code) => {
       let report: Report = {};
-      try { report = JSON.parse(readFileSync(json, "utf8")) as Report; } catch { /* reported below */ }
+      try {
+        report = JSON.parse(readFileSync(json, "utf8")) as Report;
+      } catch {
+        /* reported below */
+      }
       resolve({ code: code ?? 1, report, output });
     });
   });

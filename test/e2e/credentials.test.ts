@@ -16,10 +16,18 @@ const clients: Client[] = [];
 beforeAll(async () => {
   const keys = await parseKeySet(inject("signingKey"));
   for (const who of ["carol", "dave"]) {
-    tokens[who] = (await mintGrant(keys, { iss: origin, aud: origin, sub: `agent:${who}`, team: "e2e", roles: ["agent"], tools: ["vault__*", "everything__echo"], ttlSeconds: 900 }, { maxLifetimeSeconds: 86400 })).token;
+    tokens[who] = (
+      await mintGrant(
+        keys,
+        { iss: origin, aud: origin, sub: `agent:${who}`, team: "e2e", roles: ["agent"], tools: ["vault__*", "everything__echo"], ttlSeconds: 900 },
+        { maxLifetimeSeconds: 86400 },
+      )
+    ).token;
   }
 });
-afterAll(async () => { for (const c of clients) await c.close().catch(() => undefined); });
+afterAll(async () => {
+  for (const c of clients) await c.close().catch(() => undefined);
+});
 
 async function client(who: string) {
   const c = new Client({ name: `cred-${who}`, version: "1" }, { versionNegotiation: { mode: { pin: "2026-07-28" } } });
@@ -28,9 +36,12 @@ async function client(who: string) {
   return c;
 }
 
-const register = (who: string, token: string) => fetch(`${origin}/v1/credentials/vault`, {
-  method: "PUT", headers: { "content-type": "application/json", authorization: `Bearer ${tokens[who]}` }, body: JSON.stringify({ token }),
-});
+const register = (who: string, token: string) =>
+  fetch(`${origin}/v1/credentials/vault`, {
+    method: "PUT",
+    headers: { "content-type": "application/json", authorization: `Bearer ${tokens[who]}` },
+    body: JSON.stringify({ token }),
+  });
 const vaultLog = async () => (await (await fetch(inject("vaultLogUrl"))).json()) as { method: string; name?: string; headers: Record<string, string> }[];
 const text = (r: { content?: unknown }) => JSON.stringify(r.content);
 
@@ -72,7 +83,11 @@ describe("per-principal upstream credentials", () => {
   });
 
   it("refuses registration for upstreams that broker their own credential", async () => {
-    const r = await fetch(`${origin}/v1/credentials/everything`, { method: "PUT", headers: { "content-type": "application/json", authorization: `Bearer ${tokens.carol}` }, body: JSON.stringify({ token: "x" }) });
+    const r = await fetch(`${origin}/v1/credentials/everything`, {
+      method: "PUT",
+      headers: { "content-type": "application/json", authorization: `Bearer ${tokens.carol}` },
+      body: JSON.stringify({ token: "x" }),
+    });
     expect(r.status).toBe(400);
   });
 });

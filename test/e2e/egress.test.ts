@@ -23,7 +23,12 @@ function listen(s: Server, port: number) {
 
 beforeAll(async () => {
   const [rPort, sPort, gPort] = [await freePort(), await freePort(), await freePort()];
-  sink = createServer((req, res) => { sinkHits++; req.resume(); res.writeHead(200, { "content-type": "application/json" }); res.end("{}"); });
+  sink = createServer((req, res) => {
+    sinkHits++;
+    req.resume();
+    res.writeHead(200, { "content-type": "application/json" });
+    res.end("{}");
+  });
   const targets: Record<string, string> = {
     "/meta": "http://169.254.169.254/latest/meta-data/",
     "/mapped": `http://[::ffff:7f00:1]:${sPort}/mcp`,
@@ -39,14 +44,20 @@ beforeAll(async () => {
   });
   await listen(sink, sPort);
   await listen(redirector, rPort);
-  gateway = await startPortcullis(`
+  gateway = await startPortcullis(
+    `
 actor: local:egress
 egress:
   allow_loopback: true
   max_redirects: 3
 upstreams:
-${Object.keys(targets).filter((p) => p !== "/chain2").map((p) => `  - name: r${p.slice(1)}\n    url: http://127.0.0.1:${rPort}${p}\n    timeout: 5s`).join("\n")}
-`, gPort);
+${Object.keys(targets)
+  .filter((p) => p !== "/chain2")
+  .map((p) => `  - name: r${p.slice(1)}\n    url: http://127.0.0.1:${rPort}${p}\n    timeout: 5s`)
+  .join("\n")}
+`,
+    gPort,
+  );
 });
 
 afterAll(async () => {
@@ -58,15 +69,31 @@ afterAll(async () => {
 async function callTool(name: string) {
   const r = await fetch(gateway.url, {
     method: "POST",
-    headers: { "content-type": "application/json", accept: "application/json, text/event-stream", "mcp-protocol-version": "2026-07-28", "mcp-method": "tools/call", "mcp-name": name },
-    body: JSON.stringify({ jsonrpc: "2.0", id: 7, method: "tools/call", params: { name, arguments: {}, _meta: { "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {} } } }),
+    headers: {
+      "content-type": "application/json",
+      accept: "application/json, text/event-stream",
+      "mcp-protocol-version": "2026-07-28",
+      "mcp-method": "tools/call",
+      "mcp-name": name,
+    },
+    body: JSON.stringify({
+      jsonrpc: "2.0",
+      id: 7,
+      method: "tools/call",
+      params: { name, arguments: {}, _meta: { "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {} } },
+    }),
   });
   expect(r.status).toBeLessThan(500);
   return (await r.json()) as { error?: { message: string }; result?: { isError?: boolean; content?: { text: string }[] } };
 }
 
 describe("redirects from upstreams", () => {
-  for (const [name, label] of [["rmeta__x", "302 to 169.254.169.254"], ["rmapped__x", "302 to [::ffff:7f00:1]"], ["rchain__x", "allowed → denied chain"], ["rtosink__x", "302 to an allowed loopback URL"]]) {
+  for (const [name, label] of [
+    ["rmeta__x", "302 to 169.254.169.254"],
+    ["rmapped__x", "302 to [::ffff:7f00:1]"],
+    ["rchain__x", "allowed → denied chain"],
+    ["rtosink__x", "302 to an allowed loopback URL"],
+  ]) {
     it(`refuses an upstream answering ${label}`, async () => {
       const before = hits.length;
       const out = await callTool(name!);
@@ -103,7 +130,7 @@ upstreams:
     expect(r.stderr).not.toMatch(/upstream fine/);
   });
   it("passes a sound config with exit 0, and refuses loopback upstreams once deployed", () => {
-    const yaml = "egress: { allow_loopback: true }\nupstreams:\n  - { name: local, url: \"http://127.0.0.1:3001/mcp\" }\n";
+    const yaml = 'egress: { allow_loopback: true }\nupstreams:\n  - { name: local, url: "http://127.0.0.1:3001/mcp" }\n';
     const ok = run(yaml);
     expect(ok.status, ok.stderr).toBe(0);
     expect(ok.stdout).toMatch(/sound/);

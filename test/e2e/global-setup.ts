@@ -44,7 +44,10 @@ export default async function setup(project: TestProject) {
   // A start that completes after an interrupt is stopped at once, and nothing more is started.
   const track = async <T>(value: T, stop: (v: T) => Promise<unknown>): Promise<T> => {
     started.push(() => stop(value));
-    if (interrupted) { await stopAll(); throw new Error(`e2e setup interrupted (${interrupted})`); }
+    if (interrupted) {
+      await stopAll();
+      throw new Error(`e2e setup interrupted (${interrupted})`);
+    }
     return value;
   };
   // Interrupted while starting: stop what runs, the processes still starting included (the first
@@ -52,7 +55,9 @@ export default async function setup(project: TestProject) {
   // exits (and the harness SIGKILLs any group left at exit); with no other listener it is raised again.
   const onSignal = (sig: NodeJS.Signals) => {
     interrupted = sig;
-    void Promise.allSettled([stopAll(), stopEveryProcess()]).then(() => { if (process.listenerCount(sig) === 0) process.kill(process.pid, sig); });
+    void Promise.allSettled([stopAll(), stopEveryProcess()]).then(() => {
+      if (process.listenerCount(sig) === 0) process.kill(process.pid, sig);
+    });
   };
   process.once("SIGINT", onSignal);
   process.once("SIGTERM", onSignal);
@@ -65,7 +70,9 @@ export default async function setup(project: TestProject) {
     const logFile = join(mkdtempSync(join(tmpdir(), "portcullis-e2e-logs-")), "namespaced.log");
     const [tPort, nPort] = [await freePort(), await freePort()];
     const signingKey = JSON.stringify((await generateSigningKey("e2e-key")).privateJwk);
-    const transparent = await track(await startPortcullis(`
+    const transparent = await track(
+      await startPortcullis(
+        `
 actor: local:e2e
 egress:
   allow_loopback: true
@@ -73,8 +80,14 @@ upstreams:
   - name: conf
     url: ${conformance.url}
     timeout: 30s
-`, tPort), (p) => p.stop());
-    const namespaced = await track(await startPortcullis(`
+`,
+        tPort,
+      ),
+      (p) => p.stop(),
+    );
+    const namespaced = await track(
+      await startPortcullis(
+        `
 actor: local:e2e
 egress:
   allow_loopback: true
@@ -95,7 +108,18 @@ upstreams:
     url: ${vault.url}
     credentials: { mode: per_principal }
     timeout: 30s
-`, nPort, { EVERYTHING_KEY: "ev-secret-1", CONF_KEY: "conf-secret-2", PORTCULLIS_SIGNING_KEY: signingKey, PORTCULLIS_CREDENTIALS_KEY: btoa(String.fromCharCode(...crypto.getRandomValues(new Uint8Array(32)))) }, logFile), (p) => p.stop());
+`,
+        nPort,
+        {
+          EVERYTHING_KEY: "ev-secret-1",
+          CONF_KEY: "conf-secret-2",
+          PORTCULLIS_SIGNING_KEY: signingKey,
+          PORTCULLIS_CREDENTIALS_KEY: btoa(String.fromCharCode(...crypto.getRandomValues(new Uint8Array(32)))),
+        },
+        logFile,
+      ),
+      (p) => p.stop(),
+    );
     project.provide("everythingUrl", `http://127.0.0.1:${evPort}/mcp`);
     project.provide("conformanceUrl", conformance.url);
     project.provide("modernLogUrl", modernOnly.url.replace(/\/mcp$/, "/log"));

@@ -18,7 +18,11 @@ function snapshot(pid: number): { pid: number; start: number; cmd: string }[] {
     const st = procStat(p);
     if (!st || st.state === "Z") return [];
     let cmd = "";
-    try { cmd = readFileSync(`/proc/${p}/cmdline`, "utf8").replaceAll("\0", " "); } catch { /* just exited */ }
+    try {
+      cmd = readFileSync(`/proc/${p}/cmdline`, "utf8").replaceAll("\0", " ");
+    } catch {
+      /* just exited */
+    }
     return [{ pid: p, start: st.start, cmd }];
   });
 }
@@ -32,8 +36,14 @@ function running(p: { pid: number; start: number }): boolean {
 function probe(port: number): Promise<string> {
   return new Promise((res) => {
     const s = connect({ host: "127.0.0.1", port, timeout: 3000 });
-    s.once("connect", () => { s.destroy(); res("open"); });
-    s.once("timeout", () => { s.destroy(); res("timeout"); });
+    s.once("connect", () => {
+      s.destroy();
+      res("open");
+    });
+    s.once("timeout", () => {
+      s.destroy();
+      res("timeout");
+    });
     s.once("error", (e: NodeJS.ErrnoException) => res(e.code ?? e.message));
   });
 }
@@ -51,8 +61,14 @@ function expectGatewayTree(child: ChildProcess) {
   const tree = snapshot(pid);
   expect(tree[0]?.pid).toBe(pid);
   expect(tree[0]?.cmd).toContain(".bin/wrangler dev");
-  expect(tree.some((p) => p.cmd.includes("wrangler-dist/cli.js")), tree.map((p) => p.cmd).join("\n")).toBe(true);
-  expect(tree.some((p) => /workerd\S* serve/.test(p.cmd)), tree.map((p) => p.cmd).join("\n")).toBe(true);
+  expect(
+    tree.some((p) => p.cmd.includes("wrangler-dist/cli.js")),
+    tree.map((p) => p.cmd).join("\n"),
+  ).toBe(true);
+  expect(
+    tree.some((p) => /workerd\S* serve/.test(p.cmd)),
+    tree.map((p) => p.cmd).join("\n"),
+  ).toBe(true);
   expect(tree.filter((p) => procStat(p.pid)?.pgrp !== pid).map((p) => p.cmd)).toEqual([]);
   expect(groupMembers(pid).sort()).toEqual(expect.arrayContaining(tree.map((p) => p.pid).sort()));
   return tree;
@@ -107,7 +123,11 @@ describe("the harness stops a gateway with its whole process tree", () => {
       expect(await probe(port)).toBe("ECONNREFUSED");
     } finally {
       if (!stopped) {
-        try { process.kill(-gw.child.pid!, "SIGCONT"); } catch { /* gone */ }
+        try {
+          process.kill(-gw.child.pid!, "SIGCONT");
+        } catch {
+          /* gone */
+        }
         await gw.stop();
       }
     }
@@ -116,14 +136,18 @@ describe("the harness stops a gateway with its whole process tree", () => {
 
 /** Running processes (not zombies) whose command line contains `text`. */
 function runningWith(text: string): string[] {
-  return readdirSync("/proc").filter((d) => /^\d+$/.test(d)).flatMap((d) => {
-    const st = procStat(Number(d));
-    if (!st || st.state === "Z") return [];
-    try {
-      const cmd = readFileSync(`/proc/${d}/cmdline`, "utf8").replaceAll("\0", " ");
-      return cmd.includes(text) ? [`${d} ${cmd}`] : [];
-    } catch { return []; }
-  });
+  return readdirSync("/proc")
+    .filter((d) => /^\d+$/.test(d))
+    .flatMap((d) => {
+      const st = procStat(Number(d));
+      if (!st || st.state === "Z") return [];
+      try {
+        const cmd = readFileSync(`/proc/${d}/cmdline`, "utf8").replaceAll("\0", " ");
+        return cmd.includes(text) ? [`${d} ${cmd}`] : [];
+      } catch {
+        return [];
+      }
+    });
 }
 
 describe("a start that fails", () => {
@@ -133,7 +157,10 @@ describe("a start that fails", () => {
     await new Promise<void>((res) => taken.listen(port, "127.0.0.1", res));
     try {
       const t0 = Date.now();
-      const err = await startPortcullis(CONFIG, port).then(() => null, (e: Error) => e);
+      const err = await startPortcullis(CONFIG, port).then(
+        () => null,
+        (e: Error) => e,
+      );
       expect(err?.message).toMatch(/^exited while starting \(code [1-9]/);
       expect(err?.message).toContain("wrangler");
       expect(Date.now() - t0, "rejected well before the 90 s readiness bound").toBeLessThan(45_000);
@@ -153,12 +180,20 @@ describe("startEverything", () => {
     try {
       const sockets = listeningOn(port);
       expect(sockets.length, `listening sockets on ${port}`).toBeGreaterThan(0);
-      expect(sockets.filter((a) => !isLoopbackListen(a)), `non-loopback listening sockets on ${port}`).toEqual([]);
+      expect(
+        sockets.filter((a) => !isLoopbackListen(a)),
+        `non-loopback listening sockets on ${port}`,
+      ).toEqual([]);
       expect(await probe(port)).toBe("open");
       const r = await fetch(`http://127.0.0.1:${port}/mcp`, {
         method: "POST",
         headers: { "content-type": "application/json", accept: "application/json, text/event-stream" },
-        body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "initialize", params: { protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "harness-e2e", version: "1" } } }),
+        body: JSON.stringify({
+          jsonrpc: "2.0",
+          id: 1,
+          method: "initialize",
+          params: { protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "harness-e2e", version: "1" } },
+        }),
       });
       expect(r.status).toBe(200);
       expect(await r.text()).toContain("serverInfo");

@@ -50,7 +50,10 @@ export async function waitFor(url: string, timeoutMs = 60_000, ok = (r: Response
   throw new Error(`timed out waiting for ${url} (${last})`);
 }
 
-export interface Proc { child: ChildProcess; stop(): Promise<void> }
+export interface Proc {
+  child: ChildProcess;
+  stop(): Promise<void>;
+}
 
 /** Bounds of a stop: SIGTERM to the group, then SIGKILL if anything in it still runs. */
 const TERM_GRACE_MS = 8000;
@@ -72,7 +75,12 @@ const hasProc = existsSync("/proc/self/stat");
 /** Live (not zombie) members of process group `pgid`: from /proc where there is one, else "some" or none by signal 0. */
 export function groupMembers(pgid: number): number[] {
   if (!hasProc) {
-    try { process.kill(-pgid, 0); return [pgid]; } catch { return []; }
+    try {
+      process.kill(-pgid, 0);
+      return [pgid];
+    } catch {
+      return [];
+    }
   }
   const out: number[] = [];
   for (const d of readdirSync("/proc")) {
@@ -84,7 +92,11 @@ export function groupMembers(pgid: number): number[] {
 }
 
 function signalGroup(pgid: number, sig: NodeJS.Signals): void {
-  try { process.kill(-pgid, sig); } catch { /* the group is gone */ }
+  try {
+    process.kill(-pgid, sig);
+  } catch {
+    /* the group is gone */
+  }
 }
 
 /**
@@ -99,7 +111,9 @@ let exitHooked = false;
 let signalsHooked = false;
 function onSignal(sig: NodeJS.Signals): void {
   unhookSignals();
-  void stopEveryProcess().finally(() => { if (process.listenerCount(sig) === 0) process.kill(process.pid, sig); });
+  void stopEveryProcess().finally(() => {
+    if (process.listenerCount(sig) === 0) process.kill(process.pid, sig);
+  });
 }
 function hookSignals(): void {
   if (signalsHooked) return;
@@ -113,7 +127,13 @@ function unhookSignals(): void {
 }
 function register(pgid: number, group: { stop(): Promise<void>; kill(): void }): void {
   live.set(pgid, group);
-  if (!exitHooked) { exitHooked = true; process.on("exit", () => { for (const g of live.values()) g.kill(); live.clear(); }); }
+  if (!exitHooked) {
+    exitHooked = true;
+    process.on("exit", () => {
+      for (const g of live.values()) g.kill();
+      live.clear();
+    });
+  }
   hookSignals();
 }
 function unregister(pgid: number): void {
@@ -146,39 +166,71 @@ async function groupGone(pgid: number, ms: number): Promise<boolean> {
 function managed(child: ChildProcess, cleanup: () => void = () => {}): Proc & { exited: Promise<never> } {
   const pgid = child.pid;
   let spawnError: Error | undefined;
-  child.on("error", (e) => { spawnError = e; });
+  child.on("error", (e) => {
+    spawnError = e;
+  });
   const exit = new Promise<void>((res) => {
     if (child.exitCode !== null || child.signalCode !== null) return res();
     child.once("exit", () => res());
-    child.once("error", () => { if (child.pid === undefined) res(); });
+    child.once("error", () => {
+      if (child.pid === undefined) res();
+    });
   });
   let stopping: Promise<void> | undefined;
   const exited = exit.then(() => {
     throw new Error(spawnError ? `could not start: ${spawnError.message}` : `exited while starting (code ${child.exitCode}, signal ${child.signalCode})`);
   });
-  exited.catch(() => { /* only a start waits on it */ });
+  exited.catch(() => {
+    /* only a start waits on it */
+  });
   child.unref();
   for (const s of [child.stdout, child.stderr]) (s as unknown as { unref?: () => void } | null)?.unref?.();
   let cleaned = false;
-  const clean = () => { if (!cleaned) { cleaned = true; cleanup(); } };
-  const stop = () => stopping ??= (async () => {
-    if (pgid === undefined) { clean(); return; }
-    // The signal goes out synchronously, at the call: an interrupted runner still sends it.
-    signalGroup(pgid, "SIGTERM");
-    if (!(await groupGone(pgid, TERM_GRACE_MS))) {
-      signalGroup(pgid, "SIGKILL");
-      await groupGone(pgid, KILL_GRACE_MS);
+  const clean = () => {
+    if (!cleaned) {
+      cleaned = true;
+      cleanup();
     }
-    await Promise.race([exit, sleep(KILL_GRACE_MS)]);
-    unregister(pgid);
-    clean();
-  })();
-  if (pgid !== undefined) register(pgid, { stop, kill: () => { signalGroup(pgid, "SIGKILL"); try { clean(); } catch { /* at exit: best effort */ } } });
+  };
+  const stop = () =>
+    (stopping ??= (async () => {
+      if (pgid === undefined) {
+        clean();
+        return;
+      }
+      // The signal goes out synchronously, at the call: an interrupted runner still sends it.
+      signalGroup(pgid, "SIGTERM");
+      if (!(await groupGone(pgid, TERM_GRACE_MS))) {
+        signalGroup(pgid, "SIGKILL");
+        await groupGone(pgid, KILL_GRACE_MS);
+      }
+      await Promise.race([exit, sleep(KILL_GRACE_MS)]);
+      unregister(pgid);
+      clean();
+    })());
+  if (pgid !== undefined)
+    register(pgid, {
+      stop,
+      kill: () => {
+        signalGroup(pgid, "SIGKILL");
+        try {
+          clean();
+        } catch {
+          /* at exit: best effort */
+        }
+      },
+    });
   return { child, stop, exited };
 }
 
 /** Waits for `url` unless the process exits first; on failure stops the process (its whole group) and throws with its output. */
-async function ready(m: ReturnType<typeof managed>, url: string, timeoutMs: number, ok: ((r: Response) => boolean) | undefined, logs: () => string): Promise<void> {
+async function ready(
+  m: ReturnType<typeof managed>,
+  url: string,
+  timeoutMs: number,
+  ok: ((r: Response) => boolean) | undefined,
+  logs: () => string,
+): Promise<void> {
   const abort = new AbortController();
   try {
     await Promise.race([waitFor(url, timeoutMs, ok, abort.signal), m.exited]);
@@ -194,18 +246,34 @@ async function ready(m: ReturnType<typeof managed>, url: string, timeoutMs: numb
 export async function startEverything(port: number): Promise<Proc> {
   const child: ChildProcess = startDemoUpstream({ port, stdio: ["ignore", "ignore", "pipe"], detached: true });
   let logs = "";
-  child.stderr?.on("data", (d: Buffer) => { logs += d.toString(); });
+  child.stderr?.on("data", (d: Buffer) => {
+    logs += d.toString();
+  });
   const m = managed(child);
-  await ready(m, `http://127.0.0.1:${port}/mcp`, 30_000, (r) => r.status > 0, () => logs);
+  await ready(
+    m,
+    `http://127.0.0.1:${port}/mcp`,
+    30_000,
+    (r) => r.status > 0,
+    () => logs,
+  );
   return { child: m.child, stop: m.stop };
 }
 
 /** Starts a gateway; everything it prints also goes to `logFile` when given (tests grep it). */
-export async function startPortcullis(configText: string, port: number, extraVars: Record<string, string> = {}, logFile?: string): Promise<Proc & { url: string; logs: () => string }> {
+export async function startPortcullis(
+  configText: string,
+  port: number,
+  extraVars: Record<string, string> = {},
+  logFile?: string,
+): Promise<Proc & { url: string; logs: () => string }> {
   const persistTo = mkdtempSync(join(tmpdir(), "portcullis-e2e-"));
   const child: ChildProcess = startGateway({ configText, port, persistTo, stdio: ["ignore", "pipe", "pipe"], extraVars, detached: true });
   let logs = "";
-  const keep = (d: Buffer) => { logs += d.toString(); if (logFile) appendFileSync(logFile, d); };
+  const keep = (d: Buffer) => {
+    logs += d.toString();
+    if (logFile) appendFileSync(logFile, d);
+  };
   child.stdout?.on("data", keep);
   child.stderr?.on("data", keep);
   const m = managed(child, () => rmSync(persistTo, { recursive: true, force: true }));

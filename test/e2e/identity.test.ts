@@ -109,7 +109,8 @@ describe("ownership", () => {
     const sid = a.transport.sessionId!;
     for (const method of ["POST", "GET", "DELETE"]) {
       const r = await fetch(url, {
-        method, headers: { ...H, "mcp-session-id": sid, authorization: `Bearer ${tokenB}`, ...(method === "GET" ? { accept: "text/event-stream" } : {}) },
+        method,
+        headers: { ...H, "mcp-session-id": sid, authorization: `Bearer ${tokenB}`, ...(method === "GET" ? { accept: "text/event-stream" } : {}) },
         ...(method === "POST" ? { body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/list" }) } : {}),
       });
       expect(r.status, method).toBe(404);
@@ -120,11 +121,19 @@ describe("ownership", () => {
 
   it("lets only the opener continue a Portcullis-Run-Id", async () => {
     const meta = { "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {} };
-    const call = (token: string) => fetch(url, {
-      method: "POST",
-      headers: { "content-type": "application/json", accept: "application/json, text/event-stream", "mcp-protocol-version": "2026-07-28", "mcp-method": "tools/list", "portcullis-run-id": "run-e2e-0001", authorization: `Bearer ${token}` },
-      body: JSON.stringify({ jsonrpc: "2.0", id: 2, method: "tools/list", params: { _meta: meta } }),
-    });
+    const call = (token: string) =>
+      fetch(url, {
+        method: "POST",
+        headers: {
+          "content-type": "application/json",
+          accept: "application/json, text/event-stream",
+          "mcp-protocol-version": "2026-07-28",
+          "mcp-method": "tools/list",
+          "portcullis-run-id": "run-e2e-0001",
+          authorization: `Bearer ${token}`,
+        },
+        body: JSON.stringify({ jsonrpc: "2.0", id: 2, method: "tools/list", params: { _meta: meta } }),
+      });
     expect((await call(tokenA)).status).toBe(200);
     expect((await call(tokenB)).status).toBe(404);
     expect((await call(tokenA)).status).toBe(200);
@@ -133,11 +142,15 @@ describe("ownership", () => {
 
 describe("discovery", () => {
   it("a client following RFC 9728 finds the metadata from a 401", async () => {
-    const r = await fetch(url, { method: "POST", headers: { "content-type": "application/json", accept: "application/json, text/event-stream", authorization: "Bearer not-a-grant" }, body: "{}" });
+    const r = await fetch(url, {
+      method: "POST",
+      headers: { "content-type": "application/json", accept: "application/json, text/event-stream", authorization: "Bearer not-a-grant" },
+      body: "{}",
+    });
     expect(r.status).toBe(401);
     const challenge = r.headers.get("www-authenticate")!;
     expect(challenge).toMatch(/error="invalid_token"/);
-    const meta = await (await fetch(/resource_metadata="([^"]+)"/.exec(challenge)![1]!)).json() as { resource: string; authorization_servers: string[] };
+    const meta = (await (await fetch(/resource_metadata="([^"]+)"/.exec(challenge)![1]!)).json()) as { resource: string; authorization_servers: string[] };
     expect(meta.resource).toBe(`${origin}/mcp`);
     expect(meta.authorization_servers).toContain(origin);
   });

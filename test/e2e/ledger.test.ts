@@ -20,14 +20,27 @@ let jwk: string;
 const CALLS = 500;
 
 const token = async (sub: string, team: string, roles: string[], tools: string[] = []) =>
-  (await mintGrant(await parseKeySet(jwk), { iss: origin, aud: origin, sub, team, roles: roles as never, tools, ttlSeconds: 900 }, { maxLifetimeSeconds: 3600 })).token;
+  (
+    await mintGrant(
+      await parseKeySet(jwk),
+      { iss: origin, aud: origin, sub, team, roles: roles as never, tools, ttlSeconds: 900 },
+      { maxLifetimeSeconds: 3600 },
+    )
+  ).token;
 
 // biome-ignore lint/suspicious/noExplicitAny: JSON answers are read loosely in tests
 async function call(bearer: string, name: string, id: number): Promise<any> {
   const meta = { "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {} };
   const r = await fetch(`${origin}/mcp`, {
     method: "POST",
-    headers: { "content-type": "application/json", accept: "application/json, text/event-stream", authorization: `Bearer ${bearer}`, "mcp-protocol-version": "2026-07-28", "mcp-method": "tools/call", "mcp-name": name },
+    headers: {
+      "content-type": "application/json",
+      accept: "application/json, text/event-stream",
+      authorization: `Bearer ${bearer}`,
+      "mcp-protocol-version": "2026-07-28",
+      "mcp-method": "tools/call",
+      "mcp-name": name,
+    },
     body: JSON.stringify({ jsonrpc: "2.0", id, method: "tools/call", params: { name, arguments: {}, _meta: meta } }),
     signal: AbortSignal.timeout(120_000),
   });
@@ -39,7 +52,8 @@ beforeAll(async () => {
   jwk = JSON.stringify((await generateSigningKey("ledger-e2e")).privateJwk);
   const port = await freePort();
   origin = `http://127.0.0.1:${port}`;
-  gw = await startPortcullis(`
+  gw = await startPortcullis(
+    `
 actor: local:e2e
 auth:
   required: true
@@ -49,7 +63,10 @@ upstreams:
   - name: rec
     url: ${upstream.url}
     timeout: 60s
-`, port, { PORTCULLIS_SIGNING_KEY: jwk });
+`,
+    port,
+    { PORTCULLIS_SIGNING_KEY: jwk },
+  );
 }, 180_000);
 afterAll(async () => {
   await Promise.all([gw?.stop(), upstream?.close()]);
@@ -60,7 +77,10 @@ describe("the ledger through the gateway", () => {
     const agent = await token("agent:bulk", "team-bulk", ["agent"], ["*"]);
     const before = upstream.log.filter((s) => s.method === "tools/call").length;
     const answers = await Promise.all(Array.from({ length: CALLS }, (_, i) => call(agent, "bump", i + 1)));
-    expect(answers.every((a, i) => a.id === i + 1 && a.result?.isError !== true), JSON.stringify(answers.find((a) => a.error || a.result?.isError))).toBe(true);
+    expect(
+      answers.every((a, i) => a.id === i + 1 && a.result?.isError !== true),
+      JSON.stringify(answers.find((a) => a.error || a.result?.isError)),
+    ).toBe(true);
     expect(upstream.log.filter((s) => s.method === "tools/call").length - before).toBe(CALLS);
     const receipts = answers.map((a) => a.result._meta["portcullis/receipt"]);
     expect(new Set(receipts.map((r) => r.decision_id)).size).toBe(CALLS);
@@ -69,7 +89,10 @@ describe("the ledger through the gateway", () => {
     const exp = await fetch(`${origin}/v1/ledger/export?team=team-bulk`, { headers: { authorization: `Bearer ${auditor}` } });
     expect(exp.status).toBe(200);
     const lines = (await exp.text()).split("\n").filter((l) => l !== "");
-    const entries = lines.map((l) => JSON.parse(l)).filter((o) => o.entry && o.entry.chain === "team-bulk").map((o) => o.entry as LedgerEntry);
+    const entries = lines
+      .map((l) => JSON.parse(l))
+      .filter((o) => o.entry && o.entry.chain === "team-bulk")
+      .map((o) => o.entry as LedgerEntry);
     expect(entries.map((e) => e.seq)).toEqual(entries.map((_, i) => i + 1));
     expect(new Set(entries.map((e) => e.prev)).size).toBe(entries.length);
     expect(entries.filter((e) => e.kind === "decision")).toHaveLength(CALLS);
@@ -87,7 +110,11 @@ describe("the ledger through the gateway", () => {
       rows = [];
       let next: string | null = null;
       do {
-        const page = (await (await fetch(`${origin}/v1/ledger?team=team-bulk&limit=1000${next ? `&after=${encodeURIComponent(next)}` : ""}`, { headers: { authorization: `Bearer ${auditor}` } })).json()) as { entries: LedgerEntry[]; next: string | null };
+        const page = (await (
+          await fetch(`${origin}/v1/ledger?team=team-bulk&limit=1000${next ? `&after=${encodeURIComponent(next)}` : ""}`, {
+            headers: { authorization: `Bearer ${auditor}` },
+          })
+        ).json()) as { entries: LedgerEntry[]; next: string | null };
         rows.push(...page.entries);
         next = page.next;
       } while (next);
@@ -109,7 +136,12 @@ describe("the ledger through the gateway", () => {
     const r = await fetch(`${origin}/v1/ledger/export?team=team-bulk`, { headers: { authorization: `Bearer ${other}` } });
     expect(r.status).toBe(403);
     const own = await fetch(`${origin}/v1/ledger/export`, { headers: { authorization: `Bearer ${other}` } });
-    const chains = (await own.text()).split("\n").filter((l) => l).map((l) => JSON.parse(l)).filter((o) => o.entry).map((o) => o.entry.chain);
+    const chains = (await own.text())
+      .split("\n")
+      .filter((l) => l)
+      .map((l) => JSON.parse(l))
+      .filter((o) => o.entry)
+      .map((o) => o.entry.chain);
     expect(chains.filter((c: string) => c === "team-bulk")).toEqual([]);
     const agent = await token("agent:nosy", "team-bulk", ["agent"], ["*"]);
     expect((await fetch(`${origin}/v1/ledger`, { headers: { authorization: `Bearer ${agent}` } })).status).toBe(403);
@@ -123,7 +155,10 @@ describe("the ledger through the gateway", () => {
     expect(upstream.log.slice(before).filter((s) => s.method === "tools/call")).toEqual([]);
     const auditor = await token("human:audit2", "team-narrow", ["auditor"]);
     const lines = (await (await fetch(`${origin}/v1/ledger/export`, { headers: { authorization: `Bearer ${auditor}` } })).text()).split("\n").filter((l) => l);
-    const blocked = lines.map((l) => JSON.parse(l)).filter((o) => o.entry?.kind === "blocked").map((o) => o.entry.body);
+    const blocked = lines
+      .map((l) => JSON.parse(l))
+      .filter((o) => o.entry?.kind === "blocked")
+      .map((o) => o.entry.body);
     expect(blocked).toEqual([expect.objectContaining({ principal: "agent:narrow", tool: "bump", check: "grant" })]);
   });
 });

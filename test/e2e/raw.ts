@@ -4,7 +4,11 @@
  */
 import { request } from "node:http";
 
-export interface RawResponse { status: number; headers: Record<string, string | string[] | undefined>; body: string }
+export interface RawResponse {
+  status: number;
+  headers: Record<string, string | string[] | undefined>;
+  body: string;
+}
 
 export function raw(url: string, method: string, headers: Record<string, string>, body?: string, timeoutMs = 30_000): Promise<RawResponse> {
   const u = new URL(url);

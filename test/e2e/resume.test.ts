@@ -11,7 +11,11 @@ import { describe, expect, inject, it } from "vitest";
 const url = inject("namespacedUrl");
 const ACCEPT = "application/json, text/event-stream";
 
-interface Ev { id?: string; data: string; retry?: number }
+interface Ev {
+  id?: string;
+  data: string;
+  retry?: number;
+}
 
 async function* events(body: ReadableStream): AsyncGenerator<Ev> {
   const reader = (body as ReadableStream<BufferSource>).pipeThrough(new TextDecoderStream()).getReader();
@@ -20,8 +24,7 @@ async function* events(body: ReadableStream): AsyncGenerator<Ev> {
     const { value, done } = await reader.read();
     if (done) return;
     buf += value;
-    let i: number;
-    while ((i = buf.indexOf("\n\n")) >= 0) {
+    for (let i = buf.indexOf("\n\n"); i >= 0; i = buf.indexOf("\n\n")) {
       const block = buf.slice(0, i);
       buf = buf.slice(i + 2);
       const ev: Ev = { data: "" };
@@ -31,8 +34,14 @@ async function* events(body: ReadableStream): AsyncGenerator<Ev> {
         if (line.startsWith(":")) continue;
         const [k, ...rest] = line.split(":");
         const v = rest.join(":").replace(/^ /, "");
-        if (k === "id") { ev.id = v; any = true; }
-        if (k === "data") { data.push(v); any = true; }
+        if (k === "id") {
+          ev.id = v;
+          any = true;
+        }
+        if (k === "data") {
+          data.push(v);
+          any = true;
+        }
         if (k === "retry") ev.retry = Number(v);
       }
       ev.data = data.join("\n");
@@ -50,8 +59,14 @@ async function collect(body: ReadableStream): Promise<Ev[]> {
 /** A fresh 2025-11-25 session on the namespaced gateway; returns the headers for its requests. */
 async function session(): Promise<Record<string, string>> {
   const init = await fetch(url, {
-    method: "POST", headers: { "content-type": "application/json", accept: ACCEPT },
-    body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "initialize", params: { protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "mirror", version: "1" } } }),
+    method: "POST",
+    headers: { "content-type": "application/json", accept: ACCEPT },
+    body: JSON.stringify({
+      jsonrpc: "2.0",
+      id: 1,
+      method: "initialize",
+      params: { protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "mirror", version: "1" } },
+    }),
   });
   const sid = init.headers.get("mcp-session-id")!;
   await init.text();
@@ -120,16 +135,29 @@ describe("the upstream's stream, mirrored (SEP-1699)", () => {
 describe("legacy SSE resumption", () => {
   it("replays a broken POST stream from Last-Event-ID and follows it to the result", async () => {
     const init = await fetch(url, {
-      method: "POST", headers: { "content-type": "application/json", accept: ACCEPT },
-      body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "initialize", params: { protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "resume", version: "1" } } }),
+      method: "POST",
+      headers: { "content-type": "application/json", accept: ACCEPT },
+      body: JSON.stringify({
+        jsonrpc: "2.0",
+        id: 1,
+        method: "initialize",
+        params: { protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "resume", version: "1" } },
+      }),
     });
     const sid = init.headers.get("mcp-session-id")!;
     await init.text();
     const h = { "content-type": "application/json", accept: ACCEPT, "mcp-session-id": sid, "mcp-protocol-version": "2025-11-25" };
     const ac = new AbortController();
     const post = await fetch(url, {
-      method: "POST", headers: h, signal: ac.signal,
-      body: JSON.stringify({ jsonrpc: "2.0", id: 42, method: "tools/call", params: { name: "conf__test_slow_cancellable", arguments: { ms: 1500 }, _meta: { progressToken: "tok-1" } } }),
+      method: "POST",
+      headers: h,
+      signal: ac.signal,
+      body: JSON.stringify({
+        jsonrpc: "2.0",
+        id: 42,
+        method: "tools/call",
+        params: { name: "conf__test_slow_cancellable", arguments: { ms: 1500 }, _meta: { progressToken: "tok-1" } },
+      }),
     });
     expect(post.headers.get("content-type")).toContain("text/event-stream");
     const seen: Ev[] = [];
@@ -150,7 +178,9 @@ describe("legacy SSE resumption", () => {
     for await (const ev of events(get.body!)) rest.push(ev);
     const stream = last.split("/")[0];
     expect(rest.length).toBeGreaterThan(3);
-    rest.forEach((ev, i) => expect(ev.id).toBe(`${stream}/${i + 3}`));
+    rest.forEach((ev, i) => {
+      expect(ev.id).toBe(`${stream}/${i + 3}`);
+    });
     const final = JSON.parse(rest.at(-1)!.data);
     expect(final.id).toBe(42);
     expect(final.result.isError ?? false).toBe(false);

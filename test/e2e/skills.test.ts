@@ -24,7 +24,8 @@ const UNKNOWN = "com.example/unserved";
 
 const BETA_SKILLS = {
   "changelog-audit": {
-    "SKILL.md": "---\nname: changelog-audit\ndescription: Check a changelog against the merged changes.\n---\n# Changelog audit\n\nCompare every entry with its pull request.\n",
+    "SKILL.md":
+      "---\nname: changelog-audit\ndescription: Check a changelog against the merged changes.\n---\n# Changelog audit\n\nCompare every entry with its pull request.\n",
     "scripts/audit.sh": "#!/bin/sh\necho audit\n",
   },
   "incident-review": {
@@ -46,7 +47,8 @@ beforeAll(async () => {
   beta = await startSkillsUpstream({ name: "beta-skills", skills: BETA_SKILLS, directoryRead: false, pageSize: 2 });
   const signingKey = JSON.stringify((await generateSigningKey("skills-e2e")).privateJwk);
   const [port, soloPort] = [await freePort(), await freePort()];
-  gw = await startPortcullis(`
+  gw = await startPortcullis(
+    `
 actor: local:e2e
 egress:
   allow_loopback: true
@@ -60,8 +62,12 @@ upstreams:
   - name: conf
     url: ${inject("conformanceUrl")}
     timeout: 30s
-`, port, { PORTCULLIS_SIGNING_KEY: signingKey });
-  solo = await startPortcullis(`
+`,
+    port,
+    { PORTCULLIS_SIGNING_KEY: signingKey },
+  );
+  solo = await startPortcullis(
+    `
 actor: local:e2e
 egress:
   allow_loopback: true
@@ -69,10 +75,18 @@ upstreams:
   - name: alpha
     url: ${alpha.url}
     timeout: 30s
-`, soloPort);
+`,
+    soloPort,
+  );
   const origin = new URL(gw.url).origin;
   const keys = await parseKeySet(signingKey);
-  alphaOnlyToken = (await mintGrant(keys, { iss: origin, aud: origin, sub: "agent:alpha-only", team: "e2e", roles: ["agent"], tools: ["alpha__*", "conf__*"], ttlSeconds: 900 }, { maxLifetimeSeconds: 86400 })).token;
+  alphaOnlyToken = (
+    await mintGrant(
+      keys,
+      { iss: origin, aud: origin, sub: "agent:alpha-only", team: "e2e", roles: ["agent"], tools: ["alpha__*", "conf__*"], ttlSeconds: 900 },
+      { maxLifetimeSeconds: 86400 },
+    )
+  ).token;
 });
 
 afterAll(async () => {
@@ -104,7 +118,10 @@ function namespaced(prefix: string, e: Skill): Skill {
 }
 
 const byUri = (a: { uri: string }, b: { uri: string }) => (a.uri < b.uri ? -1 : a.uri > b.uri ? 1 : 0);
-const DirectoryPage = z.looseObject({ resources: z.array(z.looseObject({ uri: z.string(), name: z.string(), mimeType: z.string().optional() })), nextCursor: z.string().optional() });
+const DirectoryPage = z.looseObject({
+  resources: z.array(z.looseObject({ uri: z.string(), name: z.string(), mimeType: z.string().optional() })),
+  nextCursor: z.string().optional(),
+});
 const ReadResult = z.looseObject({ contents: z.array(z.looseObject({ uri: z.string(), text: z.string().optional(), mimeType: z.string().optional() })) });
 
 for (const mode of ["legacy", { pin: "2026-07-28" }] as Mode[]) {
@@ -186,8 +203,13 @@ for (const mode of ["legacy", { pin: "2026-07-28" }] as Mode[]) {
       const through = await walk(client, "alpha+skill://pdf-forms");
       expect(through.pages).toBe(2);
       expect(through.all).toEqual(direct.all.map((r) => ({ ...r, uri: `alpha+${r.uri}` })));
-      expect(through.all.map((r) => [r.uri, r.mimeType])).toEqual([["alpha+skill://pdf-forms/SKILL.md", "text/markdown"], ["alpha+skill://pdf-forms/references", "inode/directory"]]);
-      await expect(client.request({ method: "resources/directory/read", params: { uri: "beta+skill://on-call" } }, DirectoryPage)).rejects.toThrow(/not a directory/);
+      expect(through.all.map((r) => [r.uri, r.mimeType])).toEqual([
+        ["alpha+skill://pdf-forms/SKILL.md", "text/markdown"],
+        ["alpha+skill://pdf-forms/references", "inode/directory"],
+      ]);
+      await expect(client.request({ method: "resources/directory/read", params: { uri: "beta+skill://on-call" } }, DirectoryPage)).rejects.toThrow(
+        /not a directory/,
+      );
     });
 
     it("a grant that cannot reach an upstream sees none of its skills and cannot fetch them", async () => {
@@ -210,10 +232,16 @@ for (const mode of ["legacy", { pin: "2026-07-28" }] as Mode[]) {
       expect(skills.directoryRead).toBe(true);
       expect((await skills.list()).skills).toEqual(alpha.entries);
       // Paging is the upstream's own: a cursor passes through.
-      const first = await client.request({ method: "skills/list", params: {} }, z.looseObject({ skills: z.array(z.unknown()), nextCursor: z.string().optional() }));
+      const first = await client.request(
+        { method: "skills/list", params: {} },
+        z.looseObject({ skills: z.array(z.unknown()), nextCursor: z.string().optional() }),
+      );
       expect(first.skills.length).toBe(1);
       expect(typeof first.nextCursor).toBe("string");
-      const second = await client.request({ method: "skills/list", params: { cursor: first.nextCursor! } }, z.looseObject({ skills: z.array(z.looseObject({ uri: z.string() })) }));
+      const second = await client.request(
+        { method: "skills/list", params: { cursor: first.nextCursor! } },
+        z.looseObject({ skills: z.array(z.looseObject({ uri: z.string() })) }),
+      );
       expect(second.skills.map((s) => s.uri)).toEqual([alpha.entries[1]!.uri]);
       const manifest = await skills.read(alpha.entries[0]!);
       expect(manifest.uri).toBe("skill://pdf-forms/SKILL.md");

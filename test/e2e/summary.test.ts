@@ -36,7 +36,9 @@ beforeAll(async () => {
   gw = await startPortcullis(config, await freePort(), { PORTCULLIS_SIGNING_KEY: signingKey });
   origin = new URL(gw.url).origin;
 });
-afterAll(async () => { await gw?.stop(); });
+afterAll(async () => {
+  await gw?.stop();
+});
 
 async function listed(url: string, authorization?: string): Promise<string[]> {
   const client = new Client({ name: "summary-e2e", version: "1" }, { versionNegotiation: { mode: "legacy" } });
@@ -80,7 +82,11 @@ describe("/summary counts what the caller can list", () => {
   it("summary(cfg, principal) and /summary with a grant apply it on exposed names: equal to that grant's SDK listing", async () => {
     const tools = ["ev__trigger-*", "ev__get-*", "open__get-*", "nope__*"];
     const keys = await parseKeySet(signingKey);
-    const { token } = await mintGrant(keys, { iss: origin, aud: origin, sub: "agent:summary", team: "e2e", roles: ["agent"], tools, ttlSeconds: 600 }, { maxLifetimeSeconds: 3600 });
+    const { token } = await mintGrant(
+      keys,
+      { iss: origin, aud: origin, sub: "agent:summary", team: "e2e", roles: ["agent"], tools, ttlSeconds: 600 },
+      { maxLifetimeSeconds: 3600 },
+    );
     const through = byPrefix(await listed(gw.url, `Bearer ${token}`));
     expect(through.ev).toBeGreaterThan(0);
     expect(through.open).toBeGreaterThan(0);
@@ -97,9 +103,15 @@ describe("/summary counts what the caller can list", () => {
     expect(counts(await summary(view, principal))).toEqual(through);
     // A grant that reaches none of ev's tools counts zero there; without the grant filter (the operator view) allow/deny alone decide.
     expect(counts(await summary(view, { ...principal, tools: ["open__*"] }))).toEqual({ ev: 0, open: through.open + 1 });
-    expect(counts(await summary(view, { ...principal, tools: ["open__*"] }, false))).toEqual(counts((await (await fetch(`${origin}/summary`)).json()) as Summary));
+    expect(counts(await summary(view, { ...principal, tools: ["open__*"] }, false))).toEqual(
+      counts((await (await fetch(`${origin}/summary`)).json()) as Summary),
+    );
     // Through the route, upstreams the grant cannot reach are left out of the request altogether.
-    const { token: openOnly } = await mintGrant(keys, { iss: origin, aud: origin, sub: "agent:summary", team: "e2e", roles: ["agent"], tools: ["open__*"], ttlSeconds: 600 }, { maxLifetimeSeconds: 3600 });
+    const { token: openOnly } = await mintGrant(
+      keys,
+      { iss: origin, aud: origin, sub: "agent:summary", team: "e2e", roles: ["agent"], tools: ["open__*"], ttlSeconds: 600 },
+      { maxLifetimeSeconds: 3600 },
+    );
     const scoped = (await (await fetch(`${origin}/summary`, { headers: { authorization: `Bearer ${openOnly}` } })).json()) as Summary;
     expect(counts(scoped)).toEqual({ open: through.open + 1 });
     expect(byPrefix(await listed(gw.url, `Bearer ${openOnly}`))).toEqual({ ev: 0, open: through.open + 1 });

@@ -14,13 +14,24 @@ import { isLoopbackAddress } from "../../src/wire/hosts.ts";
 
 const GW = "http://127.0.0.1";
 let keys: KeySet;
-beforeAll(async () => { keys = await parseKeySet(env.PORTCULLIS_SIGNING_KEY as string); });
+beforeAll(async () => {
+  keys = await parseKeySet(env.PORTCULLIS_SIGNING_KEY as string);
+});
 
 async function grant(over: { sub?: string; roles?: string[]; tools?: string[]; ttl?: number; aud?: string; iss?: string } = {}) {
-  return mintGrant(keys, {
-    iss: over.iss ?? GW, aud: over.aud ?? GW, sub: over.sub ?? "agent:a", team: "t1",
-    roles: (over.roles ?? ["agent"]) as never, tools: over.tools ?? ["alpha__*"], ttlSeconds: over.ttl ?? 600,
-  }, { maxLifetimeSeconds: 86400 });
+  return mintGrant(
+    keys,
+    {
+      iss: over.iss ?? GW,
+      aud: over.aud ?? GW,
+      sub: over.sub ?? "agent:a",
+      team: "t1",
+      roles: (over.roles ?? ["agent"]) as never,
+      tools: over.tools ?? ["alpha__*"],
+      ttlSeconds: over.ttl ?? 600,
+    },
+    { maxLifetimeSeconds: 86400 },
+  );
 }
 
 const MCP_H = { "content-type": "application/json", accept: "application/json, text/event-stream" };
@@ -64,7 +75,18 @@ describe("401 and 403 challenges", () => {
     const { privateKey: other, publicKey: otherPub } = await generateKeyPair("EdDSA", { extractable: true });
     const pubJson = JSON.stringify((await parseKeySet(env.PORTCULLIS_SIGNING_KEY as string)).publicKeys[0]);
     const now = Math.floor(Date.now() / 1000);
-    const claims = { iss: GW, aud: GW, sub: "agent:x", team: "t", roles: ["agent"], tools: ["*"], jti: "jti-0123456789abcdef", iat: now, nbf: now, exp: now + 600 };
+    const claims = {
+      iss: GW,
+      aud: GW,
+      sub: "agent:x",
+      team: "t",
+      roles: ["agent"],
+      tools: ["*"],
+      jti: "jti-0123456789abcdef",
+      iat: now,
+      nbf: now,
+      exp: now + 600,
+    };
     const kid = "unit-key-1";
     const sign = (alg: string, key: CryptoKey | Uint8Array, header: Record<string, unknown> = {}) =>
       new SignJWT(claims).setProtectedHeader({ alg, typ: GRANT_TYP, kid, ...header }).sign(key);
@@ -78,8 +100,8 @@ describe("401 and 403 challenges", () => {
     const cases: Record<string, string> = {
       "alg none": `${b64({ alg: "none", typ: GRANT_TYP, kid })}.${b64(claims)}.`,
       "HS256 with the public key as secret": await sign("HS256", new TextEncoder().encode(pubJson)),
-      "RS256": await sign("RS256", rsa),
-      "ES256": await sign("ES256", ec),
+      RS256: await sign("RS256", rsa),
+      ES256: await sign("ES256", ec),
       "EdDSA by another key, same kid": await sign("EdDSA", other),
       "embedded jwk header": await sign("EdDSA", other, { jwk: { kty: jwkOther.kty, crv: jwkOther.crv, x: jwkOther.x } }),
       "jku header": await sign("EdDSA", other, { jku: "https://evil.example.com/jwks" }),
@@ -93,9 +115,9 @@ describe("401 and 403 challenges", () => {
       "missing typ, real key": await realSign({}, { typ: undefined }),
       "x5u header, real key": await realSign({}, { x5u: "https://evil.example.com/cert" }),
       "revoked-looking garbage jti, real key, wrong iss": await realSign({ iss: "https://evil.example.com" }),
-      "truncated": good.token.slice(0, -10),
-      "malformed": "abc.def",
-      "oversized": `${good.token}${"A".repeat(9000)}`,
+      truncated: good.token.slice(0, -10),
+      malformed: "abc.def",
+      oversized: `${good.token}${"A".repeat(9000)}`,
     };
     for (const [name, token] of Object.entries(cases)) {
       const r = await SELF.fetch(`${GW}/mcp`, { method: "POST", headers: { ...MCP_H, authorization: `Bearer ${token}` }, body: rpc("ping") });
@@ -107,12 +129,15 @@ describe("401 and 403 challenges", () => {
 
   it("never answers 5xx to mangled tokens", async () => {
     const { token } = await grant();
-    await fc.assert(fc.asyncProperty(fc.nat(token.length - 1), fc.string({ maxLength: 4 }), fc.nat(3), async (at, insert, del) => {
-      const t = token.slice(0, at) + insert + token.slice(at + del);
-      const r = await SELF.fetch(`${GW}/operator/mcp`, { method: "POST", headers: { ...MCP_H, authorization: `Bearer ${t}` }, body: rpc("ping") });
-      expect(r.status).toBeLessThan(500);
-      if (t !== token) expect([401, 403]).toContain(r.status);
-    }), { numRuns: 60 });
+    await fc.assert(
+      fc.asyncProperty(fc.nat(token.length - 1), fc.string({ maxLength: 4 }), fc.nat(3), async (at, insert, del) => {
+        const t = token.slice(0, at) + insert + token.slice(at + del);
+        const r = await SELF.fetch(`${GW}/operator/mcp`, { method: "POST", headers: { ...MCP_H, authorization: `Bearer ${t}` }, body: rpc("ping") });
+        expect(r.status).toBeLessThan(500);
+        if (t !== token) expect([401, 403]).toContain(r.status);
+      }),
+      { numRuns: 60 },
+    );
   });
 });
 
@@ -126,19 +151,39 @@ describe("roles and the operator endpoint", () => {
     expect(await names(["operator"])).toEqual(["portcullis.upstreams", "portcullis.whoami"]);
     expect(await names(["approver"])).toEqual(["portcullis.whoami"]);
     expect(await names(["auditor"])).toEqual(["portcullis.ledger_search", "portcullis.ledger_trace", "portcullis.upstreams", "portcullis.whoami"]);
-    expect(await names(["admin"])).toEqual(["portcullis.ledger_search", "portcullis.ledger_trace", "portcullis.revoke_grant", "portcullis.upstreams", "portcullis.whoami"]);
+    expect(await names(["admin"])).toEqual([
+      "portcullis.ledger_search",
+      "portcullis.ledger_trace",
+      "portcullis.revoke_grant",
+      "portcullis.upstreams",
+      "portcullis.whoami",
+    ]);
     const who = await op((await grant({ roles: ["auditor"], sub: "human:leo" })).token, rpc("tools/call", { name: "portcullis.whoami", arguments: {} }));
     expect(((await who.json()) as { result: { structuredContent: { sub: string } } }).result.structuredContent.sub).toBe("human:leo");
-    const hidden = await op((await grant({ roles: ["operator"] })).token, rpc("tools/call", { name: "portcullis.revoke_grant", arguments: { jti: "abcdefgh" } }));
+    const hidden = await op(
+      (await grant({ roles: ["operator"] })).token,
+      rpc("tools/call", { name: "portcullis.revoke_grant", arguments: { jti: "abcdefgh" } }),
+    );
     expect(((await hidden.json()) as { error: { code: number } }).error.code).toBe(-32602);
   });
 
   it("answers an operator tool called on /mcp as an unknown tool", async () => {
-    const r = await SELF.fetch(`${GW}/mcp`, { method: "POST", headers: { ...MCP_H, authorization: `Bearer ${(await grant({ roles: ["admin"], tools: ["*"] })).token}` }, body: rpc("initialize", { protocolVersion: "2025-11-25", capabilities: {} }) });
+    const r = await SELF.fetch(`${GW}/mcp`, {
+      method: "POST",
+      headers: { ...MCP_H, authorization: `Bearer ${(await grant({ roles: ["admin"], tools: ["*"] })).token}` },
+      body: rpc("initialize", { protocolVersion: "2025-11-25", capabilities: {} }),
+    });
     const sid = r.headers.get("mcp-session-id")!;
     await r.text();
-    const call = await SELF.fetch(`${GW}/mcp`, { method: "POST", headers: { ...MCP_H, "mcp-session-id": sid, authorization: `Bearer ${(await grant({ roles: ["admin"], tools: ["*"] })).token}` }, body: rpc("tools/call", { name: "portcullis.whoami", arguments: {} }) });
-    expect(((await call.json()) as { error: { code: number; message: string } }).error).toMatchObject({ code: -32602, message: "Unknown tool: portcullis.whoami" });
+    const call = await SELF.fetch(`${GW}/mcp`, {
+      method: "POST",
+      headers: { ...MCP_H, "mcp-session-id": sid, authorization: `Bearer ${(await grant({ roles: ["admin"], tools: ["*"] })).token}` },
+      body: rpc("tools/call", { name: "portcullis.whoami", arguments: {} }),
+    });
+    expect(((await call.json()) as { error: { code: number; message: string } }).error).toMatchObject({
+      code: -32602,
+      message: "Unknown tool: portcullis.whoami",
+    });
   });
 });
 
@@ -146,15 +191,31 @@ describe("revocation and the grants API", () => {
   it("mints through POST /v1/grants for admins only, and a revoked grant stops working at once", async () => {
     const admin = (await grant({ roles: ["admin"], sub: "human:root" })).token;
     const agent = (await grant()).token;
-    const refused = await SELF.fetch(`${GW}/v1/grants`, { method: "POST", headers: { "content-type": "application/json", authorization: `Bearer ${agent}` }, body: JSON.stringify({ sub: "agent:new" }) });
+    const refused = await SELF.fetch(`${GW}/v1/grants`, {
+      method: "POST",
+      headers: { "content-type": "application/json", authorization: `Bearer ${agent}` },
+      body: JSON.stringify({ sub: "agent:new" }),
+    });
     expect(refused.status).toBe(403);
-    const mint = await SELF.fetch(`${GW}/v1/grants`, { method: "POST", headers: { "content-type": "application/json", authorization: `Bearer ${admin}` }, body: JSON.stringify({ sub: "human:ops", roles: ["operator"], ttl_seconds: 300 }) });
+    const mint = await SELF.fetch(`${GW}/v1/grants`, {
+      method: "POST",
+      headers: { "content-type": "application/json", authorization: `Bearer ${admin}` },
+      body: JSON.stringify({ sub: "human:ops", roles: ["operator"], ttl_seconds: 300 }),
+    });
     expect(mint.status).toBe(201);
     const minted = (await mint.json()) as { token: string; jti: string; exp: number };
     expect((await op(minted.token, rpc("tools/list"))).status).toBe(200);
-    const tooLong = await SELF.fetch(`${GW}/v1/grants`, { method: "POST", headers: { "content-type": "application/json", authorization: `Bearer ${admin}` }, body: JSON.stringify({ sub: "x", ttl_seconds: 90000 }) });
+    const tooLong = await SELF.fetch(`${GW}/v1/grants`, {
+      method: "POST",
+      headers: { "content-type": "application/json", authorization: `Bearer ${admin}` },
+      body: JSON.stringify({ sub: "x", ttl_seconds: 90000 }),
+    });
     expect(tooLong.status).toBe(400);
-    const revoke = await SELF.fetch(`${GW}/v1/grants/${minted.jti}/revoke`, { method: "POST", headers: { "content-type": "application/json", authorization: `Bearer ${admin}` }, body: JSON.stringify({ exp: minted.exp }) });
+    const revoke = await SELF.fetch(`${GW}/v1/grants/${minted.jti}/revoke`, {
+      method: "POST",
+      headers: { "content-type": "application/json", authorization: `Bearer ${admin}` },
+      body: JSON.stringify({ exp: minted.exp }),
+    });
     expect(revoke.status).toBe(200);
     const after = await op(minted.token, rpc("tools/list"));
     expect(after.status).toBe(401);
@@ -182,21 +243,51 @@ describe("unauthenticated mode", () => {
 });
 
 describe("the loopback peer rule", () => {
-  const cfgOf = (required: boolean) => loadConfig(`
+  const cfgOf = (required: boolean) =>
+    loadConfig(
+      `
 actor: local:unit
 auth: { required: ${required} }
 upstreams:
   - name: alpha
     url: https://alpha.example.com/mcp
-`, {});
+`,
+      {},
+    );
   const at = (url: string, peer?: string, token?: string) =>
-    new Request(url, { method: "POST", headers: { ...MCP_H, ...(peer === undefined ? {} : { "cf-connecting-ip": peer }), ...(token ? { authorization: `Bearer ${token}` } : {}) }, body: rpc("ping") });
+    new Request(url, {
+      method: "POST",
+      headers: { ...MCP_H, ...(peer === undefined ? {} : { "cf-connecting-ip": peer }), ...(token ? { authorization: `Bearer ${token}` } : {}) },
+      body: rpc("ping"),
+    });
   const auth = (req: Request, required = false) => authenticate(req, env, cfgOf(required), { path: "/mcp", role: "agent", allowActor: true });
 
   it("classifies peer addresses: 127.0.0.0/8, ::1 and ::ffff:127.x are loopback; nothing else is", () => {
-    for (const a of ["127.0.0.1", "127.9.8.7", "127.255.255.254", "::1", "[::1]", "0:0:0:0:0:0:0:1", "::ffff:127.0.0.1", "::ffff:7f00:2", " 127.0.0.1 "]) expect(isLoopbackAddress(a), a).toBe(true);
-    for (const a of ["192.0.2.2", "203.0.113.5", "10.0.0.1", "0.0.0.0", "128.0.0.1", "fd00::2", "fe80::1", "::", "::2", "::127.0.0.1", "::ffff:10.0.0.1", "64:ff9b::127.0.0.1",
-      "", "localhost", "127.1", "0x7f.0.0.1", "127.0.0.1:8787", "127.0.0.1, 203.0.113.5", "::1%lo", "garbage"]) expect(isLoopbackAddress(a), a).toBe(false);
+    for (const a of ["127.0.0.1", "127.9.8.7", "127.255.255.254", "::1", "[::1]", "0:0:0:0:0:0:0:1", "::ffff:127.0.0.1", "::ffff:7f00:2", " 127.0.0.1 "])
+      expect(isLoopbackAddress(a), a).toBe(true);
+    for (const a of [
+      "192.0.2.2",
+      "203.0.113.5",
+      "10.0.0.1",
+      "0.0.0.0",
+      "128.0.0.1",
+      "fd00::2",
+      "fe80::1",
+      "::",
+      "::2",
+      "::127.0.0.1",
+      "::ffff:10.0.0.1",
+      "64:ff9b::127.0.0.1",
+      "",
+      "localhost",
+      "127.1",
+      "0x7f.0.0.1",
+      "127.0.0.1:8787",
+      "127.0.0.1, 203.0.113.5",
+      "::1%lo",
+      "garbage",
+    ])
+      expect(isLoopbackAddress(a), a).toBe(false);
   });
 
   it("runs the actor on a loopback Host when the peer is loopback or not reported", async () => {
@@ -227,7 +318,10 @@ upstreams:
     // Off loopback by Host, the reason stays the one it always was.
     const host = await auth(at("http://gw.example.com/mcp", "203.0.113.5"));
     expect(host.ok).toBe(false);
-    if (!host.ok) expect(((await host.response.json()) as { error_description: string }).error_description).toBe("refusing to serve: auth.required is false, which is only allowed while the gateway listens on loopback");
+    if (!host.ok)
+      expect(((await host.response.json()) as { error_description: string }).error_description).toBe(
+        "refusing to serve: auth.required is false, which is only allowed while the gateway listens on loopback",
+      );
   });
 
   it("a grant still works from a non-loopback peer (auth.required)", async () => {
@@ -238,7 +332,12 @@ upstreams:
   });
 
   it("through the Worker: the same unauthenticated initialize is served on a loopback peer and refused from another", async () => {
-    const init = (peer?: string) => SELF.fetch(`${GW}/mcp`, { method: "POST", headers: { ...MCP_H, ...(peer ? { "cf-connecting-ip": peer } : {}) }, body: rpc("initialize", { protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "unit", version: "1" } }) });
+    const init = (peer?: string) =>
+      SELF.fetch(`${GW}/mcp`, {
+        method: "POST",
+        headers: { ...MCP_H, ...(peer ? { "cf-connecting-ip": peer } : {}) },
+        body: rpc("initialize", { protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "unit", version: "1" } }),
+      });
     for (const peer of [undefined, "127.0.0.1"]) {
       const r = await init(peer);
       expect(r.status, String(peer)).toBe(200);
@@ -273,7 +372,8 @@ describe("grants minted for another gateway", () => {
     const r = await call("http://127.0.0.1:9000/mcp", token);
     expect(r.status).toBe(401);
     expect(((await r.json()) as { error_description: string }).error_description).toBe(
-      `token aud "http://127.0.0.1:8787" is not this gateway's audience (expected "http://127.0.0.1:9000"); mint with: portcullis token mint --port 9000 (or --gateway http://127.0.0.1:9000)`);
+      `token aud "http://127.0.0.1:8787" is not this gateway's audience (expected "http://127.0.0.1:9000"); mint with: portcullis token mint --port 9000 (or --gateway http://127.0.0.1:9000)`,
+    );
     expect(challenge(r)).toMatch(/error_description="token aud 'http:\/\/127\.0\.0\.1:8787' is not this gateway's audience/);
   });
 
@@ -281,11 +381,14 @@ describe("grants minted for another gateway", () => {
     const { token } = await grant({ iss: "https://gw.example.com", aud: "https://gw.example.com" });
     const r = await call(`${GW}/mcp`, token);
     expect(((await r.json()) as { error_description: string }).error_description).toBe(
-      `token iss "https://gw.example.com" is not this gateway's issuer (expected "http://127.0.0.1"); mint with: portcullis token mint --gateway http://127.0.0.1`);
-    const odd = await grant({ iss: "https://gw\u00e9.example/\"x\"\\y", aud: GW });
+      `token iss "https://gw.example.com" is not this gateway's issuer (expected "http://127.0.0.1"); mint with: portcullis token mint --gateway http://127.0.0.1`,
+    );
+    const odd = await grant({ iss: 'https://gw\u00e9.example/"x"\\y', aud: GW });
     const o = await call(`${GW}/mcp`, odd.token);
     expect(o.status).toBe(401);
     expect(challenge(o)).toMatch(/^[\x20-\x7e]+$/);
-    expect(((await o.json()) as { error_description: string }).error_description).toMatch(/^token iss "https:\/\/gw\?\.example\/\?x\?\?y" is not this gateway's issuer/);
+    expect(((await o.json()) as { error_description: string }).error_description).toMatch(
+      /^token iss "https:\/\/gw\?\.example\/\?x\?\?y" is not this gateway's issuer/,
+    );
   });
 });

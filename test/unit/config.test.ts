@@ -62,6 +62,7 @@ upstreams:
 
   it("names a missing secret without revealing any value", () => {
     const p = problems(ok, { OTHER: "value-that-must-not-leak" });
+    // biome-ignore lint/suspicious/noTemplateCurlyInString: the expected message quotes the config's ${NAME} syntax
     expect(p).toEqual(["upstreams[0].headers.Authorization: ${ONE_TOKEN} is not set as a Worker secret or var"]);
     expect(p.join()).not.toContain("value-that-must-not-leak");
   });

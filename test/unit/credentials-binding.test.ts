@@ -14,8 +14,16 @@ import type { Env } from "../../src/env.ts";
 const key = btoa(String.fromCharCode(...crypto.getRandomValues(new Uint8Array(32))));
 const withKey = { ...env, PORTCULLIS_CREDENTIALS_KEY: key } as unknown as Env;
 const vault = (url: string): UpstreamConfig => ({
-  name: "vault", url, namespaced: false, headers: {}, allow: [], deny: [], timeoutMs: 1000,
-  credentials: { mode: "per_principal", header: "Authorization", prefix: "Bearer " }, egress: DEFAULT_EGRESS_RULES, onLoopback: true,
+  name: "vault",
+  url,
+  namespaced: false,
+  headers: {},
+  allow: [],
+  deny: [],
+  timeoutMs: 1000,
+  credentials: { mode: "per_principal", header: "Authorization", prefix: "Bearer " },
+  egress: DEFAULT_EGRESS_RULES,
+  onLoopback: true,
 });
 const cfg = (up: UpstreamConfig) => ({ credentialsKeySecret: "PORTCULLIS_CREDENTIALS_KEY", upstreams: [up] }) as unknown as GatewayConfig;
 

@@ -19,11 +19,24 @@ import type { JsonObject, JsonRpcRequest } from "../../src/wire/jsonrpc.ts";
 const LONG = `create_${"very_".repeat(14)}long_tool_name`;
 
 const mk = (name: string, url: string, extra: Partial<UpstreamConfig> = {}): UpstreamConfig => ({
-  name, url, namespaced: true, headers: {}, allow: [], deny: [], timeoutMs: 2000,
-  credentials: { mode: "none", header: "Authorization", prefix: "Bearer " }, egress: { ...DEFAULT_EGRESS_RULES, allow_loopback: true }, onLoopback: true, ...extra,
+  name,
+  url,
+  namespaced: true,
+  headers: {},
+  allow: [],
+  deny: [],
+  timeoutMs: 2000,
+  credentials: { mode: "none", header: "Authorization", prefix: "Bearer " },
+  egress: { ...DEFAULT_EGRESS_RULES, allow_loopback: true },
+  onLoopback: true,
+  ...extra,
 });
 
-interface Seen { url: string; body: JsonRpcRequest; auth: string | null }
+interface Seen {
+  url: string;
+  body: JsonRpcRequest;
+  auth: string | null;
+}
 let seen: Seen[] = [];
 /** Tools each fake upstream lists; `vault` lists by bearer token (per-principal credentials). */
 let toolsOf: (url: string, auth: string | null) => string[];
@@ -41,10 +54,21 @@ beforeEach(() => {
     seen.push({ url, body, auth });
     const special = await behaviour(url, body);
     if (special) return special;
-    const reply = (result: JsonObject) => new Response(JSON.stringify({ jsonrpc: "2.0", id: body.id, result }), { headers: { "content-type": "application/json" } });
-    if (body.method === "tools/list") return reply({ tools: toolsOf(url, auth).map((name) => ({ name, description: `${name}!`, inputSchema: { type: "object" }, annotations: { readOnlyHint: name === "read" } })) });
+    const reply = (result: JsonObject) =>
+      new Response(JSON.stringify({ jsonrpc: "2.0", id: body.id, result }), { headers: { "content-type": "application/json" } });
+    if (body.method === "tools/list")
+      return reply({
+        tools: toolsOf(url, auth).map((name) => ({
+          name,
+          description: `${name}!`,
+          inputSchema: { type: "object" },
+          annotations: { readOnlyHint: name === "read" },
+        })),
+      });
     if (body.method === "tools/call") return reply({ content: [{ type: "text", text: `ran ${String(body.params?.name)}` }] });
-    return new Response(JSON.stringify({ jsonrpc: "2.0", id: body.id, error: { code: -32601, message: "Method not found" } }), { headers: { "content-type": "application/json" } });
+    return new Response(JSON.stringify({ jsonrpc: "2.0", id: body.id, error: { code: -32601, message: "Method not found" } }), {
+      headers: { "content-type": "application/json" },
+    });
   });
 });
 afterEach(() => vi.restoreAllMocks());
@@ -57,12 +81,24 @@ function ctx(upstreams: UpstreamConfig[], who: Principal = everyone, era: "legac
   const cfg = { upstreams } as unknown as GatewayConfig;
   const emitted: JsonObject[] = [];
   return {
-    cfg, era, principal: who, signal: new AbortController().signal, paramHeaders: [], callerFiltered: who.tools !== null, runId: null, ledger: { ...NO_LEDGER, listed: () => undefined },
+    cfg,
+    era,
+    principal: who,
+    signal: new AbortController().signal,
+    paramHeaders: [],
+    callerFiltered: who.tools !== null,
+    runId: null,
+    ledger: { ...NO_LEDGER, listed: () => undefined },
     leg: async () => ({ era: "modern", meta: {} }),
     renewLeg: async () => null,
     capabilities: async () => ({ tools: {}, prompts: {}, resources: {} }),
     recordRequest: async () => undefined,
-    relay: { send: async (m) => { emitted.push(m as unknown as JsonObject); }, upstreamRequest: async () => undefined },
+    relay: {
+      send: async (m) => {
+        emitted.push(m as unknown as JsonObject);
+      },
+      upstreamRequest: async () => undefined,
+    },
   };
 }
 const rpc = (method: string, params: JsonObject = {}, id: number | string = 1): JsonRpcRequest => ({ jsonrpc: "2.0", id, method, params });
@@ -80,7 +116,12 @@ describe("dispatch and aggregation", () => {
     expect(alias.length).toBeLessThanOrEqual(64);
     expect(alias).not.toBe(`alpha__${LONG}`);
     // Schemas and unknown fields pass verbatim; only the name changes.
-    expect((all.response.result!.tools as JsonObject[])[0]).toEqual({ name: "alpha__read", description: "read!", inputSchema: { type: "object" }, annotations: { readOnlyHint: true } });
+    expect((all.response.result!.tools as JsonObject[])[0]).toEqual({
+      name: "alpha__read",
+      description: "read!",
+      inputSchema: { type: "object" },
+      annotations: { readOnlyHint: true },
+    });
     const narrow = await dispatch(ctx([alpha, beta], { ...everyone, tools: ["beta__*"] }), rpc("tools/list"));
     expect(names(narrow)).toEqual(["beta__search"]);
     expect(narrow.response.result?.cacheScope).toBe("private");
@@ -116,7 +157,10 @@ describe("dispatch and aggregation", () => {
   });
 
   it("per-principal credentials: one principal's catalog never resolves a tool for another", async () => {
-    const vault = mk("vault", "http://127.0.0.1:9003/vault", { namespaced: false, credentials: { mode: "per_principal", header: "Authorization", prefix: "Bearer " } });
+    const vault = mk("vault", "http://127.0.0.1:9003/vault", {
+      namespaced: false,
+      credentials: { mode: "per_principal", header: "Authorization", prefix: "Bearer " },
+    });
     toolsOf = (_url, auth) => (auth === "Bearer token-a" ? ["admin_reset", "read"] : ["read"]);
     const asA = ctx([{ ...vault, headers: { Authorization: "Bearer token-a" } }], { ...everyone, sub: "agent:a" });
     const asB = ctx([{ ...vault, headers: { Authorization: "Bearer token-b" } }], { ...everyone, sub: "agent:b" });
@@ -149,7 +193,9 @@ describe("dispatch and aggregation", () => {
   });
 
   it("concurrent calls of one principal each get their own answer", async () => {
-    const outs = await Promise.all(["read", "write", "read", "write"].map((t, i) => dispatch(ctx([alpha, beta]), rpc("tools/call", { name: `alpha__${t}`, arguments: {} }, `r${i}`))));
+    const outs = await Promise.all(
+      ["read", "write", "read", "write"].map((t, i) => dispatch(ctx([alpha, beta]), rpc("tools/call", { name: `alpha__${t}`, arguments: {} }, `r${i}`))),
+    );
     outs.forEach((o, i) => {
       expect(o.response.id).toBe(`r${i}`);
       expect(o.response.result?.content).toEqual([{ type: "text", text: `ran ${i % 2 ? "write" : "read"}` }]);
@@ -164,7 +210,9 @@ describe("the upstream leg (callLeg) never throws", () => {
     expect(r).toEqual({ kind: "answered", status: 200, response: { jsonrpc: "2.0", id: 1, result: { content: [{ type: "text", text: "ran read" }] } } });
   });
   it("failed: unreachable", async () => {
-    behaviour = () => { throw new TypeError("connection refused"); };
+    behaviour = () => {
+      throw new TypeError("connection refused");
+    };
     const r = await callLeg(ctx([alpha]), alpha, call);
     expect(r.kind).toBe("failed");
     expect(r.kind === "failed" && !r.auth && r.reason).toContain("unreachable");
@@ -180,7 +228,10 @@ describe("the upstream leg (callLeg) never throws", () => {
     expect(r).toMatchObject({ kind: "failed", auth: true });
   });
   it("uncertain: the stream closed before the response", async () => {
-    behaviour = () => new Response("event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":1,\"progress\":1}}\n\n", { headers: { "content-type": "text/event-stream" } });
+    behaviour = () =>
+      new Response('event: message\ndata: {"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":1,"progress":1}}\n\n', {
+        headers: { "content-type": "text/event-stream" },
+      });
     const r = await callLeg(ctx([alpha], everyone, "legacy"), alpha, call);
     expect(r.kind).toBe("uncertain");
   });

@@ -56,9 +56,11 @@ describe("guardedFetch: redirects", () => {
 
   it("refuses at the denied hop of an allowed → allowed → denied chain", async () => {
     const o = outbound((url) =>
-      url.hostname === "a.example.com" ? redirect("https://b.example.com/two")
-      : url.hostname === "b.example.com" ? redirect("https://10.0.0.7/three", 307)
-      : new Response("should never be fetched"),
+      url.hostname === "a.example.com"
+        ? redirect("https://b.example.com/two")
+        : url.hostname === "b.example.com"
+          ? redirect("https://10.0.0.7/three", 307)
+          : new Response("should never be fetched"),
     );
     const e = await failure(guardedFetch("https://a.example.com/one", {}, opts(o.fetch, { maxRedirects: 2 })));
     expect(e.reason).toBe("redirect hop 2: IP literal 10.0.0.7 is in a private range (10.0.0.0/8)");
@@ -67,15 +69,15 @@ describe("guardedFetch: redirects", () => {
 
   it("follows allowed hops (relative Locations resolved against the current URL)", async () => {
     const o = outbound((url) =>
-      url.pathname === "/a/b" ? redirect("../c?x=1", 301)
-      : url.pathname === "/c" ? redirect("//other.example.com/final", 308)
-      : new Response(`landed on ${url.href}`),
+      url.pathname === "/a/b"
+        ? redirect("../c?x=1", 301)
+        : url.pathname === "/c"
+          ? redirect("//other.example.com/final", 308)
+          : new Response(`landed on ${url.href}`),
     );
     const res = await guardedFetch("https://api.example.com/a/b", {}, opts(o.fetch, { maxRedirects: 2 }));
     expect(await res.text()).toBe("landed on https://other.example.com/final");
-    expect(o.calls.map((c) => c.url.href)).toEqual([
-      "https://api.example.com/a/b", "https://api.example.com/c?x=1", "https://other.example.com/final",
-    ]);
+    expect(o.calls.map((c) => c.url.href)).toEqual(["https://api.example.com/a/b", "https://api.example.com/c?x=1", "https://other.example.com/final"]);
     for (const c of o.calls) expect(c.init.redirect).toBe("manual");
   });
 
@@ -106,7 +108,11 @@ describe("guardedFetch: redirects", () => {
     const o = outbound((url) =>
       url.pathname === "/one" ? redirect("/two") : url.pathname === "/two" ? redirect("https://other.example.com/three") : new Response("ok"),
     );
-    await guardedFetch("https://api.example.com/one", { headers: { authorization: "Bearer s3cret", cookie: "a=b", "x-keep": "1" } }, opts(o.fetch, { maxRedirects: 2 }));
+    await guardedFetch(
+      "https://api.example.com/one",
+      { headers: { authorization: "Bearer s3cret", cookie: "a=b", "x-keep": "1" } },
+      opts(o.fetch, { maxRedirects: 2 }),
+    );
     const seen = o.calls.map((c) => new Headers(c.init.headers));
     expect(seen.map((h) => h.get("authorization"))).toEqual(["Bearer s3cret", "Bearer s3cret", null]);
     expect(seen.map((h) => h.get("cookie"))).toEqual(["a=b", "a=b", null]);
@@ -116,8 +122,14 @@ describe("guardedFetch: redirects", () => {
 
 describe("guardedFetch: the check runs before any fetch", () => {
   it.each([
-    "http://169.254.169.254/", "http://api.example.com/", "https://10.0.0.1/", "https://u:p@api.example.com/",
-    "http://2130706433/", "file:///etc/passwd", "https://metadata.google.internal/", "not a url",
+    "http://169.254.169.254/",
+    "http://api.example.com/",
+    "https://10.0.0.1/",
+    "https://u:p@api.example.com/",
+    "http://2130706433/",
+    "file:///etc/passwd",
+    "https://metadata.google.internal/",
+    "not a url",
   ])("never calls fetch for %s", async (url) => {
     const o = outbound(() => new Response("must not happen"));
     const e = await failure(guardedFetch(url, {}, opts(o.fetch)));

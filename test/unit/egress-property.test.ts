@@ -22,15 +22,25 @@ const cidr = (s: string): [number, number] => {
 };
 /** Denied IPv4 ranges (loopback separately: allow_loopback may legitimately open it). */
 const DENIED_V4 = [
-  "0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "169.254.0.0/16", "172.16.0.0/12", "192.0.0.0/24",
-  "192.0.2.0/24", "192.88.99.0/24", "192.168.0.0/16", "198.18.0.0/15", "198.51.100.0/24",
-  "203.0.113.0/24", "224.0.0.0/4", "240.0.0.0/4",
+  "0.0.0.0/8",
+  "10.0.0.0/8",
+  "100.64.0.0/10",
+  "169.254.0.0/16",
+  "172.16.0.0/12",
+  "192.0.0.0/24",
+  "192.0.2.0/24",
+  "192.88.99.0/24",
+  "192.168.0.0/16",
+  "198.18.0.0/15",
+  "198.51.100.0/24",
+  "203.0.113.0/24",
+  "224.0.0.0/4",
+  "240.0.0.0/4",
 ].map(cidr);
 const METADATA_V4 = ["169.254.169.254", "169.254.170.2", "100.100.100.200", "168.63.129.16", "192.0.0.192"].map((s) => parseIPv4(s)!);
 const PUBLIC_V4 = ["8.0.0.0/8", "1.0.0.0/8", "104.16.0.0/12", "151.101.0.0/16", "93.184.0.0/16"].map(cidr);
 
-const inRange = ([base, bits]: [number, number]) =>
-  fc.integer({ min: 0, max: 2 ** (32 - bits) - 1 }).map((off) => base + off);
+const inRange = ([base, bits]: [number, number]) => fc.integer({ min: 0, max: 2 ** (32 - bits) - 1 }).map((off) => base + off);
 const addrIn = (ranges: [number, number][]) => fc.constantFrom(...ranges).chain(inRange);
 
 type Base = "dec" | "oct" | "hex";
@@ -71,39 +81,44 @@ const obfuscate = (text: string) =>
 
 const encodedV4 = (addr: fc.Arbitrary<number>) =>
   addr.chain((n) =>
-    fc.tuple(fc.constant(n), ipv4Text(n).chain((t) => fc.oneof(fc.constant(t), obfuscate(t)))),
+    fc.tuple(
+      fc.constant(n),
+      ipv4Text(n).chain((t) => fc.oneof(fc.constant(t), obfuscate(t))),
+    ),
   );
 
 const urlAround = (host: string) =>
   fc
-    .record({ scheme: fc.constantFrom("http", "https"), port: fc.constantFrom("", ":80", ":443", ":8080"), path: fc.constantFrom("/", "/mcp", "/latest/meta-data/") })
+    .record({
+      scheme: fc.constantFrom("http", "https"),
+      port: fc.constantFrom("", ":80", ":443", ":8080"),
+      path: fc.constantFrom("/", "/mcp", "/latest/meta-data/"),
+    })
     .map(({ scheme, port, path }) => `${scheme}://${host}${port}${path}`);
 
 // ---------------------------------------------------------------------------------------------
 // IPv6 forms
 
 const wordsText = (words: readonly number[]) =>
-  fc
-    .record({ pad: fc.boolean(), upper: fc.boolean(), compress: fc.boolean(), dottedTail: fc.boolean() })
-    .map(({ pad, upper, compress, dottedTail }) => {
-      const g = (w: number) => {
-        const h = pad ? w.toString(16).padStart(4, "0") : w.toString(16);
-        return upper ? h.toUpperCase() : h;
-      };
-      const tail = dottedTail ? [formatIPv4(words[6]! * 65536 + words[7]!)] : [g(words[6]!), g(words[7]!)];
-      const groups = [...words.slice(0, 6).map(g), ...tail];
-      if (!compress) return groups.join(":");
-      // Compress the longest run of zero groups among the first six (never the dotted tail).
-      let best = [-1, 0];
-      for (let i = 0; i < 6; i++) {
-        let j = i;
-        while (j < 6 && words[j] === 0) j++;
-        if (j - i > best[1]!) best = [i, j - i];
-      }
-      if (best[1]! < 1) return groups.join(":");
-      const [at, len] = best as [number, number];
-      return `${groups.slice(0, at).join(":")}::${groups.slice(at + len).join(":")}`;
-    });
+  fc.record({ pad: fc.boolean(), upper: fc.boolean(), compress: fc.boolean(), dottedTail: fc.boolean() }).map(({ pad, upper, compress, dottedTail }) => {
+    const g = (w: number) => {
+      const h = pad ? w.toString(16).padStart(4, "0") : w.toString(16);
+      return upper ? h.toUpperCase() : h;
+    };
+    const tail = dottedTail ? [formatIPv4(words[6]! * 65536 + words[7]!)] : [g(words[6]!), g(words[7]!)];
+    const groups = [...words.slice(0, 6).map(g), ...tail];
+    if (!compress) return groups.join(":");
+    // Compress the longest run of zero groups among the first six (never the dotted tail).
+    let best = [-1, 0];
+    for (let i = 0; i < 6; i++) {
+      let j = i;
+      while (j < 6 && words[j] === 0) j++;
+      if (j - i > best[1]!) best = [i, j - i];
+    }
+    if (best[1]! < 1) return groups.join(":");
+    const [at, len] = best as [number, number];
+    return `${groups.slice(0, at).join(":")}::${groups.slice(at + len).join(":")}`;
+  });
 
 const word = fc.integer({ min: 0, max: 0xffff });
 const split32 = (n: number) => [Math.floor(n / 65536), n & 0xffff];
@@ -116,7 +131,7 @@ const embedding = (v4: number): fc.Arbitrary<number[]> =>
     fc.constant([0, 0, 0, 0, 0xffff, 0, ...split32(v4)]),
     fc.constant([0x64, 0xff9b, 0, 0, 0, 0, ...split32(v4)]),
     fc.tuple(word, word, word, word, word).map(([a, b, c, d, e]) => [0x2002, ...split32(v4), a, b, c, d, e]),
-    fc.tuple(word, word, word, word).map(([a, b, c, d]) => [0x2001, 0, a, b, c, d, ...split32((~v4) >>> 0)]),
+    fc.tuple(word, word, word, word).map(([a, b, c, d]) => [0x2001, 0, a, b, c, d, ...split32(~v4 >>> 0)]),
   );
 
 const prefixed = (prefix: number[], bits: number) =>
@@ -132,8 +147,19 @@ const v6 = (s: string): [number[], number] => {
   return [parseIPv6(a!)!, Number(b)];
 };
 const DENIED_V6 = [
-  "fc00::/7", "fe80::/10", "fec0::/10", "ff00::/8", "2001:db8::/32", "2001::/23", "100::/64", "64:ff9b:1::/48",
-  "3fff::/20", "5f00::/16", "::/8", "4000::/2", "8000::/1",
+  "fc00::/7",
+  "fe80::/10",
+  "fec0::/10",
+  "ff00::/8",
+  "2001:db8::/32",
+  "2001::/23",
+  "100::/64",
+  "64:ff9b:1::/48",
+  "3fff::/20",
+  "5f00::/16",
+  "::/8",
+  "4000::/2",
+  "8000::/1",
 ].map(v6);
 
 const refused = (url: string, rules: typeof STRICT) => checkEgress(url, rules, ctx).ok === false;
@@ -150,20 +176,26 @@ describe("egress properties: IPv4 encodings", () => {
 
   it("refuses every encoding of an address in a denied range, under every config", () => {
     fc.assert(
-      fc.property(encodedV4(addrIn(DENIED_V4)).chain(([, t]) => urlAround(t)), (url) => {
-        expect(refused(url, STRICT), url).toBe(true);
-        expect(refused(url, LOOPBACK), url).toBe(true);
-        expect(refused(url, PERMISSIVE), url).toBe(true);
-      }),
+      fc.property(
+        encodedV4(addrIn(DENIED_V4)).chain(([, t]) => urlAround(t)),
+        (url) => {
+          expect(refused(url, STRICT), url).toBe(true);
+          expect(refused(url, LOOPBACK), url).toBe(true);
+          expect(refused(url, PERMISSIVE), url).toBe(true);
+        },
+      ),
       { numRuns: RUNS },
     );
   });
 
   it("refuses every encoding of a metadata address as a metadata address", () => {
     fc.assert(
-      fc.property(encodedV4(fc.constantFrom(...METADATA_V4)).chain(([, t]) => urlAround(t)), (url) => {
-        expect(checkEgress(url, PERMISSIVE, ctx)).toEqual({ ok: false, reason: "cloud metadata address" });
-      }),
+      fc.property(
+        encodedV4(fc.constantFrom(...METADATA_V4)).chain(([, t]) => urlAround(t)),
+        (url) => {
+          expect(checkEgress(url, PERMISSIVE, ctx)).toEqual({ ok: false, reason: "cloud metadata address" });
+        },
+      ),
       { numRuns: RUNS },
     );
   });
@@ -212,11 +244,17 @@ describe("egress properties: IPv6 forms", () => {
   it("refuses every IPv6 form embedding a denied, loopback or metadata IPv4, under every config", () => {
     const v4 = fc.oneof(addrIn(DENIED_V4), addrIn([cidr("127.0.0.0/8")]), fc.constantFrom(...METADATA_V4));
     fc.assert(
-      fc.property(v4.chain(embedding).chain(wordsText).chain((t) => urlAround(`[${t}]`)), (url) => {
-        expect(refused(url, STRICT), url).toBe(true);
-        expect(refused(url, LOOPBACK), url).toBe(true);
-        expect(refused(url, PERMISSIVE), url).toBe(true);
-      }),
+      fc.property(
+        v4
+          .chain(embedding)
+          .chain(wordsText)
+          .chain((t) => urlAround(`[${t}]`)),
+        (url) => {
+          expect(refused(url, STRICT), url).toBe(true);
+          expect(refused(url, LOOPBACK), url).toBe(true);
+          expect(refused(url, PERMISSIVE), url).toBe(true);
+        },
+      ),
       { numRuns: RUNS },
     );
   });
@@ -232,21 +270,33 @@ describe("egress properties: IPv6 forms", () => {
 
   it("refuses every address in a denied IPv6 range, under every config", () => {
     fc.assert(
-      fc.property(fc.constantFrom(...DENIED_V6).chain(([p, bits]) => prefixed(p, bits)).chain(wordsText), (t) => {
-        const url = `https://[${t}]/`;
-        expect(refused(url, PERMISSIVE), url).toBe(true);
-        expect(refused(url, STRICT), url).toBe(true);
-      }),
+      fc.property(
+        fc
+          .constantFrom(...DENIED_V6)
+          .chain(([p, bits]) => prefixed(p, bits))
+          .chain(wordsText),
+        (t) => {
+          const url = `https://[${t}]/`;
+          expect(refused(url, PERMISSIVE), url).toBe(true);
+          expect(refused(url, STRICT), url).toBe(true);
+        },
+      ),
       { numRuns: RUNS },
     );
   });
 
   it("control: public IPv6 passes only with allow_ip_literals", () => {
     fc.assert(
-      fc.property(fc.constantFrom(v6("2606:4700::/32"), v6("2a00:1450::/32")).chain(([p, b]) => prefixed(p, b)).chain(wordsText), (t) => {
-        expect(refused(`https://[${t}]/`, STRICT)).toBe(true);
-        expect(refused(`https://[${t}]/`, PERMISSIVE)).toBe(false);
-      }),
+      fc.property(
+        fc
+          .constantFrom(v6("2606:4700::/32"), v6("2a00:1450::/32"))
+          .chain(([p, b]) => prefixed(p, b))
+          .chain(wordsText),
+        (t) => {
+          expect(refused(`https://[${t}]/`, STRICT)).toBe(true);
+          expect(refused(`https://[${t}]/`, PERMISSIVE)).toBe(false);
+        },
+      ),
       { numRuns: RUNS },
     );
   });

@@ -12,21 +12,37 @@ const issues = (input: unknown): string[] => {
 describe("egress schema", () => {
   it("defaults: https only, any public host, port 443, no redirects", () => {
     expect(egressSchema.parse({})).toEqual({
-      allow_loopback: false, allow_ip_literals: false, hosts: [], ports: [443],
-      max_redirects: 0, max_response_bytes: 16 * 1024 * 1024, timeout_ms: 30_000,
+      allow_loopback: false,
+      allow_ip_literals: false,
+      hosts: [],
+      ports: [443],
+      max_redirects: 0,
+      max_response_bytes: 16 * 1024 * 1024,
+      timeout_ms: 30_000,
     });
     expect(DEFAULT_EGRESS_RULES).toEqual(egressSchema.parse({}));
     expect(Object.isFrozen(DEFAULT_EGRESS_RULES) && Object.isFrozen(DEFAULT_EGRESS_RULES.hosts)).toBe(true);
   });
 
   it("parses every field", () => {
-    expect(egressSchema.parse({
-      allow_loopback: true, allow_ip_literals: true, hosts: ["API.Example.COM.", "*.Corp.Internal", "b\u00fccher.example", "2001:DB8::1", "8.8.8.8"],
-      ports: [443, 8443], max_redirects: 5, max_response_bytes: 1024, timeout: "2m",
-    })).toEqual({
-      allow_loopback: true, allow_ip_literals: true,
+    expect(
+      egressSchema.parse({
+        allow_loopback: true,
+        allow_ip_literals: true,
+        hosts: ["API.Example.COM.", "*.Corp.Internal", "b\u00fccher.example", "2001:DB8::1", "8.8.8.8"],
+        ports: [443, 8443],
+        max_redirects: 5,
+        max_response_bytes: 1024,
+        timeout: "2m",
+      }),
+    ).toEqual({
+      allow_loopback: true,
+      allow_ip_literals: true,
       hosts: ["api.example.com", "*.corp.internal", "xn--bcher-kva.example", "[2001:db8::1]", "8.8.8.8"],
-      ports: [443, 8443], max_redirects: 5, max_response_bytes: 1024, timeout_ms: 120_000,
+      ports: [443, 8443],
+      max_redirects: 5,
+      max_response_bytes: 1024,
+      timeout_ms: 120_000,
     });
     expect(egressSchema.parse({ timeout: 1500 }).timeout_ms).toBe(1500);
     expect(egressSchema.parse({ timeout: "500ms" }).timeout_ms).toBe(500);
@@ -35,15 +51,48 @@ describe("egress schema", () => {
 
   it("rejects unknown fields and bad values, reporting each", () => {
     const got = issues({
-      allow_loopback: "yes", bogus: 1, hosts: ["*", "a.example.com:8443", "https://a.example.com/", "*.*.example.com", "metadata.google.internal", "x.metadata.goog", "*.10.0.0.1", "*.1.2.3", "*.[::1]"],
-      ports: [0, 70000, 1.5], max_redirects: 6, max_response_bytes: 0, timeout: "soon",
+      allow_loopback: "yes",
+      bogus: 1,
+      hosts: [
+        "*",
+        "a.example.com:8443",
+        "https://a.example.com/",
+        "*.*.example.com",
+        "metadata.google.internal",
+        "x.metadata.goog",
+        "*.10.0.0.1",
+        "*.1.2.3",
+        "*.[::1]",
+      ],
+      ports: [0, 70000, 1.5],
+      max_redirects: 6,
+      max_response_bytes: 0,
+      timeout: "soon",
     });
     const expected = [
-      /^allow_loopback: /, /^: Unrecognized key.*bogus/, /^hosts\.0: "\*" is not a pattern here/, /^hosts\.1: .*no port/,
-      /^hosts\.2: /, /^hosts\.3: /, /^hosts\.4: .*cloud metadata host name/, /^hosts\.5: .*cloud metadata host name/, /^hosts\.6: .*not an IP literal/, /^hosts\.7: .*not an IP literal/, /^hosts\.8: /,
-      /^ports\.0: /, /^ports\.1: /, /^ports\.2: /, /^max_redirects: /, /^max_response_bytes: /, /^timeout: /,
+      /^allow_loopback: /,
+      /^: Unrecognized key.*bogus/,
+      /^hosts\.0: "\*" is not a pattern here/,
+      /^hosts\.1: .*no port/,
+      /^hosts\.2: /,
+      /^hosts\.3: /,
+      /^hosts\.4: .*cloud metadata host name/,
+      /^hosts\.5: .*cloud metadata host name/,
+      /^hosts\.6: .*not an IP literal/,
+      /^hosts\.7: .*not an IP literal/,
+      /^hosts\.8: /,
+      /^ports\.0: /,
+      /^ports\.1: /,
+      /^ports\.2: /,
+      /^max_redirects: /,
+      /^max_response_bytes: /,
+      /^timeout: /,
     ];
-    for (const re of expected) expect(got.some((g) => re.test(g)), `${re} in ${JSON.stringify(got)}`).toBe(true);
+    for (const re of expected)
+      expect(
+        got.some((g) => re.test(g)),
+        `${re} in ${JSON.stringify(got)}`,
+      ).toBe(true);
     expect(issues({ ports: [] })).toEqual(["ports: list at least one port (443 is the default)"]);
     expect(issues({ timeout: "20m" })[0]).toMatch(/between 1 ms and 15 minutes/);
   });
@@ -64,7 +113,20 @@ describe("egress building blocks", () => {
     expect(parseIPv6("::ffff:1.2.3.4")).toEqual([0, 0, 0, 0, 0, 0xffff, 0x0102, 0x0304]);
     expect(parseIPv6("1:2:3:4:5:6:1.2.3.4")).toEqual([1, 2, 3, 4, 5, 6, 0x0102, 0x0304]);
     expect(parseIPv6("fd00:ec2::254")).toEqual([0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254]);
-    for (const s of ["", ":::", "1:::2", "1::2::3", "12345::", "1:2:3:4:5:6:7:8:9", "1:2:3:4:5:6:7", "1:2:3:4:5:6:7:8::", "::1.2.3", "::1.2.3.4:5", "g::", "fe80::1%eth0"]) {
+    for (const s of [
+      "",
+      ":::",
+      "1:::2",
+      "1::2::3",
+      "12345::",
+      "1:2:3:4:5:6:7:8:9",
+      "1:2:3:4:5:6:7",
+      "1:2:3:4:5:6:7:8::",
+      "::1.2.3",
+      "::1.2.3.4:5",
+      "g::",
+      "fe80::1%eth0",
+    ]) {
       expect(parseIPv6(s), s).toBeNull();
     }
   });

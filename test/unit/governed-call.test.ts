@@ -12,13 +12,29 @@ import type { Principal } from "../../src/config/principal.ts";
 import { type GovernanceDeps, governedPassThrough, governToolCall, RECEIPT_META } from "../../src/governance/call.ts";
 import { type CatalogTool, catalogEntry, schemaHash } from "../../src/governance/catalog.ts";
 import {
-  CatalogUnreadable, type Decision, type LegResult, NO_HALTS, NO_HOLDS, NO_LEDGER, NO_MAPPINGS, OPEN_POLICY, type ToolCall,
+  CatalogUnreadable,
+  type Decision,
+  type LegResult,
+  NO_HALTS,
+  NO_HOLDS,
+  NO_LEDGER,
+  NO_MAPPINGS,
+  OPEN_POLICY,
+  type ToolCall,
 } from "../../src/governance/steps.ts";
 import type { JsonObject, JsonRpcRequest } from "../../src/wire/jsonrpc.ts";
 
 const up: UpstreamConfig = {
-  name: "alpha", url: "http://127.0.0.1:9/mcp", namespaced: true, headers: {}, allow: [], deny: ["secret_*"], timeoutMs: 1000,
-  credentials: { mode: "none", header: "Authorization", prefix: "Bearer " }, egress: DEFAULT_EGRESS_RULES, onLoopback: true,
+  name: "alpha",
+  url: "http://127.0.0.1:9/mcp",
+  namespaced: true,
+  headers: {},
+  allow: [],
+  deny: ["secret_*"],
+  timeoutMs: 1000,
+  credentials: { mode: "none", header: "Authorization", prefix: "Bearer " },
+  egress: DEFAULT_EGRESS_RULES,
+  onLoopback: true,
 };
 const agent: Principal = { sub: "agent:a", team: "infra", roles: ["agent"], tools: ["alpha__*"], authenticated: true, jti: "j-1" };
 
@@ -27,7 +43,12 @@ async function tool(name: string): Promise<CatalogTool> {
 }
 
 function call(exposedName: string, args: JsonObject = { x: 1 }, principal = agent): ToolCall {
-  const request: JsonRpcRequest = { jsonrpc: "2.0", id: 7, method: "tools/call", params: { name: exposedName, arguments: args, _meta: { progressToken: "p1" } } };
+  const request: JsonRpcRequest = {
+    jsonrpc: "2.0",
+    id: 7,
+    method: "tools/call",
+    params: { name: exposedName, arguments: args, _meta: { progressToken: "p1" } },
+  };
   return { principal, era: "legacy", request, exposedName, arguments: args, runId: "run-1" };
 }
 
@@ -38,14 +59,33 @@ function fakes(leg: LegResult | (() => Promise<LegResult>), over: Partial<Govern
   let t = 1000;
   const deps: GovernanceDeps = {
     catalog: { resolve: async (name) => (name.startsWith("alpha__") ? { upstream: up, tool: await tool(name.slice(7)) } : null) },
-    killSwitch: { read: async () => { events.push("kill_switch"); return { version: 1, halts: [] }; } },
+    killSwitch: {
+      read: async () => {
+        events.push("kill_switch");
+        return { version: 1, halts: [] };
+      },
+    },
     mappings: NO_MAPPINGS,
-    policy: { version: "p1", decide: async () => { events.push("decide"); return { decision: "allow", rule: "r1", reason: "ok", obligations: [], mode: "enforce", policyVersion: "p1" }; } },
+    policy: {
+      version: "p1",
+      decide: async () => {
+        events.push("decide");
+        return { decision: "allow", rule: "r1", reason: "ok", obligations: [], mode: "enforce", policyVersion: "p1" };
+      },
+    },
     holds: NO_HOLDS,
     ledger: {
-      decision: async () => { events.push("write_ahead"); return { chain: "infra", seq: 1, hash: "h1", decision_id: "d1" }; },
-      outcome: async (r) => { events.push(`outcome:${r.status}`); return { chain: "infra", seq: 2, hash: "h2", decision_id: "d1" }; },
-      blocked: async (_c, r) => { events.push(`blocked:${r.check}`); },
+      decision: async () => {
+        events.push("write_ahead");
+        return { chain: "infra", seq: 1, hash: "h1", decision_id: "d1" };
+      },
+      outcome: async (r) => {
+        events.push(`outcome:${r.status}`);
+        return { chain: "infra", seq: 2, hash: "h2", decision_id: "d1" };
+      },
+      blocked: async (_c, r) => {
+        events.push(`blocked:${r.check}`);
+      },
     },
     upstream: {
       call: async (_target, request) => {
@@ -135,20 +175,30 @@ describe("governToolCall", () => {
   });
 
   it("a halt covering the call refuses it; the upstream sees nothing", async () => {
-    for (const halt of [{ scope: "global" as const }, { scope: "team" as const, target: "infra" }, { scope: "tool" as const, target: "alpha__do_it" }, { scope: "grant" as const, target: "j-1" }]) {
+    for (const halt of [
+      { scope: "global" as const },
+      { scope: "team" as const, target: "infra" },
+      { scope: "tool" as const, target: "alpha__do_it" },
+      { scope: "grant" as const, target: "j-1" },
+    ]) {
       const f = fakes(answered({ content: [] }), { killSwitch: { read: async () => ({ version: 2, halts: [{ ...halt, reason: "incident 42" }] }) } });
       const a = await governToolCall(f.deps, call("alpha__do_it"));
       expect(text(a), halt.scope).toContain("incident 42");
       expect(f.seen, halt.scope).toHaveLength(0);
       expect(f.events).toEqual(["blocked:kill_switch"]);
     }
-    const other = fakes(answered({ content: [] }), { killSwitch: { read: async () => ({ version: 2, halts: [{ scope: "upstream", target: "beta", reason: "x" }] }) } });
+    const other = fakes(answered({ content: [] }), {
+      killSwitch: { read: async () => ({ version: 2, halts: [{ scope: "upstream", target: "beta", reason: "x" }] }) },
+    });
     await governToolCall(other.deps, call("alpha__do_it"));
     expect(other.seen).toHaveLength(1);
   });
 
   it("policy: deny in enforce mode refuses; deny in observe mode forwards; require_approval without holds refuses", async () => {
-    const decide = (d: Partial<Decision>) => ({ version: "p", decide: async (): Promise<Decision> => ({ decision: "allow", rule: "r", reason: "because", obligations: [], mode: "enforce", policyVersion: "p", ...d }) });
+    const decide = (d: Partial<Decision>) => ({
+      version: "p",
+      decide: async (): Promise<Decision> => ({ decision: "allow", rule: "r", reason: "because", obligations: [], mode: "enforce", policyVersion: "p", ...d }),
+    });
     const deny = fakes(answered({ content: [] }), { policy: decide({ decision: "deny", reason: "no writes on Fridays" }) });
     expect(text(await governToolCall(deny.deps, call("alpha__do_it")))).toContain("no writes on Fridays");
     expect(deny.seen).toHaveLength(0);
@@ -162,7 +212,17 @@ describe("governToolCall", () => {
 
   it("an obligation the gateway cannot apply holds the result back (the call ran; the outcome says so)", async () => {
     const f = fakes(answered({ content: [{ type: "text", text: "secret rows" }] }), {
-      policy: { version: "p", decide: async () => ({ decision: "allow", rule: "r", reason: "ok", obligations: [{ kind: "mask", path: "$.ssn" }], mode: "enforce", policyVersion: "p" }) },
+      policy: {
+        version: "p",
+        decide: async () => ({
+          decision: "allow",
+          rule: "r",
+          reason: "ok",
+          obligations: [{ kind: "mask", path: "$.ssn" }],
+          mode: "enforce",
+          policyVersion: "p",
+        }),
+      },
     });
     const a = await governToolCall(f.deps, call("alpha__do_it"));
     expect(f.seen).toHaveLength(1);
@@ -172,13 +232,33 @@ describe("governToolCall", () => {
   });
 
   describe("fail closed: a step that throws refuses the call and the upstream sees nothing", () => {
-    const boom = async (): Promise<never> => { throw new Error("store unreachable"); };
+    const boom = async (): Promise<never> => {
+      throw new Error("store unreachable");
+    };
     const cases: [string, Partial<GovernanceDeps>][] = [
       ["resolve", { catalog: { resolve: boom } }],
       ["kill_switch", { killSwitch: { read: boom } }],
-      ["classify", { mappings: { get: () => { throw new Error("bad mapping"); } } }],
+      [
+        "classify",
+        {
+          mappings: {
+            get: () => {
+              throw new Error("bad mapping");
+            },
+          },
+        },
+      ],
       ["policy", { policy: { version: "p", decide: boom } }],
-      ["hold", { policy: { version: "p", decide: async () => ({ decision: "require_approval", rule: "r", reason: "risky", obligations: [], mode: "enforce", policyVersion: "p" }) }, holds: { settle: boom } }],
+      [
+        "hold",
+        {
+          policy: {
+            version: "p",
+            decide: async () => ({ decision: "require_approval", rule: "r", reason: "risky", obligations: [], mode: "enforce", policyVersion: "p" }),
+          },
+          holds: { settle: boom },
+        },
+      ],
       ["ledger", { ledger: { ...NO_LEDGER, decision: boom } }],
     ];
     for (const [stepName, over] of cases) {
@@ -201,7 +281,13 @@ describe("governToolCall", () => {
   });
 
   it("a catalog the upstream cannot serve answers like the upstream leg would", async () => {
-    const f = fakes(answered({ content: [] }), { catalog: { resolve: async () => { throw new CatalogUnreadable("alpha", { kind: "failed", reason: "upstream alpha: unreachable", auth: false }); } } });
+    const f = fakes(answered({ content: [] }), {
+      catalog: {
+        resolve: async () => {
+          throw new CatalogUnreadable("alpha", { kind: "failed", reason: "upstream alpha: unreachable", auth: false });
+        },
+      },
+    });
     const a = await governToolCall(f.deps, call("alpha__do_it"));
     expect(a.response.error?.message).toBe("upstream alpha: unreachable");
     expect(f.seen).toHaveLength(0);
@@ -218,14 +304,25 @@ describe("governToolCall", () => {
 describe("governedPassThrough", () => {
   it("forwards when nothing is halted and refuses (never forwarding) under a halt or a kill switch that cannot answer", async () => {
     let forwarded = 0;
-    const fwd = async (): Promise<LegResult> => { forwarded++; return answered({ task: { taskId: "t1" } }); };
+    const fwd = async (): Promise<LegResult> => {
+      forwarded++;
+      return answered({ task: { taskId: "t1" } });
+    };
     const ok = fakes(answered({}));
     const a = await governedPassThrough(ok.deps, { call: call(""), upstream: up }, fwd);
     expect(a.response.result).toEqual({ task: { taskId: "t1" } });
-    const halted = fakes(answered({}), { killSwitch: { read: async () => ({ version: 3, halts: [{ scope: "upstream", target: "alpha", reason: "maintenance" }] }) } });
+    const halted = fakes(answered({}), {
+      killSwitch: { read: async () => ({ version: 3, halts: [{ scope: "upstream", target: "alpha", reason: "maintenance" }] }) },
+    });
     const h = await governedPassThrough(halted.deps, { call: call(""), upstream: up }, fwd);
     expect(h.response.error?.message).toContain("maintenance");
-    const broken = fakes(answered({}), { killSwitch: { read: async () => { throw new Error("down"); } } });
+    const broken = fakes(answered({}), {
+      killSwitch: {
+        read: async () => {
+          throw new Error("down");
+        },
+      },
+    });
     const b = await governedPassThrough(broken.deps, { call: call(""), upstream: up }, fwd);
     expect(b.response.error?.message).toContain("refused to fail closed");
     expect(forwarded).toBe(1);
@@ -235,13 +332,19 @@ describe("governedPassThrough", () => {
 describe("schema hash", () => {
   it("is SHA-256 over the RFC 8785 canonical JSON of the schemas: key order and spacing do not matter, a change does", async () => {
     const a = await schemaHash({ name: "t", inputSchema: { type: "object", properties: { b: { type: "string" }, a: { type: "number" } } } });
-    const b = await schemaHash({ inputSchema: { properties: { a: { type: "number" }, b: { type: "string" } }, type: "object" }, name: "renamed", description: "x" });
+    const b = await schemaHash({
+      inputSchema: { properties: { a: { type: "number" }, b: { type: "string" } }, type: "object" },
+      name: "renamed",
+      description: "x",
+    });
     const c = await schemaHash({ inputSchema: { type: "object", properties: { a: { type: "integer" }, b: { type: "string" } } } });
     expect(a).toMatch(/^[0-9a-f]{64}$/);
     expect(a).toBe(b);
     expect(a).not.toBe(c);
     // The canonical form of {"inputSchema":{}} hashed independently.
-    const known = Array.from(new Uint8Array(await crypto.subtle.digest("SHA-256", new TextEncoder().encode('{"inputSchema":{}}'))), (x) => x.toString(16).padStart(2, "0")).join("");
+    const known = Array.from(new Uint8Array(await crypto.subtle.digest("SHA-256", new TextEncoder().encode('{"inputSchema":{}}'))), (x) =>
+      x.toString(16).padStart(2, "0"),
+    ).join("");
     expect(await schemaHash({ name: "empty" })).toBe(known);
   });
 });

@@ -31,18 +31,28 @@ describe("parseMessage", () => {
 
 function streamOf(chunks: string[]): ReadableStream<Uint8Array> {
   const enc = new TextEncoder();
-  return new ReadableStream({ start(c) { for (const ch of chunks) c.enqueue(enc.encode(ch)); c.close(); } });
+  return new ReadableStream({
+    start(c) {
+      for (const ch of chunks) c.enqueue(enc.encode(ch));
+      c.close();
+    },
+  });
 }
 
 describe("SSE", () => {
   it("round-trips events split across chunks, CRLF, comments and multi-line data", async () => {
     const dec = new TextDecoder();
-    const wire = dec.decode(encodeEvent({ id: "s/0", retry: 500, data: "" })) + ": comment\n\n" +
+    const wire =
+      dec.decode(encodeEvent({ id: "s/0", retry: 500, data: "" })) +
+      ": comment\n\n" +
       dec.decode(encodeEvent({ id: "s/1", data: '{"a":1}\n{"b":2}' })).replace(/\n/g, "\r\n");
     const retries: number[] = [];
     const out = [];
     for await (const ev of parseSse(streamOf([wire.slice(0, 7), wire.slice(7, 30), wire.slice(30)]), (ms) => retries.push(ms))) out.push(ev);
     expect(retries).toEqual([500]);
-    expect(out).toEqual([{ id: "s/0", data: "" }, { id: "s/1", data: '{"a":1}\n{"b":2}' }]);
+    expect(out).toEqual([
+      { id: "s/0", data: "" },
+      { id: "s/1", data: '{"a":1}\n{"b":2}' },
+    ]);
   });
 });

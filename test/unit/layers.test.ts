@@ -25,6 +25,12 @@ describe("layers", () => {
     });
     expect(v.some((p) => p.startsWith("src/wire/a.ts (wire) imports src/mcp/b.ts"))).toBe(true);
     expect(v.some((p) => p.startsWith("src/governance/c.ts (governance) imports src/identity/p.ts"))).toBe(true);
-    expect(v.some((p) => p.startsWith("import cycle: src/mcp/b.ts → src/wire/a.ts → src/mcp/b.ts") || p.startsWith("import cycle: src/wire/a.ts → src/mcp/b.ts → src/wire/a.ts"))).toBe(true);
+    expect(
+      v.some(
+        (p) =>
+          p.startsWith("import cycle: src/mcp/b.ts → src/wire/a.ts → src/mcp/b.ts") ||
+          p.startsWith("import cycle: src/wire/a.ts → src/mcp/b.ts → src/wire/a.ts"),
+      ),
+    ).toBe(true);
   });
 });

@@ -64,14 +64,21 @@ export function layerViolations(files: Record<string, string>): string[] {
     const from = layerOf(path);
     if (from === null) continue;
     const allowed = ALLOWED[from];
-    if (!allowed) { problems.push(`${path}: unknown layer "${from}"`); continue; }
+    if (!allowed) {
+      problems.push(`${path}: unknown layer "${from}"`);
+      continue;
+    }
     const edges: string[] = [];
     for (const spec of importsOf(text)) {
       const target = resolveRel(path, spec);
       const to = layerOf(target);
-      if (to === null) { problems.push(`${path} imports ${spec}, which is outside the layered tree`); continue; }
+      if (to === null) {
+        problems.push(`${path} imports ${spec}, which is outside the layered tree`);
+        continue;
+      }
       edges.push(target);
-      if (to !== from && !allowed.includes(to)) problems.push(`${path} (${from}) imports ${target} (${to}): ${from} may import only ${allowed.join(", ") || "nothing of the project"}`);
+      if (to !== from && !allowed.includes(to))
+        problems.push(`${path} (${from}) imports ${target} (${to}): ${from} may import only ${allowed.join(", ") || "nothing of the project"}`);
     }
     graph.set(path, edges);
   }

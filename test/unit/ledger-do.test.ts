@@ -41,15 +41,35 @@ function globalChain() {
 const now = () => new Date().toISOString();
 function decision(team: string, id: string, i = 0): EntryDraft {
   return {
-    kind: "decision", id, at: now(),
+    kind: "decision",
+    id,
+    at: now(),
     body: {
-      principal: `agent:${i % 3}`, team, run: null, upstream: "alpha", tool: `alpha__t${i % 5}`, arguments: { i }, arguments_mode: "full",
-      classification: { level: "read", source: "mapping" }, decision: "allow", rule: null, reason: "allowed", mode: "enforce", policy_version: "p1", obligations: [], hold_id: null,
+      principal: `agent:${i % 3}`,
+      team,
+      run: null,
+      upstream: "alpha",
+      tool: `alpha__t${i % 5}`,
+      arguments: { i },
+      arguments_mode: "full",
+      classification: { level: "read", source: "mapping" },
+      decision: "allow",
+      rule: null,
+      reason: "allowed",
+      mode: "enforce",
+      policy_version: "p1",
+      obligations: [],
+      hold_id: null,
     },
   };
 }
 function outcome(id: string, decisionId: string, status: "succeeded" | "failed" | "uncertain" = "succeeded"): EntryDraft {
-  return { kind: "outcome", id, at: now(), body: { decision_id: decisionId, status, result_hash: "ab".repeat(32), duration_ms: 3, obligations_applied: [], reason: null } };
+  return {
+    kind: "outcome",
+    id,
+    at: now(),
+    body: { decision_id: decisionId, status, result_hash: "ab".repeat(32), duration_ms: 3, obligations_applied: [], reason: null },
+  };
 }
 
 async function readAll(api: LedgerApi): Promise<LedgerEntry[]> {
@@ -110,7 +130,16 @@ describe("LedgerDO", () => {
     let rows = await d1Rows(name);
     expect(rows).toHaveLength(500);
     expect(rows.map((r) => [r.seq, r.hash, r.prev, r.id])).toEqual(stored.map((e) => [e.seq, e.hash, e.prev, e.id]));
-    expect(rows[7]).toMatchObject({ kind: "decision", team: name, principal: "agent:1", upstream: "alpha", tool: "alpha__t2", decision_id: stored[7]!.id, status: null, v: 1 });
+    expect(rows[7]).toMatchObject({
+      kind: "decision",
+      team: name,
+      principal: "agent:1",
+      upstream: "alpha",
+      tool: "alpha__t2",
+      decision_id: stored[7]!.id,
+      status: null,
+      v: 1,
+    });
     expect(JSON.parse(rows[7]!.body as string)).toEqual(stored[7]!.body);
     expect((await api.status()).flushedSeq).toBe(500);
 
@@ -133,7 +162,10 @@ describe("LedgerDO", () => {
 
   it("signs a checkpoint when 256 entries are unanchored and commits it to the _global chain", async () => {
     const { name, api, raw } = chain("team-cp256");
-    await api.append(Array.from({ length: 255 }, (_, i) => decision(name, `a-${i}`, i)), SIGNING);
+    await api.append(
+      Array.from({ length: 255 }, (_, i) => decision(name, `a-${i}`, i)),
+      SIGNING,
+    );
     expect(await api.checkpoints(0)).toEqual([]);
     expect((await api.status()).unanchored).toBe(255);
     const [e256] = await api.append([decision(name, "a-255")], SIGNING);
@@ -162,7 +194,10 @@ describe("LedgerDO", () => {
     const d1cp = await env.LEDGER_DB.prepare("SELECT * FROM ledger_checkpoints WHERE chain = ?").bind(name).all();
     expect(d1cp.results).toEqual([{ chain: name, size: 256, hash: e256!.hash, at: cps[0]!.at, note: cps[0]!.note }]);
     // The same checkpoint committed again (a retried anchor) is not a second global entry.
-    await g.api.append([{ kind: "checkpoint", id: `checkpoint:${name}:256`, at: cps[0]!.at, body: { chain: name, size: 256, hash: e256!.hash, note: cps[0]!.note } }], SIGNING);
+    await g.api.append(
+      [{ kind: "checkpoint", id: `checkpoint:${name}:256`, at: cps[0]!.at, body: { chain: name, size: 256, hash: e256!.hash, note: cps[0]!.note } }],
+      SIGNING,
+    );
     expect(await g.api.traceCall(`checkpoint:${name}:256`)).toHaveLength(1);
   });
 
@@ -210,7 +245,10 @@ describe("LedgerDO", () => {
   it("without a signing key no checkpoint is signed, and status says why", async () => {
     const { name, api, raw } = chain("team-nokey");
     const signing = { secret: "LEDGER_TEST_NO_SUCH_SECRET", gateway: SIGNING.gateway };
-    await api.append(Array.from({ length: 300 }, (_, i) => decision(name, `c-${i}`, i)), signing);
+    await api.append(
+      Array.from({ length: 300 }, (_, i) => decision(name, `c-${i}`, i)),
+      signing,
+    );
     expect(await api.checkpoints(0)).toEqual([]);
     const st = await api.status();
     expect(st.checkpointProblem).toBe("no signing key configured: the Worker secret LEDGER_TEST_NO_SUCH_SECRET is not set");
@@ -231,9 +269,15 @@ describe("LedgerDO", () => {
     await api.append([decision(name, "dec-1", 1)], SIGNING);
     await api.append([decision(name, "dec-2", 2)], SIGNING);
     await api.append([outcome("out-1", "dec-1", "failed")], SIGNING);
-    await api.append([{ kind: "blocked", id: "blk-1", at: now(), body: { principal: "agent:z", team: name, run: null, tool: "alpha__x", check: "policy", reason: "denied" } }], SIGNING);
+    await api.append(
+      [{ kind: "blocked", id: "blk-1", at: now(), body: { principal: "agent:z", team: name, run: null, tool: "alpha__x", check: "policy", reason: "denied" } }],
+      SIGNING,
+    );
     const t = await api.traceCall("dec-1");
-    expect(t.map((e) => [e.seq, e.kind, e.id])).toEqual([[1, "decision", "dec-1"], [3, "outcome", "out-1"]]);
+    expect(t.map((e) => [e.seq, e.kind, e.id])).toEqual([
+      [1, "decision", "dec-1"],
+      [3, "outcome", "out-1"],
+    ]);
     expect(await api.traceCall("nope")).toEqual([]);
     await runDurableObjectAlarm(raw);
     const rows = await d1Rows(name);
@@ -249,10 +293,17 @@ describe("LedgerDO", () => {
     const { name, api, raw } = chain("team-fail");
     await api.append([decision(name, "ok-0")], SIGNING);
     const bad: EntryDraft = { kind: "decision", id: "bad", at: now(), body: { x: Number.NaN } };
-    const mixed = await Promise.allSettled([api.append([decision(name, "ok-1")], SIGNING), api.append([bad], SIGNING), api.append([decision(name, "ok-2")], SIGNING)]);
+    const mixed = await Promise.allSettled([
+      api.append([decision(name, "ok-1")], SIGNING),
+      api.append([bad], SIGNING),
+      api.append([decision(name, "ok-2")], SIGNING),
+    ]);
     expect(mixed.map((r) => r.status)).toEqual(["fulfilled", "rejected", "fulfilled"]);
     expect(String((mixed[1] as PromiseRejectedResult).reason)).toMatch(/cannot be canonicalised/);
-    const huge = await api.append([{ kind: "decision", id: "huge", at: now(), body: { blob: "x".repeat(300_000) } }], SIGNING).then(() => null, (e: unknown) => e);
+    const huge = await api.append([{ kind: "decision", id: "huge", at: now(), body: { blob: "x".repeat(300_000) } }], SIGNING).then(
+      () => null,
+      (e: unknown) => e,
+    );
     expect(String(huge)).toMatch(/at most 262144 are kept/);
     expect(verifyChain(name, await readAll(api))).toMatchObject({ ok: true, count: 3 });
 
@@ -261,7 +312,9 @@ describe("LedgerDO", () => {
     await runInDurableObject(raw, (_o: LedgerDO, state) => {
       state.storage.sql.exec("CREATE TRIGGER inject_failure BEFORE INSERT ON entries BEGIN SELECT RAISE(ABORT, 'injected failure'); END");
     });
-    const failed = await Promise.allSettled(Array.from({ length: 20 }, (_, i) => api.append([decision(name, `f-${i}`), outcome(`fo-${i}`, `f-${i}`)], SIGNING)));
+    const failed = await Promise.allSettled(
+      Array.from({ length: 20 }, (_, i) => api.append([decision(name, `f-${i}`), outcome(`fo-${i}`, `f-${i}`)], SIGNING)),
+    );
     expect(failed.every((r) => r.status === "rejected")).toBe(true);
     for (const r of failed) expect(String((r as PromiseRejectedResult).reason)).toMatch(/could not be written.*injected failure.*nothing was appended/);
     expect(await api.head()).toEqual(before.head);
@@ -281,8 +334,16 @@ describe("LedgerDO", () => {
     const { name, api, raw } = chain("team-d1down");
     await api.append([decision(name, "e-1")], SIGNING);
     const real = env.LEDGER_DB;
-    const down = { prepare: (q: string) => real.prepare(q), batch: async () => { throw new Error("D1 is unavailable"); } } as unknown as D1Database;
-    const setDb = (db: D1Database) => runInDurableObject(raw, (o: LedgerDO) => { (o as unknown as { env: Env }).env = { ...env, LEDGER_DB: db }; });
+    const down = {
+      prepare: (q: string) => real.prepare(q),
+      batch: async () => {
+        throw new Error("D1 is unavailable");
+      },
+    } as unknown as D1Database;
+    const setDb = (db: D1Database) =>
+      runInDurableObject(raw, (o: LedgerDO) => {
+        (o as unknown as { env: Env }).env = { ...env, LEDGER_DB: db };
+      });
     await setDb(down);
     expect(await runDurableObjectAlarm(raw)).toBe(true);
     let st = await api.status();
@@ -298,15 +359,18 @@ describe("LedgerDO", () => {
     // The retry waits for its backoff; a second failure doubles it.
     await alarmAgain(raw);
     expect((await api.status()).flushFailures).toBe(1);
-    const age = () => runInDurableObject(raw, (_o: LedgerDO, state) => {
-      const t = JSON.parse(state.storage.sql.exec<{ v: string }>("SELECT v FROM meta WHERE k = 'flush_trouble'").one().v) as { retryAt: number };
-      state.storage.sql.exec("UPDATE meta SET v = ? WHERE k = 'flush_trouble'", JSON.stringify({ ...t, retryAt: Date.now() - 1 }));
-    });
+    const age = () =>
+      runInDurableObject(raw, (_o: LedgerDO, state) => {
+        const t = JSON.parse(state.storage.sql.exec<{ v: string }>("SELECT v FROM meta WHERE k = 'flush_trouble'").one().v) as { retryAt: number };
+        state.storage.sql.exec("UPDATE meta SET v = ? WHERE k = 'flush_trouble'", JSON.stringify({ ...t, retryAt: Date.now() - 1 }));
+      });
     await age();
     await alarmAgain(raw);
     st = await api.status();
     expect(st.flushFailures).toBe(2);
-    const retry2 = JSON.parse((await runInDurableObject(raw, (_o: LedgerDO, state) => state.storage.sql.exec<{ v: string }>("SELECT v FROM meta WHERE k = 'flush_trouble'").one().v))) as { retryAt: number };
+    const retry2 = JSON.parse(
+      await runInDurableObject(raw, (_o: LedgerDO, state) => state.storage.sql.exec<{ v: string }>("SELECT v FROM meta WHERE k = 'flush_trouble'").one().v),
+    ) as { retryAt: number };
     expect(retry2.retryAt - Date.now()).toBeGreaterThan(1_000);
     expect(retry2.retryAt - Date.now()).toBeLessThanOrEqual(2_000);
 
@@ -321,7 +385,10 @@ describe("LedgerDO", () => {
   it("an object not addressed by a chain name refuses appends", async () => {
     const raw = env.LEDGER.get(env.LEDGER.newUniqueId());
     const api = raw as unknown as LedgerApi;
-    const refused = await api.append([decision("x", "z-1")], SIGNING).then(() => null, (e: unknown) => e);
+    const refused = await api.append([decision("x", "z-1")], SIGNING).then(
+      () => null,
+      (e: unknown) => e,
+    );
     expect(String(refused)).toMatch(/not addressed by a chain name/);
     expect(await api.head()).toEqual({ seq: 0, hash: "0".repeat(64) });
   });

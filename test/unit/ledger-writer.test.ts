@@ -21,8 +21,16 @@ import { callLedger, LEDGER_WRITE_TIMEOUT_MS } from "../../src/mcp/ledger-writer
 import type { JsonObject } from "../../src/wire/jsonrpc.ts";
 
 const up: UpstreamConfig = {
-  name: "alpha", url: "http://127.0.0.1:9/mcp", namespaced: true, headers: {}, allow: [], deny: [], timeoutMs: 1000,
-  credentials: { mode: "none", header: "Authorization", prefix: "Bearer " }, egress: DEFAULT_EGRESS_RULES, onLoopback: true,
+  name: "alpha",
+  url: "http://127.0.0.1:9/mcp",
+  namespaced: true,
+  headers: {},
+  allow: [],
+  deny: [],
+  timeoutMs: 1000,
+  credentials: { mode: "none", header: "Authorization", prefix: "Bearer " },
+  egress: DEFAULT_EGRESS_RULES,
+  onLoopback: true,
 };
 const agent: Principal = { sub: "agent:a", team: "team-a", roles: ["agent"], tools: null, authenticated: true };
 
@@ -56,12 +64,27 @@ async function run(faultAt: number, fault: Fault, args: JsonObject = { secret_ar
   let reached = 0;
   const deps: GovernanceDeps = {
     catalog: { resolve: async (name) => ({ upstream: up, tool: (await catalogEntry({ name: name.slice(7), inputSchema: {} }, name))! }) },
-    killSwitch: NO_HALTS, mappings: NO_MAPPINGS, policy: OPEN_POLICY, holds: NO_HOLDS,
+    killSwitch: NO_HALTS,
+    mappings: NO_MAPPINGS,
+    policy: OPEN_POLICY,
+    holds: NO_HOLDS,
     ledger: callLedger({ env, principal: agent, signing: { secret: "PORTCULLIS_SIGNING_KEY", gateway: "http://127.0.0.1" }, waitUntil: () => undefined }),
-    upstream: { call: async (): Promise<LegResult> => { reached++; return { kind: "answered", response: { jsonrpc: "2.0", id: 1, result: { content: [{ type: "text", text: "RESULT-XYZ" }] } }, status: 200 }; } },
+    upstream: {
+      call: async (): Promise<LegResult> => {
+        reached++;
+        return { kind: "answered", response: { jsonrpc: "2.0", id: 1, result: { content: [{ type: "text", text: "RESULT-XYZ" }] } }, status: 200 };
+      },
+    },
     clock: Date.now,
   };
-  const call: ToolCall = { principal: agent, era: "modern", request: { jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: "alpha__do", arguments: args } }, exposedName: "alpha__do", arguments: args, runId: "run-9" };
+  const call: ToolCall = {
+    principal: agent,
+    era: "modern",
+    request: { jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: "alpha__do", arguments: args } },
+    exposedName: "alpha__do",
+    arguments: args,
+    runId: "run-9",
+  };
   const answer = await governToolCall(deps, call);
   return { answer, reached, entries, text: JSON.stringify(answer) };
 }
@@ -72,9 +95,21 @@ describe("the ledger write path under faults", () => {
     expect(r.reached).toBe(1);
     expect(r.entries.map((e) => e.kind)).toEqual(["decision", "outcome"]);
     const [decision, outcome] = r.entries as [LedgerEntry, LedgerEntry];
-    expect(decision.body).toMatchObject({ principal: "agent:a", team: "team-a", run: "run-9", upstream: "alpha", tool: "do", arguments_mode: "hashed", arguments: { sha256: canonicalHash({ secret_arg: "hunter2" }) } });
+    expect(decision.body).toMatchObject({
+      principal: "agent:a",
+      team: "team-a",
+      run: "run-9",
+      upstream: "alpha",
+      tool: "do",
+      arguments_mode: "hashed",
+      arguments: { sha256: canonicalHash({ secret_arg: "hunter2" }) },
+    });
     expect(JSON.stringify(r.entries)).not.toContain("hunter2");
-    expect(outcome.body).toMatchObject({ decision_id: decision.id, status: "succeeded", result_hash: canonicalHash({ result: { content: [{ type: "text", text: "RESULT-XYZ" }] } }) });
+    expect(outcome.body).toMatchObject({
+      decision_id: decision.id,
+      status: "succeeded",
+      result_hash: canonicalHash({ result: { content: [{ type: "text", text: "RESULT-XYZ" }] } }),
+    });
     expect(JSON.stringify(r.entries)).not.toContain("RESULT-XYZ");
     expect((r.answer.response.result!._meta as JsonObject)[RECEIPT_META]).toEqual({ chain: "team-a", seq: 2, hash: outcome.hash, decision_id: decision.id });
   });

@@ -8,7 +8,12 @@ function req(headers: Record<string, string>) {
   return new Request("http://127.0.0.1/mcp", { method: "POST", headers });
 }
 const base = { "mcp-protocol-version": "2026-07-28", "mcp-method": "tools/call", "mcp-name": "echo" };
-const call = (params: Record<string, unknown> = {}) => ({ jsonrpc: "2.0" as const, id: 9, method: "tools/call", params: { name: "echo", _meta: META, ...params } as never });
+const call = (params: Record<string, unknown> = {}) => ({
+  jsonrpc: "2.0" as const,
+  id: 9,
+  method: "tools/call",
+  params: { name: "echo", _meta: META, ...params } as never,
+});
 
 async function verdict(r: Response | null) {
   if (!r) return null;
@@ -28,7 +33,11 @@ describe("modern request checks", () => {
     const noCaps = call({ _meta: { "io.modelcontextprotocol/protocolVersion": "2026-07-28" } });
     expect(await verdict(checkModernRequest(req(base), noCaps))).toMatchObject({ status: 400, code: -32602 });
     const old = call({ _meta: { ...META, "io.modelcontextprotocol/protocolVersion": "2099-01-01" } });
-    expect(await verdict(checkModernRequest(req({ ...base, "mcp-protocol-version": "2099-01-01" }), old))).toMatchObject({ status: 400, code: -32022, data: { supported: ["2026-07-28"], requested: "2099-01-01" } });
+    expect(await verdict(checkModernRequest(req({ ...base, "mcp-protocol-version": "2099-01-01" }), old))).toMatchObject({
+      status: 400,
+      code: -32022,
+      data: { supported: ["2026-07-28"], requested: "2099-01-01" },
+    });
     expect(await verdict(checkModernRequest(req({ ...base, "mcp-protocol-version": "2025-11-25" }), call()))).toMatchObject({ status: 400, code: -32020 });
     const { "mcp-method": _m, ...noMethod } = base;
     expect(await verdict(checkModernRequest(req(noMethod), call()))).toMatchObject({ status: 400, code: -32020 });

@@ -6,7 +6,17 @@ import { globMatch } from "../../src/wire/glob.ts";
 import { toolAllowed } from "../../src/governance/grant-scope.ts";
 
 const up = (name: string, extra: Partial<UpstreamConfig> = {}): UpstreamConfig => ({
-  name, url: "http://127.0.0.1/mcp", namespaced: true, headers: {}, allow: [], deny: [], timeoutMs: 1000, credentials: { mode: "none", header: "Authorization", prefix: "Bearer " }, egress: DEFAULT_EGRESS_RULES, onLoopback: false, ...extra,
+  name,
+  url: "http://127.0.0.1/mcp",
+  namespaced: true,
+  headers: {},
+  allow: [],
+  deny: [],
+  timeoutMs: 1000,
+  credentials: { mode: "none", header: "Authorization", prefix: "Bearer " },
+  egress: DEFAULT_EGRESS_RULES,
+  onLoopback: false,
+  ...extra,
 });
 
 describe("exposed names", () => {

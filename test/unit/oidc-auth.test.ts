@@ -27,7 +27,11 @@ describe("auth.required: true", () => {
   it("accepts a grant for this gateway, including its loopback spellings", async () => {
     const keys = await parseKeySet(env.PORTCULLIS_SIGNING_KEY as string);
     for (const aud of ["http://127.0.0.1:8787", "http://localhost:8787", "http://127.0.0.1:8787/mcp"]) {
-      const { token } = await mintGrant(keys, { iss: aud.replace(/\/mcp$/, ""), aud, sub: "agent:z", team: "t", roles: ["agent"], tools: ["*"], ttlSeconds: 60 }, { maxLifetimeSeconds: 3600 });
+      const { token } = await mintGrant(
+        keys,
+        { iss: aud.replace(/\/mcp$/, ""), aud, sub: "agent:z", team: "t", roles: ["agent"], tools: ["*"], ttlSeconds: 60 },
+        { maxLifetimeSeconds: 3600 },
+      );
       const r = await authenticate(req({ authorization: `Bearer ${token}` }), env, cfg, opts);
       expect(r.ok, aud).toBe(true);
       if (r.ok) expect(r.principal).toMatchObject({ sub: "agent:z", team: "t", tools: ["*"], authenticated: true });
@@ -35,7 +39,11 @@ describe("auth.required: true", () => {
   });
   it("refuses a grant for another port", async () => {
     const keys = await parseKeySet(env.PORTCULLIS_SIGNING_KEY as string);
-    const { token } = await mintGrant(keys, { iss: "http://127.0.0.1:9999", aud: "http://127.0.0.1:9999", sub: "agent:z", team: "t", roles: ["agent"], tools: ["*"], ttlSeconds: 60 }, { maxLifetimeSeconds: 3600 });
+    const { token } = await mintGrant(
+      keys,
+      { iss: "http://127.0.0.1:9999", aud: "http://127.0.0.1:9999", sub: "agent:z", team: "t", roles: ["agent"], tools: ["*"], ttlSeconds: 60 },
+      { maxLifetimeSeconds: 3600 },
+    );
     const r = await authenticate(req({ authorization: `Bearer ${token}` }), env, cfg, opts);
     expect(r.ok).toBe(false);
   });
@@ -44,7 +52,8 @@ describe("auth.required: true", () => {
 describe("external OIDC issuers", async () => {
   const { privateKey, publicKey } = await generateKeyPair("RS256", { extractable: true });
   const jwk = { ...(await exportJWK(publicKey)), kid: "idp-1", alg: "RS256", use: "sig" };
-  const cfg = loadConfig(`auth:
+  const cfg = loadConfig(
+    `auth:
   required: true
   external_issuers:
     - issuer: https://idp.example.com
@@ -53,7 +62,9 @@ describe("external OIDC issuers", async () => {
       roles_claim: groups
       team_claim: org
       tools_claim: mcp_tools
-${base}`, {});
+${base}`,
+    {},
+  );
   let fetched = 0;
   const fetcher = async (url: string) => {
     fetched++;
@@ -61,8 +72,14 @@ ${base}`, {});
     return new Response(JSON.stringify({ keys: [jwk] }), { headers: { "content-type": "application/json" } });
   };
   const idToken = (claims: Record<string, unknown>, over: { iss?: string; aud?: string; exp?: string } = {}) =>
-    new SignJWT(claims).setProtectedHeader({ alg: "RS256", kid: "idp-1" }).setIssuer(over.iss ?? "https://idp.example.com")
-      .setAudience(over.aud ?? "portcullis").setSubject("u-42").setIssuedAt().setExpirationTime(over.exp ?? "10m").sign(privateKey);
+    new SignJWT(claims)
+      .setProtectedHeader({ alg: "RS256", kid: "idp-1" })
+      .setIssuer(over.iss ?? "https://idp.example.com")
+      .setAudience(over.aud ?? "portcullis")
+      .setSubject("u-42")
+      .setIssuedAt()
+      .setExpirationTime(over.exp ?? "10m")
+      .sign(privateKey);
 
   it("maps sub, roles, team and tools from the configured claims", async () => {
     const t = await idToken({ groups: ["agent", "auditor", "wizard"], org: "acme", mcp_tools: "alpha__* beta__x" });

@@ -10,7 +10,9 @@ import { mintGrant, parseKeySet, type KeySet } from "../../src/identity/tokens.t
 const GW = "http://127.0.0.1";
 const DAY = 86400; // the unit config's max_token_lifetime
 let keys: KeySet;
-beforeAll(async () => { keys = await parseKeySet(env.PORTCULLIS_SIGNING_KEY as string); });
+beforeAll(async () => {
+  keys = await parseKeySet(env.PORTCULLIS_SIGNING_KEY as string);
+});
 
 const mint = (roles: string[], sub: string) =>
   mintGrant(keys, { iss: GW, aud: GW, sub, team: "t", roles: roles as never, tools: ["*"], ttlSeconds: 600 }, { maxLifetimeSeconds: DAY });
@@ -20,14 +22,25 @@ describe("revocation window", () => {
     const admin = (await mint(["admin"], "human:root")).token;
     const victim = await mint(["agent"], "agent:v");
     const now = Math.floor(Date.now() / 1000);
-    const revoke = (jti: string, exp: number) => SELF.fetch(`${GW}/v1/grants/${jti}/revoke`, { method: "POST", headers: { "content-type": "application/json", authorization: `Bearer ${admin}` }, body: JSON.stringify({ exp }) });
+    const revoke = (jti: string, exp: number) =>
+      SELF.fetch(`${GW}/v1/grants/${jti}/revoke`, {
+        method: "POST",
+        headers: { "content-type": "application/json", authorization: `Bearer ${admin}` },
+        body: JSON.stringify({ exp }),
+      });
     const early = (await (await revoke(victim.jti, now - 10)).json()) as { until: number };
     expect(early.until).toBeGreaterThanOrEqual(now + DAY);
     const later = (await (await revoke("jti-later-0123456789", now + 3 * DAY)).json()) as { until: number };
     expect(later.until).toBe(now + 3 * DAY);
     const r = await SELF.fetch(`${GW}/operator/mcp`, {
-      method: "POST", headers: { "content-type": "application/json", accept: "application/json, text/event-stream", authorization: `Bearer ${admin}` },
-      body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: "portcullis.revoke_grant", arguments: { jti: "jti-operator-0123456789", exp: 1 } } }),
+      method: "POST",
+      headers: { "content-type": "application/json", accept: "application/json, text/event-stream", authorization: `Bearer ${admin}` },
+      body: JSON.stringify({
+        jsonrpc: "2.0",
+        id: 1,
+        method: "tools/call",
+        params: { name: "portcullis.revoke_grant", arguments: { jti: "jti-operator-0123456789", exp: 1 } },
+      }),
     });
     const out = (await r.json()) as { result: { structuredContent: { until: number } } };
     expect(out.result.structuredContent.until).toBeGreaterThanOrEqual(now + DAY);

@@ -15,9 +15,15 @@ function stub(name: string) {
   return { api: env.SESSIONS.get(id) as unknown as SessionApi, raw: env.SESSIONS.get(id) };
 }
 const rec = (id: string, principal = "agent:a"): SessionRecord => ({
-  v: 1, id, principal, protocolVersion: "2025-11-25", clientCapabilities: { sampling: {} },
+  v: 1,
+  id,
+  principal,
+  protocolVersion: "2025-11-25",
+  clientCapabilities: { sampling: {} },
   upstreams: { up: { leg: { era: "legacy", protocolVersion: "2025-11-25", sessionId: "u1" } } },
-  createdAt: Date.now(), touchedAt: Date.now(), ttlS: 3600,
+  createdAt: Date.now(),
+  touchedAt: Date.now(),
+  ttlS: 3600,
 });
 
 describe("SessionDO", () => {
@@ -44,7 +50,14 @@ describe("SessionDO", () => {
     await api.create(rec("s3"));
     await api.begin("agent:a", "7", "up");
     await api.addPending("agent:a", { id: "pc-1", upstream: "up", upId: 42 });
-    await api.appendEvents("sx", [{ seq: 1, data: "one" }, { seq: 2, data: "two" }], false);
+    await api.appendEvents(
+      "sx",
+      [
+        { seq: 1, data: "one" },
+        { seq: 2, data: "two" },
+      ],
+      false,
+    );
     await api.update("agent:a", { logLevel: "debug" });
     await evictDurableObject(raw);
     expect((await api.open("agent:a"))?.logLevel).toBe("debug");
@@ -137,7 +150,12 @@ describe("SessionDO retention", () => {
     await busy(api, "r3");
     await api.appendEvents("s2", [{ seq: 1, data: "fresh" }], false);
     const old = Date.now() - 3700_000;
-    for (const [t, where] of [["streams", "stream = 's1'"], ["idmap", "1 = 1"], ["pending", "id = 'pc-1'"], ["answers", "1 = 1"]] as const) {
+    for (const [t, where] of [
+      ["streams", "stream = 's1'"],
+      ["idmap", "1 = 1"],
+      ["pending", "id = 'pc-1'"],
+      ["answers", "1 = 1"],
+    ] as const) {
       await sql(raw, `UPDATE ${t} SET at = ? WHERE ${where}`, old);
     }
     await age(raw, "session", 120_000); // touched two minutes ago: not due
@@ -259,7 +277,11 @@ describe("SessionDO record versions", () => {
 
   it("a run record of an unknown version is not claimed by anyone", async () => {
     const { api, raw } = stub("run:v2");
-    await sql(raw, "INSERT INTO meta (k, v) VALUES ('session', ?)", JSON.stringify({ v: 2, id: "v2-run-id", principal: "agent:a", protocolVersion: "2026-07-28" }));
+    await sql(
+      raw,
+      "INSERT INTO meta (k, v) VALUES ('session', ?)",
+      JSON.stringify({ v: 2, id: "v2-run-id", principal: "agent:a", protocolVersion: "2026-07-28" }),
+    );
     expect(await api.claimRun("agent:a", "v2-run-id", 3600)).toBe(false);
     expect(await api.claimRun("agent:b", "v2-run-id", 3600)).toBe(false);
   });

@@ -22,7 +22,11 @@ const everyone: Principal = { sub: "local:unit", team: "default", roles: ["admin
 const skill = (path: string, extra: string[] = []): JsonObject => ({
   uri: `skill://${path}/SKILL.md`,
   frontmatter: { name: path.split("/").at(-1)!, description: `The ${path} skill` },
-  resources: [`skill://${path}/SKILL.md`, ...extra.map((e) => `skill://${path}/${e}`)].map((uri, i) => ({ uri, digest: `sha256:${String(i).repeat(64)}`, size: 10 + i })),
+  resources: [`skill://${path}/SKILL.md`, ...extra.map((e) => `skill://${path}/${e}`)].map((uri, i) => ({
+    uri,
+    digest: `sha256:${String(i).repeat(64)}`,
+    size: 10 + i,
+  })),
   _meta: { "example.com/kept": true },
 });
 
@@ -36,13 +40,17 @@ interface FakeUpstream {
 function harness(cfg: GatewayConfig, fakes: Record<string, FakeUpstream>, opts: { era?: "legacy" | "modern"; who?: Principal } = {}) {
   const sent: { up: string; req: JsonRpcRequest }[] = [];
   const ctx = {
-    cfg, era: opts.era ?? "legacy", principal: opts.who ?? everyone, callerFiltered: (opts.who ?? everyone).tools !== null,
+    cfg,
+    era: opts.era ?? "legacy",
+    principal: opts.who ?? everyone,
+    callerFiltered: (opts.who ?? everyone).tools !== null,
     capabilities: async (up: UpstreamConfig) => fakes[up.name]?.caps,
   } as unknown as CallContext;
   const send = async (_ctx: CallContext, up: UpstreamConfig, req: JsonRpcRequest): Promise<Outcome> => {
     sent.push({ up: up.name, req });
     const result = fakes[up.name]!.answer(req);
-    if (typeof result === "object" && result !== null && "error" in result) return { response: { jsonrpc: "2.0", id: req.id, error: result.error as never }, status: 200 };
+    if (typeof result === "object" && result !== null && "error" in result)
+      return { response: { jsonrpc: "2.0", id: req.id, error: result.error as never }, status: 200 };
     return { response: { jsonrpc: "2.0", id: req.id, result: result as JsonObject }, status: 200 };
   };
   return { ctx, send, sent };
@@ -70,7 +78,13 @@ function skillsUpstream(entries: JsonObject[], settings: JsonObject = {}, ttlMs 
       if (r.method === "resources/directory/read") {
         const dir = String(p.uri);
         if (p.cursor === "next") return { resources: [{ uri: `${dir}/b.md`, name: "b.md" }] };
-        return { resources: [{ uri: `${dir}/SKILL.md`, name: "SKILL.md", mimeType: "text/markdown" }, { uri: `${dir}/references`, name: "references", mimeType: "inode/directory" }], nextCursor: "next" };
+        return {
+          resources: [
+            { uri: `${dir}/SKILL.md`, name: "SKILL.md", mimeType: "text/markdown" },
+            { uri: `${dir}/references`, name: "references", mimeType: "inode/directory" },
+          ],
+          nextCursor: "next",
+        };
       }
       return { error: { code: -32601, message: "Method not found" } };
     },
@@ -79,14 +93,19 @@ function skillsUpstream(entries: JsonObject[], settings: JsonObject = {}, ttlMs 
 
 describe("advertised extensions when aggregating", () => {
   it("keeps skills and tasks with the settings every declaring upstream agrees on, and drops unknown extensions", () => {
-    expect(mergeExtensions([
-      { [SKILLS_EXTENSION]: { directoryRead: true }, "example.com/other": {} },
-      { [SKILLS_EXTENSION]: {}, [TASKS_EXTENSION]: {} },
-      { "example.com/third": { x: 1 } },
-    ])).toEqual({ [SKILLS_EXTENSION]: {}, [TASKS_EXTENSION]: {} });
-    expect(mergeExtensions([{ [SKILLS_EXTENSION]: { directoryRead: true } }, { [SKILLS_EXTENSION]: { directoryRead: true } }, {}]))
-      .toEqual({ [SKILLS_EXTENSION]: { directoryRead: true } });
-    expect(mergeExtensions([{ [SKILLS_EXTENSION]: { directoryRead: true } }, { [SKILLS_EXTENSION]: { directoryRead: false } }])).toEqual({ [SKILLS_EXTENSION]: {} });
+    expect(
+      mergeExtensions([
+        { [SKILLS_EXTENSION]: { directoryRead: true }, "example.com/other": {} },
+        { [SKILLS_EXTENSION]: {}, [TASKS_EXTENSION]: {} },
+        { "example.com/third": { x: 1 } },
+      ]),
+    ).toEqual({ [SKILLS_EXTENSION]: {}, [TASKS_EXTENSION]: {} });
+    expect(mergeExtensions([{ [SKILLS_EXTENSION]: { directoryRead: true } }, { [SKILLS_EXTENSION]: { directoryRead: true } }, {}])).toEqual({
+      [SKILLS_EXTENSION]: { directoryRead: true },
+    });
+    expect(mergeExtensions([{ [SKILLS_EXTENSION]: { directoryRead: true } }, { [SKILLS_EXTENSION]: { directoryRead: false } }])).toEqual({
+      [SKILLS_EXTENSION]: {},
+    });
     expect(mergeExtensions([{ "example.com/other": {} }, {}])).toBeUndefined();
     // A malformed declaration (not an object) declares nothing.
     expect(mergeExtensions([{ [SKILLS_EXTENSION]: true }])).toBeUndefined();
@@ -122,7 +141,10 @@ describe("skills/list across upstreams", () => {
     const r = out.response.result as JsonObject;
     const skills = r.skills as JsonObject[];
     expect(skills.map((s) => s.uri)).toEqual(["alpha+skill://pdf-forms/SKILL.md", "alpha+skill://acme/release-notes/SKILL.md", "beta+skill://deploy/SKILL.md"]);
-    expect((skills[0]!.resources as JsonObject[]).map((x) => x.uri)).toEqual(["alpha+skill://pdf-forms/SKILL.md", "alpha+skill://pdf-forms/references/FIELDS.md"]);
+    expect((skills[0]!.resources as JsonObject[]).map((x) => x.uri)).toEqual([
+      "alpha+skill://pdf-forms/SKILL.md",
+      "alpha+skill://pdf-forms/references/FIELDS.md",
+    ]);
     // Everything but the URIs is verbatim.
     expect(skills[0]!.frontmatter).toEqual(alphaSkills[0]!.frontmatter);
     expect((skills[0]!.resources as JsonObject[])[1]).toMatchObject({ digest: (alphaSkills[0]!.resources as JsonObject[])[1]!.digest, size: 11 });
@@ -131,8 +153,12 @@ describe("skills/list across upstreams", () => {
     // Modern caching fields: the smallest upstream ttl, public only when every page was public and the caller unfiltered.
     expect(r).toMatchObject({ ttlMs: 5_000, cacheScope: "public", resultType: "complete" });
     // alpha was asked twice (its second page by its own cursor), beta once, gamma (no extension) never; params kept.
-    expect(h.sent.map((s) => [s.up, s.req.params?.cursor ?? null])).toEqual([["alpha", null], ["beta", null], ["alpha", "1"]]);
-    expect(h.sent.every((s) => (s.req.params?._meta as JsonObject)["example.com/trace"] === "t1")).toBe(true);
+    expect(h.sent.map((s) => [s.up, s.req.params?.cursor ?? null])).toEqual([
+      ["alpha", null],
+      ["beta", null],
+      ["alpha", "1"],
+    ]);
+    expect(h.sent.every((s) => (s.req.params?._meta as JsonObject | undefined)?.["example.com/trace"] === "t1")).toBe(true);
   });
 
   it("a grant that cannot reach an upstream sees none of its skills, and that upstream is not asked", async () => {
@@ -170,7 +196,10 @@ describe("skills/list across upstreams", () => {
 
 describe("routing by namespaced skill URI", () => {
   const cfg = cfgOf(["alpha", "beta"]);
-  const fakes = () => ({ alpha: skillsUpstream([skill("pdf-forms", ["references/FIELDS.md"])], { directoryRead: true }), beta: skillsUpstream([skill("deploy")]) });
+  const fakes = () => ({
+    alpha: skillsUpstream([skill("pdf-forms", ["references/FIELDS.md"])], { directoryRead: true }),
+    beta: skillsUpstream([skill("deploy")]),
+  });
 
   it("skills/get reaches the owning upstream with its own URI and maps the entry's URIs back", async () => {
     const h = harness(cfg, fakes(), { era: "modern" });
@@ -202,7 +231,10 @@ describe("routing by namespaced skill URI", () => {
     const h = harness(cfg, fakes(), { era: "legacy" });
     const first = await directoryRead(h.ctx, req("resources/directory/read", { uri: "alpha+skill://pdf-forms" }), h.send);
     const r = first.response.result as JsonObject;
-    expect((r.resources as JsonObject[]).map((x) => [x.uri, x.mimeType ?? null])).toEqual([["alpha+skill://pdf-forms/SKILL.md", "text/markdown"], ["alpha+skill://pdf-forms/references", "inode/directory"]]);
+    expect((r.resources as JsonObject[]).map((x) => [x.uri, x.mimeType ?? null])).toEqual([
+      ["alpha+skill://pdf-forms/SKILL.md", "text/markdown"],
+      ["alpha+skill://pdf-forms/references", "inode/directory"],
+    ]);
     expect(r.nextCursor).toBe("next");
     expect(r.ttlMs).toBeUndefined(); // legacy client: nothing stamped
     const second = await directoryRead(h.ctx, req("resources/directory/read", { uri: "alpha+skill://pdf-forms", cursor: "next" }), h.send);

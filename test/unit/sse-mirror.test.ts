@@ -15,8 +15,16 @@ import type { JsonRpcRequest } from "../../src/wire/jsonrpc.ts";
 import type { Leg } from "../../durable-objects/records.ts";
 
 const up: UpstreamConfig = {
-  name: "u", url: "http://127.0.0.1:9/mcp", namespaced: false, headers: {}, allow: [], deny: [], timeoutMs: 2000,
-  credentials: { mode: "none", header: "authorization", prefix: "" }, egress: egressSchema.parse({ allow_loopback: true }), onLoopback: true,
+  name: "u",
+  url: "http://127.0.0.1:9/mcp",
+  namespaced: false,
+  headers: {},
+  allow: [],
+  deny: [],
+  timeoutMs: 2000,
+  credentials: { mode: "none", header: "authorization", prefix: "" },
+  egress: egressSchema.parse({ allow_loopback: true }),
+  onLoopback: true,
 };
 const leg: Leg = { era: "legacy", protocolVersion: "2025-11-25", sessionId: "up-1" };
 const req: JsonRpcRequest = { jsonrpc: "2.0", id: "c:n:1", method: "tools/call", params: { name: "test_reconnection", arguments: {} } };
@@ -58,7 +66,10 @@ describe("requestUpstream: stream signals", () => {
     const frames = await all(requestUpstream(up, leg, req, { control: true }));
     expect(frames.map(describeFrame)).toEqual(["stream-opened", "stream-closed-early", "message c:n:1"]);
     expect(frames[1]).toEqual({ kind: "stream-closed-early", lastEventId: "e1", retryMs: 5 });
-    expect(seen).toEqual([{ method: "POST", lastEventId: null }, { method: "GET", lastEventId: "e1" }]);
+    expect(seen).toEqual([
+      { method: "POST", lastEventId: null },
+      { method: "GET", lastEventId: "e1" },
+    ]);
   });
 
   it("yields only messages to callers that did not ask for signals", async () => {
@@ -74,9 +85,15 @@ describe("requestUpstream: stream signals", () => {
   });
 
   it("fails, with no early-close signal, when the upstream closes a stream that has no event id", async () => {
-    const seen = upstream(() => sse(`data: ${JSON.stringify({ jsonrpc: "2.0", method: "notifications/progress", params: { progressToken: 1, progress: 1 } })}\n\n`));
+    const seen = upstream(() =>
+      sse(`data: ${JSON.stringify({ jsonrpc: "2.0", method: "notifications/progress", params: { progressToken: 1, progress: 1 } })}\n\n`),
+    );
     const frames: UpstreamFrame[] = [];
-    await expect((async () => { for await (const f of requestUpstream(up, leg, req, { control: true })) frames.push(f); })()).rejects.toBeInstanceOf(UpstreamError);
+    await expect(
+      (async () => {
+        for await (const f of requestUpstream(up, leg, req, { control: true })) frames.push(f);
+      })(),
+    ).rejects.toBeInstanceOf(UpstreamError);
     expect(frames.map(describeFrame)).toEqual(["stream-opened", "message ?"]);
     expect(seen).toHaveLength(1);
   });
@@ -88,12 +105,31 @@ function buffer(priming: boolean, log: string[]) {
   let registered = false;
   let finished = false;
   const r: Resumable = {
-    streamId: "sabc", retryMs: 750, priming,
-    open: () => { registered = true; log.push("registered"); },
-    persist: (seq, data) => { events.push({ seq, data }); log.push(`persisted ${seq}`); },
-    lost: () => { log.push("lost"); },
-    flushed: () => new Promise<void>((res) => setTimeout(() => { log.push("flushed"); res(); }, 30)),
-    finish: () => { finished = true; log.push("finished"); },
+    streamId: "sabc",
+    retryMs: 750,
+    priming,
+    open: () => {
+      registered = true;
+      log.push("registered");
+    },
+    persist: (seq, data) => {
+      events.push({ seq, data });
+      log.push(`persisted ${seq}`);
+    },
+    lost: () => {
+      log.push("lost");
+    },
+    flushed: () =>
+      new Promise<void>((res) =>
+        setTimeout(() => {
+          log.push("flushed");
+          res();
+        }, 30),
+      ),
+    finish: () => {
+      finished = true;
+      log.push("finished");
+    },
   };
   return { r, events, registered: () => registered, finished: () => finished };
 }
@@ -112,14 +148,18 @@ describe("respond: the client side of the mirror", () => {
     const work: Promise<unknown>[] = [];
     let release!: () => void;
     const later = new Promise<void>((r) => (release = r));
-    const res = await respond(1, async (emit, stream) => {
-      stream.open(); // the upstream answered with a stream
-      await emit({ jsonrpc: "2.0", method: "notifications/message", params: { level: "info", data: "before the close" } });
-      expect(await stream.closeEarly()).toBe(true); // the upstream closed its stream
-      await later; // the gateway resumes the upstream meanwhile
-      await emit({ jsonrpc: "2.0", method: "notifications/message", params: { level: "info", data: "after the close" } });
-      return { response: { jsonrpc: "2.0", id: 1, result: { ok: true } }, status: 200 };
-    }, { waitUntil: (p) => work.push(p), resumable: b.r });
+    const res = await respond(
+      1,
+      async (emit, stream) => {
+        stream.open(); // the upstream answered with a stream
+        await emit({ jsonrpc: "2.0", method: "notifications/message", params: { level: "info", data: "before the close" } });
+        expect(await stream.closeEarly()).toBe(true); // the upstream closed its stream
+        await later; // the gateway resumes the upstream meanwhile
+        await emit({ jsonrpc: "2.0", method: "notifications/message", params: { level: "info", data: "after the close" } });
+        return { response: { jsonrpc: "2.0", id: 1, result: { ok: true } }, status: 200 };
+      },
+      { waitUntil: (p) => work.push(p), resumable: b.r },
+    );
     expect(res.headers.get("content-type")).toContain("text/event-stream");
     const got = await blocks(res, log);
     expect(got[0]).toBe("id: sabc/0\nretry: 750\ndata: ");
@@ -137,11 +177,15 @@ describe("respond: the client side of the mirror", () => {
     const log: string[] = [];
     const b = buffer(false, log);
     const work: Promise<unknown>[] = [];
-    const res = await respond(2, async (_emit, stream) => {
-      stream.open();
-      expect(await stream.closeEarly()).toBe(false);
-      return { response: { jsonrpc: "2.0", id: 2, result: { ok: true } }, status: 200 };
-    }, { waitUntil: (p) => work.push(p), resumable: b.r });
+    const res = await respond(
+      2,
+      async (_emit, stream) => {
+        stream.open();
+        expect(await stream.closeEarly()).toBe(false);
+        return { response: { jsonrpc: "2.0", id: 2, result: { ok: true } }, status: 200 };
+      },
+      { waitUntil: (p) => work.push(p), resumable: b.r },
+    );
     const got = await blocks(res, log);
     await Promise.all(work);
     expect(got[0]).toBe(": portcullis");
@@ -153,7 +197,10 @@ describe("respond: the client side of the mirror", () => {
   it("answers JSON when the upstream gave no stream and nothing went out first", async () => {
     const log: string[] = [];
     const b = buffer(true, log);
-    const res = await respond(3, async () => ({ response: { jsonrpc: "2.0", id: 3, result: {} }, status: 200 }), { waitUntil: () => undefined, resumable: b.r });
+    const res = await respond(3, async () => ({ response: { jsonrpc: "2.0", id: 3, result: {} }, status: 200 }), {
+      waitUntil: () => undefined,
+      resumable: b.r,
+    });
     expect(res.headers.get("content-type")).toBe("application/json");
     expect(await res.json()).toEqual({ jsonrpc: "2.0", id: 3, result: {} });
     expect(log).toEqual([]);

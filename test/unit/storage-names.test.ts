@@ -10,7 +10,15 @@ import { env, runInDurableObject, SELF } from "cloudflare:test";
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import {
-  REVOCATION_SHARDS, RUN_ID, SESSION_ID, credentialsObject, legObject, newSessionId, revocationObject, runObject, sessionObject,
+  REVOCATION_SHARDS,
+  RUN_ID,
+  SESSION_ID,
+  credentialsObject,
+  legObject,
+  newSessionId,
+  revocationObject,
+  runObject,
+  sessionObject,
 } from "../../durable-objects/names.ts";
 import type { SessionApi, SessionRecord } from "../../durable-objects/records.ts";
 
@@ -21,9 +29,13 @@ const runId = fc.stringMatching(/^[A-Za-z0-9_-]{8,128}$/);
 const tricky = fc.oneof(
   fc.string(),
   fc.string({ unit: fc.constantFrom("a", "f", "0", "9", ":", "-", "_", "\u0000", "A", "/") }),
-  hex48, runId,
-  hex48.map((h) => `session:${h}`), runId.map((r) => `run:${r}`), fc.string().map((s) => `leg:${s}`),
-  fc.nat(20).map((n) => `shard-${n}`), fc.string().map((s) => `principal:${s}`),
+  hex48,
+  runId,
+  hex48.map((h) => `session:${h}`),
+  runId.map((r) => `run:${r}`),
+  fc.string().map((s) => `leg:${s}`),
+  fc.nat(20).map((n) => `shard-${n}`),
+  fc.string().map((s) => `principal:${s}`),
 );
 const upstreamName = fc.stringMatching(/^[a-z][a-z0-9-]{0,30}$/);
 const upstreamUrl = fc.webUrl().map((u) => new URL(u).href);
@@ -60,63 +72,88 @@ describe("client-supplied ids are format-checked before they address an object",
   });
 
   it("null exactly when the id fails its format (fuzzed)", () => {
-    fc.assert(fc.property(tricky, (id) => {
-      expect(sessionObject(env, id) === null).toBe(!SESSION_ID.test(id));
-      expect(runObject(env, id) === null).toBe(!RUN_ID.test(id));
-    }), { numRuns: 500 });
+    fc.assert(
+      fc.property(tricky, (id) => {
+        expect(sessionObject(env, id) === null).toBe(!SESSION_ID.test(id));
+        expect(runObject(env, id) === null).toBe(!RUN_ID.test(id));
+      }),
+      { numRuns: 500 },
+    );
   });
 
   it("builds ids that are not client input into their own kind only", () => {
     expect(nameOf(legObject(env, "agent:a", "alpha", "http://127.0.0.1:9/mcp"))).toBe("leg:agent:a\u0000alpha\u0000http://127.0.0.1:9/mcp");
     expect(nameOf(credentialsObject(env, "agent:a"))).toBe("principal:agent:a");
-    fc.assert(fc.property(tricky, (jti) => {
-      const m = /^shard-(\d+)$/.exec(nameOf(revocationObject(env, jti)));
-      expect(m).not.toBeNull();
-      expect(Number(m![1])).toBeLessThan(REVOCATION_SHARDS);
-      expect(nameOf(revocationObject(env, jti))).toBe(nameOf(revocationObject(env, jti)));
-    }), { numRuns: 300 });
+    fc.assert(
+      fc.property(tricky, (jti) => {
+        const m = /^shard-(\d+)$/.exec(nameOf(revocationObject(env, jti)));
+        expect(m).not.toBeNull();
+        expect(Number(m![1])).toBeLessThan(REVOCATION_SHARDS);
+        expect(nameOf(revocationObject(env, jti))).toBe(nameOf(revocationObject(env, jti)));
+      }),
+      { numRuns: 300 },
+    );
   });
 });
 
 describe("names of different kinds never coincide", () => {
   it("one id used as every kind at once gives one name per kind, each with its own prefix", () => {
-    fc.assert(fc.property(tricky, upstreamName, upstreamUrl, (id, up, url) => {
-      const names = namesOf(id, up, url);
-      expect(new Set(names.map(([, n]) => n)).size).toBe(names.length);
-      for (const [kind, n] of names) expect(n.startsWith(kind === "shard" ? "shard-" : `${kind}:`)).toBe(true);
-    }), { numRuns: 400 });
+    fc.assert(
+      fc.property(tricky, upstreamName, upstreamUrl, (id, up, url) => {
+        const names = namesOf(id, up, url);
+        expect(new Set(names.map(([, n]) => n)).size).toBe(names.length);
+        for (const [kind, n] of names) expect(n.startsWith(kind === "shard" ? "shard-" : `${kind}:`)).toBe(true);
+      }),
+      { numRuns: 400 },
+    );
   });
 
   it("two ids give the same name only when they are the same kind and the same id (shards excepted: a shard holds many jtis)", () => {
     const side = fc.record({ id: tricky, up: upstreamName, url: upstreamUrl });
     // Half the pairs share the id (as another kind, or with another upstream), where collisions would hide.
     const pair = fc.tuple(side, side, fc.boolean()).map(([a, b, same]) => [a, same ? { ...b, id: a.id } : b] as const);
-    fc.assert(fc.property(pair, ([a, b]) => {
-      const nb = new Map<string, Array<[Kind, string]>>();
-      for (const [kind, n] of namesOf(b.id, b.up, b.url)) nb.set(n, [...(nb.get(n) ?? []), [kind, n]]);
-      for (const [kind, n] of namesOf(a.id, a.up, a.url)) {
-        for (const [kindB] of nb.get(n) ?? []) {
-          expect(kindB).toBe(kind);
-          if (kind === "leg") expect([a.id, a.up, a.url]).toEqual([b.id, b.up, b.url]);
-          else if (kind !== "shard") expect(a.id).toBe(b.id);
+    fc.assert(
+      fc.property(pair, ([a, b]) => {
+        const nb = new Map<string, Array<[Kind, string]>>();
+        for (const [kind, n] of namesOf(b.id, b.up, b.url)) nb.set(n, [...(nb.get(n) ?? []), [kind, n]]);
+        for (const [kind, n] of namesOf(a.id, a.up, a.url)) {
+          for (const [kindB] of nb.get(n) ?? []) {
+            expect(kindB).toBe(kind);
+            if (kind === "leg") expect([a.id, a.up, a.url]).toEqual([b.id, b.up, b.url]);
+            else if (kind !== "shard") expect(a.id).toBe(b.id);
+          }
         }
-      }
-    }), { numRuns: 400 });
+      }),
+      { numRuns: 400 },
+    );
   });
 
   it("a leg's name tells its principal, upstream and URL apart even when the principal holds NULs", () => {
-    fc.assert(fc.property(
-      fc.string({ unit: fc.constantFrom("a", "\u0000", ":", "b") }), fc.string({ unit: fc.constantFrom("a", "\u0000", ":", "b") }), upstreamName, upstreamName, upstreamUrl, upstreamUrl,
-      (p1, p2, u1, u2, w1, w2) => {
-        const same = nameOf(legObject(env, p1, u1, w1)) === nameOf(legObject(env, p2, u2, w2));
-        expect(same).toBe(p1 === p2 && u1 === u2 && w1 === w2);
-      },
-    ), { numRuns: 400 });
+    fc.assert(
+      fc.property(
+        fc.string({ unit: fc.constantFrom("a", "\u0000", ":", "b") }),
+        fc.string({ unit: fc.constantFrom("a", "\u0000", ":", "b") }),
+        upstreamName,
+        upstreamName,
+        upstreamUrl,
+        upstreamUrl,
+        (p1, p2, u1, u2, w1, w2) => {
+          const same = nameOf(legObject(env, p1, u1, w1)) === nameOf(legObject(env, p2, u2, w2));
+          expect(same).toBe(p1 === p2 && u1 === u2 && w1 === w2);
+        },
+      ),
+      { numRuns: 400 },
+    );
   });
 });
 
 const LEGACY = { "content-type": "application/json", accept: "application/json, text/event-stream", "mcp-protocol-version": "2025-11-25" };
-const MODERN = { "content-type": "application/json", accept: "application/json, text/event-stream", "mcp-protocol-version": "2026-07-28", "mcp-method": "server/discover" };
+const MODERN = {
+  "content-type": "application/json",
+  accept: "application/json, text/event-stream",
+  "mcp-protocol-version": "2026-07-28",
+  "mcp-method": "server/discover",
+};
 const META = { "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {} };
 
 /** Every row of every table of the object behind `api`, to compare before and after. */
@@ -130,7 +167,17 @@ function dump(api: SessionApi): Promise<Record<string, unknown[]>> {
 async function seedSession(id: string, principal: string): Promise<SessionApi> {
   const api = sessionObject(env, id)!;
   const now = Date.now();
-  const rec: SessionRecord = { v: 1, id, principal, protocolVersion: "2025-11-25", clientCapabilities: {}, upstreams: {}, createdAt: now, touchedAt: now, ttlS: 3600 };
+  const rec: SessionRecord = {
+    v: 1,
+    id,
+    principal,
+    protocolVersion: "2025-11-25",
+    clientCapabilities: {},
+    upstreams: {},
+    createdAt: now,
+    touchedAt: now,
+    ttlS: 3600,
+  };
   expect(await api.create(rec)).toBe(true);
   return api;
 }
@@ -143,8 +190,16 @@ describe("through the Worker, ids of one kind never open an object of another", 
     expect(await run.claimRun(ACTOR, id, 3600)).toBe(true);
     const before = await dump(run);
     for (const sid of [`run:${id}`, id]) {
-      for (const [method, body] of [["POST", JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/list" })], ["GET", undefined], ["DELETE", undefined]] as const) {
-        const r = await SELF.fetch("http://127.0.0.1/mcp", { method, headers: { ...LEGACY, "mcp-session-id": sid, ...(method === "GET" ? { accept: "text/event-stream" } : {}) }, body });
+      for (const [method, body] of [
+        ["POST", JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/list" })],
+        ["GET", undefined],
+        ["DELETE", undefined],
+      ] as const) {
+        const r = await SELF.fetch("http://127.0.0.1/mcp", {
+          method,
+          headers: { ...LEGACY, "mcp-session-id": sid, ...(method === "GET" ? { accept: "text/event-stream" } : {}) },
+          body,
+        });
         expect(r.status, `${method} ${sid}`).toBe(404);
         const j = (await r.json()) as { error: { code: number; message: string } };
         expect(j.error.code).toBe(-32000);
@@ -162,7 +217,8 @@ describe("through the Worker, ids of one kind never open an object of another", 
       const session = await seedSession(sid, owner);
       const before = await dump(session);
       const r = await SELF.fetch("http://127.0.0.1/mcp", {
-        method: "POST", headers: { ...MODERN, "portcullis-run-id": sid },
+        method: "POST",
+        headers: { ...MODERN, "portcullis-run-id": sid },
         body: JSON.stringify({ jsonrpc: "2.0", id: 7, method: "server/discover", params: { _meta: META } }),
       });
       expect(r.status, owner).toBe(200);
@@ -182,7 +238,8 @@ describe("through the Worker, ids of one kind never open an object of another", 
     const before = await dump(session);
     for (const bad of [`session:${sid}`, "short", "run:abcdefgh"]) {
       const r = await SELF.fetch("http://127.0.0.1/mcp", {
-        method: "POST", headers: { ...MODERN, "portcullis-run-id": bad },
+        method: "POST",
+        headers: { ...MODERN, "portcullis-run-id": bad },
         body: JSON.stringify({ jsonrpc: "2.0", id: 8, method: "server/discover", params: { _meta: META } }),
       });
       expect(r.status, bad).toBe(400);

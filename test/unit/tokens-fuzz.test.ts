@@ -21,9 +21,22 @@ const dec = (s: string): unknown => JSON.parse(new TextDecoder().decode(base64ur
 beforeAll(async () => {
   const k = await generateSigningKey("fuzz-1");
   keys = await parseKeySet(JSON.stringify(k.privateJwk));
-  token = (await mintGrant(keys, {
-    iss: ISS, aud: AUD, sub: "agent:fuzz", team: "core", roles: ["agent"], tools: ["alpha__*"], budget: { calls: 3 }, ttlSeconds: 300,
-  }, { maxLifetimeSeconds: 900, now: NOW })).token;
+  token = (
+    await mintGrant(
+      keys,
+      {
+        iss: ISS,
+        aud: AUD,
+        sub: "agent:fuzz",
+        team: "core",
+        roles: ["agent"],
+        tools: ["alpha__*"],
+        budget: { calls: 3 },
+        ttlSeconds: 300,
+      },
+      { maxLifetimeSeconds: 900, now: NOW },
+    )
+  ).token;
 });
 
 type Mutation = (t: string) => string;
@@ -118,7 +131,10 @@ describe("verifyGrant under fuzzing", () => {
   });
 
   it("one mutation: never throws, never accepts a changed token", async () => {
-    await fc.assert(fc.asyncProperty(mutation, (m) => neverAcceptsAChange(m(token))), { numRuns: 1000 });
+    await fc.assert(
+      fc.asyncProperty(mutation, (m) => neverAcceptsAChange(m(token))),
+      { numRuns: 1000 },
+    );
   });
 
   it("a chain of mutations: never throws, never accepts a changed token", async () => {
@@ -147,6 +163,9 @@ describe("verifyGrant under fuzzing", () => {
       fc.tuple(segment, segment, segment).map((p) => p.join(".")),
       fc.tuple(fc.jsonValue(), fc.jsonValue(), segment).map(([h, p, s]) => `${enc(h)}.${enc(p)}.${s}`),
     );
-    await fc.assert(fc.asyncProperty(arb, (t) => neverAcceptsAChange(t)), { numRuns: 500 });
+    await fc.assert(
+      fc.asyncProperty(arb, (t) => neverAcceptsAChange(t)),
+      { numRuns: 500 },
+    );
   });
 });

@@ -27,8 +27,16 @@ const KID = "k1";
 const enc = (v: unknown): string => base64url.encode(typeof v === "string" ? v : JSON.stringify(v));
 const baseHeader = () => ({ alg: "EdDSA", typ: GRANT_TYP, kid: KID });
 const basePayload = (): Record<string, unknown> => ({
-  iss: ISS, aud: AUD, sub: "agent:triage-bot", team: "core", roles: ["agent"], tools: ["github__*"],
-  iat: NOW - 10, nbf: NOW - 10, exp: NOW + 290, jti: "AAAAAAAAAAAAAAAAAAAAAA",
+  iss: ISS,
+  aud: AUD,
+  sub: "agent:triage-bot",
+  team: "core",
+  roles: ["agent"],
+  tools: ["github__*"],
+  iat: NOW - 10,
+  nbf: NOW - 10,
+  exp: NOW + 290,
+  jti: "AAAAAAAAAAAAAAAAAAAAAA",
 });
 
 let k1: Awaited<ReturnType<typeof generateSigningKey>>;
@@ -68,21 +76,52 @@ beforeAll(async () => {
 
 describe("mint and verify", () => {
   it("round-trips every claim", async () => {
-    const m = await mintGrant(keys, {
-      iss: ISS, aud: AUD, sub: "human:leo", team: "core", roles: ["approver", "auditor"], tools: ["a__*", "b__read"], budget: { calls: 5 }, ttlSeconds: 600,
-    }, { maxLifetimeSeconds: MAX, now: NOW });
+    const m = await mintGrant(
+      keys,
+      {
+        iss: ISS,
+        aud: AUD,
+        sub: "human:leo",
+        team: "core",
+        roles: ["approver", "auditor"],
+        tools: ["a__*", "b__read"],
+        budget: { calls: 5 },
+        ttlSeconds: 600,
+      },
+      { maxLifetimeSeconds: MAX, now: NOW },
+    );
     expect(m.exp).toBe(NOW + 600);
     expect(base64url.decode(m.jti).length).toBeGreaterThanOrEqual(16);
     const [h, p] = m.token.split(".");
     expect(JSON.parse(new TextDecoder().decode(base64url.decode(h!)))).toEqual({ alg: "EdDSA", typ: "portcullis-grant+jwt", kid: KID });
     expect(JSON.parse(new TextDecoder().decode(base64url.decode(p!)))).toEqual({
-      iss: ISS, aud: AUD, sub: "human:leo", team: "core", roles: ["approver", "auditor"], tools: ["a__*", "b__read"], budget: { calls: 5 },
-      iat: NOW, nbf: NOW, exp: NOW + 600, jti: m.jti,
+      iss: ISS,
+      aud: AUD,
+      sub: "human:leo",
+      team: "core",
+      roles: ["approver", "auditor"],
+      tools: ["a__*", "b__read"],
+      budget: { calls: 5 },
+      iat: NOW,
+      nbf: NOW,
+      exp: NOW + 600,
+      jti: m.jti,
     });
     const r = await check(m.token, { now: NOW + 100 });
     expect(r).toEqual({
       ok: true,
-      grant: { sub: "human:leo", team: "core", roles: ["approver", "auditor"], tools: ["a__*", "b__read"], budget: { calls: 5 }, jti: m.jti, exp: NOW + 600, iat: NOW, iss: ISS, aud: AUD },
+      grant: {
+        sub: "human:leo",
+        team: "core",
+        roles: ["approver", "auditor"],
+        tools: ["a__*", "b__read"],
+        budget: { calls: 5 },
+        jti: m.jti,
+        exp: NOW + 600,
+        iat: NOW,
+        iss: ISS,
+        aud: AUD,
+      },
     });
   });
 
@@ -228,7 +267,13 @@ describe("negative matrix (RFC 8725)", () => {
   it("EdDSA by a key outside the set under a known kid", async () => {
     const intruder = await generateSigningKey(KID);
     const set = await parseKeySet(JSON.stringify(intruder.privateJwk));
-    const t = (await mintGrant(set, { iss: ISS, aud: AUD, sub: "agent:evil", team: "core", roles: ["admin"], tools: ["*"], ttlSeconds: 300 }, { maxLifetimeSeconds: MAX, now: NOW })).token;
+    const t = (
+      await mintGrant(
+        set,
+        { iss: ISS, aud: AUD, sub: "agent:evil", team: "core", roles: ["admin"], tools: ["*"], ttlSeconds: 300 },
+        { maxLifetimeSeconds: MAX, now: NOW },
+      )
+    ).token;
     expectRejected(await check(t), t, /signature/);
   });
 
@@ -254,14 +299,26 @@ describe("negative matrix (RFC 8725)", () => {
   });
 
   it("typ wrong, missing, or differently cased", async () => {
-    for (const [typ, why] of [["JWT", /wrong typ/], ["at+jwt", /wrong typ/], ["grant+jwt", /wrong typ/], [GRANT_TYP.toUpperCase(), /wrong typ/], [undefined, /missing typ/]] as const) {
+    for (const [typ, why] of [
+      ["JWT", /wrong typ/],
+      ["at+jwt", /wrong typ/],
+      ["grant+jwt", /wrong typ/],
+      [GRANT_TYP.toUpperCase(), /wrong typ/],
+      [undefined, /missing typ/],
+    ] as const) {
       const t = await forge({ ...baseHeader(), typ }, basePayload());
       expectRejected(await check(t), t, why);
     }
   });
 
   it("kid unknown, missing, or malformed", async () => {
-    for (const [kid, why] of [["k2", /unknown kid/], [undefined, /missing kid/], ["../../etc/passwd", /malformed kid/], [7, /malformed kid/], ["__proto__", /unknown kid/]] as const) {
+    for (const [kid, why] of [
+      ["k2", /unknown kid/],
+      [undefined, /missing kid/],
+      ["../../etc/passwd", /malformed kid/],
+      [7, /malformed kid/],
+      ["__proto__", /unknown kid/],
+    ] as const) {
       const t = await forge({ ...baseHeader(), kid }, basePayload());
       expectRejected(await check(t), t, why);
     }
@@ -293,14 +350,25 @@ describe("negative matrix (RFC 8725)", () => {
 
   it("aud wrong, missing, malformed, or an array without the gateway", async () => {
     const wrong = (shown: string) => new RegExp(`^token aud "${shown}" is not this gateway's audience \\(expected "https://gw\\.example\\.com/mcp"\\)$`);
-    for (const [aud, why] of [["https://other.example/mcp", wrong("https://other\\.example/mcp")], [undefined, /missing aud/], [["https://a", "https://b"], wrong("https://a, https://b")], [[], wrong("")], [42, /malformed aud/], [[AUD, 1], /malformed aud/]] as const) {
+    for (const [aud, why] of [
+      ["https://other.example/mcp", wrong("https://other\\.example/mcp")],
+      [undefined, /missing aud/],
+      [["https://a", "https://b"], wrong("https://a, https://b")],
+      [[], wrong("")],
+      [42, /malformed aud/],
+      [[AUD, 1], /malformed aud/],
+    ] as const) {
       const t = await forge(baseHeader(), { ...basePayload(), aud });
       expectRejected(await check(t), t, why, 250);
     }
   });
 
   it("iss wrong or missing", async () => {
-    for (const [iss, why] of [["https://evil.example", /^token iss "https:\/\/evil\.example" is not this gateway's issuer \(expected "https:\/\/gw\.example\.com"\)$/], [undefined, /missing iss/], [[ISS], /malformed iss/]] as const) {
+    for (const [iss, why] of [
+      ["https://evil.example", /^token iss "https:\/\/evil\.example" is not this gateway's issuer \(expected "https:\/\/gw\.example\.com"\)$/],
+      [undefined, /missing iss/],
+      [[ISS], /malformed iss/],
+    ] as const) {
       const t = await forge(baseHeader(), { ...basePayload(), iss });
       expectRejected(await check(t), t, why, 250);
     }
@@ -308,12 +376,16 @@ describe("negative matrix (RFC 8725)", () => {
 
   it("a grant for another gateway names the first accepted issuer/audience; claim values are shown printable and capped", async () => {
     const other = await forge(baseHeader(), { ...basePayload(), iss: "http://127.0.0.1:8787" });
-    expectRejected(await check(other, { issuer: ["http://127.0.0.1:9000", "http://localhost:9000"] }), other,
-      /^token iss "http:\/\/127\.0\.0\.1:8787" is not this gateway's issuer \(expected "http:\/\/127\.0\.0\.1:9000"\)$/, 250);
+    expectRejected(
+      await check(other, { issuer: ["http://127.0.0.1:9000", "http://localhost:9000"] }),
+      other,
+      /^token iss "http:\/\/127\.0\.0\.1:8787" is not this gateway's issuer \(expected "http:\/\/127\.0\.0\.1:9000"\)$/,
+      250,
+    );
     const long = await forge(baseHeader(), { ...basePayload(), iss: `https://${"a".repeat(300)}.example` });
     const r = await check(long);
     expectRejected(r, long, new RegExp(`^token iss "https://${"a".repeat(92)}\\.\\.\\." is not this gateway's issuer`), 250);
-    const odd = await forge(baseHeader(), { ...basePayload(), aud: "https://gw\u00e9.example/\"x\"\\y\r\n" });
+    const odd = await forge(baseHeader(), { ...basePayload(), aud: 'https://gw\u00e9.example/"x"\\y\r\n' });
     const o = await check(odd);
     expectRejected(o, odd, /^token aud "https:\/\/gw\?\.example\/\?x\?\?y\?\?" is not this gateway's audience/, 250);
     // An unsigned (or wrongly signed) token never gets that far: its claims are not shown.
@@ -352,10 +424,23 @@ describe("negative matrix (RFC 8725)", () => {
   it("revoked jti, and a failing revocation store, are rejected", async () => {
     const t = await forge(baseHeader(), basePayload());
     const seen: string[] = [];
-    const revoked = await check(t, { isRevoked: async (jti) => (seen.push(jti), true) });
+    const revoked = await check(t, {
+      isRevoked: async (jti) => {
+        seen.push(jti);
+        return true;
+      },
+    });
     expectRejected(revoked, t, /revoked/);
     expect(seen).toEqual(["AAAAAAAAAAAAAAAAAAAAAA"]);
-    expectRejected(await check(t, { isRevoked: async () => { throw new Error("store down"); } }), t, /revoked/);
+    expectRejected(
+      await check(t, {
+        isRevoked: async () => {
+          throw new Error("store down");
+        },
+      }),
+      t,
+      /revoked/,
+    );
     expect((await check(t, { isRevoked: async () => false })).ok).toBe(true);
   });
 
@@ -364,7 +449,7 @@ describe("negative matrix (RFC 8725)", () => {
     const [h, p, s] = good.split(".") as [string, string, string];
     const garbageHeader = `${enc("{not json")}.${p}.${s}`;
     const arrayHeader = `${enc([1, 2])}.${p}.${s}`;
-    const garbagePayload = await forge(baseHeader(), "{\"iss\": ");
+    const garbagePayload = await forge(baseHeader(), '{"iss": ');
     const arrayPayload = await forge(baseHeader(), ["iss"]);
     const nonUtf8 = `${base64url.encode(new Uint8Array([0xff, 0xfe, 0x7b]))}.${p}.${s}`;
     const cases: Array<[string, RegExp]> = [

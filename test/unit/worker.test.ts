@@ -13,7 +13,17 @@ const H = { "content-type": "application/json", accept: "application/json, text/
 function seed(id: string, principal: string): SessionApi {
   const api = sessionObject(env, id)!;
   const now = Date.now();
-  const rec: SessionRecord = { v: 1, id, principal, protocolVersion: "2025-11-25", clientCapabilities: {}, upstreams: {}, createdAt: now, touchedAt: now, ttlS: 3600 };
+  const rec: SessionRecord = {
+    v: 1,
+    id,
+    principal,
+    protocolVersion: "2025-11-25",
+    clientCapabilities: {},
+    upstreams: {},
+    createdAt: now,
+    touchedAt: now,
+    ttlS: 3600,
+  };
   void api.create(rec);
   return api;
 }
@@ -21,8 +31,16 @@ function seed(id: string, principal: string): SessionApi {
 describe("Worker front", () => {
   it("answers another principal's session id with 404 and leaves the session alone", async () => {
     const api = seed("a".repeat(48), "agent:owner");
-    for (const [method, body] of [["POST", JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/list" })], ["GET", undefined], ["DELETE", undefined]] as const) {
-      const r = await SELF.fetch("http://127.0.0.1/mcp", { method, headers: { ...H, "mcp-session-id": "a".repeat(48), ...(method === "GET" ? { accept: "text/event-stream" } : {}) }, body });
+    for (const [method, body] of [
+      ["POST", JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/list" })],
+      ["GET", undefined],
+      ["DELETE", undefined],
+    ] as const) {
+      const r = await SELF.fetch("http://127.0.0.1/mcp", {
+        method,
+        headers: { ...H, "mcp-session-id": "a".repeat(48), ...(method === "GET" ? { accept: "text/event-stream" } : {}) },
+        body,
+      });
       expect(r.status, method).toBe(404);
       const j = (await r.json()) as { error: { code: number } };
       expect(j.error.code).toBe(-32000);
@@ -51,6 +69,12 @@ describe("Worker front", () => {
     expect(await (await SELF.fetch("http://127.0.0.1/healthz")).json()).toEqual({ ok: true });
     const r = await SELF.fetch("http://127.0.0.1/readyz");
     expect(r.status).toBe(503);
-    expect(await r.json()).toEqual({ ok: false, upstreams: [{ name: "alpha", ok: false }, { name: "beta", ok: false }] });
+    expect(await r.json()).toEqual({
+      ok: false,
+      upstreams: [
+        { name: "alpha", ok: false },
+        { name: "beta", ok: false },
+      ],
+    });
   });
 });
