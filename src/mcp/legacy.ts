@@ -232,9 +232,10 @@ export async function legacyPost(fc: FrontContext, req: Request, msg: JsonRpcMes
   // The version this request speaks (the header, else the session's): priming events (empty
   // data) only from 2025-11-25 on, as the SDK's servers do, since older clients may fail on them.
   const version = req.headers.get("mcp-protocol-version")?.trim() || rec.protocolVersion;
-  // A stream that completes quickly with its client still there is never written to the buffer:
-  // events wait in memory and become durable (all of them, and every later one as it comes) once
-  // the stream outlives PERSIST_AFTER_MS, the client goes away, or the stream is closed early.
+  // A stream that carries only its response, quickly, to a client still there, is never written
+  // to the buffer: its events wait in memory. They become durable (all of them, and every later
+  // one as it comes) at the first interim message — after which a client may resume — or once the
+  // stream outlives PERSIST_AFTER_MS, the client goes away, or the stream is closed early.
   let durable = false;
   let timer: ReturnType<typeof setTimeout> | undefined;
   const waiting: { seq: number; data: string }[] = [];
@@ -252,7 +253,8 @@ export async function legacyPost(fc: FrontContext, req: Request, msg: JsonRpcMes
     open: () => {
       timer = setTimeout(goDurable, PERSIST_AFTER_MS);
     },
-    persist: (seq, data) => {
+    persist: (seq, data, final) => {
+      if (!durable && !final) goDurable();
       if (durable) append([{ seq, data }], false);
       else waiting.push({ seq, data });
     },

@@ -30,7 +30,7 @@ export interface Resumable {
   /** A write to the client failed: it went away, and everything from now on must be resumable. */
   lost(): void;
   /** Persists event `seq` (1-based; 0 is the priming event) of this stream. */
-  persist(seq: number, data: string): void;
+  persist(seq: number, data: string, final: boolean): void;
   /** Resolves once everything handed to open() and persist() so far is stored. */
   flushed(): Promise<void>;
   /** Marks the stream complete in the buffer. */
@@ -94,12 +94,12 @@ export function respond(
       if (r?.priming) void write(encodeEvent({ id: `${r.streamId}/0`, retry: r.retryMs, data: "" }));
       else void write(encodeComment("portcullis"));
     };
-    const emit = async (m: JsonRpcMessage) => {
+    const emit = async (m: JsonRpcMessage, final = false) => {
       open();
       seq++;
       const data = JSON.stringify(m);
       const r = opts.resumable;
-      r?.persist(seq, data);
+      r?.persist(seq, data, final);
       await write(encodeEvent(r ? { id: `${r.streamId}/${seq}`, data } : { data }));
     };
     const closeEarly = async (): Promise<boolean> => {
@@ -126,7 +126,7 @@ export function respond(
           resolve(jsonResponse(out.response, out.status, opts.headers));
           return;
         }
-        await emit(out.response);
+        await emit(out.response, true);
         opts.resumable?.finish();
         if (!clientGone) await (writer as WritableStreamDefaultWriter<Uint8Array>).close().catch(() => undefined);
       });
