@@ -163,6 +163,9 @@ async function settle(p: Promise<unknown> | null, ms = SETTLE_MS): Promise<void>
   if (timer !== undefined) clearTimeout(timer);
 }
 
+/** Kinds whose entry id names the event itself: appending the same id again returns the stored entry. */
+const IDEMPOTENT_KINDS = new Set<string>(["checkpoint", "config.changed"]);
+
 export class LedgerDO extends DurableObject<Env> implements LedgerApi {
   private sql: SqlStorage;
   private queue: Waiting[] = [];
@@ -299,8 +302,9 @@ export class LedgerDO extends DurableObject<Env> implements LedgerApi {
       for (const w of batch) {
         const entries: LedgerEntry[] = [];
         for (const [i, d] of w.drafts.entries()) {
-          // A checkpoint entry is named by its chain and size: committing it again (a retried anchor) returns the first.
-          const again = d.kind === "checkpoint" ? (seen.get(d.id) ?? this.byId(d.id, "checkpoint")) : undefined;
+          // A checkpoint entry is named by its chain and size, a config record by the config's hash:
+          // committing one again (a retried anchor, another isolate seeing the same config) returns the first.
+          const again = IDEMPOTENT_KINDS.has(d.kind) ? (seen.get(d.id) ?? this.byId(d.id, d.kind)) : undefined;
           if (again) {
             entries.push(again);
             continue;
@@ -319,7 +323,7 @@ export class LedgerDO extends DurableObject<Env> implements LedgerApi {
             e.hash,
             facts.decision_id,
           );
-          if (e.kind === "checkpoint") seen.set(e.id, e);
+          if (IDEMPOTENT_KINDS.has(e.kind)) seen.set(e.id, e);
           head = { seq: e.seq, hash: e.hash };
           entries.push(e);
         }

@@ -6,12 +6,13 @@
  * a hash, never a secret or a token. Must never: report a receipt for a record that was not
  * stored, or swallow a failed decision/outcome append (the governed path refuses on a throw).
  */
-import { ledgerObject } from "../../durable-objects/names.ts";
+import { GLOBAL_CHAIN, ledgerObject } from "../../durable-objects/names.ts";
 import type { LedgerApi, LedgerSigning } from "../../durable-objects/records.ts";
+import type { GatewayConfig } from "../config/load.ts";
 import type { Principal } from "../config/principal.ts";
 import type { Env } from "../env.ts";
 import type { Receipt, ToolCall } from "../governance/steps.ts";
-import { canonicalHash } from "../ledger/hash.ts";
+import { canonicalHash, sha256Hex } from "../ledger/hash.ts";
 import type { BlockedBody, DecisionBody, EntryDraft, EntryKind, OutcomeBody } from "../ledger/records.ts";
 import type { JsonObject } from "../wire/jsonrpc.ts";
 import type { CallLedger, FrontContext } from "./context.ts";
@@ -114,4 +115,32 @@ export async function appendRecord(env: Env, signing: LedgerSigning, team: strin
 /** The ledger of a front's caller. */
 export function frontLedger(fc: FrontContext): CallLedger {
   return callLedger({ env: fc.env, principal: fc.principal, signing: { secret: fc.cfg.auth.signingKeySecret, gateway: fc.gateway }, waitUntil: fc.waitUntil });
+}
+
+const recordedConfigs = new WeakSet<object>();
+
+/**
+ * The first time an isolate serves a config, a `config.changed` record on the global chain names
+ * it by the SHA-256 of its text (never the text: it may hold secrets); the id is that hash, so
+ * every isolate's record of one config is one entry.
+ */
+export function recordConfigOnce(env: Env, cfg: GatewayConfig, gateway: string, waitUntil: (p: Promise<unknown>) => void): void {
+  if (recordedConfigs.has(cfg)) return;
+  recordedConfigs.add(cfg);
+  const text = typeof env.PORTCULLIS_CONFIG === "string" ? env.PORTCULLIS_CONFIG : "";
+  const sha = sha256Hex(text);
+  const d: EntryDraft = {
+    kind: "config.changed",
+    id: `config:${sha}`,
+    at: new Date().toISOString(),
+    body: { config_sha256: sha, upstreams: cfg.upstreams.map((u) => u.name), auth_required: cfg.auth.required },
+  };
+  const global = ledgerObject(env, GLOBAL_CHAIN);
+  if (!global) return;
+  waitUntil(
+    bounded(global.append([d], { secret: cfg.auth.signingKeySecret, gateway })).catch((e) => {
+      recordedConfigs.delete(cfg); // try again on a later request
+      console.error("portcullis: config.changed record not written", String(e));
+    }),
+  );
 }

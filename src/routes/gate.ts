@@ -12,7 +12,9 @@ import type { Role } from "../config/roles.ts";
 import { guardedFetch } from "../egress/guarded-fetch.ts";
 import type { Env } from "../env.ts";
 import { authenticate, isLoopbackRequest } from "../identity/auth.ts";
+import { canonicalUrl } from "../identity/metadata.ts";
 import { checkOrigin } from "../identity/origin.ts";
+import { recordConfigOnce } from "../mcp/ledger-writer.ts";
 import { configOr503, egressRefusal, requestConfig } from "./config-view.ts";
 
 /** The Hono environment of every route: Worker bindings, and what the gate established. */
@@ -43,6 +45,7 @@ export function gate(opts: GateOptions) {
       guardedFetch(url, init, { rules: shared.egress, gatewayOnLoopback: onLoopback, maxRedirects: 0, timeoutMs: 5000, maxBytes: 1024 * 1024 });
     const auth = await authenticate(req, c.env, shared, { path: opts.path, role: opts.role, allowActor: opts.allowActor, fetcher });
     if (!auth.ok) return auth.response;
+    recordConfigOnce(c.env, shared, canonicalUrl(shared, req), waitUntilOf(c));
     c.set("principal", auth.principal);
     c.set("cfg", await requestConfig(c.env, shared, req, opts.scoped ? auth.principal : undefined));
     await next();
