@@ -69,7 +69,14 @@ function intParam(url: URL, name: string, max: number): number {
 }
 
 /** The counters a bench reads from one status(). */
-const counters = (s: LedgerStatus) => ({ seq: s.head.seq, transactions: s.transactions, appends: s.appends, checkpointSize: s.checkpointSize, flushedSeq: s.flushedSeq, checkpointProblem: s.checkpointProblem });
+const counters = (s: LedgerStatus) => ({
+  seq: s.head.seq,
+  transactions: s.transactions,
+  appends: s.appends,
+  checkpointSize: s.checkpointSize,
+  flushedSeq: s.flushedSeq,
+  checkpointProblem: s.checkpointProblem,
+});
 
 async function appends(ledger: LedgerApi, signing: LedgerSigning, n: number, inFlight: number) {
   const before = counters(await ledger.status());
@@ -90,6 +97,7 @@ async function appends(ledger: LedgerApi, signing: LedgerSigning, n: number, inF
 
 async function pairs(ledger: LedgerApi, signing: LedgerSigning, n: number) {
   const ms: number[] = [];
+  const start = performance.now();
   for (let i = 0; i < n; i++) {
     const t0 = performance.now();
     const d = decision();
@@ -99,7 +107,7 @@ async function pairs(ledger: LedgerApi, signing: LedgerSigning, n: number) {
     if (!out) throw new Error("the outcome was not confirmed");
     ms.push(performance.now() - t0);
   }
-  return { ms };
+  return { ms, total: performance.now() - start };
 }
 
 export default {

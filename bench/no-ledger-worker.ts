@@ -31,7 +31,10 @@ const noLedger = {
   get(id: { name: string }) {
     const chain = id.name.startsWith("chain:") ? id.name.slice("chain:".length) : id.name;
     let c = chains.get(chain);
-    if (!c) chains.set(chain, (c = new NoLedgerChain(chain)));
+    if (!c) {
+      c = new NoLedgerChain(chain);
+      chains.set(chain, c);
+    }
     return c;
   },
 } as unknown as DurableObjectNamespace;

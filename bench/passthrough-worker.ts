@@ -3,7 +3,9 @@
  * wrangler dev). It forwards every request to UPSTREAM_URL unchanged and streams the answer
  * back — the floor any gateway on Workers pays. Must never be deployed; bench only.
  */
-interface Env { UPSTREAM_URL: string }
+interface Env {
+  UPSTREAM_URL: string;
+}
 
 export default {
   async fetch(req: Request, env: Env): Promise<Response> {

@@ -18,9 +18,9 @@ import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSy
 import { Agent, request } from "node:http";
 import { createServer } from "node:net";
 import { cpus, tmpdir, totalmem } from "node:os";
-import { join, resolve } from "node:path";
+import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import { devSigningKey, startGateway } from "../bin/portcullis.mjs";
+import { devSigningKey } from "../bin/portcullis.mjs";
 
 const root = resolve(fileURLToPath(import.meta.url), "../..");
 const SEQ = Number(process.env.BENCH_SEQ ?? 400);
@@ -36,18 +36,37 @@ const TARGET_APPENDS_PER_S = 2000;
 const ZERO_HASH = "0".repeat(64);
 const WORKER_ENV = { ...process.env, CLOUDFLARE_CF_FETCH_ENABLED: "false", WRANGLER_SEND_METRICS: "false" };
 
-const freePort = () => new Promise((res) => { const s = createServer(); s.listen(0, "127.0.0.1", () => { const p = s.address().port; s.close(() => res(p)); }); });
+const freePort = () =>
+  new Promise((res) => {
+    const s = createServer();
+    s.listen(0, "127.0.0.1", () => {
+      const p = s.address().port;
+      s.close(() => res(p));
+    });
+  });
 const agent = new Agent({ keepAlive: true, maxSockets: 64 });
+const signed = (x) => `${x >= 0 ? "+" : "−"}${Math.abs(x).toFixed(2)}`;
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 function post(url, headers, body, timeout = 10_000) {
   const u = new URL(url);
   return new Promise((resolveP, reject) => {
-    const req = request({ host: u.hostname, port: u.port, path: u.pathname + u.search, method: "POST", agent, headers: { "content-type": "application/json", accept: "application/json, text/event-stream", ...headers }, timeout }, (res) => {
-      const chunks = [];
-      res.on("data", (c) => chunks.push(c));
-      res.on("end", () => resolveP({ status: res.statusCode, headers: res.headers, body: Buffer.concat(chunks).toString() }));
-    });
+    const req = request(
+      {
+        host: u.hostname,
+        port: u.port,
+        path: u.pathname + u.search,
+        method: "POST",
+        agent,
+        headers: { "content-type": "application/json", accept: "application/json, text/event-stream", ...headers },
+        timeout,
+      },
+      (res) => {
+        const chunks = [];
+        res.on("data", (c) => chunks.push(c));
+        res.on("end", () => resolveP({ status: res.statusCode, headers: res.headers, body: Buffer.concat(chunks).toString() }));
+      },
+    );
     req.on("timeout", () => req.destroy(new Error("timeout")));
     req.on("error", reject);
     req.end(body);
@@ -57,7 +76,10 @@ function post(url, headers, body, timeout = 10_000) {
 async function waitHttp(url, ms = 90_000) {
   const deadline = Date.now() + ms;
   while (Date.now() < deadline) {
-    try { const r = await fetch(url, { signal: AbortSignal.timeout(1000) }); if (r.status > 0) return; } catch {}
+    try {
+      const r = await fetch(url, { signal: AbortSignal.timeout(1000) });
+      if (r.status > 0) return;
+    } catch {}
     await sleep(250);
   }
   throw new Error(`timeout waiting for ${url}`);
@@ -79,81 +101,172 @@ function receiptCheck(kind) {
 /** A caller for one target and era: returns a function doing one tools/call. */
 async function caller(url, era, receipt = "none") {
   const ok = receiptCheck(receipt);
-  const check = (r) => { if (r.status !== 200 || !r.body.includes("simple text") || !ok(r.body)) throw new Error(`bad answer from ${url} (receipt: ${receipt}) ${r.status} ${r.body.slice(0, 300)}`); };
+  const check = (r) => {
+    if (r.status !== 200 || !r.body.includes("simple text") || !ok(r.body))
+      throw new Error(`bad answer from ${url} (receipt: ${receipt}) ${r.status} ${r.body.slice(0, 300)}`);
+  };
   if (era === "modern") {
     const meta = { "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {} };
     const headers = { "mcp-protocol-version": "2026-07-28", "mcp-method": "tools/call", "mcp-name": "test_simple_text" };
     let id = 0;
-    return async () => check(await post(url, headers, JSON.stringify({ jsonrpc: "2.0", id: ++id, method: "tools/call", params: { name: "test_simple_text", arguments: {}, _meta: meta } })));
+    return async () =>
+      check(
+        await post(
+          url,
+          headers,
+          JSON.stringify({ jsonrpc: "2.0", id: ++id, method: "tools/call", params: { name: "test_simple_text", arguments: {}, _meta: meta } }),
+        ),
+      );
   }
-  const init = await post(url, {}, JSON.stringify({ jsonrpc: "2.0", id: 0, method: "initialize", params: { protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "bench", version: "1" } } }));
+  const init = await post(
+    url,
+    {},
+    JSON.stringify({
+      jsonrpc: "2.0",
+      id: 0,
+      method: "initialize",
+      params: { protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "bench", version: "1" } },
+    }),
+  );
   const sid = init.headers["mcp-session-id"];
   const headers = { "mcp-protocol-version": "2025-11-25", ...(sid ? { "mcp-session-id": sid } : {}) };
   await post(url, headers, JSON.stringify({ jsonrpc: "2.0", method: "notifications/initialized" }));
   let id = 0;
-  return async () => check(await post(url, headers, JSON.stringify({ jsonrpc: "2.0", id: ++id, method: "tools/call", params: { name: "test_simple_text", arguments: {} } })));
+  return async () =>
+    check(await post(url, headers, JSON.stringify({ jsonrpc: "2.0", id: ++id, method: "tools/call", params: { name: "test_simple_text", arguments: {} } })));
 }
 
 /** Does process group `pgid` still have a live (not zombie) member? /proc where there is one, else signal 0. */
 function groupAlive(pgid) {
-  if (!existsSync("/proc/self/stat")) { try { process.kill(-pgid, 0); return true; } catch { return false; } }
+  if (!existsSync("/proc/self/stat")) {
+    try {
+      process.kill(-pgid, 0);
+      return true;
+    } catch {
+      return false;
+    }
+  }
   return readdirSync("/proc").some((d) => {
     if (!/^\d+$/.test(d)) return false;
     try {
       const s = readFileSync(`/proc/${d}/stat`, "utf8");
       const [state, , pgrp] = s.slice(s.lastIndexOf(")") + 2).split(" ");
       return Number(pgrp) === pgid && state !== "Z" && state !== "X";
-    } catch { return false; }
+    } catch {
+      return false;
+    }
   });
 }
-const signalGroup = (pgid, sig) => { try { process.kill(-pgid, sig); } catch { /* gone */ } };
+const signalGroup = (pgid, sig) => {
+  try {
+    process.kill(-pgid, sig);
+  } catch {
+    /* gone */
+  }
+};
 
 /** Stops the groups led by `procs`: SIGTERM, then SIGKILL for what still runs after `graceMs` (bounded). */
 async function stopGroups(procs, graceMs = 8000) {
   const pgids = procs.map((p) => p.pid).filter((pid) => pid !== undefined);
   for (const g of pgids) signalGroup(g, "SIGTERM");
-  for (const [sig, ms] of [["SIGKILL", graceMs], [null, 3000]]) {
+  for (const [sig, ms] of [
+    ["SIGKILL", graceMs],
+    [null, 3000],
+  ]) {
     const deadline = Date.now() + ms;
     while (Date.now() < deadline && pgids.some(groupAlive)) await sleep(100);
     if (sig) for (const g of pgids.filter(groupAlive)) signalGroup(g, sig);
   }
 }
 
-const pct = (xs, p) => { const s = [...xs].sort((a, b) => a - b); return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))]; };
-
-async function measure(call) {
-  for (let i = 0; i < WARMUP; i++) await call();
-  const lat = [];
-  for (let i = 0; i < SEQ; i++) { const t = performance.now(); await call(); lat.push(performance.now() - t); }
-  let next = 0;
-  const t0 = performance.now();
-  await Promise.all(Array.from({ length: CONCURRENCY }, async () => { while (next++ < PAR_CALLS) await call(); }));
-  const secs = (performance.now() - t0) / 1000;
-  return { p50: pct(lat, 50), p99: pct(lat, 99), rps: PAR_CALLS / secs };
-}
-
-/** `wrangler dev` of a bench Worker in its own process group. */
-function wranglerDev(config, port, persistTo, vars) {
-  const argv = ["dev", "--config", config, "--ip", "127.0.0.1", "--port", String(port), "--inspector-port", "0", "--show-interactive-dev-session=false", "--log-level", "error", "--persist-to", persistTo];
-  for (const [k, v] of Object.entries(vars)) argv.push("--var", `${k}:${v}`);
-  return spawn(join(root, "node_modules/.bin/wrangler"), argv, { cwd: root, stdio: "ignore", detached: true, env: WORKER_ENV });
-}
+const pct = (xs, p) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))];
+};
 
 /**
- * The production wrangler.toml with only its name and entry changed (bench/no-ledger-worker.ts):
- * the same bindings, flags and compatibility date as the Portcullis it is compared with.
+ * One era's targets side by side: warm-up, then sequential latency round-robin over the targets
+ * (call i of every target runs under the same machine conditions, so the ratios hold on a
+ * shared machine), then throughput at CONCURRENCY, one target after the other.
  */
-function noLedgerConfig(dir) {
-  const text = readFileSync(join(root, "wrangler.toml"), "utf8");
-  const main = /^main = "src\/index\.ts"$/m;
-  if (!main.test(text)) throw new Error("wrangler.toml: no `main = \"src/index.ts\"` line to point at bench/no-ledger-worker.ts");
-  const out = text
-    .replace(/^name = ".*"$/m, 'name = "portcullis-bench-no-ledger"')
-    .replace(main, `main = ${JSON.stringify(join(root, "bench/no-ledger-worker.ts"))}`)
-    .replace(/^migrations_dir = "(.*)"$/m, (_, d) => `migrations_dir = ${JSON.stringify(join(root, d))}`);
+async function measureEra(calls) {
+  for (const call of calls) for (let i = 0; i < WARMUP; i++) await call();
+  const lat = calls.map(() => []);
+  for (let i = 0; i < SEQ; i++) {
+    for (const [k, call] of calls.entries()) {
+      const t = performance.now();
+      await call();
+      lat[k].push(performance.now() - t);
+    }
+  }
+  const rps = [];
+  for (const call of calls) {
+    let next = 0;
+    const t0 = performance.now();
+    await Promise.all(
+      Array.from({ length: CONCURRENCY }, async () => {
+        while (next++ < PAR_CALLS) await call();
+      }),
+    );
+    rps.push(PAR_CALLS / ((performance.now() - t0) / 1000));
+  }
+  return calls.map((_, k) => ({ p50: pct(lat[k], 50), p99: pct(lat[k], 99), rps: rps[k] }));
+}
+
+const wrangler = join(root, "node_modules/.bin/wrangler");
+
+/**
+ * Builds the Worker of `config` (entry `entry`, else its own `main`) once, with the bundler a
+ * deploy uses (`wrangler deploy --dry-run`, offline), and writes the config `wrangler dev
+ * --no-bundle` runs it with: the same bindings, flags and compatibility date, `main` pointing at
+ * the bundle. So every Worker runs the source as it was when the bench started: edits made to the
+ * tree meanwhile neither restart it mid-run nor mix two versions into one comparison.
+ */
+function bundled(config, dir, { entry, name } = {}) {
+  const out = join(dir, "bundle");
+  try {
+    execFileSync(wrangler, ["deploy", ...(entry ? [entry] : []), "--dry-run", "--outdir", out, "--config", config], {
+      cwd: root,
+      env: WORKER_ENV,
+      stdio: "pipe",
+      timeout: 120_000,
+    });
+  } catch (err) {
+    throw new Error(`building ${entry ?? config} failed:\n${err.stderr?.toString() ?? ""}${err.stdout?.toString() ?? ""}`);
+  }
+  const main = /^main = ".*"$/m;
+  const text = readFileSync(config, "utf8");
+  if (!main.test(text)) throw new Error(`${config}: no main line`);
+  let outText = text
+    .replace(main, `main = ${JSON.stringify(join(out, "index.js"))}`)
+    .replace(/^migrations_dir = "(.*)"$/m, (_, d) => `migrations_dir = ${JSON.stringify(resolve(dirname(config), d))}`);
+  if (name) outText = outText.replace(/^name = ".*"$/m, `name = ${JSON.stringify(name)}`);
   const file = join(dir, "wrangler.toml");
-  writeFileSync(file, out);
+  writeFileSync(file, outText);
   return file;
+}
+
+/** `wrangler dev --no-bundle` of a built Worker (see `bundled`) in its own process group. */
+function wranglerDev(config, port, persistTo, vars, logLevel = "error") {
+  const argv = [
+    "dev",
+    "--no-bundle",
+    "--config",
+    config,
+    "--ip",
+    "127.0.0.1",
+    "--port",
+    String(port),
+    "--inspector-port",
+    "0",
+    "--show-interactive-dev-session=false",
+    "--log-level",
+    logLevel,
+    "--persist-to",
+    persistTo,
+  ];
+  for (const [k, v] of Object.entries(vars)) argv.push("--var", `${k}:${v}`);
+  return spawn(wrangler, argv, { cwd: root, stdio: "ignore", detached: true, env: WORKER_ENV });
 }
 
 /** One call to the bench ledger Worker. */
@@ -187,22 +300,37 @@ async function ledgerBench(base) {
     const appends = r.after.appends - r.before.appends;
     const transactions = r.after.transactions - r.before.transactions;
     const stored = r.after.seq - r.before.seq;
-    if (r.failed > 0 || appends !== APPENDS || stored !== APPENDS) throw new Error(`ledger level ${inFlight}: ${r.failed} failed, ${appends} counted, ${stored} stored of ${APPENDS}`);
+    if (r.failed > 0 || appends !== APPENDS || stored !== APPENDS)
+      throw new Error(`ledger level ${inFlight}: ${r.failed} failed, ${appends} counted, ${stored} stored of ${APPENDS}`);
     const flushS = await flushWait(base, chain);
     const after = await ledgerCall(base, "/status", { chain });
-    levels.push({ inFlight, ms: r.ms, perS: (APPENDS * 1000) / r.ms, transactions, perTx: APPENDS / transactions, flushS, checkpointSize: after.checkpointSize, seq: after.seq, checkpointProblem: after.checkpointProblem });
+    levels.push({
+      inFlight,
+      ms: r.ms,
+      perS: (APPENDS * 1000) / r.ms,
+      transactions,
+      perTx: APPENDS / transactions,
+      flushS,
+      checkpointSize: after.checkpointSize,
+      seq: after.seq,
+      checkpointProblem: after.checkpointProblem,
+    });
   }
   const chain = `bench-${run}-pairs`;
   await ledgerCall(base, "/pairs", { chain, n: 20 });
   const p = await ledgerCall(base, "/pairs", { chain, n: PAIRS });
   await flushWait(base, chain);
-  return { levels, pairs: { p50: pct(p.ms, 50), p99: pct(p.ms, 99) } };
+  return { levels, pairs: { mean: p.total / PAIRS, p50: pct(p.ms, 50), p99: pct(p.ms, 99) } };
 }
 
 function machine() {
   const c = cpus();
   let workerd = "?";
-  try { workerd = execFileSync(join(root, "node_modules/.bin/workerd"), ["--version"], { encoding: "utf8" }).trim(); } catch { /* unknown */ }
+  try {
+    workerd = execFileSync(join(root, "node_modules/.bin/workerd"), ["--version"], { encoding: "utf8" }).trim();
+  } catch {
+    /* unknown */
+  }
   const wrangler = JSON.parse(readFileSync(join(root, "node_modules/wrangler/package.json"), "utf8")).version;
   return `${c[0]?.model ?? "?"} × ${c.length} cores, ${(totalmem() / 2 ** 30).toFixed(0)} GiB, ${process.platform} ${process.arch}; Node ${process.version}, wrangler ${wrangler}, ${workerd}`;
 }
@@ -210,35 +338,66 @@ function machine() {
 async function main() {
   const procs = [];
   const dirs = [];
-  const removeDirs = () => { for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true }); };
-  const stopAll = async () => { await stopGroups([...procs]); procs.length = 0; removeDirs(); };
+  const removeDirs = () => {
+    for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+  };
+  const stopAll = async () => {
+    await stopGroups([...procs]);
+    procs.length = 0;
+    removeDirs();
+  };
   // At exit (whatever the path): SIGKILL any group still running, synchronously.
-  process.on("exit", () => { for (const p of procs) if (p.pid !== undefined) signalGroup(p.pid, "SIGKILL"); removeDirs(); });
-  for (const [sig, code] of [["SIGINT", 130], ["SIGTERM", 143]]) process.once(sig, () => { void stopAll().finally(() => process.exit(code)); });
-  const tmp = (prefix) => { const d = mkdtempSync(join(tmpdir(), prefix)); dirs.push(d); return d; };
+  process.on("exit", () => {
+    for (const p of procs) if (p.pid !== undefined) signalGroup(p.pid, "SIGKILL");
+    removeDirs();
+  });
+  for (const [sig, code] of [
+    ["SIGINT", 130],
+    ["SIGTERM", 143],
+  ])
+    process.once(sig, () => {
+      void stopAll().finally(() => process.exit(code));
+    });
+  const tmp = (prefix) => {
+    const d = mkdtempSync(join(tmpdir(), prefix));
+    dirs.push(d);
+    return d;
+  };
   try {
     // A throwaway checkpoint signing key (never the developer's .portcullis key).
     const signingKey = await devSigningKey(join(tmp("bench-key-"), "signing-key.json"));
 
     const upPort = await freePort();
-    const up = spawn(process.execPath, [join(root, "test/fixtures/conformance-upstream/server.ts"), "--port", String(upPort)], { stdio: "ignore", detached: true });
+    const up = spawn(process.execPath, [join(root, "test/fixtures/conformance-upstream/server.ts"), "--port", String(upPort)], {
+      stdio: "ignore",
+      detached: true,
+    });
     procs.push(up);
     const upstreamUrl = `http://127.0.0.1:${upPort}/mcp`;
     await waitHttp(upstreamUrl);
 
-    const ptPort = await freePort();
-    procs.push(wranglerDev(join(root, "bench/passthrough.wrangler.toml"), ptPort, tmp("bench-pt-"), { UPSTREAM_URL: upstreamUrl }));
-
-    const configText = `actor: local:bench\negress:\n  allow_loopback: true\nupstreams:\n  - name: conf\n    url: ${upstreamUrl}\n`;
-    const gwPort = await freePort();
-    procs.push(startGateway({ configText, port: gwPort, persistTo: tmp("bench-gw-"), signingKey, stdio: "ignore", logLevel: process.env.BENCH_GATEWAY_LOG_LEVEL ?? "log", detached: true }));
-
-    const nlPort = await freePort();
+    // Portcullis and Portcullis without its ledger: one source tree, built back to back.
+    const gwDir = tmp("bench-gw-");
+    const gwConfig = bundled(join(root, "wrangler.toml"), gwDir);
     const nlDir = tmp("bench-nl-");
-    procs.push(wranglerDev(noLedgerConfig(nlDir), nlPort, join(nlDir, "state"), { PORTCULLIS_CONFIG: configText, PORTCULLIS_SIGNING_KEY: signingKey }));
+    const nlConfig = bundled(join(root, "wrangler.toml"), nlDir, { entry: "bench/no-ledger-worker.ts", name: "portcullis-bench-no-ledger" });
+    const ptDir = tmp("bench-pt-");
+    const ptConfig = bundled(join(root, "bench/passthrough.wrangler.toml"), ptDir);
+    const ldDir = tmp("bench-ledger-");
+    const ldConfig = bundled(join(root, "bench/ledger.wrangler.toml"), ldDir);
 
+    const ptPort = await freePort();
+    procs.push(wranglerDev(ptConfig, ptPort, join(ptDir, "state"), { UPSTREAM_URL: upstreamUrl }));
+    // The gateway's config and checkpoint signing key as `portcullis dev` passes them; the same log level for both builds.
+    const configText = `actor: local:bench\negress:\n  allow_loopback: true\nupstreams:\n  - name: conf\n    url: ${upstreamUrl}\n`;
+    const gwVars = { PORTCULLIS_CONFIG: configText, PORTCULLIS_SIGNING_KEY: signingKey };
+    const gwLog = process.env.BENCH_GATEWAY_LOG_LEVEL ?? "log";
+    const gwPort = await freePort();
+    procs.push(wranglerDev(gwConfig, gwPort, join(gwDir, "state"), gwVars, gwLog));
+    const nlPort = await freePort();
+    procs.push(wranglerDev(nlConfig, nlPort, join(nlDir, "state"), gwVars, gwLog));
     const ldPort = await freePort();
-    procs.push(wranglerDev(join(root, "bench/ledger.wrangler.toml"), ldPort, tmp("bench-ledger-"), { PORTCULLIS_SIGNING_KEY: signingKey }));
+    procs.push(wranglerDev(ldConfig, ldPort, join(ldDir, "state"), { PORTCULLIS_SIGNING_KEY: signingKey }));
 
     await waitHttp(`http://127.0.0.1:${ptPort}/`);
     await waitHttp(`http://127.0.0.1:${gwPort}/healthz`);
@@ -253,15 +412,17 @@ async function main() {
     ];
     const results = {};
     for (const era of ["legacy", "modern"]) {
-      for (const [name, url, receipt] of targets) {
-        results[`${era}/${name}`] = await measure(await caller(url, era, receipt));
-      }
+      const calls = [];
+      for (const [, url, receipt] of targets) calls.push(await caller(url, era, receipt));
+      for (const [k, r] of (await measureEra(calls)).entries()) results[`${era}/${targets[k][0]}`] = r;
       await sleep(2000); // the gateway's ledger flushes its entries to D1 behind the calls: let it finish before the next era
     }
     const ledger = await ledgerBench(`http://127.0.0.1:${ldPort}`);
 
     console.log(`\nmachine: ${machine()}`);
-    console.log(`\none tools/call (test_simple_text), ${SEQ} sequential + ${PAR_CALLS} at concurrency ${CONCURRENCY}, loopback\n`);
+    console.log(
+      `\none tools/call (test_simple_text), per target: ${SEQ} sequential (round-robin over the targets) + ${PAR_CALLS} at concurrency ${CONCURRENCY}, loopback\n`,
+    );
     console.log("era     target                  p50 ms   p99 ms   calls/s");
     for (const [k, r] of Object.entries(results)) {
       const [era, name] = k.split("/");
@@ -272,25 +433,39 @@ async function main() {
       const g = results[`${era}/portcullis`];
       for (const base of ["direct", "passthrough-worker", "portcullis-no-ledger"]) {
         const b = results[`${era}/${base}`];
-        console.log(`${era.padEnd(7)} vs ${base.padEnd(21)} p50 ×${(g.p50 / b.p50).toFixed(2)}  p99 ×${(g.p99 / b.p99).toFixed(2)}  calls/s ×${(g.rps / b.rps).toFixed(2)}`);
+        console.log(
+          `${era.padEnd(7)} vs ${base.padEnd(21)} p50 ×${(g.p50 / b.p50).toFixed(2)}  p99 ×${(g.p99 / b.p99).toFixed(2)}  calls/s ×${(g.rps / b.rps).toFixed(2)}`,
+        );
       }
     }
     console.log("\nthe ledger's share of a governed call (portcullis − portcullis-no-ledger: its decision + outcome appends)");
     for (const era of ["legacy", "modern"]) {
       const g = results[`${era}/portcullis`];
       const n = results[`${era}/portcullis-no-ledger`];
-      console.log(`${era.padEnd(7)} p50 +${(g.p50 - n.p50).toFixed(2)} ms  p99 +${(g.p99 - n.p99).toFixed(2)} ms  (${((100 * (g.p50 - n.p50)) / g.p50).toFixed(0)}% of the p50)`);
+      console.log(
+        `${era.padEnd(7)} p50 ${signed(g.p50 - n.p50)} ms  p99 ${signed(g.p99 - n.p99)} ms  calls/s ×${(g.rps / n.rps).toFixed(2)}  (${((100 * (g.p50 - n.p50)) / g.p50).toFixed(0)}% of portcullis's p50)`,
+      );
     }
-    console.log(`decision + outcome appends, sequential, from a Worker (${PAIRS} pairs): p50 ${ledger.pairs.p50.toFixed(2)} ms  p99 ${ledger.pairs.p99.toFixed(2)} ms`);
+    const pr = ledger.pairs;
+    console.log(
+      `decision + outcome appends, sequential, from a Worker (${PAIRS} pairs; workerd's timer ticks in ms): mean ${pr.mean.toFixed(2)} ms  p50 ${pr.p50.toFixed(2)} ms  p99 ${pr.p99.toFixed(2)} ms`,
+    );
 
-    console.log(`\nledger: one chain (LedgerDO in workerd), ${APPENDS} one-entry appends per level, timed inside the Worker; target ≥ ${TARGET_APPENDS_PER_S} appends/s`);
+    console.log(
+      `\nledger: one chain (LedgerDO in workerd), ${APPENDS} one-entry appends per level, timed inside the Worker; target ≥ ${TARGET_APPENDS_PER_S} appends/s`,
+    );
     console.log("in flight   appends/s   ms total   transactions   appends/transaction   D1 flushed after   vs target");
     for (const l of ledger.levels) {
       const flushed = l.flushS === null ? "> 30 s" : `${l.flushS.toFixed(1)} s`;
-      console.log(`${String(l.inFlight).padStart(9)}   ${l.perS.toFixed(0).padStart(9)}   ${l.ms.toFixed(0).padStart(8)}   ${String(l.transactions).padStart(12)}   ${l.perTx.toFixed(1).padStart(19)}   ${flushed.padStart(16)}   ×${(l.perS / TARGET_APPENDS_PER_S).toFixed(2)}`);
+      console.log(
+        `${String(l.inFlight).padStart(9)}   ${l.perS.toFixed(0).padStart(9)}   ${l.ms.toFixed(0).padStart(8)}   ${String(l.transactions).padStart(12)}   ${l.perTx.toFixed(1).padStart(19)}   ${flushed.padStart(16)}   ×${(l.perS / TARGET_APPENDS_PER_S).toFixed(2)}`,
+      );
     }
     const last = ledger.levels[ledger.levels.length - 1];
-    if (last) console.log(`checkpoints: the last chain (${last.seq} entries) is signed up to ${last.checkpointSize}${last.checkpointProblem ? ` (problem: ${last.checkpointProblem})` : ""}`);
+    if (last)
+      console.log(
+        `checkpoints: the last chain (${last.seq} entries) is signed up to ${last.checkpointSize}${last.checkpointProblem ? ` (problem: ${last.checkpointProblem})` : ""}`,
+      );
   } finally {
     await stopAll();
   }
