@@ -218,9 +218,9 @@ export interface PassThrough {
 
 /**
  * The documented equivalent of governToolCall for pass-through requests: the kill switch
- * (a halt stops task results and unknown methods too), then forward and answer; write-ahead and
- * outcome records come with [L] behind the same LedgerWriter. Failures become JSON-RPC errors,
- * since the request is not a tools/call.
+ * (a halt stops task results and unknown methods too), then forward and answer. The ledger keeps
+ * the tools/call that created a task (its decision and outcome); tasks/* requests themselves are
+ * not recorded yet. Failures become JSON-RPC errors, since the request is not a tools/call.
  */
 export async function governedPassThrough(deps: GovernanceDeps, p: PassThrough, forward: () => Promise<LegResult>): Promise<Answer> {
   let halted: Refusal | null;
