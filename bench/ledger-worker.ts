@@ -4,17 +4,29 @@
  * numbers are the chain's and not wrangler's HTTP plumbing. `POST /appends?chain=C&n=N&c=K` makes
  * N one-draft appends to chain C with K in flight and answers the elapsed time and the chain's
  * counters from `status()` before and after (its transaction counter gives the group-commit
- * factor); `POST /pairs?chain=C&n=N` makes N sequential decision + outcome pairs (what one
- * governed call writes) and answers each pair's latency; `POST /status?chain=C` the counters.
- * Owns nothing of the gateway; must never be deployed, be bound to a real D1 database, or grow
- * endpoints into src/ (the production Worker).
+ * factor); `POST /floor?n=N&c=K` runs the same loop against EchoDO, whose `append` hands the
+ * drafts back and stores nothing (the Durable Object RPC floor under the chain's number);
+ * `POST /pairs?chain=C&n=N` makes N sequential decision + outcome pairs (what one governed call
+ * writes) and answers each pair's latency; `POST /status?chain=C` the counters. Owns nothing of
+ * the gateway; must never be deployed, be bound to a real D1 database, or grow endpoints into
+ * src/ (the production Worker).
  */
+import { DurableObject } from "cloudflare:workers";
 import { ledgerObject } from "../durable-objects/names.ts";
 import type { LedgerApi, LedgerSigning, LedgerStatus } from "../durable-objects/records.ts";
 import type { Env } from "../src/env.ts";
 import type { EntryDraft } from "../src/ledger/records.ts";
 
 export { LedgerDO } from "../durable-objects/ledger.ts";
+
+/** The RPC floor: LedgerDO's append signature and payload both ways, no work, no storage. */
+export class EchoDO extends DurableObject {
+  async append(drafts: EntryDraft[], _signing: LedgerSigning): Promise<EntryDraft[]> {
+    return drafts;
+  }
+}
+
+type Appender = Pick<LedgerApi, "append">;
 
 /** Bounds of one request (the bench asks for far less). */
 const MAX_APPENDS = 20_000;
@@ -78,21 +90,26 @@ const counters = (s: LedgerStatus) => ({
   checkpointProblem: s.checkpointProblem,
 });
 
-async function appends(ledger: LedgerApi, signing: LedgerSigning, n: number, inFlight: number) {
-  const before = counters(await ledger.status());
+/** N one-draft appends to `target` with `inFlight` of them in flight: elapsed ms and failures. */
+async function drive(target: Appender, signing: LedgerSigning, n: number, inFlight: number) {
   let next = 0;
   let failed = 0;
   const t0 = performance.now();
   await Promise.all(
     Array.from({ length: Math.min(inFlight, n) }, async () => {
       while (next++ < n) {
-        const [entry] = await ledger.append([decision()], signing).catch(() => []);
+        const [entry] = await target.append([decision()], signing).catch(() => []);
         if (!entry) failed++;
       }
     }),
   );
-  const ms = performance.now() - t0;
-  return { ms, failed, before, after: counters(await ledger.status()) };
+  return { ms: performance.now() - t0, failed };
+}
+
+async function appends(ledger: LedgerApi, signing: LedgerSigning, n: number, inFlight: number) {
+  const before = counters(await ledger.status());
+  const run = await drive(ledger, signing, n, inFlight);
+  return { ...run, before, after: counters(await ledger.status()) };
 }
 
 async function pairs(ledger: LedgerApi, signing: LedgerSigning, n: number) {
@@ -116,6 +133,11 @@ export default {
     if (req.method === "GET" && url.pathname === "/") return Response.json({ ok: true });
     if (req.method !== "POST") return Response.json({ error: "not found" }, { status: 404 });
     try {
+      if (url.pathname === "/floor") {
+        const echo = env.ECHO as DurableObjectNamespace;
+        const stub = echo.get(echo.idFromName("echo")) as unknown as Appender;
+        return Response.json(await drive(stub, { secret: "NONE", gateway: url.origin }, intParam(url, "n", MAX_APPENDS), intParam(url, "c", MAX_IN_FLIGHT)));
+      }
       const ledger = ledgerObject(env, url.searchParams.get("chain") ?? "");
       if (!ledger) throw new Error("chain must be a chain name");
       const signing: LedgerSigning = { secret: "PORTCULLIS_SIGNING_KEY", gateway: url.origin };

@@ -6,12 +6,15 @@
  * the same Portcullis build with its ledger taken out (bench/no-ledger-worker.ts), which gives
  * what a governed call pays for its two ledger appends; (2) the ledger itself: appends/s of one
  * chain (the production LedgerDO, driven from inside bench/ledger-worker.ts) at 1, 50 and 500
- * appends in flight, with the transactions they took (the group-commit factor), and the latency
- * of the decision + outcome pair one governed call writes. Prints ratios, never asserts a time.
- * Bounded: fixed counts, every request with a timeout; all processes stopped at the end, each
- * with its whole tree: every child leads its own process group (the wrangler shim, the real
- * wrangler and workerd share it), stopped by SIGTERM to the group, SIGKILL after a bound; on
- * Ctrl-C/SIGTERM (which no longer reach the groups from the terminal) and at exit as well.
+ * appends in flight, with the transactions they took (the group-commit factor) and the same loop
+ * against a do-nothing Durable Object (the RPC floor), and the latency of the decision + outcome
+ * pair one governed call writes. Prints ratios, never asserts a time. Every Worker is built once
+ * up front (`wrangler deploy --dry-run`) and served with `wrangler dev --no-bundle`, so edits to
+ * the tree during a run change nothing. Bounded: fixed counts, every request with a timeout; all
+ * processes stopped at the end, each with its whole tree: every child leads its own process
+ * group (the wrangler shim, the real wrangler and workerd share it), stopped by SIGTERM to the
+ * group, SIGKILL after a bound; on Ctrl-C/SIGTERM (which no longer reach the groups from the
+ * terminal) and at exit as well.
  */
 import { execFileSync, spawn } from "node:child_process";
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -234,11 +237,13 @@ function bundled(config, dir, { entry, name } = {}) {
   } catch (err) {
     throw new Error(`building ${entry ?? config} failed:\n${err.stderr?.toString() ?? ""}${err.stdout?.toString() ?? ""}`);
   }
+  const js = readdirSync(out).filter((f) => f.endsWith(".js"));
+  if (js.length !== 1) throw new Error(`building ${entry ?? config}: expected one .js bundle in ${out}, found ${js.join(", ") || "none"}`);
   const main = /^main = ".*"$/m;
   const text = readFileSync(config, "utf8");
   if (!main.test(text)) throw new Error(`${config}: no main line`);
   let outText = text
-    .replace(main, `main = ${JSON.stringify(join(out, "index.js"))}`)
+    .replace(main, `main = ${JSON.stringify(join(out, js[0]))}`)
     .replace(/^migrations_dir = "(.*)"$/m, (_, d) => `migrations_dir = ${JSON.stringify(resolve(dirname(config), d))}`);
   if (name) outText = outText.replace(/^name = ".*"$/m, `name = ${JSON.stringify(name)}`);
   const file = join(dir, "wrangler.toml");
@@ -304,7 +309,12 @@ async function ledgerBench(base) {
       throw new Error(`ledger level ${inFlight}: ${r.failed} failed, ${appends} counted, ${stored} stored of ${APPENDS}`);
     const flushS = await flushWait(base, chain);
     const after = await ledgerCall(base, "/status", { chain });
+    // The same loop against a Durable Object method that does nothing: what RPC alone allows here.
+    await ledgerCall(base, "/floor", { n: 50, c: Math.min(inFlight, 50) });
+    const floor = await ledgerCall(base, "/floor", { n: APPENDS, c: inFlight });
+    if (floor.failed > 0) throw new Error(`RPC floor at ${inFlight} in flight: ${floor.failed} calls failed`);
     levels.push({
+      floorPerS: (APPENDS * 1000) / floor.ms,
       inFlight,
       ms: r.ms,
       perS: (APPENDS * 1000) / r.ms,
@@ -454,13 +464,14 @@ async function main() {
     console.log(
       `\nledger: one chain (LedgerDO in workerd), ${APPENDS} one-entry appends per level, timed inside the Worker; target ≥ ${TARGET_APPENDS_PER_S} appends/s`,
     );
-    console.log("in flight   appends/s   ms total   transactions   appends/transaction   D1 flushed after   vs target");
+    console.log("in flight   appends/s   ms total   transactions   appends/transaction   D1 flushed after   vs target   RPC floor calls/s   ÷ floor");
     for (const l of ledger.levels) {
       const flushed = l.flushS === null ? "> 30 s" : `${l.flushS.toFixed(1)} s`;
       console.log(
-        `${String(l.inFlight).padStart(9)}   ${l.perS.toFixed(0).padStart(9)}   ${l.ms.toFixed(0).padStart(8)}   ${String(l.transactions).padStart(12)}   ${l.perTx.toFixed(1).padStart(19)}   ${flushed.padStart(16)}   ×${(l.perS / TARGET_APPENDS_PER_S).toFixed(2)}`,
+        `${String(l.inFlight).padStart(9)}   ${l.perS.toFixed(0).padStart(9)}   ${l.ms.toFixed(0).padStart(8)}   ${String(l.transactions).padStart(12)}   ${l.perTx.toFixed(1).padStart(19)}   ${flushed.padStart(16)}   ${`×${(l.perS / TARGET_APPENDS_PER_S).toFixed(2)}`.padStart(9)}   ${l.floorPerS.toFixed(0).padStart(17)}   ×${(l.perS / l.floorPerS).toFixed(2)}`,
       );
     }
+    console.log("(RPC floor: the same loop against EchoDO, whose append stores nothing; the driving Worker and the objects share one workerd)");
     const last = ledger.levels[ledger.levels.length - 1];
     if (last)
       console.log(
