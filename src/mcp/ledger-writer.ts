@@ -13,7 +13,7 @@ import type { Principal } from "../config/principal.ts";
 import type { Env } from "../env.ts";
 import type { Receipt, ToolCall } from "../governance/steps.ts";
 import { canonicalHash, sha256Hex } from "../ledger/hash.ts";
-import type { BlockedBody, DecisionBody, EntryDraft, EntryKind, OutcomeBody } from "../ledger/records.ts";
+import type { BlockedBody, ConfigChangedBody, DecisionBody, EntryDraft, EntryKind, OutcomeBody } from "../ledger/records.ts";
 import type { JsonObject } from "../wire/jsonrpc.ts";
 import type { CallLedger, FrontContext } from "./context.ts";
 
@@ -133,7 +133,14 @@ export function recordConfigOnce(env: Env, cfg: GatewayConfig, gateway: string, 
     kind: "config.changed",
     id: `config:${sha}`,
     at: new Date().toISOString(),
-    body: { config_sha256: sha, upstreams: cfg.upstreams.map((u) => u.name), auth_required: cfg.auth.required },
+    body: {
+      what: "config",
+      from: null,
+      to: sha,
+      by: "deploy",
+      upstreams: cfg.upstreams.map((u) => u.name),
+      auth_required: cfg.auth.required,
+    } satisfies ConfigChangedBody,
   };
   const global = ledgerObject(env, GLOBAL_CHAIN);
   if (!global) return;

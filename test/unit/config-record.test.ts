@@ -20,13 +20,16 @@ describe("config.changed", () => {
     }
     expect(records).toHaveLength(1);
     expect(records[0]!.id).toBe(`config:${sha}`);
-    expect(records[0]!.body).toMatchObject({ config_sha256: sha, upstreams: ["alpha", "beta"] });
+    expect(records[0]!.body).toMatchObject({ what: "config", from: null, to: sha, by: "deploy", upstreams: ["alpha", "beta"] });
     expect(JSON.stringify(records[0])).not.toContain("allowed_hosts");
     // Appending the same config record again (another isolate) returns the stored entry, no new seq.
-    const again = await global.append([{ kind: "config.changed", id: `config:${sha}`, at: new Date().toISOString(), body: { config_sha256: sha } }], {
-      secret: "PORTCULLIS_SIGNING_KEY",
-      gateway: "http://127.0.0.1",
-    });
+    const again = await global.append(
+      [{ kind: "config.changed", id: `config:${sha}`, at: new Date().toISOString(), body: { what: "config", from: null, to: sha, by: "deploy" } }],
+      {
+        secret: "PORTCULLIS_SIGNING_KEY",
+        gateway: "http://127.0.0.1",
+      },
+    );
     expect(again[0]!.seq).toBe((records[0] as unknown as { seq: number }).seq);
     expect((await global.read(0, 1000)).filter((e) => e.kind === "config.changed")).toHaveLength(1);
   });
