@@ -12,7 +12,7 @@
  */
 import { DurableObject } from "cloudflare:workers";
 import type { Env } from "../src/env.ts";
-import { chainEntries, EMPTY_HEAD, type Head } from "../src/ledger/chain.ts";
+import { EMPTY_HEAD, type Head, nextEntry } from "../src/ledger/chain.ts";
 import { type Checkpoint, checkpointOrigin, signCheckpoint, type SigningKey, signingKeyFrom } from "../src/ledger/checkpoint.ts";
 import { canonicalJson } from "../src/ledger/hash.ts";
 import type { EntryDraft, EntryKind, LedgerEntry } from "../src/ledger/records.ts";
@@ -91,6 +91,8 @@ const message = (err: unknown): string => (err instanceof Error ? err.message : 
  * what is stored, hashed and returned is the same). Throws, for this call only, on anything the
  * chain could not hash or a reader could not parse back.
  */
+const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
+
 export function normaliseDrafts(drafts: unknown, signing: unknown): { drafts: EntryDraft[]; bodies: string[]; signing: LedgerSigning } {
   if (!isObject(signing) || typeof signing.secret !== "string" || typeof signing.gateway !== "string") {
     throw new Error("ledger: append needs signing settings {secret, gateway}");
@@ -107,14 +109,16 @@ export function normaliseDrafts(drafts: unknown, signing: unknown): { drafts: En
     if (!isObject(d.body)) throw new Error(`ledger: draft ${i} has no body object`);
     let text: string;
     try {
-      for (const field of [d.kind, d.id, d.at]) canonicalJson(field); // a lone surrogate has no canonical form
+      // A lone surrogate has no canonical form (the body's strings are checked by canonicalJson).
+      if (LONE_SURROGATE.test(d.kind) || LONE_SURROGATE.test(d.id) || LONE_SURROGATE.test(d.at)) throw new Error("a lone surrogate has no canonical JSON form");
       text = canonicalJson(d.body);
     } catch (err) {
       throw new Error(`ledger: draft ${i} (${d.kind} ${d.id}) cannot be canonicalised: ${message(err)}`);
     }
     if (text.length > MAX_BODY_CHARS)
       throw new Error(`ledger: draft ${i} (${d.kind} ${d.id}) has a body of ${text.length} characters; at most ${MAX_BODY_CHARS} are kept`);
-    out.push({ kind: d.kind as EntryKind, id: d.id, at: d.at, body: JSON.parse(text) as JsonObject });
+    // The body as stored and hashed is `text`; the object handed back is the caller's (an RPC copy).
+    out.push({ kind: d.kind as EntryKind, id: d.id, at: d.at, body: d.body as JsonObject });
     bodies.push(text);
   }
   return { drafts: out, bodies, signing: { secret: signing.secret, gateway: signing.gateway } };
@@ -309,7 +313,7 @@ export class LedgerDO extends DurableObject<Env> implements LedgerApi {
             entries.push(again);
             continue;
           }
-          const [e] = chainEntries(chain, head, [d]) as [LedgerEntry];
+          const e = nextEntry(chain, head, d, w.bodies[i]!);
           const facts = rowFacts(chain, e.kind, e.id, e.body);
           this.sql.exec(
             "INSERT INTO entries (seq, v, id, kind, at, body, prev, hash, decision_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",

@@ -4,7 +4,7 @@
  * how a sequence of entries is checked against that rule. Used by the LedgerDO (inside one
  * synchronous transaction) and by the offline verifier. Must never: renumber, reorder or skip.
  */
-import { canonicalHash } from "./hash.ts";
+import { canonicalHash, sha256Hex } from "./hash.ts";
 import { ENTRY_VERSION, type EntryDraft, GENESIS, type LedgerEntry } from "./records.ts";
 
 /** The newest entry of a chain, or the empty chain. */
@@ -31,6 +31,18 @@ export function chainEntries(chain: string, head: Head, drafts: EntryDraft[]): L
     prev = { seq: entry.seq, hash: entry.hash };
   }
   return out;
+}
+
+/**
+ * The next entry after `head` for a draft whose body is already in canonical form (`bodyText`,
+ * RFC 8785 of `draft.body`): the same entry and hash as chainEntries, without canonicalising
+ * the body a second time. The envelope's members are written in their canonical order (at, body,
+ * chain, id, kind, prev, seq, v); strings are serialised as RFC 8785 does (JSON.stringify).
+ */
+export function nextEntry(chain: string, head: Head, draft: EntryDraft, bodyText: string): LedgerEntry {
+  const seq = head.seq + 1;
+  const text = `{"at":${JSON.stringify(draft.at)},"body":${bodyText},"chain":${JSON.stringify(chain)},"id":${JSON.stringify(draft.id)},"kind":${JSON.stringify(draft.kind)},"prev":${JSON.stringify(head.hash)},"seq":${seq},"v":${ENTRY_VERSION}}`;
+  return { v: ENTRY_VERSION, chain, seq, prev: head.hash, kind: draft.kind, id: draft.id, at: draft.at, body: draft.body, hash: sha256Hex(text) };
 }
 
 export type ChainVerdict = { ok: true; head: Head; count: number } | { ok: false; seq: number; reason: string };
