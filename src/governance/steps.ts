@@ -2,8 +2,9 @@
  * The steps of a governed tools/call (DESIGN.md, request path 5–13), each with the signature it
  * keeps, and the collaborators each is handed (kill-switch state, mappings, policy, hold store,
  * ledger, upstream leg). Steps whose issue has not landed yet are explicit pass-throughs here —
- * `NO_HALTS`, `NO_MAPPINGS`, `OPEN_POLICY`, `NO_HOLDS`, `NO_LEDGER` and `validateArguments` —
- * which [G], [L] and [H] replace with the real thing behind the same signatures.
+ * `NO_HALTS`, `NO_MAPPINGS`, `OPEN_POLICY`, `NO_HOLDS` and `validateArguments` — which [G] and
+ * [H] replace with the real thing behind the same signatures. The ledger is src/mcp/ledger-writer.ts;
+ * `NO_LEDGER` remains for tests that exercise the path without one.
  * Must never: reach for storage, a clock or the network itself (all are handed in), or turn a
  * failure into "allow": a step that cannot answer throws, and call.ts refuses the call.
  */
@@ -201,7 +202,7 @@ export interface LedgerWriter {
   outcome(record: OutcomeRecord): Promise<Receipt | null>;
   blocked(call: ToolCall, refusal: Refusal): Promise<void>;
 }
-/** Before [L]: nothing is recorded and no receipt is given. */
+/** A ledger that records nothing and gives no receipt (tests of the path without storage). */
 export const NO_LEDGER: LedgerWriter = { decision: async () => null, outcome: async () => null, blocked: async () => undefined };
 
 // ---- 11 forward ---------------------------------------------------------------------------
