@@ -6,7 +6,8 @@
  * durable. Behind the chain it signs checkpoints (≥ 256 unanchored entries, or ≤ 10 s after
  * the first one), commits each team checkpoint to `_global`, and flushes entries and
  * checkpoints to D1 (`LEDGER_DB`) in idempotent batches from its alarm. The chain rules live in
- * src/ledger (pure functions); the D1 schema in ./ledger-schema.ts. Must never: renumber,
+ * src/ledger (pure functions); the D1 schema in ./ledger-schema.ts; limits and draft checks in
+ * ./ledger-drafts.ts; row shapes and D1 statements in ./ledger-rows.ts. Must never: renumber,
  * rewrite or delete an entry, answer an append before its transaction committed, let D1 or
  * signing failures reach an append, or put any part of a secret in a status or error.
  */
@@ -14,40 +15,40 @@ import { DurableObject } from "cloudflare:workers";
 import type { Env } from "../src/env.ts";
 import { EMPTY_HEAD, type Head, nextEntry } from "../src/ledger/chain.ts";
 import { type Checkpoint, checkpointOrigin, signCheckpoint, type SigningKey, signingKeyFrom } from "../src/ledger/checkpoint.ts";
-import { canonicalJson } from "../src/ledger/hash.ts";
-import type { EntryDraft, EntryKind, LedgerEntry } from "../src/ledger/records.ts";
-import type { JsonObject } from "../src/wire/jsonrpc.ts";
-import { ENTRY_COLUMNS, type EntryRow, rowFacts, schemaStatements } from "./ledger-schema.ts";
+import type { EntryDraft, LedgerEntry } from "../src/ledger/records.ts";
+import {
+  BUSY_MS,
+  backoff,
+  CHECKPOINT_EVERY,
+  CHECKPOINT_WITHIN_MS,
+  chainOfObjectName,
+  FLUSH_DELAY_MS,
+  FLUSH_MAX_ROWS,
+  IDEMPOTENT_KINDS,
+  MAX_PAGE,
+  MAX_TRANSACTION_DRAFTS,
+  message,
+  normaliseDrafts,
+  settle,
+} from "./ledger-drafts.ts";
+import {
+  type CheckpointSqlRow,
+  checkpointInserts,
+  d1Row,
+  type EntrySqlRow,
+  entryInserts,
+  FLUSH_BATCH_ROWS,
+  OBJECT_SCHEMA,
+  toCheckpoint,
+  toEntry,
+} from "./ledger-rows.ts";
+import { rowFacts, schemaStatements } from "./ledger-schema.ts";
 import { GLOBAL_CHAIN, ledgerObject } from "./names.ts";
 import type { LedgerApi, LedgerSigning, LedgerStatus } from "./records.ts";
 
-/** A checkpoint is signed once this many entries follow the newest one… */
-export const CHECKPOINT_EVERY = 256;
-/** …or this long after the first entry that follows it. */
-export const CHECKPOINT_WITHIN_MS = 10_000;
-/** Entries reach D1 this long (at most) after their append. */
-export const FLUSH_DELAY_MS = 1_000;
-/** Rows per D1 `batch()`; each statement of it inserts at most D1_ROWS_PER_STATEMENT rows (D1 binds ≤ 100 parameters per statement). */
-export const FLUSH_BATCH_ROWS = 100;
-const D1_ROWS_PER_STATEMENT = Math.floor(100 / ENTRY_COLUMNS.length);
-/** Rows one alarm run flushes before it re-arms (bounds the D1 queries of one invocation). */
-const FLUSH_MAX_ROWS = 1_000;
-/** Drafts one transaction chains (bounds the synchronous work; a call is never split). */
-const MAX_TRANSACTION_DRAFTS = 2_000;
-/** Drafts one append call may carry. */
-const MAX_CALL_DRAFTS = 1_000;
-/** Longest body (canonical JSON, UTF-16 units) an entry may have: well inside the 2 MB row limits of DO SQLite and D1. */
-export const MAX_BODY_CHARS = 256 * 1024;
-/** A D1 statement's rows hold at most this much body text (one large row goes alone). */
-const D1_STATEMENT_CHARS = 256 * 1024;
-/** A chain whose last commit (of several calls) is this recent is busy: its next batch waits one turn to gather more appends. */
-const BUSY_MS = 10;
-/** How long a read waits for a checkpoint being signed right now. */
-const SETTLE_MS = 2_000;
-/** Retry backoff for D1 and for anchoring: 1 s, 2 s, 4 s … at most 5 min. */
-const backoff = (failures: number): number => Math.min(1_000 * 2 ** Math.max(0, failures - 1), 300_000);
-/** Upper bound of one read / checkpoints answer. */
-const MAX_PAGE = 1_000;
+// The pure rules and row code live in ./ledger-drafts.ts and ./ledger-rows.ts; their public names stay importable from here.
+export { CHECKPOINT_EVERY, CHECKPOINT_WITHIN_MS, chainOfObjectName, FLUSH_DELAY_MS, MAX_BODY_CHARS, normaliseDrafts } from "./ledger-drafts.ts";
+export { FLUSH_BATCH_ROWS } from "./ledger-rows.ts";
 
 /** An append waiting for its group commit. */
 interface Waiting {
@@ -65,110 +66,6 @@ interface Trouble {
   error: string;
   retryAt: number;
 }
-
-interface EntrySqlRow extends Record<string, SqlStorageValue> {
-  seq: number;
-  v: number;
-  id: string;
-  kind: string;
-  at: string;
-  body: string;
-  prev: string;
-  hash: string;
-}
-interface CheckpointSqlRow extends Record<string, SqlStorageValue> {
-  size: number;
-  hash: string;
-  at: string;
-  note: string;
-}
-
-const isObject = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === "object" && !Array.isArray(v);
-const message = (err: unknown): string => (err instanceof Error ? err.message : String(err));
-
-/**
- * Checks one append call and normalises its drafts (bodies become their canonical JSON value, so
- * what is stored, hashed and returned is the same). Throws, for this call only, on anything the
- * chain could not hash or a reader could not parse back.
- */
-const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
-
-export function normaliseDrafts(drafts: unknown, signing: unknown): { drafts: EntryDraft[]; bodies: string[]; signing: LedgerSigning } {
-  if (!isObject(signing) || typeof signing.secret !== "string" || typeof signing.gateway !== "string") {
-    throw new Error("ledger: append needs signing settings {secret, gateway}");
-  }
-  if (!Array.isArray(drafts)) throw new Error("ledger: append takes an array of drafts");
-  if (drafts.length > MAX_CALL_DRAFTS) throw new Error(`ledger: at most ${MAX_CALL_DRAFTS} drafts per append`);
-  const out: EntryDraft[] = [];
-  const bodies: string[] = [];
-  for (const [i, d] of drafts.entries()) {
-    if (!isObject(d)) throw new Error(`ledger: draft ${i} is not an object`);
-    if (typeof d.kind !== "string" || d.kind === "") throw new Error(`ledger: draft ${i} has no kind`);
-    if (typeof d.id !== "string" || d.id === "" || d.id.length > 256) throw new Error(`ledger: draft ${i} needs an id of 1-256 characters`);
-    if (typeof d.at !== "string" || d.at === "") throw new Error(`ledger: draft ${i} has no time (at)`);
-    if (!isObject(d.body)) throw new Error(`ledger: draft ${i} has no body object`);
-    let text: string;
-    try {
-      // A lone surrogate has no canonical form (the body's strings are checked by canonicalJson).
-      if (LONE_SURROGATE.test(d.kind) || LONE_SURROGATE.test(d.id) || LONE_SURROGATE.test(d.at)) throw new Error("a lone surrogate has no canonical JSON form");
-      text = canonicalJson(d.body);
-    } catch (err) {
-      throw new Error(`ledger: draft ${i} (${d.kind} ${d.id}) cannot be canonicalised: ${message(err)}`);
-    }
-    if (text.length > MAX_BODY_CHARS)
-      throw new Error(`ledger: draft ${i} (${d.kind} ${d.id}) has a body of ${text.length} characters; at most ${MAX_BODY_CHARS} are kept`);
-    // The body as stored and hashed is `text`; the object handed back is the caller's (an RPC copy).
-    out.push({ kind: d.kind as EntryKind, id: d.id, at: d.at, body: d.body as JsonObject });
-    bodies.push(text);
-  }
-  return { drafts: out, bodies, signing: { secret: signing.secret, gateway: signing.gateway } };
-}
-
-/** The chain name an object of the names module carries (`chain:<name>`), or null. */
-export function chainOfObjectName(name: string | undefined): string | null {
-  return name?.startsWith("chain:") && name.length > "chain:".length ? name.slice("chain:".length) : null;
-}
-
-/**
- * D1 statements inserting `rows` (INSERT OR IGNORE: a row already there stays as it is), several
- * rows per statement within D1's 100 bound parameters and a bound on the body text.
- */
-function entryInserts(db: D1Database, rows: EntryRow[]): D1PreparedStatement[] {
-  const bodyAt = ENTRY_COLUMNS.indexOf("body");
-  const groups: EntryRow[][] = [];
-  let chars = 0;
-  for (const row of rows) {
-    const len = String(row[bodyAt]).length;
-    const last = groups[groups.length - 1];
-    if (!last || last.length >= D1_ROWS_PER_STATEMENT || chars + len > D1_STATEMENT_CHARS) {
-      groups.push([row]);
-      chars = len;
-    } else {
-      last.push(row);
-      chars += len;
-    }
-  }
-  const one = `(${ENTRY_COLUMNS.map(() => "?").join(", ")})`;
-  return groups.map((group) =>
-    db.prepare(`INSERT OR IGNORE INTO ledger_entries (${ENTRY_COLUMNS.join(", ")}) VALUES ${group.map(() => one).join(", ")}`).bind(...group.flat()),
-  );
-}
-
-/** Waits for `p` at most `ms` (never rejects). */
-async function settle(p: Promise<unknown> | null, ms = SETTLE_MS): Promise<void> {
-  if (!p) return;
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  await Promise.race([
-    p.catch(() => undefined),
-    new Promise<void>((r) => {
-      timer = setTimeout(r, ms);
-    }),
-  ]);
-  if (timer !== undefined) clearTimeout(timer);
-}
-
-/** Kinds whose entry id names the event itself: appending the same id again returns the stored entry. */
-const IDEMPOTENT_KINDS = new Set<string>(["checkpoint", "config.changed"]);
 
 export class LedgerDO extends DurableObject<Env> implements LedgerApi {
   private sql: SqlStorage;
@@ -189,13 +86,7 @@ export class LedgerDO extends DurableObject<Env> implements LedgerApi {
   constructor(ctx: DurableObjectState, env: Env) {
     super(ctx, env);
     this.sql = ctx.storage.sql;
-    this.sql.exec(`
-      CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
-      CREATE TABLE IF NOT EXISTS entries (seq INTEGER PRIMARY KEY, v INTEGER NOT NULL, id TEXT NOT NULL, kind TEXT NOT NULL, at TEXT NOT NULL, body TEXT NOT NULL, prev TEXT NOT NULL, hash TEXT NOT NULL, decision_id TEXT);
-      CREATE INDEX IF NOT EXISTS entries_id ON entries (id);
-      CREATE INDEX IF NOT EXISTS entries_decision ON entries (decision_id);
-      CREATE TABLE IF NOT EXISTS checkpoints (size INTEGER PRIMARY KEY, hash TEXT NOT NULL, at TEXT NOT NULL, note TEXT NOT NULL);
-    `);
+    this.sql.exec(OBJECT_SCHEMA);
   }
 
   // ---- meta ----
@@ -346,7 +237,7 @@ export class LedgerDO extends DurableObject<Env> implements LedgerApi {
 
   private byId(id: string, kind: string): LedgerEntry | undefined {
     const row = this.sql.exec<EntrySqlRow>("SELECT * FROM entries WHERE id = ? AND kind = ? ORDER BY seq LIMIT 1", id, kind).toArray()[0];
-    return row ? this.toEntry(row) : undefined;
+    return row ? toEntry(this.chain(), row) : undefined;
   }
 
   /** After a commit: sign at once when 256 entries are unanchored, and arm the alarm for the D1 flush and the 10 s checkpoint. */
@@ -444,16 +335,9 @@ export class LedgerDO extends DurableObject<Env> implements LedgerApi {
 
   // ---- D1 ----
 
-  /** The D1 row of one stored entry (an outcome or hold event takes principal, team, upstream and tool from its decision). */
-  private d1Row(chain: string, r: EntrySqlRow): EntryRow {
-    const body = JSON.parse(r.body) as Record<string, unknown>;
-    let decision: Record<string, unknown> | null = null;
-    if (r.kind !== "decision" && typeof body.decision_id === "string") {
-      const d = this.sql.exec<{ body: string }>("SELECT body FROM entries WHERE id = ? AND kind = 'decision' LIMIT 1", body.decision_id).toArray()[0];
-      decision = d ? (JSON.parse(d.body) as Record<string, unknown>) : null;
-    }
-    const f = rowFacts(chain, r.kind, r.id, body, decision);
-    return [chain, r.seq, r.v, r.id, r.kind, r.at, r.prev, r.hash, r.body, f.team, f.principal, f.upstream, f.tool, f.status, f.decision_id];
+  /** The stored body text of the decision entry `id`, if any (fills an outcome's D1 row). */
+  private decisionBody(id: string): string | undefined {
+    return this.sql.exec<{ body: string }>("SELECT body FROM entries WHERE id = ? AND kind = 'decision' LIMIT 1", id).toArray()[0]?.body;
   }
 
   /**
@@ -479,7 +363,7 @@ export class LedgerDO extends DurableObject<Env> implements LedgerApi {
       await db.batch(
         entryInserts(
           db,
-          rows.map((r) => this.d1Row(chain, r)),
+          rows.map((r) => d1Row(chain, r, (id) => this.decisionBody(id))),
         ),
       );
       this.setMeta("flushed_seq", rows[rows.length - 1]!.seq);
@@ -488,11 +372,7 @@ export class LedgerDO extends DurableObject<Env> implements LedgerApi {
     const afterCp = this.meta<number>("flushed_cp") ?? 0;
     const cps = this.sql.exec<CheckpointSqlRow>("SELECT * FROM checkpoints WHERE size > ? ORDER BY size LIMIT ?", afterCp, FLUSH_BATCH_ROWS).toArray();
     if (cps.length > 0) {
-      await db.batch(
-        cps.map((c) =>
-          db.prepare("INSERT OR IGNORE INTO ledger_checkpoints (chain, size, hash, at, note) VALUES (?, ?, ?, ?, ?)").bind(chain, c.size, c.hash, c.at, c.note),
-        ),
-      );
+      await db.batch(checkpointInserts(db, chain, cps));
       this.setMeta("flushed_cp", cps[cps.length - 1]!.size);
     }
     const head = this.headNow();
@@ -546,20 +426,6 @@ export class LedgerDO extends DurableObject<Env> implements LedgerApi {
 
   // ---- reads ----
 
-  private toEntry(r: EntrySqlRow): LedgerEntry {
-    return {
-      v: r.v,
-      chain: this.chain(),
-      seq: r.seq,
-      prev: r.prev,
-      kind: r.kind as EntryKind,
-      id: r.id,
-      at: r.at,
-      body: JSON.parse(r.body) as JsonObject,
-      hash: r.hash,
-    };
-  }
-
   async head(): Promise<Head> {
     return this.headNow();
   }
@@ -570,7 +436,7 @@ export class LedgerDO extends DurableObject<Env> implements LedgerApi {
     return this.sql
       .exec<EntrySqlRow>("SELECT * FROM entries WHERE seq > ? ORDER BY seq LIMIT ?", Math.floor(Number(afterSeq) || 0), n)
       .toArray()
-      .map((r) => this.toEntry(r));
+      .map((r) => toEntry(this.chain(), r));
   }
 
   /** One call's entries (see LedgerApi.traceCall; `trace` is a reserved handler name RPC cannot call). */
@@ -578,7 +444,7 @@ export class LedgerDO extends DurableObject<Env> implements LedgerApi {
     return this.sql
       .exec<EntrySqlRow>("SELECT * FROM entries WHERE id = ? OR decision_id = ? ORDER BY seq LIMIT ?", id, id, MAX_PAGE)
       .toArray()
-      .map((r) => this.toEntry(r));
+      .map((r) => toEntry(this.chain(), r));
   }
 
   /** Signed checkpoints after `afterSize`; waits (≤ 2 s) for a checkpoint being signed right now. */
@@ -589,7 +455,7 @@ export class LedgerDO extends DurableObject<Env> implements LedgerApi {
     return this.sql
       .exec<CheckpointSqlRow>("SELECT * FROM checkpoints WHERE size > ? ORDER BY size LIMIT ?", Math.floor(Number(afterSize) || 0), MAX_PAGE)
       .toArray()
-      .map((c) => ({ chain, size: c.size, hash: c.hash, at: c.at, note: c.note }));
+      .map((c) => toCheckpoint(chain, c));
   }
 
   async status(): Promise<LedgerStatus> {

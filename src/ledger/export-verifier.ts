@@ -1,0 +1,448 @@
+/**
+ * The streaming export verifier: `ExportVerifier` (push lines in order, `fork` to continue from a
+ * prefix, `finish` for the report) and `verifyExport`, the usual way in. Owns the verdict on an
+ * export: every line parsed; every chain re-hashed and checked for contiguous seq and prev links;
+ * every checkpoint's signature checked against the given public keys and matched to the entry at
+ * its size, in whatever order the lines come; the global chain's commitments matched to the team
+ * chains they name; truncation below any checkpoint detected; each chain's anchored size and
+ * unanchored tail reported. Memory grows by 32 bytes per entry (its hash), never by the entries
+ * themselves unless asked to keep some. Must never: call an export valid when any line, entry,
+ * link or checkpoint fails, or trust a field no hash or signature covers.
+ */
+import { EMPTY_HEAD, type Head, verifyChain } from "./chain.ts";
+import { checkpointOrigin, type NoteVerdict, verifyCheckpoint } from "./checkpoint.ts";
+import {
+  type ChainReport,
+  EXPORT_VERSION,
+  type ExportHeader,
+  type ExportReport,
+  HEX64,
+  isObject,
+  type Jwks,
+  type Problem,
+  short,
+  type VerifyOptions,
+} from "./export-format.ts";
+import { GENESIS, GLOBAL_CHAIN, type LedgerEntry } from "./records.ts";
+
+const MAX_PROBLEMS = 100;
+
+/** Entry hashes by seq, 32 bytes each. */
+class Hashes {
+  private buf = new Uint8Array(32 * 256);
+  private n = 0;
+  push(hex: string): void {
+    if ((this.n + 1) * 32 > this.buf.length) {
+      const grown = new Uint8Array(this.buf.length * 2);
+      grown.set(this.buf);
+      this.buf = grown;
+    }
+    const o = this.n * 32;
+    for (let i = 0; i < 32; i++) this.buf[o + i] = Number.parseInt(hex.slice(i * 2, i * 2 + 2), 16);
+    this.n++;
+  }
+  copy(): Hashes {
+    const h = new Hashes();
+    h.buf = this.buf.slice();
+    h.n = this.n;
+    return h;
+  }
+  /** The hash of entry `seq` (1-based); GENESIS for 0. */
+  at(seq: number): string {
+    if (seq === 0) return GENESIS;
+    let s = "";
+    for (let i = (seq - 1) * 32; i < seq * 32; i++) s += this.buf[i]!.toString(16).padStart(2, "0");
+    return s;
+  }
+}
+
+/** A signed statement that entry `size` of a chain has hash `hash`. */
+interface Claim {
+  size: number;
+  hash: string;
+  line: number | null;
+  what: string;
+}
+
+interface ChainState {
+  name: string;
+  lines: number;
+  head: Head;
+  hashes: Hashes;
+  /** A problem was found: later entries of this chain are counted, not checked. */
+  broken: boolean;
+  anchored: number;
+  checkpoints: number;
+  /** Claims about entries not read yet, by size. */
+  pending: Map<number, Claim[]>;
+}
+
+/**
+ * The streaming verifier: `push` each line in order, then `finish` for the report. `fork` copies
+ * the state read so far (every chain's hashes, pending checkpoints and problems), so another
+ * continuation — an export that grew, or an altered copy — is verified without re-reading the
+ * prefix. `verifyExport` is the usual way in.
+ */
+export class ExportVerifier {
+  private header: ExportHeader | null = null;
+  private n = 0;
+  private last = 0;
+  private seenFirst = false;
+  private chains = new Map<string, ChainState>();
+  /** The chain of the last entry or checkpoint line: where an unreadable line most likely belongs. */
+  private current: string | null = null;
+  private problems: Problem[] = [];
+  /** The problem of an unreadable line, attributed for now to `current`; the next entry settles it (a gap there names the line's chain and seq). */
+  private floating: Problem | null = null;
+  private warnings = new Set<string>();
+  private absent = new Set<string>();
+  private kept: LedgerEntry[] = [];
+  /** Notes verified in this run: each team checkpoint comes twice (its own line, and the global chain's commitment). */
+  private notes = new Map<string, Promise<NoteVerdict>>();
+  private report: ExportReport | null = null;
+  private readonly jwks: Jwks;
+  private readonly opts: VerifyOptions;
+
+  constructor(jwks: Jwks, opts: VerifyOptions = {}) {
+    this.jwks = jwks;
+    this.opts = opts;
+  }
+
+  /** Lines pushed so far. */
+  get lines(): number {
+    return this.n;
+  }
+
+  /** The first problem so far (final unless `attributing`). */
+  get firstBad(): Problem | undefined {
+    return this.problems[0];
+  }
+
+  /** Whether an unreadable line still waits for the next entry to name its chain and seq. */
+  get attributing(): boolean {
+    return this.floating !== null;
+  }
+
+  /** A copy of the state read so far; pushing to either leaves the other as it was. */
+  fork(): ExportVerifier {
+    const f = new ExportVerifier(this.jwks, this.opts);
+    f.header = this.header;
+    f.n = this.n;
+    f.last = this.last;
+    f.seenFirst = this.seenFirst;
+    for (const [name, st] of this.chains) {
+      f.chains.set(name, { ...st, hashes: st.hashes.copy(), pending: new Map([...st.pending].map(([k, v]) => [k, [...v]])) });
+    }
+    f.current = this.current;
+    f.problems = this.problems.map((p) => ({ ...p }));
+    const i = this.floating ? this.problems.indexOf(this.floating) : -1;
+    f.floating = i >= 0 ? f.problems[i]! : this.floating ? { ...this.floating } : null;
+    f.warnings = new Set(this.warnings);
+    f.absent = new Set(this.absent);
+    f.kept = [...this.kept];
+    f.notes = this.notes;
+    return f;
+  }
+
+  private problem(p: Problem): void {
+    if (this.problems.length < MAX_PROBLEMS) this.problems.push(p);
+  }
+
+  private verifyNote(note: unknown): Promise<NoteVerdict> {
+    if (typeof note !== "string") return verifyCheckpoint(note as string, this.jwks);
+    let v = this.notes.get(note);
+    if (!v) {
+      v = verifyCheckpoint(note, this.jwks);
+      this.notes.set(note, v);
+    }
+    return v;
+  }
+
+  private state(name: string): ChainState {
+    let st = this.chains.get(name);
+    if (!st) {
+      st = { name, lines: 0, head: EMPTY_HEAD, hashes: new Hashes(), broken: false, anchored: 0, checkpoints: 0, pending: new Map() };
+      this.chains.set(name, st);
+    }
+    return st;
+  }
+
+  /** A line that cannot be read: attributed to the chain it names if known, else the block it sits in, until the next entry tells. */
+  private unreadable(text: string, reason: string): void {
+    // The envelope's chain, not a body's (a global commitment names the team chain in its body).
+    const m = /"chain":"([^"\\]*)"/.exec(text);
+    const body = text.indexOf('"body":');
+    const named = m && (body < 0 || m.index < body) ? m[1] : undefined;
+    const chain = named !== undefined && this.chains.has(named) ? named : this.current;
+    const st = chain === null ? undefined : this.chains.get(chain);
+    const p: Problem = { chain, seq: st ? st.head.seq + 1 : null, line: this.n, reason };
+    this.problem(p);
+    this.floating = p;
+  }
+
+  /** Reads the next line of the export. */
+  async push(raw: string): Promise<void> {
+    if (this.report) throw new Error("this verification has finished; fork() before finish() to continue one");
+    const n = ++this.n;
+    const text = raw.endsWith("\r") ? raw.slice(0, -1) : raw;
+    if (text.trim() === "") return;
+    this.last = n;
+    const first = !this.seenFirst;
+    this.seenFirst = true;
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(text);
+    } catch {
+      if (first) return this.problem({ chain: null, seq: null, line: n, reason: "the first line is not JSON (an export starts with its header line)" });
+      return this.unreadable(text, `line ${n} is not JSON`);
+    }
+    const keys = isObject(parsed) ? Object.keys(parsed) : [];
+    const kind = keys.length === 1 ? keys[0] : undefined;
+    const value = kind === undefined ? undefined : (parsed as Record<string, unknown>)[kind];
+    if (first) {
+      if (kind === "export") return this.readHeader(value, n);
+      this.problem({ chain: null, seq: null, line: n, reason: 'the first line is not the export header {"export": {...}}' });
+    }
+    if (kind === "entry") return this.entry(value, n, text);
+    if (kind === "checkpoint") return this.checkpointLine(value, n, text);
+    this.unreadable(text, kind === "export" ? `line ${n} is a second export header` : `line ${n} is not an export line ({"entry": …} or {"checkpoint": …})`);
+  }
+
+  private async readHeader(h: unknown, n: number): Promise<void> {
+    if (
+      !isObject(h) ||
+      h.v !== EXPORT_VERSION ||
+      typeof h.gateway !== "string" ||
+      typeof h.generated_at !== "string" ||
+      !Array.isArray(h.chains) ||
+      !h.chains.every((c) => typeof c === "string")
+    ) {
+      return this.problem({
+        chain: null,
+        seq: null,
+        line: n,
+        reason: `the export header is not {"v": ${EXPORT_VERSION}, "gateway", "generated_at", "chains": [...]}`,
+      });
+    }
+    this.header = { v: h.v, gateway: h.gateway, generated_at: h.generated_at, chains: [...new Set(h.chains as string[])] };
+    if (Array.isArray(h.teams) && h.teams.every((t) => typeof t === "string")) this.header.teams = h.teams as string[];
+    for (const c of this.header.chains) this.state(c);
+    this.current = this.header.chains[0] ?? null;
+    await this.givenCheckpoints();
+  }
+
+  /** The checkpoints the caller saved earlier: verified once, then claims like any other. */
+  private async givenCheckpoints(): Promise<void> {
+    for (const [i, given] of (this.opts.checkpoints ?? []).entries()) {
+      const note = typeof given === "string" ? given : given?.note;
+      const what = `the checkpoint you gave (#${i + 1})`;
+      const verdict = await this.verifyNote(note);
+      if (!verdict.ok) {
+        this.problem({ chain: null, seq: null, line: null, reason: `${what} does not verify: ${verdict.reason}` });
+        continue;
+      }
+      const chain = typeof given === "string" ? /\/ledger\/([^/]+)$/.exec(verdict.origin)?.[1] : given.chain;
+      if (chain === undefined || !verdict.origin.endsWith(`/ledger/${chain}`)) {
+        this.problem({ chain: chain ?? null, seq: null, line: null, reason: `${what} is signed for origin ${verdict.origin}, not a ledger chain` });
+        continue;
+      }
+      if (!this.chains.has(chain)) {
+        this.problem({ chain, seq: null, line: null, reason: `${what} covers ${verdict.size} entries of chain ${chain}, which this export does not hold` });
+        continue;
+      }
+      this.claim(this.state(chain), { size: verdict.size, hash: verdict.hash, line: null, what });
+    }
+  }
+
+  /** The state of an entry's or checkpoint's chain; undefined (and a problem) when the header does not list it. */
+  private chainOf(name: unknown, text: string, what: string): ChainState | undefined {
+    if (typeof name === "string" && (this.chains.has(name) || this.header === null)) return this.state(name);
+    const listed = typeof name === "string" ? `names chain "${name}", which the export header does not list` : "names no chain";
+    this.unreadable(text, `${what} on line ${this.n} ${listed}`);
+    return undefined;
+  }
+
+  private async entry(e: unknown, n: number, text: string): Promise<void> {
+    const st = this.chainOf(isObject(e) ? e.chain : undefined, text, "the entry");
+    if (!st) return;
+    this.current = st.name;
+    st.lines++;
+    const floating = this.floating;
+    this.floating = null;
+    if (st.broken) return;
+    const seq = isObject(e) ? e.seq : undefined;
+    if (floating && typeof seq === "number" && seq > st.head.seq + 1) {
+      // The unreadable line was this chain's next entry.
+      floating.chain = st.name;
+      floating.seq = st.head.seq + 1;
+      st.broken = true;
+      return;
+    }
+    const verdict = verifyChain(st.name, [e as LedgerEntry], st.head);
+    if (!verdict.ok) {
+      this.problem({ chain: st.name, seq: verdict.seq, line: n, reason: verdict.reason });
+      st.broken = true;
+      return;
+    }
+    const entry = e as LedgerEntry;
+    st.head = verdict.head;
+    st.hashes.push(entry.hash);
+    if (this.opts.keep?.(entry)) this.kept.push(entry);
+    for (const c of st.pending.get(entry.seq) ?? []) this.settle(st, c);
+    st.pending.delete(entry.seq);
+    if (st.name === GLOBAL_CHAIN) await this.globalEntry(entry, n);
+  }
+
+  /** A global chain entry commits a team chain's signed checkpoint: verify the note, then claim it on that chain. */
+  private async globalEntry(e: LedgerEntry, n: number): Promise<void> {
+    const bad = (reason: string) => this.problem({ chain: GLOBAL_CHAIN, seq: e.seq, line: n, reason });
+    const b = e.body;
+    // The gateway's own config is no team's: its config.changed records live here too, chained like the rest.
+    if (e.kind === "config.changed") return;
+    if (e.kind !== "checkpoint") return bad(`a ${GLOBAL_CHAIN} entry must be a checkpoint commitment or a config.changed record, not "${e.kind}"`);
+    if (typeof b.chain !== "string" || b.chain === GLOBAL_CHAIN || !Number.isSafeInteger(b.size) || typeof b.hash !== "string" || typeof b.note !== "string") {
+      return bad("a checkpoint commitment's body is {chain, size, hash, note}");
+    }
+    const size = b.size as number;
+    const verdict = await this.verifyNote(b.note);
+    if (!verdict.ok) return bad(`the committed checkpoint of ${b.chain} at size ${size} does not verify: ${verdict.reason}`);
+    if (verdict.size !== size || verdict.hash !== b.hash) return bad(`the committed size and hash of ${b.chain} differ from its signed note`);
+    if (!verdict.origin.endsWith(`/ledger/${b.chain}`)) return bad(`the committed note of ${b.chain} is signed for origin ${verdict.origin}`);
+    const target = this.chains.get(b.chain);
+    if (!target) {
+      this.absent.add(b.chain);
+      return;
+    }
+    this.claim(target, { size, hash: verdict.hash, line: n, what: `the ${GLOBAL_CHAIN} commitment at seq ${e.seq}` });
+  }
+
+  private async checkpointLine(cp: unknown, n: number, text: string): Promise<void> {
+    const st = this.chainOf(isObject(cp) ? cp.chain : undefined, text, "the checkpoint");
+    if (!st) return;
+    this.current = st.name;
+    const c = cp as Record<string, unknown>;
+    const bad = (reason: string) => {
+      this.problem({ chain: st.name, seq: Number.isSafeInteger(c.size) ? (c.size as number) : null, line: n, reason });
+      st.broken = true;
+    };
+    if (
+      !Number.isSafeInteger(c.size) ||
+      (c.size as number) < 0 ||
+      typeof c.hash !== "string" ||
+      !HEX64.test(c.hash) ||
+      typeof c.at !== "string" ||
+      typeof c.note !== "string"
+    ) {
+      return bad(`the checkpoint on line ${n} is not {chain, size, hash, at, note}`);
+    }
+    const size = c.size as number;
+    const verdict = await this.verifyNote(c.note);
+    if (!verdict.ok) return bad(`the checkpoint at size ${size} does not verify: ${verdict.reason}`);
+    if (verdict.size !== size || verdict.hash !== c.hash) {
+      return bad(`the checkpoint line says size ${size} and hash ${short(c.hash)}, its signed note says ${verdict.size} and ${short(verdict.hash)}`);
+    }
+    if (!verdict.origin.endsWith(`/ledger/${st.name}`))
+      return bad(`the checkpoint at size ${size} is signed for origin ${verdict.origin}, not chain ${st.name}`);
+    if (this.header && verdict.origin !== checkpointOrigin(this.header.gateway, st.name)) {
+      this.warnings.add(
+        `checkpoints of ${st.name} are signed for origin ${verdict.origin}, not ${checkpointOrigin(this.header.gateway, st.name)} (the header's gateway)`,
+      );
+    }
+    this.claim(st, { size, hash: verdict.hash, line: n, what: `the checkpoint on line ${n}` });
+  }
+
+  /** Checks a claim now if its entry was read, or when it is. */
+  private claim(st: ChainState, c: Claim): void {
+    if (c.size <= st.head.seq) {
+      this.settle(st, c);
+      return;
+    }
+    if (st.broken) return;
+    const list = st.pending.get(c.size);
+    if (list) list.push(c);
+    else st.pending.set(c.size, [c]);
+  }
+
+  private settle(st: ChainState, c: Claim): void {
+    const actual = st.hashes.at(c.size);
+    if (actual !== c.hash) {
+      const reason = `${c.what} signs entry ${c.size} with hash ${short(c.hash)}, the export's entry ${c.size} has ${short(actual)}: entries up to seq ${c.size} differ from what was signed`;
+      this.problem({ chain: st.name, seq: c.size, line: c.line, reason });
+      st.broken = true;
+      return;
+    }
+    st.checkpoints++;
+    if (c.size > st.anchored) st.anchored = c.size;
+  }
+
+  /** The report on everything pushed (truncation below a checkpoint is only visible now). Ends the run: later pushes are refused. */
+  finish(): ExportReport {
+    if (this.report) return this.report;
+    this.floating = null;
+    if (!this.seenFirst) this.problem({ chain: null, seq: null, line: null, reason: "the export is empty" });
+    for (const st of this.chains.values()) {
+      if (st.broken) continue;
+      const claims = [...st.pending.values()].flat().sort((a, b) => b.size - a.size);
+      const top = claims[0];
+      if (top) {
+        this.problem({
+          chain: st.name,
+          seq: st.head.seq + 1,
+          line: top.line,
+          reason: `truncated: ${top.what} covers ${top.size} entries of ${st.name}, the export holds ${st.head.seq}`,
+        });
+      }
+    }
+    if (this.absent.size) {
+      const missing = [...this.absent].sort();
+      if (this.header && !this.header.teams) {
+        // The export claims to be complete: a chain the global chain commits was dropped from it.
+        for (const name of missing)
+          this.problem({
+            chain: name,
+            seq: null,
+            line: null,
+            reason: `the ${GLOBAL_CHAIN} chain commits checkpoints of ${name}, which this unfiltered export does not hold`,
+          });
+      } else {
+        this.warnings.add(`the ${GLOBAL_CHAIN} chain commits checkpoints of chains this team-limited export does not hold: ${missing.join(", ")}`);
+      }
+    }
+    const chains: Record<string, ChainReport> = {};
+    for (const st of this.chains.values()) {
+      chains[st.name] = {
+        entries: st.lines,
+        head: st.head,
+        anchored: st.anchored,
+        unanchored: Math.max(0, st.head.seq - st.anchored),
+        checkpoints: st.checkpoints,
+      };
+    }
+    const report: ExportReport = {
+      ok: this.problems.length === 0,
+      header: this.header,
+      chains,
+      problems: this.problems,
+      warnings: [...this.warnings],
+      lines: this.last,
+    };
+    if (this.problems[0]) report.firstBad = this.problems[0];
+    if (this.opts.keep) report.kept = this.kept;
+    this.report = report;
+    return report;
+  }
+}
+
+/**
+ * Verifies an export, line by line (an array, or any async iterable such as a file or an HTTP
+ * body split into lines), against the gateway's public keys.
+ */
+export async function verifyExport(lines: string[] | Iterable<string> | AsyncIterable<string>, jwks: Jwks, opts: VerifyOptions = {}): Promise<ExportReport> {
+  const v = new ExportVerifier(jwks, opts);
+  const every = opts.progressEvery ?? 10_000;
+  for await (const raw of lines) {
+    await v.push(raw);
+    if (opts.onProgress && v.lines % every === 0) opts.onProgress(v.lines);
+  }
+  return v.finish();
+}
