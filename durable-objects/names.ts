@@ -21,23 +21,23 @@ export function newSessionId(): string {
   return Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("");
 }
 
-function stub<T>(ns: DurableObjectNamespace, name: string): T {
+function objectFor<T>(ns: DurableObjectNamespace, name: string): T {
   return ns.get(ns.idFromName(name)) as unknown as T;
 }
 
 /** A legacy session's object; null when `id` is not a session id this gateway could have issued. */
 export function sessionObject(env: Env, id: string): SessionApi | null {
-  return SESSION_ID.test(id) ? stub<SessionApi>(env.SESSIONS, `session:${id}`) : null;
+  return SESSION_ID.test(id) ? objectFor<SessionApi>(env.SESSIONS, `session:${id}`) : null;
 }
 
 /** A modern run's object (`Portcullis-Run-Id`); null when the id is malformed. */
 export function runObject(env: Env, id: string): SessionApi | null {
-  return RUN_ID.test(id) ? stub<SessionApi>(env.SESSIONS, `run:${id}`) : null;
+  return RUN_ID.test(id) ? objectFor<SessionApi>(env.SESSIONS, `run:${id}`) : null;
 }
 
 /** The object holding one modern principal's legacy session with one upstream (built from config, not client input). */
 export function legObject(env: Env, principal: string, upstream: string, url: string): SessionApi {
-  return stub<SessionApi>(env.SESSIONS, `leg:${principal}\u0000${upstream}\u0000${url}`);
+  return objectFor<SessionApi>(env.SESSIONS, `leg:${principal}\u0000${upstream}\u0000${url}`);
 }
 
 function shardOf(jti: string): number {
@@ -48,12 +48,12 @@ function shardOf(jti: string): number {
 
 /** The revocation shard that holds `jti`. */
 export function revocationObject(env: Env, jti: string): RevocationsApi {
-  return stub<RevocationsApi>(env.REVOCATIONS, `shard-${shardOf(jti)}`);
+  return objectFor<RevocationsApi>(env.REVOCATIONS, `shard-${shardOf(jti)}`);
 }
 
 /** One principal's sealed upstream credentials. */
 export function credentialsObject(env: Env, principal: string): CredentialsApi {
-  return stub<CredentialsApi>(env.CREDENTIALS, `principal:${principal}`);
+  return objectFor<CredentialsApi>(env.CREDENTIALS, `principal:${principal}`);
 }
 
 export { GLOBAL_CHAIN };
@@ -62,5 +62,5 @@ export const CHAIN_NAME = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$|^_global$/;
 
 /** The LedgerDO holding one chain; null when the name is not a chain name. */
 export function ledgerObject(env: Env, chain: string): LedgerApi | null {
-  return CHAIN_NAME.test(chain) ? stub<LedgerApi>(env.LEDGER, `chain:${chain}`) : null;
+  return CHAIN_NAME.test(chain) ? objectFor<LedgerApi>(env.LEDGER, `chain:${chain}`) : null;
 }

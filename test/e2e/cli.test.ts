@@ -17,7 +17,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 // @ts-expect-error -- plain ESM helpers shared with the CLI
 import { startDemoUpstream, startGateway } from "../../bin/portcullis.mjs";
-import { freePort, root, startPortcullis, waitFor } from "./harness.ts";
+import { freePort, isLoopbackListen, listeningOn, root, startPortcullis, waitFor } from "./harness.ts";
 
 const CLI = join(root, "bin", "portcullis.mjs");
 const EVERYTHING = join(root, "node_modules/@modelcontextprotocol/server-everything/dist/index.js");
@@ -57,38 +57,13 @@ function probe(host: string, port: number): Promise<string> {
   });
 }
 
-/** IPv6 words from /proc/net/tcp6's hex (four 32-bit words, each in host byte order). */
-function procAddress(hex: string): string {
-  if (hex.length === 8) return [6, 4, 2, 0].map((i) => parseInt(hex.slice(i, i + 2), 16)).join(".");
-  const bytes: number[] = [];
-  for (let w = 0; w < 4; w++) for (const i of [6, 4, 2, 0]) bytes.push(parseInt(hex.slice(w * 8 + i, w * 8 + i + 2), 16));
-  const words = Array.from({ length: 8 }, (_, i) => ((bytes[2 * i]! << 8) | bytes[2 * i + 1]!).toString(16));
-  return words.join(":");
-}
-
-/** Local addresses of the TCP sockets listening on `port` (from /proc/net/tcp and tcp6). */
-function listeningOn(port: number): string[] {
-  const out: string[] = [];
-  for (const file of ["/proc/net/tcp", "/proc/net/tcp6"]) {
-    if (!existsSync(file)) continue;
-    for (const line of readFileSync(file, "utf8").split("\n").slice(1)) {
-      const f = line.trim().split(/\s+/);
-      if (f.length < 4 || f[3] !== "0A") continue; // 0A = LISTEN
-      const [addr, p] = f[1]!.split(":");
-      if (parseInt(p!, 16) === port) out.push(procAddress(addr!));
-    }
-  }
-  return out;
-}
-const LOOPBACK_LISTEN = (a: string) => /^127\./.test(a) || a === "0:0:0:0:0:0:0:1" || /^0:0:0:0:0:ffff:7f/.test(a);
-
 /** The upstream on `port` answers on 127.0.0.1, listens on loopback only, and refuses every own non-loopback address. */
 async function expectLoopbackOnly(port: number) {
   expect(await probe("127.0.0.1", port)).toBe("open");
   const sockets = listeningOn(port);
   expect(sockets.length, `listening sockets on ${port}`).toBeGreaterThan(0);
   expect(
-    sockets.filter((a) => !LOOPBACK_LISTEN(a)),
+    sockets.filter((a) => !isLoopbackListen(a)),
     `non-loopback listening sockets on ${port}`,
   ).toEqual([]);
   for (const { address } of own) expect(await probe(address, port), `${address}:${port}`).toBe("refused");
@@ -173,7 +148,7 @@ describe("the demo upstream listens on loopback only", () => {
     bare.stderr?.resume();
     try {
       await waitFor(`http://127.0.0.1:${port}/mcp`, 30_000, (r) => r.status > 0);
-      expect(listeningOn(port).filter((a) => !LOOPBACK_LISTEN(a)).length).toBeGreaterThan(0);
+      expect(listeningOn(port).filter((a) => !isLoopbackListen(a)).length).toBeGreaterThan(0);
       for (const { address } of own) expect(await probe(address, port), `${address}:${port}`).toBe("open");
     } finally {
       await stopChild(bare);
