@@ -7,7 +7,7 @@
  * hold state, accept a draft the chain could not hash or a reader could not parse back, or put any
  * part of a secret in an error.
  */
-import { canonicalJson } from "../src/ledger/hash.ts";
+import { canonicalJson } from "../src/wire/canonical.ts";
 import type { EntryDraft, EntryKind } from "../src/ledger/records.ts";
 import type { JsonObject } from "../src/wire/jsonrpc.ts";
 import type { LedgerSigning } from "./records.ts";

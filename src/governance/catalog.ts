@@ -6,8 +6,8 @@
  * job; governance only reads it through the `ToolCatalog` interface it is handed.
  * Must never: fetch anything, or treat annotations as more than hints.
  */
-import canonicalize from "canonicalize";
 import type { UpstreamConfig } from "../config/load.ts";
+import { canonicalHash } from "../wire/canonical.ts";
 import { isObject, type JsonObject } from "../wire/jsonrpc.ts";
 
 export interface CatalogTool {
@@ -32,24 +32,21 @@ export interface ToolCatalog {
   resolve(exposedName: string): Promise<{ upstream: UpstreamConfig; tool: CatalogTool } | null>;
 }
 
-const hex = (b: ArrayBuffer) => Array.from(new Uint8Array(b), (x) => x.toString(16).padStart(2, "0")).join("");
-
 /** The stable schema hash of a tool definition (what a mapping pins to detect drift). */
-export async function schemaHash(tool: JsonObject): Promise<string> {
+export function schemaHash(tool: JsonObject): string {
   const subject: JsonObject = { inputSchema: isObject(tool.inputSchema) ? tool.inputSchema : {} };
   if (isObject(tool.outputSchema)) subject.outputSchema = tool.outputSchema;
-  const text = canonicalize(subject) ?? "{}";
-  return hex(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(text)));
+  return canonicalHash(subject);
 }
 
 /** A catalog entry from one item of an upstream's `tools/list` (null when it has no name). */
-export async function catalogEntry(tool: JsonObject, exposedName: string): Promise<CatalogTool | null> {
+export function catalogEntry(tool: JsonObject, exposedName: string): CatalogTool | null {
   if (typeof tool.name !== "string") return null;
   const entry: CatalogTool = {
     name: tool.name,
     exposedName,
     inputSchema: isObject(tool.inputSchema) ? tool.inputSchema : {},
-    schemaHash: await schemaHash(tool),
+    schemaHash: schemaHash(tool),
   };
   if (isObject(tool.outputSchema)) entry.outputSchema = tool.outputSchema;
   if (isObject(tool.annotations)) entry.annotations = tool.annotations;

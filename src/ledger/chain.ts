@@ -4,7 +4,7 @@
  * how a sequence of entries is checked against that rule. Used by the LedgerDO (inside one
  * synchronous transaction) and by the offline verifier. Must never: renumber, reorder or skip.
  */
-import { canonicalHash, sha256Hex } from "./hash.ts";
+import { canonicalHash, sha256Hex } from "../wire/canonical.ts";
 import { ENTRY_VERSION, type EntryDraft, GENESIS, type LedgerEntry } from "./records.ts";
 
 /** The newest entry of a chain, or the empty chain. */

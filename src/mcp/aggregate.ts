@@ -119,7 +119,7 @@ export async function aggregateList(ctx: CallContext, msg: JsonRpcRequest): Prom
     if (!isObject(r) || !Array.isArray(r[kind.key])) return out;
     const listed = r[kind.key] as Json[];
     if (kind.key === "tools" && typeof msg.params?.cursor !== "string" && (typeof r.nextCursor !== "string" || r.nextCursor === ""))
-      await rememberTools(ctx, up, listed);
+      rememberTools(ctx, up, listed);
     const items = listed.map((i) => renameItem(ctx, kind, up, i)).filter((i): i is Json => i !== null);
     if (kind.key === "tools") recordListing(ctx, [[up, listed]], items);
     const ttls = typeof r.ttlMs === "number" ? [r.ttlMs] : [];
@@ -146,7 +146,7 @@ export async function aggregateList(ctx: CallContext, msg: JsonRpcRequest): Prom
         raw.push(i);
         return renameItem(ctx, kind, up, i);
       });
-      if (kind.key === "tools" && pages.complete) await rememberTools(ctx, up, raw);
+      if (kind.key === "tools" && pages.complete) rememberTools(ctx, up, raw);
       ttls.push(...pages.ttls);
       scopes.push(...pages.scopes);
       return { up, raw, items: pages.items };

@@ -30,11 +30,11 @@ function keyOf(ctx: CallContext, up: UpstreamConfig): string {
   return `${up.name}\u0000${up.url}\u0000${ctx.era}\u0000${scope}`;
 }
 
-async function build(up: UpstreamConfig, listed: Json[]): Promise<Map<string, CatalogTool>> {
+function build(up: UpstreamConfig, listed: Json[]): Map<string, CatalogTool> {
   const tools = new Map<string, CatalogTool>();
   for (const t of listed) {
     if (!isObject(t) || typeof t.name !== "string") continue;
-    const entry = await catalogEntry(t, exposeName(up, t.name));
+    const entry = catalogEntry(t, exposeName(up, t.name));
     if (entry) tools.set(entry.exposedName, entry);
   }
   return tools;
@@ -64,7 +64,7 @@ async function fetchTools(ctx: CallContext, up: UpstreamConfig): Promise<Json[]>
 function fill(ctx: CallContext, up: UpstreamConfig, key: string): Promise<Entry> {
   let p = filling.get(key);
   if (!p) {
-    p = (async () => store(key, { at: Date.now(), tools: await build(up, await fetchTools(ctx, up)) }))();
+    p = (async () => store(key, { at: Date.now(), tools: build(up, await fetchTools(ctx, up)) }))();
     filling.set(key, p);
     const done = () => filling.delete(key);
     p.then(done, done);
@@ -98,6 +98,6 @@ export function toolCatalog(ctx: CallContext): ToolCatalog {
 }
 
 /** A complete tools/list the gateway just read from `up` for this caller refreshes its catalog entry. */
-export async function rememberTools(ctx: CallContext, up: UpstreamConfig, listed: Json[]): Promise<void> {
-  store(keyOf(ctx, up), { at: Date.now(), tools: await build(up, listed) });
+export function rememberTools(ctx: CallContext, up: UpstreamConfig, listed: Json[]): void {
+  store(keyOf(ctx, up), { at: Date.now(), tools: build(up, listed) });
 }

@@ -12,7 +12,7 @@ import type { GatewayConfig } from "../config/load.ts";
 import type { Principal } from "../config/principal.ts";
 import type { Env } from "../env.ts";
 import type { Receipt, ToolCall } from "../governance/steps.ts";
-import { canonicalHash, sha256Hex } from "../ledger/hash.ts";
+import { canonicalHash, sha256Hex } from "../wire/canonical.ts";
 import type { BlockedBody, ConfigChangedBody, DecisionBody, EntryDraft, EntryKind, OutcomeBody } from "../ledger/records.ts";
 import type { JsonObject } from "../wire/jsonrpc.ts";
 import type { CallLedger, FrontContext } from "./context.ts";

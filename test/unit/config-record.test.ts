@@ -6,7 +6,7 @@
 import { env, SELF } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { GLOBAL_CHAIN, ledgerObject } from "../../durable-objects/names.ts";
-import { sha256Hex } from "../../src/ledger/hash.ts";
+import { sha256Hex } from "../../src/wire/canonical.ts";
 
 describe("config.changed", () => {
   it("is recorded once per config, by hash", async () => {

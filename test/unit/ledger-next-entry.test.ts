@@ -6,7 +6,7 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { chainEntries, EMPTY_HEAD, entryHash, nextEntry } from "../../src/ledger/chain.ts";
-import { canonicalJson } from "../../src/ledger/hash.ts";
+import { canonicalJson } from "../../src/wire/canonical.ts";
 import type { EntryDraft } from "../../src/ledger/records.ts";
 import type { JsonObject } from "../../src/wire/jsonrpc.ts";
 

@@ -12,7 +12,7 @@ import { beforeAll, describe, expect, it } from "vitest";
 import { generateSigningKey } from "../../src/identity/keys.ts";
 import { chainEntries, EMPTY_HEAD } from "../../src/ledger/chain.ts";
 import { type Checkpoint, checkpointOrigin, type SigningKey, signCheckpoint, signingKeyFrom } from "../../src/ledger/checkpoint.ts";
-import { canonicalHash, canonicalJson, sha256Hex } from "../../src/ledger/hash.ts";
+import { canonicalHash, canonicalJson, sha256Hex } from "../../src/wire/canonical.ts";
 import type { EntryDraft, EntryKind, LedgerEntry } from "../../src/ledger/records.ts";
 import { ExportVerifier, ndjsonLines, type Problem, verifyExport, verifyReceipt } from "../../src/ledger/verify.ts";
 import type { Json, JsonObject } from "../../src/wire/jsonrpc.ts";

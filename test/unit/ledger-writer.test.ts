@@ -15,7 +15,7 @@ import { type GovernanceDeps, governToolCall, RECEIPT_META } from "../../src/gov
 import { catalogEntry } from "../../src/governance/catalog.ts";
 import { type LegResult, NO_HALTS, NO_HOLDS, NO_MAPPINGS, OPEN_POLICY, type ToolCall } from "../../src/governance/steps.ts";
 import { chainEntries, EMPTY_HEAD, type Head } from "../../src/ledger/chain.ts";
-import { canonicalHash } from "../../src/ledger/hash.ts";
+import { canonicalHash } from "../../src/wire/canonical.ts";
 import type { EntryDraft, LedgerEntry } from "../../src/ledger/records.ts";
 import { callLedger, LEDGER_WRITE_TIMEOUT_MS } from "../../src/mcp/ledger-writer.ts";
 import type { JsonObject } from "../../src/wire/jsonrpc.ts";

@@ -1,7 +1,7 @@
 /**
- * Canonical hashing for the ledger: RFC 8785 JSON (`canonicalize`) and SHA-256 (`@noble/hashes`,
- * synchronous, so a LedgerDO can hash inside one storage transaction). Shared by the gateway and
- * the offline verifier. Must never: hash anything but the canonical form, or accept a value
+ * Canonical hashing: RFC 8785 JSON (`canonicalize`) and SHA-256 (`@noble/hashes`, synchronous,
+ * so a LedgerDO can hash inside one storage transaction). The one implementation behind tool
+ * schema hashes and ledger hashes, shared by the gateway and the offline verifier. Must never: hash anything but the canonical form, or accept a value
  * RFC 8785 cannot represent (non-finite numbers) without saying so.
  */
 import { sha256 } from "@noble/hashes/sha2.js";
