@@ -28,7 +28,8 @@ export default defineConfig({
   plugins: [
     cloudflareTest({
       wrangler: { configPath: "./wrangler.toml" },
-      miniflare: { bindings: { PORTCULLIS_CONFIG: TEST_CONFIG, PORTCULLIS_SIGNING_KEY: JSON.stringify(privateJwk) } },
+      // The origin `portcullis dev` would hand the gateway: tests fetch http://127.0.0.1/… (no port).
+      miniflare: { bindings: { PORTCULLIS_CONFIG: TEST_CONFIG, PORTCULLIS_SIGNING_KEY: JSON.stringify(privateJwk), PORTCULLIS_ORIGIN: "http://127.0.0.1" } },
     }),
   ],
   test: {

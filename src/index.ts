@@ -4,7 +4,8 @@
  * Must never: hold protocol or governance logic here.
  */
 import { Hono } from "hono";
-import { signingKeys } from "./identity/auth.ts";
+import { authenticate, isLoopbackRequest, signingKeys } from "./identity/auth.ts";
+import { checkOrigin } from "./identity/origin.ts";
 import { canonicalUrl, protectedResourceMetadata } from "./identity/metadata.ts";
 import { publicJwks } from "./identity/tokens.ts";
 import { readiness, summary } from "./mcp/health.ts";
@@ -24,8 +25,20 @@ export { SessionDO } from "../durable-objects/session.ts";
 
 const app = new Hono<AppEnv>();
 
+// Every route, metadata and health included, answers only a Host that names this gateway (and an
+// allowed Origin): the config first — without one (or without the gateway's own URL) everything
+// but /healthz is 503.
+app.use("*", async (c, next) => {
+  const cfg = configOr503(c.env);
+  if (cfg instanceof Response) return c.req.path === "/healthz" ? next() : cfg;
+  const bad = checkOrigin(c.req.raw, cfg);
+  if (bad) return bad;
+  await next();
+});
+
 const admin = gate({ path: "/", role: "admin", allowActor: false });
-const agent = gate({ path: "/", role: "agent", allowActor: true, scoped: true });
+// /v1/* never runs unauthenticated, on loopback too: the actor of a dev gateway gets no REST API.
+const agent = gate({ path: "/", role: "agent", allowActor: false, scoped: true });
 const auditor = gate({ path: "/", role: ["auditor", "admin"], allowActor: false });
 
 for (const path of [
@@ -37,7 +50,7 @@ for (const path of [
     const cfg = configOr503(c.env);
     if (cfg instanceof Response) return cfg;
     const resource = path.slice("/.well-known/oauth-protected-resource".length) || "/";
-    return c.json(protectedResourceMetadata(cfg, c.req.raw, resource));
+    return c.json(protectedResourceMetadata(cfg, resource));
   });
 }
 
@@ -54,7 +67,7 @@ app.put("/v1/credentials/:upstream", agent, (c) => putCredentialRoute(c.req.raw,
 app.delete("/v1/credentials/:upstream", agent, (c) => deleteCredentialRoute(c.env, c.var.cfg, c.var.principal, c.req.param("upstream")));
 
 app.get("/v1/ledger", auditor, (c) => searchRoute(c.env, c.var.principal, new URL(c.req.url).searchParams));
-app.get("/v1/ledger/export", auditor, (c) => exportRoute(c.env, c.var.principal, c.req.query("team") ?? null, canonicalUrl(c.var.cfg, c.req.raw)));
+app.get("/v1/ledger/export", auditor, (c) => exportRoute(c.env, c.var.principal, c.req.query("team") ?? null, canonicalUrl(c.var.cfg)));
 app.get("/v1/ledger/:id/trace", auditor, (c) => traceRoute(c.env, c.var.principal, c.req.param("id"), c.req.query("team") ?? null));
 
 app.all("/operator/mcp", gate({ path: "/operator/mcp", role: ["auditor", "approver", "operator", "admin"], allowActor: false }), (c) =>
@@ -63,11 +76,20 @@ app.all("/operator/mcp", gate({ path: "/operator/mcp", role: ["auditor", "approv
 
 app.get("/healthz", (c) => c.json({ ok: true }));
 
+// Readiness says only {ok} to anyone; the per-upstream detail is for operators (a grant with
+// operator, auditor or admin) and for the loopback actor of an unauthenticated dev gateway.
 app.get("/readyz", async (c) => {
-  const shared = servableConfig(c.env, c.req.raw);
+  const req = c.req.raw;
+  const shared = servableConfig(c.env, req);
   if (shared instanceof Response) return shared;
-  const body = await readiness(await requestConfig(c.env, shared, c.req.raw));
-  return c.json(body, body.ok ? 200 : 503);
+  let detail = !shared.auth.required && isLoopbackRequest(req) && req.headers.get("authorization") === null;
+  if (req.headers.get("authorization") !== null) {
+    const auth = await authenticate(req, c.env, shared, { path: "/", role: ["operator", "auditor", "admin"], allowActor: false });
+    if (!auth.ok) return auth.response;
+    detail = true;
+  }
+  const body = await readiness(await requestConfig(c.env, shared, req));
+  return c.json(detail ? body : { ok: body.ok }, body.ok ? 200 : 503, { "cache-control": "no-store" });
 });
 
 // What the caller can see: the same gate as /mcp, so counts follow the grant and the upstreams' allow/deny.

@@ -43,6 +43,8 @@ export interface ExternalIssuer {
 export interface AuthConfig {
   required: boolean;
   audience?: string;
+  /** The origin `portcullis dev` started this gateway on (PORTCULLIS_ORIGIN), when it is a valid http(s) origin. */
+  origin?: string;
   issuer?: string;
   maxTokenLifetimeS: number;
   signingKeySecret: string;
@@ -154,7 +156,7 @@ export function loadConfig(yamlText: string, vars: Record<string, unknown>): Gat
         defaultRoles: x.default_roles,
         defaultTeam: x.default_team,
         defaultTools: x.default_tools,
-        subPrefix: x.sub_prefix,
+        subPrefix: x.sub_prefix ?? defaultSubPrefix(x.issuer),
       };
       if (x.roles_claim) e.rolesClaim = x.roles_claim;
       if (x.team_claim) e.teamClaim = x.team_claim;
@@ -164,6 +166,11 @@ export function loadConfig(yamlText: string, vars: Record<string, unknown>): Gat
   };
   if (a.audience) auth.audience = a.audience.replace(/\/+$/, "");
   if (a.issuer) auth.issuer = a.issuer;
+  const issuerProblems = principalSpaceProblems(auth.externalIssuers);
+  const origin = startedOrigin(vars.PORTCULLIS_ORIGIN);
+  if (typeof origin === "string") auth.origin = origin;
+  else if (origin) issuerProblems.push(origin.problem);
+  if (issuerProblems.length) throw new ConfigError(issuerProblems);
   return {
     actor: c.actor,
     auth,
@@ -175,4 +182,46 @@ export function loadConfig(yamlText: string, vars: Record<string, unknown>): Gat
     egress: c.egress,
     upstreams,
   };
+}
+
+/** `oidc:<host><path>:` of an issuer URL: each issuer's principals get a space of their own. */
+export function defaultSubPrefix(issuer: string): string {
+  const u = new URL(issuer);
+  return `oidc:${u.host}${u.pathname.replace(/\/+$/, "")}:`;
+}
+
+/**
+ * Two external issuers whose principals could be the same string: equal issuers, or one
+ * sub_prefix starting with another's (then `alice` of one and some `sub` of the other meet).
+ */
+function principalSpaceProblems(issuers: ExternalIssuer[]): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < issuers.length; i++) {
+    for (let j = i + 1; j < issuers.length; j++) {
+      const a = issuers[i]!;
+      const b = issuers[j]!;
+      if (a.issuer === b.issuer) out.push(`auth.external_issuers: ${a.issuer} is configured twice`);
+      else if (a.subPrefix.startsWith(b.subPrefix) || b.subPrefix.startsWith(a.subPrefix)) {
+        out.push(
+          `auth.external_issuers: ${a.issuer} (sub_prefix ${JSON.stringify(a.subPrefix)}) and ${b.issuer} (sub_prefix ${JSON.stringify(b.subPrefix)}) map into the same principal space: give each a sub_prefix that does not start with the other's`,
+        );
+      }
+    }
+  }
+  return out;
+}
+
+/** PORTCULLIS_ORIGIN (set by `portcullis dev`): the origin string, nothing when unset, or why it is unusable. */
+function startedOrigin(v: unknown): string | { problem: string } | undefined {
+  if (v === undefined || v === null || v === "") return undefined;
+  let u: URL | null = null;
+  try {
+    u = typeof v === "string" ? new URL(v) : null;
+  } catch {
+    u = null;
+  }
+  if (!u || (u.protocol !== "http:" && u.protocol !== "https:") || u.origin !== String(v).replace(/\/+$/, "")) {
+    return { problem: "PORTCULLIS_ORIGIN must be the origin the gateway listens on, e.g. http://127.0.0.1:8787" };
+  }
+  return u.origin;
 }

@@ -14,6 +14,8 @@ export interface Principal {
   tools: string[] | null;
   authenticated: boolean;
   jti?: string;
+  /** When the grant (or external token) stops verifying, seconds since the epoch; absent for the unauthenticated actor. */
+  exp?: number;
   budget?: Budget;
 }
 

@@ -67,14 +67,21 @@ const externalIssuerSchema = z.strictObject({
   /** Claim holding tool globs; absent → default_tools. */
   tools_claim: z.string().min(1).optional(),
   default_tools: z.array(z.string().min(1)).default([]),
-  /** Principal = prefix + sub (e.g. "oidc:"). */
-  sub_prefix: z.string().default("oidc:"),
+  /**
+   * Principal = prefix + sub. Default: `oidc:<issuer host and path>:`, so two issuers never share a
+   * principal space; a config whose prefixes overlap (one starts with another) is refused at load.
+   */
+  sub_prefix: z.string().min(1).optional(),
 });
 
 const authSchema = z.strictObject({
   /** Require a grant token on every request. Unauthenticated mode is refused off loopback. */
   required: z.boolean().default(false),
-  /** The gateway's canonical URL: the `aud` its grants carry (default: the request's origin). */
+  /**
+   * The gateway's canonical URL: the `aud` its grants carry and the resource its metadata names.
+   * Unset, a gateway started by `portcullis dev` on loopback uses the origin it was started on
+   * (PORTCULLIS_ORIGIN); anywhere else it refuses to serve until this is set. Never the request's Host.
+   */
   audience: z.string().url().optional(),
   /** The `iss` of grants this gateway mints (default: the audience). */
   issuer: z.string().min(1).optional(),

@@ -8,7 +8,7 @@
 import { decodeJwt } from "jose";
 import type { GatewayConfig } from "../config/load.ts";
 import type { Env } from "../env.ts";
-import { acceptedAudiences, acceptedIssuers, canonicalUrl, forbidden, issuerOf, unauthorized } from "./metadata.ts";
+import { acceptedAudiences, acceptedIssuers, canonicalUrl, forbidden, issuerOf, ownUrlProblem, unauthorized } from "./metadata.ts";
 import { verifyExternal } from "./oidc.ts";
 import { isLoopbackAddress, isLoopbackHost } from "../wire/hosts.ts";
 import { principalHas, type Principal } from "../config/principal.ts";
@@ -51,9 +51,9 @@ function offLoopbackReason(req: Request): string {
  * The readable end of a refusal for a grant minted for another gateway: how to mint one for this
  * one (the issuer and audience this request expects). Never echoes the token.
  */
-function mintHint(cfg: GatewayConfig, req: Request): string {
-  const iss = issuerOf(cfg, req);
-  const aud = canonicalUrl(cfg, req);
+function mintHint(cfg: GatewayConfig): string {
+  const iss = issuerOf(cfg);
+  const aud = canonicalUrl(cfg);
   if (iss !== aud) return `mint with: portcullis token mint --iss ${iss} --aud ${aud}`;
   let u: URL | null = null;
   try {
@@ -93,6 +93,9 @@ function unavailable(reason: string): Response {
 }
 
 export async function authenticate(req: Request, env: Env, cfg: GatewayConfig, opts: AuthOptions): Promise<AuthResult> {
+  // Without its own URL the gateway cannot tell its grants from another gateway's: serve nothing.
+  const ownUrl = ownUrlProblem(cfg);
+  if (ownUrl) return { ok: false, response: unavailable(`refusing to serve: ${ownUrl}`) };
   const loopback = isLoopbackRequest(req);
   if (!cfg.auth.required && !loopback) {
     return { ok: false, response: unavailable(offLoopbackReason(req)) };
@@ -102,20 +105,20 @@ export async function authenticate(req: Request, env: Env, cfg: GatewayConfig, o
     if (!cfg.auth.required && loopback && opts.allowActor) {
       return { ok: true, principal: { sub: cfg.actor, team: "local", roles: ["agent"], tools: null, authenticated: false } };
     }
-    return { ok: false, response: unauthorized(req, opts.path) };
+    return { ok: false, response: unauthorized(cfg, opts.path) };
   }
   const m = /^Bearer ([A-Za-z0-9\-._~+/]+=*)$/.exec(header.trim());
-  if (!m) return { ok: false, response: unauthorized(req, opts.path, "Authorization must be `Bearer <token>`") };
+  if (!m) return { ok: false, response: unauthorized(cfg, opts.path, "Authorization must be `Bearer <token>`") };
   const token = m[1]!;
-  const principal = await verify(token, req, env, cfg, opts);
-  if (typeof principal === "string") return { ok: false, response: unauthorized(req, opts.path, principal) };
+  const principal = await verify(token, env, cfg, opts);
+  if (typeof principal === "string") return { ok: false, response: unauthorized(cfg, opts.path, principal) };
   if (principal instanceof Response) return { ok: false, response: principal };
   const roles = Array.isArray(opts.role) ? opts.role : [opts.role];
-  if (!roles.some((r) => principalHas(principal, r))) return { ok: false, response: forbidden(req, opts.path, roles.join(" ")) };
+  if (!roles.some((r) => principalHas(principal, r))) return { ok: false, response: forbidden(cfg, opts.path, roles.join(" ")) };
   return { ok: true, principal };
 }
 
-async function verify(token: string, req: Request, env: Env, cfg: GatewayConfig, opts: AuthOptions): Promise<Principal | string | Response> {
+async function verify(token: string, env: Env, cfg: GatewayConfig, opts: AuthOptions): Promise<Principal | string | Response> {
   // Only when external issuers are configured is the (unverified) iss worth reading to pick one.
   let claimedIss: unknown;
   if (cfg.auth.externalIssuers.length > 0 && token.length <= 8192) {
@@ -142,8 +145,8 @@ async function verify(token: string, req: Request, env: Env, cfg: GatewayConfig,
   }
   let storeFailed = false;
   const v = await verifyGrant(token, keys, {
-    issuer: acceptedIssuers(cfg, req),
-    audience: acceptedAudiences(cfg, req),
+    issuer: acceptedIssuers(cfg),
+    audience: acceptedAudiences(cfg),
     maxLifetimeSeconds: cfg.auth.maxTokenLifetimeS,
     isRevoked: async (jti) => {
       const r = await isRevoked(env, jti);
@@ -153,9 +156,9 @@ async function verify(token: string, req: Request, env: Env, cfg: GatewayConfig,
   });
   if (storeFailed) return unavailable("the revocation list could not be read; denied to fail closed");
   // A grant for another gateway (verifyGrant names its iss/aud and the expected one): say how to mint for this one.
-  if (!v.ok) return /^token (iss|aud) /.test(v.reason) ? `${v.reason}; ${mintHint(cfg, req)}` : v.reason;
+  if (!v.ok) return /^token (iss|aud) /.test(v.reason) ? `${v.reason}; ${mintHint(cfg)}` : v.reason;
   const g = v.grant;
-  const p: Principal = { sub: g.sub, team: g.team, roles: g.roles as Role[], tools: g.tools, authenticated: true, jti: g.jti };
+  const p: Principal = { sub: g.sub, team: g.team, roles: g.roles as Role[], tools: g.tools, authenticated: true, jti: g.jti, exp: g.exp };
   if (g.budget) p.budget = g.budget;
   return p;
 }

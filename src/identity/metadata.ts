@@ -1,7 +1,8 @@
 /**
  * OAuth resource-server surface (RFC 9728, RFC 6750): the protected resource metadata
  * documents and the WWW-Authenticate challenges of 401/403 answers. Owns the gateway's
- * canonical URL and audience rules. Must never: echo a presented token, or put
+ * canonical URL and audience rules (configured, or the loopback origin the CLI started it on).
+ * Must never: take the gateway's URL from a request's Host, echo a presented token, or put
  * `offline_access` in a challenge.
  */
 import type { GatewayConfig } from "../config/load.ts";
@@ -9,48 +10,72 @@ import { ROLES } from "../config/schema.ts";
 import { isLoopbackHost, LOOPBACK_HOSTS } from "../wire/hosts.ts";
 import { bearerChallenge, quoteParam } from "../wire/http.ts";
 
-/** The gateway's canonical URL (the `aud` of its grants): configured, else the request origin. */
-export function canonicalUrl(cfg: GatewayConfig, req: Request): string {
-  return cfg.auth.audience ?? new URL(req.url).origin;
+/**
+ * Why this gateway does not know its own URL, or null when it does: `auth.audience`, else the
+ * loopback origin `portcullis dev` started it on. A request's Host never decides it — a client
+ * could name any gateway's origin there and have that gateway's grants accepted.
+ */
+export function ownUrlProblem(cfg: GatewayConfig): string | null {
+  if (cfg.auth.audience) return null;
+  const o = cfg.auth.origin;
+  if (o && isLoopbackHost(new URL(o).hostname)) return null;
+  if (o) return `the gateway listens on ${o}, beyond loopback: set auth.audience to the URL clients use (its grants' audience)`;
+  return "auth.audience is not set: set it to the URL clients use (its grants' audience), or start the gateway with `portcullis dev`, which supplies its loopback origin";
+}
+
+/** The gateway's canonical URL (the `aud` of its grants). Serving code runs only once ownUrlProblem is null. */
+export function canonicalUrl(cfg: GatewayConfig): string {
+  const u = cfg.auth.audience ?? (ownUrlProblem(cfg) === null ? cfg.auth.origin : undefined);
+  if (u === undefined) throw new Error(ownUrlProblem(cfg) ?? "the gateway's URL is unknown");
+  return u;
+}
+
+/** The origin of the canonical URL (metadata documents live there). */
+export function canonicalOrigin(cfg: GatewayConfig): string {
+  return new URL(canonicalUrl(cfg)).origin;
 }
 
 /**
- * Without a configured audience on loopback, the loopback spellings of the same port are one
- * gateway (a grant minted for 127.0.0.1:8787 works at localhost:8787).
+ * The loopback spellings of the origin `portcullis dev` started the gateway on, same port
+ * (a grant minted for 127.0.0.1:8787 works at localhost:8787); none without one.
  */
-function canonicalForms(cfg: GatewayConfig, req: Request): string[] {
-  const c = canonicalUrl(cfg, req);
-  if (cfg.auth.audience) return [c];
-  const u = new URL(req.url);
-  if (!isLoopbackHost(u.hostname)) return [c];
+export function loopbackForms(cfg: GatewayConfig): string[] {
+  const o = cfg.auth.origin;
+  if (!o) return [];
+  const u = new URL(o);
+  if (!isLoopbackHost(u.hostname)) return [];
   const port = u.port ? `:${u.port}` : "";
-  return [...new Set([c, ...LOOPBACK_HOSTS.map((h) => `${u.protocol}//${h}${port}`)])];
+  return [...new Set([u.origin, ...LOOPBACK_HOSTS.map((h) => `${u.protocol}//${h}${port}`)])];
+}
+
+function canonicalForms(cfg: GatewayConfig): string[] {
+  return cfg.auth.audience ? [cfg.auth.audience] : loopbackForms(cfg);
 }
 
 /** Audiences a grant may carry: the canonical URL, or its MCP endpoint (what RFC 8707 clients send). */
-export function acceptedAudiences(cfg: GatewayConfig, req: Request): string[] {
-  return canonicalForms(cfg, req).flatMap((c) => [c, `${c}/mcp`]);
+export function acceptedAudiences(cfg: GatewayConfig): string[] {
+  return canonicalForms(cfg).flatMap((c) => [c, `${c}/mcp`]);
 }
 
-export function issuerOf(cfg: GatewayConfig, req: Request): string {
-  return cfg.auth.issuer ?? canonicalUrl(cfg, req);
+export function issuerOf(cfg: GatewayConfig): string {
+  return cfg.auth.issuer ?? canonicalUrl(cfg);
 }
 
-export function acceptedIssuers(cfg: GatewayConfig, req: Request): string[] {
-  return cfg.auth.issuer ? [cfg.auth.issuer] : canonicalForms(cfg, req);
+export function acceptedIssuers(cfg: GatewayConfig): string[] {
+  return cfg.auth.issuer ? [cfg.auth.issuer] : canonicalForms(cfg);
 }
 
-/** The metadata URL for the resource at `path` (`/mcp` → the path-suffixed document). */
-function metadataUrl(req: Request, path: string): string {
-  const origin = new URL(req.url).origin;
+/** The metadata URL for the resource at `path` (`/mcp` → the path-suffixed document), at the configured origin. */
+function metadataUrl(cfg: GatewayConfig, path: string): string {
+  const origin = canonicalOrigin(cfg);
   return path === "/" ? `${origin}/.well-known/oauth-protected-resource` : `${origin}/.well-known/oauth-protected-resource${path}`;
 }
 
-export function protectedResourceMetadata(cfg: GatewayConfig, req: Request, path: string): Record<string, unknown> {
-  const origin = new URL(req.url).origin;
-  const servers = [issuerOf(cfg, req), ...cfg.auth.externalIssuers.map((e) => e.issuer)];
+export function protectedResourceMetadata(cfg: GatewayConfig, path: string): Record<string, unknown> {
+  const origin = canonicalOrigin(cfg);
+  const servers = [issuerOf(cfg), ...cfg.auth.externalIssuers.map((e) => e.issuer)];
   return {
-    resource: path === "/" ? canonicalUrl(cfg, req) : `${origin}${path}`,
+    resource: path === "/" ? canonicalUrl(cfg) : `${origin}${path}`,
     authorization_servers: [...new Set(servers)],
     bearer_methods_supported: ["header"],
     scopes_supported: [...ROLES],
@@ -60,8 +85,8 @@ export function protectedResourceMetadata(cfg: GatewayConfig, req: Request, path
 }
 
 /** 401: no token (no error code) or a bad one (`invalid_token`). */
-export function unauthorized(req: Request, path: string, reason?: string): Response {
-  const parts = [`resource_metadata=${quoteParam(metadataUrl(req, path))}`, `scope=${quoteParam("agent")}`];
+export function unauthorized(cfg: GatewayConfig, path: string, reason?: string): Response {
+  const parts = [`resource_metadata=${quoteParam(metadataUrl(cfg, path))}`, `scope=${quoteParam("agent")}`];
   if (reason !== undefined) parts.push(`error="invalid_token"`, `error_description=${quoteParam(reason)}`);
   return bearerChallenge(
     401,
@@ -72,7 +97,7 @@ export function unauthorized(req: Request, path: string, reason?: string): Respo
 }
 
 /** 403: authenticated, but the grant lacks the role this route needs. */
-export function forbidden(req: Request, path: string, role: string): Response {
-  const parts = [`error="insufficient_scope"`, `scope=${quoteParam(role)}`, `resource_metadata=${quoteParam(metadataUrl(req, path))}`];
+export function forbidden(cfg: GatewayConfig, path: string, role: string): Response {
+  const parts = [`error="insufficient_scope"`, `scope=${quoteParam(role)}`, `resource_metadata=${quoteParam(metadataUrl(cfg, path))}`];
   return bearerChallenge(403, parts, "insufficient_scope", `this route needs the ${role} role`);
 }

@@ -48,6 +48,7 @@ function principalFromClaims(iss: ExternalIssuer, payload: JWTPayload): Principa
     authenticated: true,
   };
   if (typeof payload.jti === "string") p.jti = payload.jti;
+  if (typeof payload.exp === "number") p.exp = payload.exp;
   return p;
 }
 

@@ -27,7 +27,7 @@ export const GRANT_TYP = "portcullis-grant+jwt";
 export const MAX_TOKEN_BYTES = 8192;
 /** Clock skew tolerated on exp/nbf/iat, and its ceiling. */
 const DEFAULT_CLOCK_SKEW_SECONDS = 60;
-const MAX_CLOCK_SKEW_SECONDS = 60;
+export const MAX_CLOCK_SKEW_SECONDS = 60;
 
 const HEADER_ALLOWED = new Set(["alg", "typ", "kid"]);
 /** Header parameters that would let the token pick its own key or extensions; their presence rejects. */

@@ -1,6 +1,6 @@
 /**
  * /readyz and /summary: upstream reachability (cached ≤ 2 s) and a schema-free catalogue whose
- * tool counts are what the caller can list. Owns the probe (one `server/discover` POST: any
+ * tool counts are what the caller can list (upstream listings cached ≤ 2 s). Owns the probe (one `server/discover` POST: any
  * JSON-RPC answer means the upstream is up) and that count. Must never: include tool schemas or
  * upstream credentials in what it returns, or count a tool the caller could not list.
  */
@@ -8,7 +8,7 @@ import type { GatewayConfig, UpstreamConfig } from "../config/load.ts";
 import type { Principal } from "../config/principal.ts";
 import { grantAllowsTool, toolAllowed } from "../governance/grant-scope.ts";
 import { type JsonObject, isObject } from "../wire/jsonrpc.ts";
-import { callUpstream, modernMeta, UpstreamAuthError } from "./upstream.ts";
+import { callUpstream, modernMeta, UpstreamAuthError, upstreamRequestId } from "./upstream.ts";
 import { modernClientLeg } from "./legs.ts";
 import { exposeName } from "./names.ts";
 
@@ -22,7 +22,7 @@ async function probe(up: UpstreamConfig): Promise<boolean> {
       { era: "modern", meta: modernMeta({}) },
       {
         jsonrpc: "2.0",
-        id: "portcullis-readyz",
+        id: upstreamRequestId(),
         method: "server/discover",
         params: { _meta: modernMeta({}) },
       },
@@ -43,39 +43,57 @@ export async function readiness(cfg: GatewayConfig) {
   return body;
 }
 
+/** Tool names each upstream listed, per credential scope, kept READY_TTL_MS: /summary hits do not each list upstream. */
+const listings = new Map<string, { at: number; names: Promise<string[] | null> }>();
+const MAX_LISTINGS = 256;
+
+/** Every tool name `up` lists (null when it cannot be listed), from the cache when fresh. */
+function listedNames(up: UpstreamConfig, sub: string): Promise<string[] | null> {
+  const scope = up.credentials.mode === "per_principal" ? `p:${sub}` : "shared";
+  const key = `${up.name}\u0000${up.url}\u0000${scope}`;
+  const hit = listings.get(key);
+  if (hit && Date.now() - hit.at < READY_TTL_MS) return hit.names;
+  const names = listTools(up, sub);
+  if (listings.size >= MAX_LISTINGS) listings.delete(listings.keys().next().value as string);
+  listings.set(key, { at: Date.now(), names });
+  return names;
+}
+
+async function listTools(up: UpstreamConfig, sub: string): Promise<string[] | null> {
+  try {
+    const rec = await modernClientLeg(up, sub);
+    if (!rec.leg) return null;
+    const names: string[] = [];
+    let cursor: string | undefined;
+    for (let page = 0; page < 50; page++) {
+      const params: JsonObject = rec.leg.era === "modern" ? { _meta: modernMeta({}) } : {};
+      if (cursor) params.cursor = cursor;
+      const { response } = await callUpstream(up, rec.leg, { jsonrpc: "2.0", id: upstreamRequestId(), method: "tools/list", params });
+      const r = response.result;
+      if (!isObject(r) || !Array.isArray(r.tools)) break;
+      for (const t of r.tools) if (isObject(t) && typeof t.name === "string") names.push(t.name);
+      if (typeof r.nextCursor !== "string" || !r.nextCursor) break;
+      cursor = r.nextCursor;
+    }
+    return names;
+  } catch {
+    return null;
+  }
+}
+
 /**
  * Each upstream of the per-request config with the number of its tools the caller can list:
  * those the upstream's allow/deny let through and whose exposed name the principal's grant
  * matches — the same filter tools/list applies. With `byGrant: false` it counts every tool
  * allow/deny let through: the operator's view of the upstreams (`portcullis.upstreams`).
+ * What each upstream lists is cached READY_TTL_MS (per credential scope); the grant filter runs per call.
  */
 export async function summary(cfg: GatewayConfig, principal: Principal, byGrant = true) {
-  const sub = principal.sub;
-  const visible = (up: UpstreamConfig, name: unknown): boolean =>
-    typeof name === "string" && toolAllowed(up, name) && (!byGrant || grantAllowsTool(principal, exposeName(up, name)));
+  const visible = (up: UpstreamConfig, name: string): boolean => toolAllowed(up, name) && (!byGrant || grantAllowsTool(principal, exposeName(up, name)));
   const upstreams = await Promise.all(
     cfg.upstreams.map(async (up) => {
-      let tools: number | null = null;
-      try {
-        const rec = await modernClientLeg(up, sub);
-        if (rec.leg) {
-          let count = 0;
-          let cursor: string | undefined;
-          for (let page = 0; page < 50; page++) {
-            const params: JsonObject = rec.leg.era === "modern" ? { _meta: modernMeta({}) } : {};
-            if (cursor) params.cursor = cursor;
-            const { response } = await callUpstream(up, rec.leg, { jsonrpc: "2.0", id: `portcullis-summary-${page}`, method: "tools/list", params });
-            const r = response.result;
-            if (!isObject(r) || !Array.isArray(r.tools)) break;
-            count += r.tools.filter((t) => isObject(t) && visible(up, t.name)).length;
-            if (typeof r.nextCursor !== "string" || !r.nextCursor) break;
-            cursor = r.nextCursor;
-          }
-          tools = count;
-        }
-      } catch {
-        tools = null;
-      }
+      const names = await listedNames(up, principal.sub);
+      const tools = names === null ? null : names.filter((n) => visible(up, n)).length;
       return { name: up.name, description: up.description ?? null, namespaced: up.namespaced, tools };
     }),
   );

@@ -14,6 +14,7 @@ import { upstreamsFor } from "../egress/credentials.ts";
 import type { Env } from "../env.ts";
 import { grantReachesUpstream } from "../governance/grant-scope.ts";
 import { isLoopbackRequest } from "../identity/auth.ts";
+import { ownUrlProblem } from "../identity/metadata.ts";
 import { jsonResponse } from "../wire/http.ts";
 
 let cached: { text: string; config: GatewayConfig } | null = null;
@@ -30,9 +31,12 @@ function currentConfig(env: Env): GatewayConfig {
   return config;
 }
 
+/** The config, or 503 naming every problem — a gateway that does not know its own URL (auth.audience) serves nothing. */
 export function configOr503(env: Env): GatewayConfig | Response {
   try {
-    return currentConfig(env);
+    const cfg = currentConfig(env);
+    const ownUrl = ownUrlProblem(cfg);
+    return ownUrl ? jsonResponse({ ok: false, error: "configuration invalid", problems: [ownUrl] }, 503) : cfg;
   } catch (e) {
     const problems = e instanceof ConfigError ? e.problems : [String(e)];
     return jsonResponse({ ok: false, error: "configuration invalid", problems }, 503);

@@ -10,6 +10,7 @@ import type { Principal } from "../config/principal.ts";
 import { credentialsObject } from "../../durable-objects/names.ts";
 import { sealCredential } from "../egress/credentials.ts";
 import { jsonResponse } from "../wire/http.ts";
+import { readJsonBody } from "../wire/body.ts";
 
 function bad(message: string, status = 400): Response {
   return jsonResponse({ error: "invalid_request", error_description: message }, status);
@@ -25,12 +26,10 @@ function target(cfg: GatewayConfig, name: string): UpstreamConfig | Response {
 export async function putCredentialRoute(req: Request, env: Env, cfg: GatewayConfig, principal: Principal, upstream: string): Promise<Response> {
   const up = target(cfg, upstream);
   if (up instanceof Response) return up;
-  let body: unknown;
-  try {
-    body = await req.json();
-  } catch {
-    return bad('body must be JSON: {"token": "…"}');
-  }
+  const read = await readJsonBody(req, 16 * 1024);
+  if (read instanceof Response) return read;
+  const body = read.value;
+  if (body === undefined) return bad('body must be JSON: {"token": "…"}');
   const token = body && typeof body === "object" ? (body as { token?: unknown }).token : undefined;
   if (typeof token !== "string" || token.length < 1 || token.length > 8192 || /[\r\n]/.test(token)) {
     return bad("token must be a string of 1–8192 characters without line breaks");

@@ -36,7 +36,8 @@ export function gate(opts: GateOptions) {
     const req = c.req.raw;
     const shared = configOr503(c.env);
     if (shared instanceof Response) return shared;
-    // Host/Origin first: a rebinding attempt learns nothing, not even whether the config is servable.
+    // Host/Origin first (src/index.ts checks them for every route; again here so no route can skip
+    // them): a rebinding attempt learns nothing, not even whether the config is servable.
     const bad = checkOrigin(req, shared) ?? egressRefusal(shared, req);
     if (bad) return bad;
     // External issuers' JWKS are fetched under the same egress rules as upstreams.
@@ -45,7 +46,7 @@ export function gate(opts: GateOptions) {
       guardedFetch(url, init, { rules: shared.egress, gatewayOnLoopback: onLoopback, maxRedirects: 0, timeoutMs: 5000, maxBytes: 1024 * 1024 });
     const auth = await authenticate(req, c.env, shared, { path: opts.path, role: opts.role, allowActor: opts.allowActor, fetcher });
     if (!auth.ok) return auth.response;
-    recordConfigOnce(c.env, shared, canonicalUrl(shared, req), waitUntilOf(c));
+    recordConfigOnce(c.env, shared, canonicalUrl(shared), waitUntilOf(c));
     c.set("principal", auth.principal);
     c.set("cfg", await requestConfig(c.env, shared, req, opts.scoped ? auth.principal : undefined));
     await next();

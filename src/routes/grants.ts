@@ -13,8 +13,9 @@ import { signingKeys } from "../identity/auth.ts";
 import { canonicalUrl, issuerOf } from "../identity/metadata.ts";
 import type { Principal } from "../config/principal.ts";
 import { revocationObject } from "../../durable-objects/names.ts";
-import { mintGrant } from "../identity/tokens.ts";
+import { MAX_CLOCK_SKEW_SECONDS, mintGrant } from "../identity/tokens.ts";
 import { appendRecord } from "../mcp/ledger-writer.ts";
+import { readJsonBody } from "../wire/body.ts";
 import { jsonResponse } from "../wire/http.ts";
 
 const mintBody = z.strictObject({
@@ -30,28 +31,26 @@ function bad(message: string, status = 400): Response {
   return jsonResponse({ error: "invalid_request", error_description: message }, status);
 }
 
-async function body(req: Request): Promise<unknown> {
-  try {
-    return await req.json();
-  } catch {
-    return undefined;
-  }
-}
 
-const signingOf = (cfg: GatewayConfig, req: Request) => ({ secret: cfg.auth.signingKeySecret, gateway: canonicalUrl(cfg, req) });
+const signingOf = (cfg: GatewayConfig) => ({ secret: cfg.auth.signingKeySecret, gateway: canonicalUrl(cfg) });
 
 /** Mints a grant; the `grant.minted` record (never the token) is durable in the grant team's chain before the token is returned. */
 export async function mintGrantRoute(req: Request, env: Env, cfg: GatewayConfig, by: Principal): Promise<Response> {
-  const parsed = mintBody.safeParse(await body(req));
+  const read = await readJsonBody(req);
+  if (read instanceof Response) return read;
+  const parsed = mintBody.safeParse(read.value);
   if (!parsed.success) return bad(parsed.error.issues.map((i) => `${i.path.join(".") || "(body)"}: ${i.message}`).join("; "));
   const b = parsed.data;
+  // An external identity provider's principals are its own: a minted grant never speaks for one.
+  const foreign = cfg.auth.externalIssuers.find((e) => b.sub.startsWith(e.subPrefix));
+  if (foreign) return bad(`sub ${JSON.stringify(b.sub)} is in the principal space of ${foreign.issuer} (sub_prefix ${JSON.stringify(foreign.subPrefix)}): mint under another name`);
   const ttl = b.ttl_seconds ?? Math.min(3600, cfg.auth.maxTokenLifetimeS);
   if (ttl > cfg.auth.maxTokenLifetimeS) return bad(`ttl_seconds exceeds the maximum lifetime (${cfg.auth.maxTokenLifetimeS})`);
   const keysP = signingKeys(env, cfg);
   if (!keysP) return bad(`no signing key is configured (set the ${cfg.auth.signingKeySecret} secret)`, 503);
   const claims = {
-    iss: issuerOf(cfg, req),
-    aud: canonicalUrl(cfg, req),
+    iss: issuerOf(cfg),
+    aud: canonicalUrl(cfg),
     sub: b.sub,
     team: b.team,
     roles: b.roles,
@@ -61,7 +60,7 @@ export async function mintGrantRoute(req: Request, env: Env, cfg: GatewayConfig,
   };
   const minted = await mintGrant(await keysP, claims, { maxLifetimeSeconds: cfg.auth.maxTokenLifetimeS });
   try {
-    await appendRecord(env, signingOf(cfg, req), b.team, "grant.minted", {
+    await appendRecord(env, signingOf(cfg), b.team, "grant.minted", {
       jti: minted.jti,
       sub: b.sub,
       team: b.team,
@@ -77,11 +76,12 @@ export async function mintGrantRoute(req: Request, env: Env, cfg: GatewayConfig,
 }
 
 /**
- * How long a revocation is kept: never shorter than the longest lifetime a grant can still have
- * (a grant minted now expires before then), so a mistaken or hostile `exp` cannot end it early.
+ * How long a revocation is kept: never shorter than the longest any grant with that jti can still
+ * verify — the maximum lifetime, plus the clock skew verification tolerates on its `iat` and again
+ * on its `exp` — so a mistaken or hostile `exp` (0, or any time in the past) cannot end it early.
  */
 export function revocationUntil(cfg: GatewayConfig, given: unknown): number {
-  const floor = Math.floor(Date.now() / 1000) + cfg.auth.maxTokenLifetimeS;
+  const floor = Math.floor(Date.now() / 1000) + cfg.auth.maxTokenLifetimeS + 2 * MAX_CLOCK_SKEW_SECONDS;
   return typeof given === "number" && Number.isFinite(given) ? Math.max(given, floor) : floor;
 }
 
@@ -110,7 +110,9 @@ export async function revokeGrant(
 
 export async function revokeGrantRoute(req: Request, env: Env, cfg: GatewayConfig, jti: string, by: Principal): Promise<Response> {
   if (!/^[A-Za-z0-9_-]{8,128}$/.test(jti)) return bad("jti must be 8–128 characters of [A-Za-z0-9_-]");
-  const b = await body(req);
+  const read = await readJsonBody(req);
+  if (read instanceof Response) return read;
+  const b = read.value;
   const given = b && typeof b === "object" && "exp" in b ? (b as { exp: unknown }).exp : undefined;
-  return jsonResponse(await revokeGrant(env, cfg, canonicalUrl(cfg, req), jti, given, by));
+  return jsonResponse(await revokeGrant(env, cfg, canonicalUrl(cfg), jti, given, by));
 }

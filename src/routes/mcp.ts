@@ -38,7 +38,7 @@ async function serve(fc: FrontContext, req: Request): Promise<Response> {
 }
 
 mcpRoutes.on(["POST", "GET", "DELETE"], "/mcp", gate({ path: "/mcp", role: "agent", allowActor: true, scoped: true }), (c) =>
-  serve({ env: c.env, cfg: c.var.cfg, principal: c.var.principal, gateway: canonicalUrl(c.var.cfg, c.req.raw), waitUntil: waitUntilOf(c) }, c.req.raw),
+  serve({ env: c.env, cfg: c.var.cfg, principal: c.var.principal, gateway: canonicalUrl(c.var.cfg), waitUntil: waitUntilOf(c) }, c.req.raw),
 );
 
 mcpRoutes.all("/mcp", () => refuse(405, ErrorCode.InvalidRequest, "Method Not Allowed: use POST, GET or DELETE", null, { allow: "POST, GET, DELETE" }));

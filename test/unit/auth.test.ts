@@ -252,7 +252,8 @@ upstreams:
   - name: alpha
     url: https://alpha.example.com/mcp
 `,
-      {},
+      // What \`portcullis dev --port 8787\` hands the gateway.
+      { PORTCULLIS_ORIGIN: "http://127.0.0.1:8787" },
     );
   const at = (url: string, peer?: string, token?: string) =>
     new Request(url, {
@@ -352,10 +353,34 @@ upstreams:
 
 describe("grants minted for another gateway", () => {
   const call = (url: string, token: string) => SELF.fetch(url, { method: "POST", headers: { ...MCP_H, authorization: `Bearer ${token}` }, body: rpc("ping") });
+  /** A gateway `portcullis dev --port 9000` started: its origin is http://127.0.0.1:9000, whatever a request's Host says. */
+  const at9000 = loadConfig("auth: { required: true }\nupstreams:\n  - name: alpha\n    url: https://alpha.example.com/mcp\n", {
+    PORTCULLIS_ORIGIN: "http://127.0.0.1:9000",
+  });
+  const authAt9000 = async (url: string, token: string): Promise<Response> => {
+    const r = await authenticate(new Request(url, { method: "POST", headers: { ...MCP_H, authorization: `Bearer ${token}` } }), env, at9000, {
+      path: "/mcp",
+      role: "agent",
+      allowActor: true,
+    });
+    return r.ok ? new Response(null, { status: 200 }) : r.response;
+  };
+
+  it("a grant for the gateway on another port is refused, whatever Host the request names", async () => {
+    // The attack: a grant minted for :8854, sent to the gateway on :9000 with `Host: 127.0.0.1:8854`.
+    const { token } = await grant({ iss: "http://127.0.0.1:8854", aud: "http://127.0.0.1:8854" });
+    expect((await authAt9000("http://127.0.0.1:8854/mcp", token)).status).toBe(401);
+    expect((await authAt9000("http://127.0.0.1:9000/mcp", token)).status).toBe(401);
+    // Through the Worker (started on http://127.0.0.1): a Host naming another port is not this gateway.
+    expect((await call("http://127.0.0.1:8854/mcp", token)).status).toBe(403);
+    const own = await grant({ iss: "http://127.0.0.1:9000", aud: "http://127.0.0.1:9000" });
+    expect((await authAt9000("http://localhost:9000/mcp", own.token)).status).toBe(200);
+    expect((await authAt9000("http://127.0.0.1:8854/mcp", own.token)).status).toBe(200);
+  });
 
   it("names the token's issuer, the expected one, and how to mint for this gateway", async () => {
     const { token } = await grant({ iss: "http://127.0.0.1:8787", aud: "http://127.0.0.1:8787" });
-    const r = await call("http://127.0.0.1:9000/mcp", token);
+    const r = await authAt9000("http://127.0.0.1:9000/mcp", token);
     expect(r.status).toBe(401);
     const body = (await r.json()) as { error: string; error_description: string };
     const expected = `token iss "http://127.0.0.1:8787" is not this gateway's issuer (expected "http://127.0.0.1:9000"); mint with: portcullis token mint --port 9000 (or --gateway http://127.0.0.1:9000)`;
@@ -369,7 +394,7 @@ describe("grants minted for another gateway", () => {
 
   it("names a wrong audience the same way", async () => {
     const { token } = await grant({ iss: "http://127.0.0.1:9000", aud: "http://127.0.0.1:8787" });
-    const r = await call("http://127.0.0.1:9000/mcp", token);
+    const r = await authAt9000("http://127.0.0.1:9000/mcp", token);
     expect(r.status).toBe(401);
     expect(((await r.json()) as { error_description: string }).error_description).toBe(
       `token aud "http://127.0.0.1:8787" is not this gateway's audience (expected "http://127.0.0.1:9000"); mint with: portcullis token mint --port 9000 (or --gateway http://127.0.0.1:9000)`,

@@ -18,7 +18,7 @@ const req = (headers: Record<string, string> = {}) => new Request("http://127.0.
 const opts = { path: "/mcp", role: "agent" as const, allowActor: true };
 
 describe("auth.required: true", () => {
-  const cfg = loadConfig(`auth:\n  required: true\n${base}`, {});
+  const cfg = loadConfig(`auth:\n  required: true\n${base}`, { PORTCULLIS_ORIGIN: "http://127.0.0.1:8787" });
   it("refuses the unauthenticated actor even on loopback", async () => {
     const r = await authenticate(req(), env, cfg, opts);
     expect(r.ok).toBe(false);
@@ -63,7 +63,7 @@ describe("external OIDC issuers", async () => {
       team_claim: org
       tools_claim: mcp_tools
 ${base}`,
-    {},
+    { PORTCULLIS_ORIGIN: "http://127.0.0.1:8787" },
   );
   let fetched = 0;
   const fetcher = async (url: string) => {
@@ -85,7 +85,15 @@ ${base}`,
     const t = await idToken({ groups: ["agent", "auditor", "wizard"], org: "acme", mcp_tools: "alpha__* beta__x" });
     const r = await authenticate(req({ authorization: `Bearer ${t}` }), env, cfg, { ...opts, fetcher });
     expect(r.ok).toBe(true);
-    if (r.ok) expect(r.principal).toEqual({ sub: "oidc:u-42", team: "acme", roles: ["agent", "auditor"], tools: ["alpha__*", "beta__x"], authenticated: true });
+    if (r.ok)
+      expect(r.principal).toEqual({
+        sub: "oidc:idp.example.com:u-42",
+        team: "acme",
+        roles: ["agent", "auditor"],
+        tools: ["alpha__*", "beta__x"],
+        authenticated: true,
+        exp: expect.any(Number),
+      });
     expect(fetched).toBe(1);
   });
   it("refuses a wrong audience, an expired token and an unconfigured issuer", async () => {
@@ -98,5 +106,56 @@ ${base}`,
       expect(r.ok).toBe(false);
       if (!r.ok) expect(r.response.status).toBe(401);
     }
+  });
+});
+
+describe("two identity providers, one sub", async () => {
+  const keyA = await generateKeyPair("RS256", { extractable: true });
+  const keyB = await generateKeyPair("RS256", { extractable: true });
+  const jwks: Record<string, unknown> = {
+    "https://idp-a.example.com/jwks": { keys: [{ ...(await exportJWK(keyA.publicKey)), kid: "a", alg: "RS256" }] },
+    "https://idp-b.example.com/realms/x/jwks": { keys: [{ ...(await exportJWK(keyB.publicKey)), kid: "b", alg: "RS256" }] },
+  };
+  const fetcher = async (url: string) => new Response(JSON.stringify(jwks[url] ?? { keys: [] }), { headers: { "content-type": "application/json" } });
+  const issuers = (extraA = "", extraB = "") => `auth:
+  required: true
+  external_issuers:
+    - issuer: https://idp-a.example.com
+      jwks_url: https://idp-a.example.com/jwks
+      audience: portcullis${extraA}
+    - issuer: https://idp-b.example.com/realms/x
+      jwks_url: https://idp-b.example.com/realms/x/jwks
+      audience: portcullis${extraB}
+${base}`;
+  const token = (key: CryptoKey, kid: string, iss: string) =>
+    new SignJWT({}).setProtectedHeader({ alg: "RS256", kid }).setIssuer(iss).setAudience("portcullis").setSubject("alice").setIssuedAt().setExpirationTime("10m").sign(key);
+
+  it("gives each issuer's alice a principal of her own by default", async () => {
+    const cfg = loadConfig(issuers(), { PORTCULLIS_ORIGIN: "http://127.0.0.1:8787" });
+    const a = await authenticate(req({ authorization: `Bearer ${await token(keyA.privateKey, "a", "https://idp-a.example.com")}` }), env, cfg, { ...opts, fetcher });
+    const b = await authenticate(req({ authorization: `Bearer ${await token(keyB.privateKey, "b", "https://idp-b.example.com/realms/x")}` }), env, cfg, { ...opts, fetcher });
+    expect(a.ok && b.ok).toBe(true);
+    if (!a.ok || !b.ok) return;
+    expect(a.principal.sub).toBe("oidc:idp-a.example.com:alice");
+    expect(b.principal.sub).toBe("oidc:idp-b.example.com/realms/x:alice");
+    // Another principal's session is "not found": the SessionDO ownership rule on distinct subs.
+    const id = "9".repeat(48);
+    const store = env.SESSIONS.get(env.SESSIONS.idFromName(`session:${id}`)) as unknown as import("../../durable-objects/records.ts").SessionApi;
+    const now = Date.now();
+    expect(
+      await store.create({ v: 1, id, principal: a.principal.sub, protocolVersion: "2025-11-25", clientCapabilities: {}, upstreams: {}, createdAt: now, touchedAt: now, ttlS: 600 }),
+    ).toBe(true);
+    expect(await store.open(b.principal.sub)).toBeNull();
+    expect(await store.end(b.principal.sub)).toBeNull();
+    expect((await store.open(a.principal.sub))?.id).toBe(id);
+  });
+
+  it("refuses at load a config in which two issuers share a principal space", () => {
+    const same = () => loadConfig(issuers("\n      sub_prefix: \"sso:\"", "\n      sub_prefix: \"sso:\""), {});
+    expect(same).toThrow(/map into the same principal space/);
+    const nested = () => loadConfig(issuers("\n      sub_prefix: \"sso:\"", "\n      sub_prefix: \"sso:eu:\""), {});
+    expect(nested).toThrow(/map into the same principal space/);
+    expect(() => loadConfig(issuers("\n      sub_prefix: \"a:\"", "\n      sub_prefix: \"b:\""), {})).not.toThrow();
+    expect(() => loadConfig(issuers("\n      sub_prefix: \"\""), {})).toThrow();
   });
 });
