@@ -23,7 +23,7 @@ import { createServer } from "node:net";
 import { cpus, tmpdir, totalmem } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
-import { devSigningKey } from "../bin/portcullis.mjs";
+import { devSigningKey, gatewayOrigin, privateEnvFile } from "../bin/portcullis.mjs";
 
 const root = resolve(fileURLToPath(import.meta.url), "../..");
 const SEQ = Number(process.env.BENCH_SEQ ?? 400);
@@ -37,7 +37,14 @@ const PAIRS = Number(process.env.BENCH_PAIRS ?? 400);
 const TARGET_APPENDS_PER_S = 2000;
 /** The no-op ledger's receipts carry this hash (bench/no-ledger-worker.ts); a real chain's never do. */
 const ZERO_HASH = "0".repeat(64);
-const WORKER_ENV = { ...process.env, CLOUDFLARE_CF_FETCH_ENABLED: "false", WRANGLER_SEND_METRICS: "false" };
+// Vars reach each Worker through a private env file only (never argv; no .dev.vars, nothing from this environment).
+const WORKER_ENV = {
+  ...process.env,
+  CLOUDFLARE_CF_FETCH_ENABLED: "false",
+  WRANGLER_SEND_METRICS: "false",
+  CLOUDFLARE_LOAD_DEV_VARS_FROM_DOT_ENV: "true",
+  CLOUDFLARE_INCLUDE_PROCESS_ENV: "false",
+};
 
 const freePort = () =>
   new Promise((res) => {
@@ -270,8 +277,12 @@ function wranglerDev(config, port, persistTo, vars, logLevel = "error") {
     "--persist-to",
     persistTo,
   ];
-  for (const [k, v] of Object.entries(vars)) argv.push("--var", `${k}:${v}`);
-  return spawn(wrangler, argv, { cwd: root, stdio: "ignore", detached: true, env: WORKER_ENV });
+  // As startGateway does: the vars (a gateway's with the origin it serves) in a private env file, removed when the child exits.
+  const envFile = privateEnvFile("PORTCULLIS_CONFIG" in vars ? { PORTCULLIS_ORIGIN: gatewayOrigin("127.0.0.1", port), ...vars } : vars);
+  argv.push("--env-file", envFile.file);
+  const child = spawn(wrangler, argv, { cwd: root, stdio: "ignore", detached: true, env: WORKER_ENV });
+  child.once("exit", envFile.remove);
+  return child;
 }
 
 /** One call to the bench ledger Worker. */

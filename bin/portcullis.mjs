@@ -4,12 +4,15 @@
  * `dev --config FILE [--port N]` (a local gateway on workerd via wrangler), `start` (the demo:
  * a bundled upstream plus a gateway in front of it), `demo-upstream` (that upstream alone, pinned
  * to 127.0.0.1), `check --config FILE` (validate a config), `token mint` (a grant for one gateway).
- * Must never: print secret values (config errors name variables, not values), or let the demo
- * upstream listen beyond loopback.
+ * Must never: print secret values (config errors name variables, not values), put one on a
+ * command line (a gateway gets its vars through a private env file, see `startGateway`), or let
+ * the demo upstream listen beyond loopback.
  */
 import { execFileSync, spawn } from "node:child_process";
-import { existsSync, mkdirSync, readFileSync, realpathSync, writeFileSync } from "node:fs";
-import { dirname, resolve } from "node:path";
+import { randomBytes } from "node:crypto";
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, realpathSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
@@ -179,7 +182,112 @@ async function validate(file, { onLoopback = true, secrets = "env" } = {}) {
 }
 
 /**
- * Starts wrangler dev with the config text as the PORTCULLIS_CONFIG var. Resolves to the child.
+ * The text of a dotenv file that `wrangler dev --env-file` (wrangler 4: dotenv 16.3 parses it,
+ * then dotenv-expand 12 expands it, with nothing from the process environment) turns back into
+ * exactly `vars`, whatever the values hold: newlines, CR, quotes of every kind, `$`, `#`, `\`.
+ * That parser has no escapes of its own beyond `\n`/`\r` in double quotes, so each value is
+ * quoted with a quote it does not contain (', then `, else "), every `$` is written `\$` (the
+ * expander's escape), and what a quote cannot hold comes from `${…}` expansions: a run of
+ * backslashes at the end of a value, or before `n`/`r` in double quotes, as the default of a
+ * name that is never set (`${T_UNSET:-\\}`); a `"` inside double quotes (with the backslashes
+ * before it) as a helper var defined first (`T_0='"'`), which the Worker then also sees.
+ * T is a random tag that no name or value contains. Names must be [A-Za-z_][A-Za-z0-9_]*.
+ * test/e2e/secrets.test.ts runs wrangler's own parser over this text.
+ */
+export function envFileText(vars) {
+  const entries = Object.entries(vars).map(([k, v]) => {
+    if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(k)) throw new Error(`var name ${JSON.stringify(k)}: use letters, digits and _ only`);
+    return [k, String(v)];
+  });
+  let tag;
+  do tag = `PORTCULLIS_ENV_${randomBytes(6).toString("hex").toUpperCase()}`;
+  while (entries.some(([k, v]) => k.includes(tag) || v.includes(tag)));
+  const literal = (run) => `\${${tag}_UNSET:-${run}}`;
+  const helpers = new Map();
+  const helper = (text) => {
+    if (!helpers.has(text)) helpers.set(text, `${tag}_${helpers.size}`);
+    return `\${${helpers.get(text)}}`;
+  };
+  const lines = entries.map(([k, v]) => {
+    const q = !/['\r]/.test(v) ? "'" : !/[`\r]/.test(v) ? "`" : '"';
+    let out = "";
+    for (let i = 0; i < v.length; ) {
+      let j = i;
+      while (v[j] === "\\") j++;
+      const run = v.slice(i, j);
+      if (j === v.length) {
+        out += literal(run); // a backslash just before the closing quote would escape it
+        break;
+      }
+      const c = v[j];
+      if (q === '"' && c === '"') out += helper(`${run}"`);
+      else if (q === '"' && run && (c === "n" || c === "r")) out += `${literal(run)}${c}`;
+      else out += run + (c === "$" ? "\\$" : c === "\r" ? "\\r" : c);
+      i = j + 1;
+    }
+    return `${k}=${q}${out}${q}`;
+  });
+  return `${[...[...helpers].map(([text, name]) => `${name}='${text}'`), ...lines].join("\n")}\n`;
+}
+
+/** Private env-file directories not yet removed; removed at this process's exit whatever the path to it. */
+const envDirs = new Set();
+let envDirsHooked = false;
+
+/**
+ * Writes `vars` (see `envFileText`) to a file of mode 0600 in a fresh directory of mode 0700
+ * under the temporary directory, for `wrangler dev --env-file`. Returns `{ dir, file, remove }`;
+ * `remove()` deletes both (idempotent), and anything not removed by then goes at process exit.
+ */
+export function privateEnvFile(vars) {
+  const text = envFileText(vars);
+  const dir = mkdtempSync(join(tmpdir(), "portcullis-vars-"));
+  chmodSync(dir, 0o700);
+  const file = join(dir, "gateway.env");
+  envDirs.add(dir);
+  if (!envDirsHooked) {
+    envDirsHooked = true;
+    process.on("exit", () => {
+      for (const d of envDirs) {
+        try {
+          rmSync(d, { recursive: true, force: true });
+        } catch {
+          /* best effort at exit */
+        }
+      }
+      envDirs.clear();
+    });
+  }
+  const remove = () => {
+    if (!envDirs.delete(dir)) return;
+    try {
+      rmSync(dir, { recursive: true, force: true });
+    } catch {
+      /* best effort: the exit hook no longer lists it */
+    }
+  };
+  try {
+    writeFileSync(file, text, { mode: 0o600, flag: "wx" });
+  } catch (e) {
+    remove();
+    throw e;
+  }
+  return { dir, file, remove };
+}
+
+/** The origin a gateway started on `ip`:`port` serves: `http://127.0.0.1:8787`, `http://[::1]:8787`. */
+export function gatewayOrigin(ip, port) {
+  return `http://${String(ip).includes(":") ? `[${ip}]` : ip}:${port}`;
+}
+
+/**
+ * Starts wrangler dev for the gateway. Resolves to the child. The Worker's vars — the config
+ * text (PORTCULLIS_CONFIG), the origin it serves (PORTCULLIS_ORIGIN, `http://<ip>:<port>`), the
+ * dev signing key (PORTCULLIS_SIGNING_KEY) and every `extraVars` entry (these win) — go through a
+ * private env file (`privateEnvFile`, `--env-file`), never the command line, where any local user
+ * could read them; it is removed when the child exits (or this process does). With `--env-file`
+ * wrangler reads no .dev.vars or .env, and the process environment is kept out of the Worker's
+ * vars (CLOUDFLARE_INCLUDE_PROCESS_ENV=false): the file is all the Worker gets.
  * `ip` is 127.0.0.1 for every command; tests may pass another local address to show what the
  * gateway does when it is exposed beyond loopback. `detached` (default false, as the commands
  * use it) starts the gateway in its own process group: the wrangler shim, the real wrangler and
@@ -197,6 +305,14 @@ export function startGateway({
   ip = "127.0.0.1",
   detached = false,
 }) {
+  // The dev signing key travels as a var: local runs only (a deploy uses `wrangler secret put`).
+  const vars = {
+    PORTCULLIS_CONFIG: configText,
+    PORTCULLIS_ORIGIN: gatewayOrigin(ip, port),
+    ...(signingKey ? { PORTCULLIS_SIGNING_KEY: signingKey } : {}),
+    ...extraVars,
+  };
+  const envFile = privateEnvFile(vars);
   const argv = [
     "dev",
     "--config",
@@ -211,19 +327,51 @@ export function startGateway({
     "--show-interactive-dev-session=false",
     "--log-level",
     logLevel,
-    "--var",
-    `PORTCULLIS_CONFIG:${configText}`,
+    "--env-file",
+    envFile.file,
   ];
-  // The dev signing key travels as a var: local runs only (a deploy uses `wrangler secret put`).
-  if (signingKey) argv.push("--var", `PORTCULLIS_SIGNING_KEY:${signingKey}`);
-  for (const [k, v] of Object.entries(extraVars)) argv.push("--var", `${k}:${v}`);
   if (persistTo) argv.push("--persist-to", persistTo);
-  return spawn(bin("wrangler"), argv, {
-    cwd: root,
-    stdio,
-    detached,
-    env: { ...process.env, WRANGLER_SEND_METRICS: "false", CLOUDFLARE_CF_FETCH_ENABLED: "false" },
+  let child;
+  try {
+    child = spawn(bin("wrangler"), argv, {
+      cwd: root,
+      stdio,
+      detached,
+      env: {
+        ...process.env,
+        WRANGLER_SEND_METRICS: "false",
+        CLOUDFLARE_CF_FETCH_ENABLED: "false",
+        // The env file is the Worker's only source of vars: loaded (the default, made sure of), and nothing from this environment.
+        CLOUDFLARE_LOAD_DEV_VARS_FROM_DOT_ENV: "true",
+        CLOUDFLARE_INCLUDE_PROCESS_ENV: "false",
+      },
+    });
+  } catch (e) {
+    envFile.remove();
+    throw e;
+  }
+  child.once("exit", envFile.remove);
+  child.once("error", () => {
+    if (child.pid === undefined) envFile.remove(); // never started: no exit will come
   });
+  return child;
+}
+
+/**
+ * For `dev`: the secrets the config names — each `${NAME}` in its text (which `validate` just
+ * resolved from this environment) and its credentials key — as this environment holds them, to
+ * go to the gateway with its other vars (wrangler reads no .dev.vars or .env beside the env file).
+ * The vars `startGateway` sets itself are left out.
+ */
+function secretsFromEnv(text, cfg) {
+  const names = new Set([...text.matchAll(/\$\{([A-Za-z_][A-Za-z0-9_]*)\}/g)].map((m) => m[1]));
+  if (cfg?.credentialsKeySecret) names.add(cfg.credentialsKeySecret);
+  const out = {};
+  for (const name of names) {
+    if (["PORTCULLIS_CONFIG", "PORTCULLIS_ORIGIN", "PORTCULLIS_SIGNING_KEY"].includes(name)) continue;
+    if (typeof process.env[name] === "string") out[name] = process.env[name];
+  }
+  return out;
 }
 
 const EVERYTHING = resolve(root, "node_modules/@modelcontextprotocol/server-everything/dist/index.js");
@@ -362,7 +510,7 @@ async function main() {
       process.exit(1);
     }
     const port = a.port ? Number(a.port) : 8787;
-    const child = startGateway({ configText: v.text, port, signingKey: await devSigningKey() });
+    const child = startGateway({ configText: v.text, port, signingKey: await devSigningKey(), extraVars: secretsFromEnv(v.text, v.cfg) });
     console.log(`portcullis: gateway on http://127.0.0.1:${port}/mcp`);
     stopChildrenOnSignal([child]);
     child.on("exit", (code) => process.exit(code ?? 0));

@@ -291,7 +291,7 @@ upstreams:
 
 const ownV4 = own.find((a) => a.family === "IPv4")?.address;
 describe("a dev gateway exposed beyond loopback", () => {
-  it.runIf(ownV4 !== undefined)("refuses a forged loopback Host from a non-loopback peer (wrangler dev sets CF-Connecting-IP from the socket)", async () => {
+  it.runIf(ownV4 !== undefined)("without auth.audience it refuses to serve anyone, a forged loopback Host included", async () => {
     const port = await freePort();
     const persist = mkdtempSync(join(tmp, "exposed-state-"));
     // No signing key, an upstream that is never contacted: the gateway can serve nobody but the loopback actor.
@@ -331,10 +331,13 @@ upstreams:
         req.setTimeout(10_000, () => req.destroy(new Error("timed out")));
         req.end(initialize);
       });
+      // Started beyond loopback without auth.audience, it does not know which URL is its own:
+      // it serves nothing (a forged loopback Host included) and says what to set.
       expect(answer.status).toBe(503);
       expect(JSON.parse(answer.body)).toEqual({
-        error: "temporarily_unavailable",
-        error_description: `refusing to serve: auth.required is false, which is only allowed while the gateway listens on loopback, and this request came from "${ownV4}" (CF-Connecting-IP), not a loopback address`,
+        ok: false,
+        error: "configuration invalid",
+        problems: [`the gateway listens on http://${ownV4}:${port}, beyond loopback: set auth.audience to the URL clients use (its grants' audience)`],
       });
     } finally {
       await stopChild(child, true);
