@@ -10,7 +10,7 @@
 import type { LedgerEntry } from "../src/ledger/records.ts";
 import app from "../src/index.ts";
 
-export { CredentialsDO, LedgerDO, RevocationsDO, SessionDO } from "../src/index.ts";
+export { CredentialsDO, HistoryDO, LedgerDO, RevocationsDO, SessionDO, TasksDO } from "../src/index.ts";
 
 const ZERO_HASH = "0".repeat(64);
 

@@ -14,6 +14,7 @@ import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, realpathSy
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
+import { inlineConfigFiles } from "./config-files.mjs";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const bin = (name) => resolve(root, "node_modules", ".bin", name);
@@ -166,13 +167,26 @@ async function tokenMint(a) {
  * from the given vantage (`onLoopback`: the gateway serves on 127.0.0.1, as `dev` does).
  */
 async function validate(file, { onLoopback = true, secrets = "env" } = {}) {
-  const text = readFileSync(file, "utf8");
+  // `policy: <path>` and `mappings_dir: <dir>` are inlined: the Worker gets one config text.
+  const inlined = inlineConfigFiles(readFileSync(file, "utf8"), file);
+  const text = inlined.text;
+  if (inlined.problems.length) return { ok: false, problems: inlined.problems, text };
   const { loadConfig, ConfigError } = await import(resolve(root, "src/config/load.ts"));
   const { egressProblems } = await import(resolve(root, "src/egress/config-check.ts"));
   // Secrets live in the Worker, not here: a static check resolves ${NAME} to a placeholder.
-  const vars = secrets === "env" ? { ...process.env } : new Proxy({}, { get: (_t, k) => (typeof k === "string" ? `<${k}>` : undefined) });
+  // PORTCULLIS_ORIGIN is not a secret the config names: the gateway learns it when it starts.
+  const vars =
+    secrets === "env" ? { ...process.env } : new Proxy({}, { get: (_t, k) => (typeof k === "string" && k !== "PORTCULLIS_ORIGIN" ? `<${k}>` : undefined) });
+  const { compiledPolicy } = await import(resolve(root, "src/governance/engine.ts"));
+  const { PolicyError } = await import(resolve(root, "src/governance/policy.ts"));
   try {
     const cfg = loadConfig(text, vars);
+    try {
+      compiledPolicy(cfg);
+    } catch (e) {
+      if (e instanceof PolicyError) return { ok: false, problems: e.problems, text };
+      throw e;
+    }
     const problems = egressProblems(cfg, onLoopback);
     return problems.length ? { ok: false, problems, text } : { ok: true, text, cfg };
   } catch (e) {
@@ -525,7 +539,10 @@ async function main() {
     const demo = startDemoUpstream({ port: upPort });
     const children = [demo];
     stopChildrenOnSignal(children);
-    const configText = readFileSync(resolve(root, "portcullis.yaml"), "utf8").replaceAll("127.0.0.1:3001/", `127.0.0.1:${upPort}/`);
+    const demoConfig = resolve(root, "portcullis.yaml");
+    const inlined = inlineConfigFiles(readFileSync(demoConfig, "utf8").replaceAll("127.0.0.1:3001/", `127.0.0.1:${upPort}/`), demoConfig);
+    if (inlined.problems.length) fail(`${demoConfig}: invalid\n${inlined.problems.map((p) => `  - ${p}`).join("\n")}`);
+    const configText = inlined.text;
     const port = a.port ? Number(a.port) : 8787;
     const persistTo = typeof a["persist-to"] === "string" ? a["persist-to"] : undefined;
     const gw = startGateway({ configText, port, persistTo, signingKey: await devSigningKey() });

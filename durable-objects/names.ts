@@ -7,7 +7,7 @@
  */
 import type { Env } from "../src/env.ts";
 import { GLOBAL_CHAIN } from "../src/ledger/records.ts";
-import type { CredentialsApi, LedgerApi, RevocationsApi, SessionApi } from "./records.ts";
+import type { CredentialsApi, HistoryApi, LedgerApi, RevocationsApi, SessionApi, TasksApi } from "./records.ts";
 
 /** Legacy session ids the gateway issues: 192 random bits as 48 lowercase hex characters. */
 export const SESSION_ID = /^[0-9a-f]{48}$/;
@@ -54,6 +54,16 @@ export function revocationObject(env: Env, jti: string): RevocationsApi {
 /** One principal's sealed upstream credentials. */
 export function credentialsObject(env: Env, principal: string): CredentialsApi {
   return objectFor<CredentialsApi>(env.CREDENTIALS, `principal:${principal}`);
+}
+
+/** The tasks one principal created (its TasksDO), by the verified principal's `sub`; its own namespace, so it never meets that principal's credentials object. */
+export function taskObject(env: Env, principal: string): TasksApi {
+  return objectFor<TasksApi>(env.TASKS, `principal:${principal}`);
+}
+
+/** One principal's recent calls and budget counters (its HistoryDO), by the verified principal's `sub`; its own namespace, so it never meets that principal's other objects. */
+export function historyObject(env: Env, principal: string): HistoryApi {
+  return objectFor<HistoryApi>(env.HISTORY, `principal:${principal}`);
 }
 
 export { GLOBAL_CHAIN };

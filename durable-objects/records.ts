@@ -56,8 +56,10 @@ export interface SessionApi {
   getLeg(principal: string): Promise<UpstreamLegRecord | null>;
   putLeg(principal: string, rec: UpstreamLegRecord): Promise<boolean>;
   open(principal: string): Promise<SessionRecord | null>;
-  begin(principal: string, downId: string | null, upstream: string | null): Promise<SessionRecord | null>;
-  lookupRequest(principal: string, downId: string): Promise<string | null>;
+  /** Opens, and records that client request `downId` went to `upstream` under (gateway-made) id `upId` there. */
+  begin(principal: string, downId: string | null, upstream: string | null, upId?: string | null): Promise<SessionRecord | null>;
+  /** Where client request `downId` went; `upstreamId` is null for requests recorded without one. */
+  lookupRequest(principal: string, downId: string): Promise<{ upstream: string; upstreamId: string | null } | null>;
   update(principal: string, patch: Partial<Pick<SessionRecord, "logLevel" | "upstreams" | "subscriptions">>): Promise<SessionRecord | null>;
   end(principal: string): Promise<SessionRecord | null>;
   addPending(principal: string, p: PendingRelay): Promise<void>;
@@ -164,4 +166,87 @@ export interface LedgerStatus {
   /** Storage transactions that committed appends, and the append calls they held (group commit: transactions ≤ appends). */
   transactions: number;
   appends: number;
+}
+
+/** Version of the TaskOwnership shape (the `v` column of TasksDO's `owned` table). */
+export const TASK_OWNERSHIP_VERSION = 1;
+/** `TasksApi.owned` answers at most this many task ids (newest first). */
+export const OWNED_TASKS_MAX = 10_000;
+
+/** One task a principal created through the gateway: which upstream holds it, under which upstream task id. */
+export interface TaskOwnership {
+  /** Record shape version (TASK_OWNERSHIP_VERSION). */
+  v: number;
+  upstream: string;
+  taskId: string;
+  /** When the gateway saw the task created (ms since epoch). */
+  at: number;
+  /** After this (ms since epoch) the entry is gone and the task is nobody's. */
+  expiresAt: number;
+}
+
+/**
+ * The TasksDO RPC surface: one object per principal (`principal:<sub>`), holding the tasks that
+ * principal created. An entry past `expiresAt`, or of a version this code does not know, is not owned.
+ */
+export interface TasksApi {
+  /** Records that this principal owns `taskId` on `upstream` until `expiresAt`; idempotent, only ever extends the entry. */
+  own(upstream: string, taskId: string, expiresAt: number): Promise<void>;
+  owns(upstream: string, taskId: string): Promise<boolean>;
+  /** The task ids this principal owns on `upstream`, newest first, at most OWNED_TASKS_MAX. */
+  owned(upstream: string): Promise<string[]>;
+}
+
+/** Longest window a history query may ask about (ms): 24 h. A query over a longer window is refused (the rows are not kept). */
+export const HISTORY_WINDOW_MAX_MS = 24 * 3_600_000;
+/** How long HistoryDO keeps a call's row: the longest window plus one hour, so a late outcome still finds its call. */
+export const HISTORY_CALL_RETENTION_MS = 25 * 3_600_000;
+/**
+ * How long HistoryDO keeps a budget counter after the last call it counted, and a run's record that
+ * a tool succeeded: 8 days. A run ends after at most 7 days idle (`gateway.session_ttl_s`), and a
+ * grant budget stays exact for grants that live at most this long (`auth.max_token_lifetime`).
+ */
+export const HISTORY_BUDGET_RETENTION_MS = 8 * 86_400_000;
+/** Version of the HistoryCall row shape (the `v` column of HistoryDO's `calls` table). */
+export const HISTORY_CALL_VERSION = 1;
+
+/** Which of a principal's calls a history query counts: all of them, one run's, or one grant's (jti). */
+export type HistoryQueryScope = "principal" | "run" | "grant";
+/** One history question (the same shape as governance's HistoryQuery, declared here because the store layer cannot import governance). */
+export type HistoryQuerySpec =
+  | { kind: "count"; tool: string; withinMs: number; scope: HistoryQueryScope }
+  | { kind: "total"; tool: string; arg: string; withinMs: number; scope: HistoryQueryScope }
+  | { kind: "succeeded"; tool: string; scope: "run" };
+/** One admitted call as HistoryDO keeps it (governance's HistoryEntry). */
+export interface HistoryCall {
+  callId: string;
+  /** The principal whose object this is: an object refuses a call of another principal. */
+  principal: string;
+  jti?: string;
+  runId: string | null;
+  exposedName: string;
+  /** Numeric arguments by dotted path. */
+  numbers: Record<string, number>;
+  /** When the call was admitted (ms since epoch). */
+  at: number;
+}
+export type HistoryCallStatus = "admitted" | "succeeded" | "failed" | "uncertain";
+/** Budget limits of one call (governance's BudgetLimits). */
+export interface HistoryBudget {
+  grantCalls?: number;
+  runCalls?: number;
+}
+export type HistoryAdmission = { ok: true } | { ok: false; budget: "grant" | "run"; used: number; limit: number };
+
+/**
+ * The HistoryDO RPC surface: one object per principal (`principal:<sub>` in the HISTORY
+ * namespace), holding that principal's recent calls and its grant and run budget counters.
+ */
+export interface HistoryApi {
+  /** The answer to each query, in query order (a count or total is a number, `succeeded` a boolean). Reads never create state. */
+  snapshot(jti: string | null, runId: string | null, queries: HistoryQuerySpec[], now: number): Promise<Array<number | boolean>>;
+  /** Atomically: if admitting `call` keeps both limits, records it and answers ok; otherwise records nothing and names the budget. */
+  admit(call: HistoryCall, limits: HistoryBudget): Promise<HistoryAdmission>;
+  /** The call's outcome; only an admitted, unsettled call changes. */
+  settle(callId: string, status: Exclude<HistoryCallStatus, "admitted">): Promise<void>;
 }

@@ -3,7 +3,7 @@
  * (durable-objects/names.ts): a legacy (2025-11-25 era) MCP session (`session:`), a modern run
  * (`run:`), or a modern principal's session with one legacy-only upstream (`leg:`).
  * Owns: the session's principal, negotiated version, client capabilities, upstream legs,
- * the JSON-RPC id map (client request id → upstream, for cancellation), pending
+ * the JSON-RPC id map (client request id → upstream and upstream request id, for cancellation), pending
  * server→client requests (gateway id → upstream + upstream id), the SSE event buffers used
  * for resumption, and their retention (idle expiry by alarm; docs/storage.md). Everything is
  * persisted, so an evicted object resumes the session.
@@ -40,7 +40,7 @@ function readable(v: unknown, current: number): boolean {
 }
 
 /** Adds a column a table gained after it first shipped (CREATE TABLE IF NOT EXISTS leaves old tables as they were). */
-function addColumn(sql: SqlStorage, table: string, column: string, decl: string, backfill: number): void {
+function addColumn(sql: SqlStorage, table: string, column: string, decl: string, backfill: number | null): void {
   if (
     sql
       .exec<{ name: string }>(`PRAGMA table_info(${table})`)
@@ -52,28 +52,61 @@ function addColumn(sql: SqlStorage, table: string, column: string, decl: string,
   sql.exec(`UPDATE ${table} SET ${column} = ?`, backfill);
 }
 
+/** Every table of the object. Created by the first write that stores a record (ensureSchema), never by a read. */
+export const SESSION_SCHEMA = `
+  CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
+  CREATE TABLE IF NOT EXISTS events (stream TEXT NOT NULL, seq INTEGER NOT NULL, data TEXT NOT NULL, PRIMARY KEY (stream, seq));
+  CREATE TABLE IF NOT EXISTS streams (stream TEXT PRIMARY KEY, done INTEGER NOT NULL DEFAULT 0, at INTEGER NOT NULL DEFAULT 0);
+  CREATE TABLE IF NOT EXISTS idmap (down_id TEXT PRIMARY KEY, upstream TEXT NOT NULL, at INTEGER NOT NULL, up_id TEXT);
+  CREATE TABLE IF NOT EXISTS pending (id TEXT PRIMARY KEY, upstream TEXT NOT NULL, up_id TEXT NOT NULL, at INTEGER NOT NULL);
+  CREATE TABLE IF NOT EXISTS answers (id TEXT PRIMARY KEY, msg TEXT NOT NULL, at INTEGER NOT NULL DEFAULT 0);
+`;
+
 export class SessionDO extends DurableObject {
   private sql: SqlStorage;
   private waiters = new Map<string, () => void>();
+  /**
+   * Whether this object has ever stored a record. An id nobody created (a random or stale
+   * `Mcp-Session-Id`, a run id that was refused) is looked up without writing anything: no
+   * table, no alarm — unknown ids leave no state behind.
+   */
+  private ready = false;
 
   constructor(ctx: DurableObjectState, env: unknown) {
     super(ctx, env as never);
     this.sql = ctx.storage.sql;
-    this.sql.exec(`
-      CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
-      CREATE TABLE IF NOT EXISTS events (stream TEXT NOT NULL, seq INTEGER NOT NULL, data TEXT NOT NULL, PRIMARY KEY (stream, seq));
-      CREATE TABLE IF NOT EXISTS streams (stream TEXT PRIMARY KEY, done INTEGER NOT NULL DEFAULT 0, at INTEGER NOT NULL DEFAULT 0);
-      CREATE TABLE IF NOT EXISTS idmap (down_id TEXT PRIMARY KEY, upstream TEXT NOT NULL, at INTEGER NOT NULL);
-      CREATE TABLE IF NOT EXISTS pending (id TEXT PRIMARY KEY, upstream TEXT NOT NULL, up_id TEXT NOT NULL, at INTEGER NOT NULL);
-      CREATE TABLE IF NOT EXISTS answers (id TEXT PRIMARY KEY, msg TEXT NOT NULL, at INTEGER NOT NULL DEFAULT 0);
-    `);
+    this.hasSchema();
+  }
+
+  /** Whether the tables exist (looked up, never created; migrated once when first found). */
+  private hasSchema(): boolean {
+    if (this.ready) return true;
+    if (this.sql.exec("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'").toArray().length === 0) return false;
+    this.ready = true;
+    this.migrate();
+    return true;
+  }
+
+  /** Tables and columns added after an object first stored something. */
+  private migrate(): void {
+    this.sql.exec(SESSION_SCHEMA);
     // Objects created before buffers had timestamps: their rows count from now.
     addColumn(this.sql, "streams", "at", "INTEGER NOT NULL DEFAULT 0", Date.now());
     addColumn(this.sql, "answers", "at", "INTEGER NOT NULL DEFAULT 0", Date.now());
+    // Id maps from before upstream ids were gateway-made: their requests' upstream ids are unknown (null).
+    addColumn(this.sql, "idmap", "up_id", "TEXT", null);
+  }
+
+  /** Called only by the writes that create a record (create, claimRun, putLeg). */
+  private ensureSchema(): void {
+    if (this.ready) return;
+    this.sql.exec(SESSION_SCHEMA);
+    this.ready = true;
   }
 
   /** The record under `k`: null when absent, FOREIGN when of a version (or form) this code does not know. */
   private read<T extends { v?: unknown }>(k: "session" | "leg", current: number): T | null | typeof FOREIGN {
+    if (!this.hasSchema()) return null;
     const row = this.sql.exec<{ v: string }>("SELECT v FROM meta WHERE k = ?", k).toArray()[0];
     if (!row) return null;
     try {
@@ -116,6 +149,7 @@ export class SessionDO extends DurableObject {
   /** Creates the session. Refuses to overwrite any existing record (ids are random; a clash is a bug) and to store a version it cannot read. */
   async create(rec: SessionRecord): Promise<boolean> {
     if (this.read("session", SESSION_RECORD_VERSION) !== null || !readable(rec.v, SESSION_RECORD_VERSION)) return false;
+    this.ensureSchema();
     this.save(rec);
     await this.arm(rec.touchedAt + rec.ttlS * 1000 + 1);
     return true;
@@ -142,6 +176,7 @@ export class SessionDO extends DurableObject {
     const leg = this.read<StoredLeg>("leg", STORED_LEG_VERSION);
     if (leg === FOREIGN || (leg && leg.principal !== principal)) return false;
     const now = Date.now();
+    this.ensureSchema();
     this.saveLeg({ v: STORED_LEG_VERSION, principal, rec, touchedAt: now });
     await this.arm(now + LEG_IDLE_MS);
     return true;
@@ -159,6 +194,7 @@ export class SessionDO extends DurableObject {
     if (rec && !rec.ended && !this.expired(rec, now)) return (await this.open(principal)) !== null;
     if (rec && rec.principal !== principal) return false;
     if (rec) this.finish(rec);
+    this.ensureSchema();
     this.save({
       v: SESSION_RECORD_VERSION,
       id,
@@ -188,19 +224,20 @@ export class SessionDO extends DurableObject {
     return rec;
   }
 
-  /** Open plus recording that client request `downId` went to `upstream` (for cancellation). */
-  async begin(principal: string, downId: string | null, upstream: string | null): Promise<SessionRecord | null> {
+  /** Open plus recording that client request `downId` went to `upstream` under id `upId` there (for cancellation). */
+  async begin(principal: string, downId: string | null, upstream: string | null, upId: string | null = null): Promise<SessionRecord | null> {
     const rec = await this.open(principal);
     if (rec && downId !== null && upstream !== null) {
-      this.sql.exec("INSERT OR REPLACE INTO idmap (down_id, upstream, at) VALUES (?, ?, ?)", downId, upstream, Date.now());
+      this.sql.exec("INSERT OR REPLACE INTO idmap (down_id, upstream, up_id, at) VALUES (?, ?, ?, ?)", downId, upstream, upId, Date.now());
     }
     return rec;
   }
 
-  async lookupRequest(principal: string, downId: string): Promise<string | null> {
+  /** Where client request `downId` went: the upstream, and the id it carries there (null when not recorded). */
+  async lookupRequest(principal: string, downId: string): Promise<{ upstream: string; upstreamId: string | null } | null> {
     if (!(await this.open(principal))) return null;
-    const row = this.sql.exec<{ upstream: string }>("SELECT upstream FROM idmap WHERE down_id = ?", downId).toArray()[0];
-    return row?.upstream ?? null;
+    const row = this.sql.exec<{ upstream: string; up_id: string | null }>("SELECT upstream, up_id FROM idmap WHERE down_id = ?", downId).toArray()[0];
+    return row ? { upstream: row.upstream, upstreamId: row.up_id } : null;
   }
 
   async update(principal: string, patch: Partial<Pick<SessionRecord, "logLevel" | "upstreams" | "subscriptions">>): Promise<SessionRecord | null> {
@@ -298,6 +335,7 @@ export class SessionDO extends DurableObject {
    * alone and looked at again a day later. The alarm is set again for the earliest next due time.
    */
   override async alarm(): Promise<void> {
+    if (!this.hasSchema()) return;
     const now = Date.now();
     const next: number[] = [];
     const rec = this.read<SessionRecord>("session", SESSION_RECORD_VERSION);

@@ -7,6 +7,10 @@ export interface Env {
   REVOCATIONS: DurableObjectNamespace;
   CREDENTIALS: DurableObjectNamespace;
   LEDGER: DurableObjectNamespace;
+  /** TasksDO: which principal created which upstream task (durable-objects/tasks.ts). */
+  TASKS: DurableObjectNamespace;
+  /** HistoryDO: each principal's recent calls and budget counters (durable-objects/history.ts). */
+  HISTORY: DurableObjectNamespace;
   /** The shared ledger store all teams' auditors query (migrations/). */
   LEDGER_DB: D1Database;
   /** portcullis.yaml text, delivered as a var at deploy (or by `portcullis dev`). */

@@ -22,6 +22,8 @@ export { CredentialsDO } from "../durable-objects/credentials.ts";
 export { LedgerDO } from "../durable-objects/ledger.ts";
 export { RevocationsDO } from "../durable-objects/revocations.ts";
 export { SessionDO } from "../durable-objects/session.ts";
+export { TasksDO } from "../durable-objects/tasks.ts";
+export { HistoryDO } from "../durable-objects/history.ts";
 
 const app = new Hono<AppEnv>();
 

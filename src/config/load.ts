@@ -6,6 +6,8 @@
  */
 import { parse as parseYaml } from "yaml";
 import type { EgressRules } from "./egress-schema.ts";
+import { parseMappings, type ToolMapping } from "./mapping-schema.ts";
+import { parsePolicy, type PolicyConfig } from "./policy-schema.ts";
 import { configSchema, type ParsedConfig } from "./schema.ts";
 
 export interface UpstreamConfig {
@@ -51,9 +53,19 @@ export interface AuthConfig {
   externalIssuers: ExternalIssuer[];
 }
 
+export type GatewayMode = "enforce" | "advise" | "observe";
+
 export interface GatewayConfig {
   actor: string;
   auth: AuthConfig;
+  /** The governance mode (default: observe while no mappings are loaded, else enforce). */
+  mode: GatewayMode;
+  unclassifiedReads: "block" | "observe";
+  policy: PolicyConfig;
+  /** Tool mappings by upstream name, then the upstream's own tool name. */
+  mappings: Record<string, Record<string, ToolMapping>>;
+  /** Whether `portcullis.preview_impact` is offered to agents on /mcp. */
+  agentTools: boolean;
   allowedHosts: string[];
   allowedOrigins: string[];
   sseRetryMs: number;
@@ -171,9 +183,16 @@ export function loadConfig(yamlText: string, vars: Record<string, unknown>): Gat
   if (typeof origin === "string") auth.origin = origin;
   else if (origin) issuerProblems.push(origin.problem);
   if (issuerProblems.length) throw new ConfigError(issuerProblems);
+  const governance = governanceOf(c, upstreams);
+  if (governance.problems.length) throw new ConfigError(governance.problems);
   return {
     actor: c.actor,
     auth,
+    mode: governance.mode,
+    unclassifiedReads: c.unclassified_reads,
+    policy: governance.policy,
+    mappings: governance.mappings,
+    agentTools: c.gateway.agent_tools,
     allowedHosts: c.gateway.allowed_hosts.map((h) => h.toLowerCase()),
     allowedOrigins: c.gateway.allowed_origins,
     sseRetryMs: c.gateway.sse_retry_ms,
@@ -224,4 +243,28 @@ function startedOrigin(v: unknown): string | { problem: string } | undefined {
     return { problem: "PORTCULLIS_ORIGIN must be the origin the gateway listens on, e.g. http://127.0.0.1:8787" };
   }
   return u.origin;
+}
+
+/** The policy and mappings sections, checked against the upstreams; the mode they imply. */
+function governanceOf(c: ParsedConfig, upstreams: UpstreamConfig[]) {
+  const problems: string[] = [];
+  if (c.mappings_dir !== undefined) {
+    problems.push("mappings_dir: the Worker reads no files; start with `portcullis dev --config FILE`, which inlines the directory as `mappings:`");
+  }
+  if (typeof c.policy === "string") {
+    problems.push("policy: a path is inlined by `portcullis dev --config FILE`; the Worker needs the policy itself (rules:, budgets:)");
+  }
+  const p = typeof c.policy === "string" ? { ok: true as const, policy: { rules: [] } as PolicyConfig } : parsePolicy(c.policy ?? {});
+  if (!p.ok) problems.push(...p.problems);
+  const m = parseMappings(c.mappings ?? {});
+  problems.push(...m.problems);
+  const names = new Set(upstreams.map((u) => u.name));
+  for (const up of Object.keys(m.mappings)) if (!names.has(up)) problems.push(`mappings.${up}: no upstream is named ${up}`);
+  const loaded = Object.values(m.mappings).some((tools) => Object.keys(tools).length > 0);
+  return {
+    problems,
+    policy: p.ok ? p.policy : ({ rules: [] } as PolicyConfig),
+    mappings: m.mappings,
+    mode: (c.mode ?? (loaded ? "enforce" : "observe")) as GatewayMode,
+  };
 }

@@ -114,6 +114,8 @@ export const configSchema = z
           .min(60)
           .max(7 * 86400)
           .default(86400),
+        /** The gateway's own agent tools on /mcp (`portcullis.preview_impact`); false hides them. */
+        agent_tools: z.boolean().default(true),
         /** Worker secret holding the AES-256 key (base64) that seals per-principal upstream credentials. */
         credentials_key_secret: z
           .string()
@@ -122,6 +124,16 @@ export const configSchema = z
       })
       .prefault({}),
     auth: authSchema.prefault({}),
+    /** enforce | advise | observe. Default: observe while no mappings are loaded, else enforce. */
+    mode: z.enum(["enforce", "advise", "observe"]).optional(),
+    /** An unmapped tool: blocked in enforce (`block`), or run when its annotations say read-only (`observe`). */
+    unclassified_reads: z.enum(["block", "observe"]).default("block"),
+    /** The policy (src/config/policy-schema.ts), inline; `portcullis dev` inlines `policy: <path>`. */
+    policy: z.unknown().optional(),
+    /** Mappings by upstream (src/config/mapping-schema.ts), inline; `portcullis dev` inlines `mappings_dir`. */
+    mappings: z.record(z.string(), z.unknown()).optional(),
+    /** A directory of `<upstream>.yaml` mappings: the CLI inlines it; the Worker never reads files. */
+    mappings_dir: z.string().optional(),
     /** Where the gateway may connect: every upstream URL and every outbound fetch is checked. */
     egress: egressSchema.prefault({}),
     upstreams: z.array(upstreamSchema).min(1, "at least one upstream is required"),

@@ -1,9 +1,10 @@
 /**
  * The steps of a governed tools/call (DESIGN.md, request path 5–13), each with the signature it
  * keeps, and the collaborators each is handed (kill-switch state, mappings, policy, hold store,
- * ledger, upstream leg). Steps whose issue has not landed yet are explicit pass-throughs here —
- * `NO_HALTS`, `NO_MAPPINGS`, `OPEN_POLICY`, `NO_HOLDS` and `validateArguments` — which [G] and
- * [H] replace with the real thing behind the same signatures. The ledger is src/mcp/ledger-writer.ts;
+ * ledger, history, upstream leg). Steps whose issue has not landed yet are explicit pass-throughs
+ * here — `NO_HALTS` and `NO_HOLDS` — which [H] replaces behind the same signatures; `NO_MAPPINGS`,
+ * `OPEN_POLICY` and `NO_HISTORY` are what a gateway without mappings or policy runs (classify.ts,
+ * validate.ts, policy.ts, obligations.ts own the logic of steps 6, 7, 8 and 12). The ledger is src/mcp/ledger-writer.ts;
  * `NO_LEDGER` remains for tests that exercise the path without one.
  * Must never: reach for storage, a clock or the network itself (all are handed in), or turn a
  * failure into "allow": a step that cannot answer throws, and call.ts refuses the call.
@@ -37,6 +38,10 @@ export interface Target {
 export interface Refusal {
   check: string;
   reason: string;
+  /** The policy rule that refused, when one did. */
+  rule?: string | null;
+  /** Who to ask about it (the rule's owner). */
+  owner?: string;
 }
 
 // ---- 5 kill switch ------------------------------------------------------------------------
@@ -84,66 +89,154 @@ export function haltFor(state: KillSwitchState, call: ToolCall, upstream: Upstre
 // ---- 6 classify ---------------------------------------------------------------------------
 
 export type Effect = "read_only" | "idempotent" | "reversible" | "irreversible";
+export type BlastRadius = "single" | "scoped" | "systemic";
+export interface Axes {
+  reversibility: "reversible" | "compensable" | "irreversible";
+  blastRadius: BlastRadius;
+  externality: "internal" | "external";
+}
 export interface Classification {
   effect: Effect;
-  blastRadius: "single" | "scoped" | "systemic";
-  /** Where the classification came from: a mapping, the name/annotation heuristic, or the default. */
-  source: "mapping" | "heuristic" | "default";
+  blastRadius: BlastRadius;
+  axes: Axes;
+  verb?: string;
+  /**
+   * Where the classification came from: the operator's mapping, the name/annotation heuristic
+   * (`heuristic:<bucket>`, e.g. `heuristic:read`), or the conservative default (irreversible, systemic).
+   */
+  source: "mapping" | `heuristic:${string}` | "default";
 }
-/** An operator's mapping for one tool (mappings/<upstream>.yaml in [G]). */
-export interface ToolMapping {
-  effect: Effect;
-  blastRadius?: Classification["blastRadius"];
-}
+/** An operator's mapping for one tool (`mappings/<upstream>.yaml`), as loaded: declared once, in src/config/mapping-schema.ts. */
+export type { ToolMapping } from "../config/mapping-schema.ts";
+import type { ToolMapping } from "../config/mapping-schema.ts";
+
 export interface Mappings {
+  /** Whether any mapping is loaded at all (the default mode depends on it). */
+  readonly loaded: boolean;
   get(upstream: string, tool: string): ToolMapping | undefined;
 }
-export const NO_MAPPINGS: Mappings = { get: () => undefined };
+export const NO_MAPPINGS: Mappings = { loaded: false, get: () => undefined };
 
-/** Mapping first; the heuristic comes with [G]; otherwise the conservative default (irreversible, systemic). */
-export function classify(target: Target, mappings: Mappings): Classification {
-  const m = mappings.get(target.upstream.name, target.tool.name);
-  if (m) return { effect: m.effect, blastRadius: m.blastRadius ?? "systemic", source: "mapping" };
-  return { effect: "irreversible", blastRadius: "systemic", source: "default" };
-}
-
-// ---- 7 validate ---------------------------------------------------------------------------
-
-/** Arguments against the catalog's inputSchema, and schema drift against the mapping's pin. Pass-through until [G]. */
-export function validateArguments(_target: Target, _args: JsonObject | undefined, _mappings: Mappings): Refusal | null {
-  return null;
-}
+// ---- 7 validate: governance/validate.ts (inputSchema, drift) ------------------------------
 
 // ---- 8 decide -----------------------------------------------------------------------------
 
 export type Mode = "enforce" | "advise" | "observe";
+/** One obligation of a decision, parsed from its spec string (`mask:email`, `redact:$.token`, `rate_limit:5/1m`). */
 export interface Obligation {
   kind: string;
-  [k: string]: unknown;
+  /** What follows the first `:` of the spec, if anything. */
+  arg?: string;
+  /** The spec as the policy wrote it. */
+  spec: string;
 }
 export interface Decision {
   decision: "allow" | "deny" | "require_approval";
-  /** The rule that decided, or null for the default. */
+  /** The rule that decided, or null for the baseline. */
   rule: string | null;
   reason: string;
   obligations: Obligation[];
+  /** The mode this decision is applied in (the gateway's, or `observe` for a shadowing rule). */
   mode: Mode;
   policyVersion: string;
+  /** In observe/advise (or a shadowing rule): what enforce would have done, when it differs from allow. */
+  wouldBlock?: { rule: string | null; reason: string; decision: "deny" | "require_approval" };
+  /** Who to ask about a denial: the rule's owner, or the grant's issuer. */
+  owner?: string;
+  /** An unmapped tool run because its annotations say read-only (`unclassified_reads: observe`). */
+  unverifiedRead?: boolean;
 }
 export interface DecisionInput {
   call: ToolCall;
   target: Target;
   classification: Classification;
+  /** The operator's mapping of the tool, if any. */
+  mapping: ToolMapping | undefined;
+  /** Decision time, ms since the epoch (the deps' clock). */
+  now: number;
+  /** Answers to `Policy.queries` for this call (empty when it needed none). */
+  history: HistorySnapshot;
 }
-/** The operator's policy ([G]: rules, CEL conditions, history, budgets). */
+/** The operator's policy (governance/engine.ts over policy.ts: rules, CEL conditions, history, budgets). */
 export interface Policy {
   version: string;
-  decide(input: DecisionInput): Promise<Decision>;
+  /** The gateway's mode; decisions come back already adjusted to it (observe/advise never deny). */
+  mode: Mode;
+  /** History the decision of this call needs (none: history is not read). */
+  queries(input: Omit<DecisionInput, "history">): HistoryQuery[];
+  /** Pure: the same input gives the same decision (a promise only for test doubles). */
+  decide(input: DecisionInput): Decision | Promise<Decision>;
+  /** Budgets that apply to this call (the grant's claim and the policy's). */
+  limits(call: ToolCall): BudgetLimits;
+  /** Whether admitted calls must be kept in history (history rules or rate limits exist). */
+  readonly usesHistory: boolean;
+  /** Whether tools/list shows this tool to this principal (false only for an unconditional deny). */
+  listed(principal: Principal, target: Target, classification: Classification): boolean;
 }
 /** No policy configured: every call the grant and the upstream's allow/deny let through is allowed. */
 export const OPEN_POLICY: Policy = {
   version: "none",
-  decide: async () => ({ decision: "allow", rule: null, reason: "no policy is configured", obligations: [], mode: "enforce", policyVersion: "none" }),
+  mode: "enforce",
+  queries: () => [],
+  decide: () => ({ decision: "allow", rule: null, reason: "no policy is configured", obligations: [], mode: "enforce", policyVersion: "none" }),
+  limits: () => ({}),
+  usesHistory: false,
+  listed: () => true,
+};
+
+// ---- history (read by 8 decide, written after it) -----------------------------------------
+
+/** Which of the caller's calls a history query counts: all of its principal's, its run's, or its grant's (jti). */
+export type HistoryScope = "principal" | "run" | "grant";
+export type HistoryQuery =
+  /** How many admitted calls whose exposed name matches the glob `tool`, within the last `withinMs`. */
+  | { kind: "count"; tool: string; withinMs: number; scope: HistoryScope }
+  /** The sum of numeric argument `arg` (dotted path) over those calls. */
+  | { kind: "total"; tool: string; arg: string; withinMs: number; scope: HistoryScope }
+  /** Whether a call matching `tool` succeeded earlier in this run. */
+  | { kind: "succeeded"; tool: string; scope: "run" };
+/** Answers to a call's history queries, by `historyKey(query)`. */
+export interface HistorySnapshot {
+  answers: Record<string, number | boolean>;
+}
+/** The stable key of a query (the snapshot's index). */
+export function historyKey(q: HistoryQuery): string {
+  return q.kind === "succeeded"
+    ? `succeeded|${q.scope}|${q.tool}`
+    : q.kind === "count"
+      ? `count|${q.scope}|${q.withinMs}|${q.tool}`
+      : `total|${q.scope}|${q.withinMs}|${q.arg}|${q.tool}`;
+}
+/** One call as history keeps it. Keyed by the grant's principal and the gateway's run — never by anything the client chooses. */
+export interface HistoryEntry {
+  /** A unique id of this call (the decision's id), so its outcome can settle it. */
+  callId: string;
+  principal: string;
+  jti?: string;
+  runId: string | null;
+  exposedName: string;
+  /** Numeric arguments by dotted path (only these are kept: totals need nothing else). */
+  numbers: Record<string, number>;
+  at: number;
+}
+/** Budget limits that apply to one call: calls per grant (its `budget.calls` claim or the policy's), calls per run. */
+export interface BudgetLimits {
+  grantCalls?: number;
+  runCalls?: number;
+}
+export type Admission = { ok: true } | { ok: false; budget: "grant" | "run"; used: number; limit: number };
+/** HistoryDO, sharded by principal. A step that cannot reach it refuses the call (fail closed). */
+export interface HistoryStore {
+  snapshot(principal: string, jti: string | undefined, runId: string | null, queries: HistoryQuery[], now: number): Promise<HistorySnapshot>;
+  /** Atomically: if admitting `entry` keeps every limit, records it and says ok; otherwise records nothing. */
+  admit(entry: HistoryEntry, limits: BudgetLimits): Promise<Admission>;
+  /** The call's outcome (for `succeeded` queries). */
+  settle(principal: string, callId: string, status: OutcomeStatus): Promise<void>;
+}
+export const NO_HISTORY: HistoryStore = {
+  snapshot: async () => ({ answers: {} }),
+  admit: async () => ({ ok: true }),
+  settle: async () => undefined,
 };
 
 // ---- 9 hold -------------------------------------------------------------------------------
@@ -182,6 +275,8 @@ export interface DecisionRecord {
   tool: string;
   /** The call's arguments; the ledger keeps them as the mapping says (canonical, hashed or redacted). */
   arguments: JsonObject | undefined;
+  /** How the ledger keeps them: the mapping's `arguments` (default hashed), or full under `audit:full`. */
+  argumentsKept: "full" | "hashed" | "redacted";
   classification: Classification;
   decision: Decision;
   holdId?: string;
@@ -200,10 +295,11 @@ export interface OutcomeRecord {
 export interface LedgerWriter {
   decision(record: DecisionRecord): Promise<Receipt | null>;
   outcome(record: OutcomeRecord): Promise<Receipt | null>;
-  blocked(call: ToolCall, refusal: Refusal): Promise<void>;
+  /** Records a refusal; resolves to the record's id (named in the refusal the agent reads), or null. */
+  blocked(call: ToolCall, refusal: Refusal): Promise<string | null>;
 }
 /** A ledger that records nothing and gives no receipt (tests of the path without storage). */
-export const NO_LEDGER: LedgerWriter = { decision: async () => null, outcome: async () => null, blocked: async () => undefined };
+export const NO_LEDGER: LedgerWriter = { decision: async () => null, outcome: async () => null, blocked: async () => null };
 
 // ---- 11 forward ---------------------------------------------------------------------------
 
@@ -224,28 +320,19 @@ export interface UpstreamLeg {
 
 /** The catalog could not be read because the upstream leg did not answer: the call gets that leg's answer. */
 export class CatalogUnreadable extends Error {
-  constructor(
-    readonly upstream: string,
-    readonly leg: Exclude<LegResult, { kind: "answered" }>,
-  ) {
+  readonly upstream: string;
+  readonly leg: Exclude<LegResult, { kind: "answered" }>;
+  constructor(upstream: string, leg: Exclude<LegResult, { kind: "answered" }>) {
     super(leg.reason);
+    this.upstream = upstream;
+    this.leg = leg;
   }
 }
 
 // ---- 12 obligations -----------------------------------------------------------------------
 
-/** Obligation kinds this gateway can apply (masks, row filters, redaction come with [G]). */
-const KNOWN_OBLIGATIONS = new Set<string>();
-
+/** What applying a decision's result obligations gave (governance/obligations.ts applyResultObligations). */
 export type Obligated = { ok: true; response: JsonRpcResponse; applied: string[] } | { ok: false; refusal: Refusal };
-
-/** Applies the decision's obligations to the upstream's response; an unknown obligation holds the result back. */
-export function applyObligations(obligations: Obligation[], response: JsonRpcResponse): Obligated {
-  const unknown = obligations.find((o) => !KNOWN_OBLIGATIONS.has(o.kind));
-  if (unknown)
-    return { ok: false, refusal: { check: "obligations", reason: `the result was held back: this gateway cannot apply the obligation "${unknown.kind}"` } };
-  return { ok: true, response, applied: [] };
-}
 
 /** The outcome status of an answered call: an error or an isError result is a failure. */
 export function outcomeOf(response: JsonRpcResponse): OutcomeStatus {

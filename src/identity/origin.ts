@@ -14,7 +14,7 @@ import { ErrorCode } from "../wire/jsonrpc.ts";
 
 /** `host[:port]` of a Host value (or an allowed_hosts entry), lower-cased, the scheme's default port dropped; null when it is not a plain host. */
 function hostOf(value: string, scheme: string): string | null {
-  if (!/^[A-Za-z0-9.\-]+(:\d{1,5})?$|^\[[0-9A-Fa-f:.]+\](:\d{1,5})?$/.test(value)) return null;
+  if (!/^[A-Za-z0-9.-]+(:\d{1,5})?$|^\[[0-9A-Fa-f:.]+\](:\d{1,5})?$/.test(value)) return null;
   try {
     return new URL(`${scheme}//${value}`).host;
   } catch {

@@ -98,6 +98,10 @@ export interface DecisionBody extends JsonObject {
   policy_version: string;
   obligations: Json[];
   hold_id: string | null;
+  /** observe / advise: `{rule, reason, decision}` enforce would have applied; null when nothing would block. */
+  would_block: Json;
+  /** An unmapped tool run because its annotations say read-only (`unclassified_reads: observe`). */
+  unverified_read: boolean;
 }
 
 export interface OutcomeBody extends JsonObject {
@@ -118,6 +122,8 @@ export interface BlockedBody extends JsonObject {
   /** The check that refused: grant, kill_switch, schema, drift, policy, budget, hold, obligations, or a step that could not answer. */
   check: string;
   reason: string;
+  /** The policy rule that refused, when one did. */
+  rule: string | null;
 }
 
 /** One tools/list answer: the names this caller was shown and those hidden from it. */

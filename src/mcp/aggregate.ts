@@ -77,7 +77,8 @@ export async function allPages(
     else delete params.cursor;
     let out: Outcome;
     try {
-      out = await send(ctx, up, { jsonrpc: "2.0", id: `${String(msg.id)}:${up.name}:${page}`, method: msg.method, params });
+      // The page goes upstream under an id of its own (forward.ts); nothing is derived from the client's id.
+      out = await send(ctx, up, { jsonrpc: "2.0", id: msg.id, method: msg.method, params });
     } catch {
       return pages; // an unreachable upstream contributes nothing; /readyz reports it
     }

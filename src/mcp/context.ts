@@ -7,8 +7,8 @@ import type { GatewayConfig, UpstreamConfig } from "../config/load.ts";
 import type { Env } from "../env.ts";
 import type { Principal } from "../config/principal.ts";
 import type { JsonObject, JsonRpcNotification, JsonRpcRequest } from "../wire/jsonrpc.ts";
-import type { Era, Leg } from "../../durable-objects/records.ts";
-import type { LedgerWriter } from "../governance/steps.ts";
+import type { Era, Leg, TasksApi } from "../../durable-objects/records.ts";
+import type { HistoryStore, LedgerWriter } from "../governance/steps.ts";
 
 /** What a front knows about one HTTP request once the gate let it through. */
 export interface FrontContext {
@@ -65,8 +65,15 @@ export interface CallContext {
   runId: string | null;
   /** This caller's team chain: decision, outcome, blocked and tools.listed records. */
   ledger: CallLedger;
-  /** Records which upstream serves client request `id` (legacy cancellation). */
-  recordRequest(id: string | number, up: UpstreamConfig): Promise<void>;
+  /** Records which upstream serves client request `id`, and the id it carries there (legacy cancellation). */
+  recordRequest(id: string | number, up: UpstreamConfig, upstreamId: string): Promise<void>;
+  /**
+   * The caller's task ownership store (its TasksDO), reached only when a tools/call answers with a
+   * task or a request addresses one (src/mcp/task-owners.ts). Without it every task is refused.
+   */
+  taskStore?(): TasksApi;
+  /** The caller's history (its HistoryDO), reached only when the policy has history rules, rate limits or budgets. */
+  history?(): HistoryStore;
 }
 
 export interface Outcome {

@@ -4,12 +4,14 @@
  * Owns: the method table (lists, tools/call handed to the governed path with this caller's
  * collaborators, prompts, resources, completion, logging fan-out, tasks by id and the verbatim
  * pass-through of unknown methods to a single transparent upstream — both through
- * governedPassThrough). Must never: forward a tools/call itself, or route a name to an upstream
- * that does not own it.
+ * governedPassThrough; a task reaches its upstream only for the principal that created it,
+ * task-owners.ts). Must never: forward a tools/call itself, route a name to an upstream that
+ * does not own it, or forward a task-addressed request for a task the caller does not own.
  */
 import type { UpstreamConfig } from "../config/load.ts";
 import { type GovernanceDeps, governedPassThrough, governToolCall } from "../governance/call.ts";
-import { NO_HALTS, NO_HOLDS, NO_MAPPINGS, OPEN_POLICY, type ToolCall } from "../governance/steps.ts";
+import { mappingsOf, policyEngine } from "../governance/engine.ts";
+import { type HistoryStore, NO_HALTS, NO_HOLDS, type ToolCall } from "../governance/steps.ts";
 import { toolCatalog } from "./catalog.ts";
 import { grantReachesUpstream } from "../governance/grant-scope.ts";
 import { aggregateList, LISTS } from "./aggregate.ts";
@@ -18,6 +20,7 @@ import { callLeg, forward } from "./forward.ts";
 import { ErrorCode, type JsonObject, type JsonRpcRequest, errorResponse, isObject } from "../wire/jsonrpc.ts";
 import { exposeHandle, splitHandle, splitName, splitUri } from "./names.ts";
 import { directoryRead, skillsGet, skillsList } from "./skills.ts";
+import { forOwnerOnly, ownTasksOnly, recordCreatedTasks, unknownTask } from "./task-owners.ts";
 
 function fail(msg: JsonRpcRequest, code: number, message: string, status = 200, data?: JsonObject): Outcome {
   return { response: errorResponse(msg.id, code, message, data), status };
@@ -40,16 +43,36 @@ function exposeTask(up: UpstreamConfig, out: Outcome): Outcome {
   return { ...out, response: { ...out.response, result } };
 }
 
-/** What governance is handed for this caller: its catalog and upstream leg; the steps not yet built are pass-throughs. */
-function governance(ctx: CallContext): GovernanceDeps {
+/** History is reached only when the policy needs it; a context without a store fails those calls closed. */
+const NO_HISTORY_STORE: HistoryStore = {
+  snapshot: async () => {
+    throw new Error("no history store on this route");
+  },
+  admit: async () => {
+    throw new Error("no history store on this route");
+  },
+  settle: async () => undefined,
+};
+
+/**
+ * What governance is handed for this caller: its catalog, the config's mappings and compiled
+ * policy, its history and upstream leg; the kill switch and holds are pass-throughs until [H].
+ * The leg records a task the upstream creates as this caller's before governance (and so the
+ * client) sees the result; any other result goes by untouched.
+ */
+export function governance(ctx: CallContext): GovernanceDeps {
   return {
     catalog: toolCatalog(ctx),
     killSwitch: NO_HALTS,
-    mappings: NO_MAPPINGS,
-    policy: OPEN_POLICY,
+    mappings: mappingsOf(ctx.cfg),
+    policy: policyEngine(ctx.cfg),
     holds: NO_HOLDS,
     ledger: ctx.ledger,
-    upstream: { call: (target, request) => callLeg(ctx, target.upstream, request) },
+    history: ctx.history?.() ?? NO_HISTORY_STORE,
+    upstream: {
+      call: async (target, request) =>
+        recordCreatedTasks(ctx, target.upstream, request, await callLeg(ctx, target.upstream, request), (r) => callLeg(ctx, target.upstream, r)),
+    },
     clock: Date.now,
   };
 }
@@ -130,19 +153,20 @@ async function setLevel(ctx: CallContext, msg: JsonRpcRequest): Promise<Outcome>
       if (!caps || !isObject(caps.logging)) return;
       const leg = await ctx.leg(up);
       if (leg?.era !== "legacy") return;
-      await forward(ctx, up, { ...msg, id: `${String(msg.id)}:${up.name}` }).catch(() => undefined);
+      await forward(ctx, up, msg).catch(() => undefined); // upstream under an id of its own (forward.ts)
     }),
   );
   return ok(msg, {});
 }
 
+/** tasks/get, tasks/update, tasks/cancel (and legacy tasks/result): to the task's upstream, for the task's owner only. */
 async function byTask(ctx: CallContext, msg: JsonRpcRequest): Promise<Outcome> {
   const taskId = msg.params?.taskId;
   if (typeof taskId !== "string")
     return fail(msg, ErrorCode.InvalidParams, `Invalid params: ${msg.method} needs a string taskId`, ctx.era === "modern" ? 400 : 200);
   const t = splitHandle(ctx.cfg.upstreams, taskId);
-  if (!t || !grantReachesUpstream(ctx.principal, t.up)) return fail(msg, ErrorCode.InvalidParams, `Unknown task: ${taskId}`);
-  return exposeTask(t.up, await passThrough(ctx, t.up, msg, withParam(msg, "taskId", t.name)));
+  if (!t || !grantReachesUpstream(ctx.principal, t.up)) return unknownTask(ctx, msg, taskId);
+  return forOwnerOnly(ctx, msg, taskId, t.up, t.name, async () => exposeTask(t.up, await passThrough(ctx, t.up, msg, withParam(msg, "taskId", t.name))));
 }
 
 /** Routes one client request. The front has already validated era, session and headers. */
@@ -175,6 +199,12 @@ export async function dispatch(ctx: CallContext, msg: JsonRpcRequest): Promise<O
       return directoryRead(ctx, msg);
   }
   const ups = ctx.cfg.upstreams;
-  if (ups.length === 1 && !ups[0]!.namespaced && grantReachesUpstream(ctx.principal, ups[0]!)) return passThrough(ctx, ups[0]!, msg, msg);
+  if (ups.length === 1 && !ups[0]!.namespaced && grantReachesUpstream(ctx.principal, ups[0]!)) {
+    const up = ups[0]!;
+    // 2025-11-25 task methods the 2026-07-28 era removed (modern clients never get here with them).
+    if (msg.method === "tasks/result") return byTask(ctx, msg);
+    if (msg.method === "tasks/list") return ownTasksOnly(ctx, msg, up, () => passThrough(ctx, up, msg, msg));
+    return passThrough(ctx, up, msg, msg);
+  }
   return fail(msg, ErrorCode.MethodNotFound, `Method not found: ${msg.method}`, ctx.era === "modern" ? 404 : 200);
 }

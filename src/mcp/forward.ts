@@ -1,9 +1,11 @@
 /**
  * Forwarding one client request to one upstream and relaying what comes back.
- * Owns: id rewriting toward the upstream, relaying interim messages (progress, logs, resource
+ * Owns: giving each upstream request its own gateway-made id (upstreamRequestId; the client's id
+ * goes back on the answer), relaying interim messages (progress, logs, resource
  * updates, server→client requests), renewing an expired legacy upstream session once, and the
  * MRTR bridge for legacy clients of 2026-07-28-only upstreams. Must never: change a result's
- * fields other than the exposed names it is told to map, or lose the client's request id.
+ * fields other than the exposed names it is told to map, lose the client's request id, or send a
+ * client's id (or anything derived from it) upstream.
  */
 import type { UpstreamConfig } from "../config/load.ts";
 import type { CallContext, Outcome } from "./context.ts";
@@ -21,14 +23,9 @@ import {
 import { noteNotification } from "./catalog-store.ts";
 import { exposeUri } from "./names.ts";
 import type { LegResult } from "../governance/steps.ts";
-import { answers, requestUpstream, UpstreamAuthError, UpstreamError, UpstreamSessionGone, UpstreamUncertain } from "./upstream.ts";
+import { answers, requestUpstream, UpstreamAuthError, UpstreamError, UpstreamSessionGone, UpstreamUncertain, upstreamRequestId } from "./upstream.ts";
 import type { Leg } from "../../durable-objects/records.ts";
 import { META } from "./versions.ts";
-
-/** Upstream ids are the client's id, tagged so gateway-originated ids can never collide. */
-export function upstreamId(id: string | number): string {
-  return `c:${typeof id === "number" ? "n" : "s"}:${id}`;
-}
 
 /** Relays one interim upstream message to the client (names mapped), or answers it. */
 async function relayInterim(ctx: CallContext, up: UpstreamConfig, leg: Leg, msg: JsonRpcMessage): Promise<void> {
@@ -42,7 +39,7 @@ async function relayInterim(ctx: CallContext, up: UpstreamConfig, leg: Leg, msg:
 }
 
 const MAX_MRTR_ROUNDS = 8;
-/** Requests a client may cancel: their upstream is recorded so notifications/cancelled can follow. */
+/** Requests a client may cancel: their upstream and upstream id are recorded so notifications/cancelled can follow. */
 const TRACKED = new Set(["tools/call", "prompts/get", "resources/read", "completion/complete"]);
 /** Results that carry ttlMs/cacheScope in 2026-07-28 (SEP-2549). */
 const CACHEABLE = new Set(["tools/list", "prompts/list", "resources/list", "resources/templates/list", "resources/read"]);
@@ -50,7 +47,7 @@ const CACHEABLE = new Set(["tools/list", "prompts/list", "resources/list", "reso
 /**
  * The upstream leg: sends `msg` (already in the upstream's names) to `up` and reports what
  * happened — never a throw. Interim messages are relayed as they arrive; the response carries
- * the client's id.
+ * `msg.id` (the upstream saw a gateway-made id instead).
  */
 export async function callLeg(ctx: CallContext, up: UpstreamConfig, msg: JsonRpcRequest): Promise<LegResult> {
   try {
@@ -95,10 +92,14 @@ async function forwardOnce(ctx: CallContext, up: UpstreamConfig, msg: JsonRpcReq
     if (up.credentialProblem) throw new UpstreamAuthError(up.name, up.credentialProblem, 401);
     return { response: unavailable(msg, up), status: 200 };
   }
-  if (TRACKED.has(msg.method)) ctx.recordRequest(msg.id, up).catch(() => undefined);
+  // The upstream never sees the client's id: the leg may be shared (see upstreamRequestId). A
+  // renewed session gets the same request under the same id (the one recorded for cancellation);
+  // each MRTR round is a new request with a new id.
+  const firstId = upstreamRequestId();
+  if (TRACKED.has(msg.method)) ctx.recordRequest(msg.id, up, firstId).catch(() => undefined);
   let params = withLegMeta(msg.params, leg, ctx);
   for (let round = 0; ; round++) {
-    const upMsg: JsonRpcRequest = { jsonrpc: "2.0", id: round === 0 ? upstreamId(msg.id) : `${upstreamId(msg.id)}:r${round}`, method: msg.method };
+    const upMsg: JsonRpcRequest = { jsonrpc: "2.0", id: round === 0 ? firstId : upstreamRequestId(), method: msg.method };
     if (params !== undefined) upMsg.params = params;
     let out: Outcome;
     try {

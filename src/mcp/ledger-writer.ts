@@ -65,16 +65,25 @@ export function callLedger(t: LedgerTarget): CallLedger {
         run: r.runId,
         upstream: r.upstream,
         tool: r.tool,
-        arguments: r.arguments === undefined ? null : { sha256: canonicalHash(r.arguments) },
-        arguments_mode: r.arguments === undefined ? "redacted" : "hashed",
+        // As the mapping says: the canonical value (full), its hash (hashed, the default) or nothing (redacted).
+        arguments:
+          r.arguments === undefined || r.argumentsKept === "redacted"
+            ? null
+            : r.argumentsKept === "full"
+              ? r.arguments
+              : { sha256: canonicalHash(r.arguments) },
+        arguments_mode: r.arguments === undefined ? "redacted" : r.argumentsKept,
         classification: { effect: r.classification.effect, blast_radius: r.classification.blastRadius, source: r.classification.source },
         decision: r.decision.decision,
         rule: r.decision.rule,
         reason: r.decision.reason,
         mode: r.decision.mode,
         policy_version: r.decision.policyVersion,
-        obligations: r.decision.obligations.map((o) => o.kind),
+        obligations: r.decision.obligations.map((o) => o.spec),
         hold_id: r.holdId ?? null,
+        // observe / advise (or a shadowing rule): what enforce would have done.
+        would_block: r.decision.wouldBlock ? { ...r.decision.wouldBlock } : null,
+        unverified_read: r.decision.unverifiedRead === true,
       };
       return write(draft("decision", body, id), id);
     },
@@ -91,9 +100,18 @@ export function callLedger(t: LedgerTarget): CallLedger {
       return write(draft("outcome", body), r.decision?.decision_id ?? "");
     },
     async blocked(call: ToolCall, refusal) {
-      const body: BlockedBody = { principal: p.sub, team: p.team, run: call.runId, tool: call.exposedName, check: refusal.check, reason: refusal.reason };
+      const body: BlockedBody = {
+        principal: p.sub,
+        team: p.team,
+        run: call.runId,
+        tool: call.exposedName,
+        check: refusal.check,
+        reason: refusal.reason,
+        rule: refusal.rule ?? null,
+      };
       const d = draft("blocked", body);
       await write(d, d.id);
+      return d.id;
     },
     listed(shown, hidden) {
       const d = draft("tools.listed", { principal: p.sub, team: p.team, shown, hidden });

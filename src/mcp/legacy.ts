@@ -10,7 +10,6 @@ import type { UpstreamConfig } from "../config/load.ts";
 import { guardedFetch } from "../egress/guarded-fetch.ts";
 import type { CallContext, FrontContext } from "./context.ts";
 import { dispatch } from "./dispatch.ts";
-import { upstreamId } from "./forward.ts";
 import {
   ErrorCode,
   type JsonObject,
@@ -27,13 +26,14 @@ import { mergeCapabilities, mergeInstructions, openLegacyClientLeg } from "./leg
 import { splitUri } from "./names.ts";
 import { relayServerRequest } from "./relay.ts";
 import { respond, type Resumable, type StreamControl } from "./respond.ts";
-import { newSessionId, sessionObject } from "../../durable-objects/names.ts";
+import { newSessionId, sessionObject, taskObject } from "../../durable-objects/names.ts";
 import { type Leg, SESSION_RECORD_VERSION, type SessionApi, type SessionRecord, type UpstreamLegRecord } from "../../durable-objects/records.ts";
 import { relayGetStream, replayStream } from "./streams.ts";
 import { postUpstream, modernMeta } from "./upstream.ts";
 import { GATEWAY_INFO, LATEST_LEGACY, LEGACY_VERSIONS, META, isLegacyVersion } from "./versions.ts";
 import { jsonResponse, refuse } from "../wire/http.ts";
 import { frontLedger } from "./ledger-writer.ts";
+import { historyStore } from "./history-store.ts";
 
 type Store = SessionApi;
 
@@ -57,8 +57,25 @@ function legOf(rec: SessionRecord, up: UpstreamConfig): Leg | null {
   return l;
 }
 
+/** What a session keeps of the client's own description, per field (capabilities, clientInfo). */
+export const MAX_SESSION_FIELD_BYTES = 64 * 1024;
+
+/** The first field of initialize too large to keep in a session, as a readable refusal; null when all fit. */
+function oversizedField(p: JsonObject): string | null {
+  for (const field of ["capabilities", "clientInfo"] as const) {
+    if (p[field] === undefined) continue;
+    const bytes = new TextEncoder().encode(JSON.stringify(p[field])).byteLength;
+    if (bytes > MAX_SESSION_FIELD_BYTES) {
+      return `Invalid params: initialize ${field} is ${bytes} bytes; a session keeps at most ${MAX_SESSION_FIELD_BYTES} bytes of it`;
+    }
+  }
+  return null;
+}
+
 async function initialize(fc: FrontContext, req: JsonRpcRequest): Promise<Response> {
   const p = req.params ?? {};
+  const tooBig = oversizedField(p);
+  if (tooBig) return refuse(400, ErrorCode.InvalidParams, tooBig, req.id);
   const requested = typeof p.protocolVersion === "string" ? p.protocolVersion : LATEST_LEGACY;
   const version = isLegacyVersion(requested) ? requested : LATEST_LEGACY;
   const clientCaps = isObject(p.capabilities) ? p.capabilities : {};
@@ -115,8 +132,10 @@ function legacyContext(
       return legOf(rec, up);
     },
     capabilities: async (up) => rec.upstreams[up.name]?.capabilities,
-    recordRequest: async (id, up) => {
-      await store.begin(fc.principal.sub, JSON.stringify(id), up.name);
+    taskStore: () => taskObject(fc.env, fc.principal.sub),
+    history: () => historyStore(fc.env),
+    recordRequest: async (id, up, upstreamId) => {
+      await store.begin(fc.principal.sub, JSON.stringify(id), up.name, upstreamId);
     },
     relay: {
       send: emit,
@@ -146,12 +165,12 @@ async function clientMessage(fc: FrontContext, store: Store, rec: SessionRecord,
   const accepted = () => new Response(null, { status: 202 });
   if (isNotification(msg)) {
     if (msg.method === "notifications/cancelled" && msg.params && (typeof msg.params.requestId === "string" || typeof msg.params.requestId === "number")) {
-      const requestId = msg.params.requestId;
-      const upName = await store.lookupRequest(fc.principal.sub, JSON.stringify(requestId));
-      const up = fc.cfg.upstreams.find((u) => u.name === upName);
+      // The upstream knows the request by the gateway-made id it was sent under (forward.ts), kept in the id map.
+      const sent = await store.lookupRequest(fc.principal.sub, JSON.stringify(msg.params.requestId));
+      const up = sent ? fc.cfg.upstreams.find((u) => u.name === sent.upstream) : undefined;
       const leg = up ? legOf(rec, up) : null;
-      if (up && leg?.era === "legacy") {
-        fc.waitUntil(postUpstream(up, leg, { ...msg, params: { ...msg.params, requestId: upstreamId(requestId) } }).catch(() => undefined));
+      if (up && leg?.era === "legacy" && sent?.upstreamId) {
+        fc.waitUntil(postUpstream(up, leg, { ...msg, params: { ...msg.params, requestId: sent.upstreamId } }).catch(() => undefined));
       }
       return accepted();
     }

@@ -2,8 +2,9 @@
  * `subscriptions/listen` for 2026-07-28 clients: one long-lived SSE answer fanning in every
  * upstream's change notifications — modern upstreams' own listen streams, legacy upstreams' GET
  * streams — with the subscription id rewritten to the client's listen request id.
- * Owns: the acknowledged subset, per-type filtering, URI mapping of resources/updated.
- * Must never: send a notification type the client did not ask for, or anything before the ack.
+ * Owns: the acknowledged subset, per-type filtering, URI mapping of resources/updated. The
+ * stream ends with its grant (holdOpen, grant-watch.ts). Must never: send a notification type the
+ * client did not ask for, anything before the ack, or anything once the stream has ended.
  */
 import type { UpstreamConfig } from "../config/load.ts";
 import { type JsonObject, type JsonRpcNotification, type JsonRpcRequest, isNotification, isObject } from "../wire/jsonrpc.ts";
@@ -14,9 +15,11 @@ import { exposeUri, splitUri } from "./names.ts";
 
 import { holdOpen, sseStream } from "./streams.ts";
 import { encodeEvent } from "../wire/sse.ts";
-import { openGetStream, requestUpstream, type Frame } from "./upstream.ts";
+import { openGetStream, requestUpstream, type Frame, upstreamRequestId } from "./upstream.ts";
 import { META } from "./versions.ts";
 import { SSE_HEADERS } from "../wire/http.ts";
+import { taskObject } from "../../durable-objects/names.ts";
+import { ownTaskNotification } from "./task-owners.ts";
 
 const TYPE_OF: Record<string, string> = {
   "notifications/tools/list_changed": "toolsListChanged",
@@ -50,16 +53,19 @@ export async function listen(fc: FrontContext, req: Request, msg: JsonRpcRequest
     params: { ...(n.params ?? {}), _meta: { ...(isObject(n.params?._meta) ? n.params._meta : {}), [META.subscriptionId]: msg.id } },
   });
   const send = async (n: JsonRpcNotification) => {
+    if (abort.signal.aborted) return; // the client left or the grant ended
     if (!(await s.write(encodeEvent({ data: JSON.stringify(tag(n)) })))) abort.abort();
   };
-  const wanted = (n: JsonRpcNotification, up: UpstreamConfig): JsonRpcNotification | null => {
+  // Task status reaches only the principal that created the task, under the id it knows (task-owners.ts).
+  const tasks = taskObject(fc.env, fc.principal.sub);
+  const wanted = async (n: JsonRpcNotification, up: UpstreamConfig): Promise<JsonRpcNotification | null> => {
     const t = TYPE_OF[n.method];
     if (t) return agreed[t] === true ? n : null;
     if (n.method === "notifications/resources/updated" && isObject(n.params) && typeof n.params.uri === "string") {
       const uri = exposeUri(up, n.params.uri);
       return agreedSubs.includes(uri) ? { ...n, params: { ...n.params, uri } } : null;
     }
-    if (n.method === "notifications/tasks") return n;
+    if (n.method === "notifications/tasks") return ownTaskNotification(tasks, up, n);
     return null;
   };
   // Not awaited: the stream has no reader until the Response is returned.
@@ -80,7 +86,7 @@ export async function listen(fc: FrontContext, req: Request, msg: JsonRpcRequest
       frames = requestUpstream(
         up,
         leg,
-        { jsonrpc: "2.0", id: `portcullis-listen-${crypto.randomUUID()}`, method: "subscriptions/listen", params },
+        { jsonrpc: "2.0", id: upstreamRequestId(), method: "subscriptions/listen", params },
         { signal: abort.signal, stream: true },
       );
     } else {
@@ -91,7 +97,7 @@ export async function listen(fc: FrontContext, req: Request, msg: JsonRpcRequest
       for await (const f of frames) {
         if (!isNotification(f.message) || f.message.method === "notifications/subscriptions/acknowledged") continue;
         noteNotification(up.name, f.message.method);
-        const n = wanted(f.message, up);
+        const n = await wanted(f.message, up);
         if (n) await send(n);
       }
     } catch {

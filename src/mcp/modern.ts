@@ -11,7 +11,7 @@ import { dispatch } from "./dispatch.ts";
 import { postUpstream } from "./upstream.ts";
 import { ErrorCode, type JsonObject, type JsonRpcMessage, type JsonRpcRequest, errorResponse, isNotification, isObject, isRequest } from "../wire/jsonrpc.ts";
 import type { FrontContext } from "./context.ts";
-import { runObject } from "../../durable-objects/names.ts";
+import { runObject, taskObject } from "../../durable-objects/names.ts";
 import { applyLogLevel, mergeCapabilities, mergeInstructions, modernLegFor } from "./legs.ts";
 import { listen } from "./listen.ts";
 import { respond } from "./respond.ts";
@@ -20,6 +20,7 @@ import { routingName } from "./upstream.ts";
 import { GATEWAY_INFO, META, MODERN_VERSION, REMOVED_IN_MODERN, SUPPORTED_VERSIONS } from "./versions.ts";
 import { jsonResponse, refuse } from "../wire/http.ts";
 import { frontLedger } from "./ledger-writer.ts";
+import { historyStore } from "./history-store.ts";
 
 /** Decodes a SEP-2243 header value (`=?base64?…?=` or literal); null when malformed. */
 export function decodeHeaderValue(v: string): string | null {
@@ -113,6 +114,8 @@ function modernContext(fc: FrontContext, req: Request, msg: JsonRpcRequest, runI
     },
     capabilities: async (up) => (await legRec(up.name, () => modernLegFor(fc.env, fc.principal.sub, up))).capabilities,
     recordRequest: async () => undefined,
+    taskStore: () => taskObject(fc.env, fc.principal.sub),
+    history: () => historyStore(fc.env),
     relay: {
       send: async (m) => {
         if (isRequest(m)) return; // never on a modern request stream

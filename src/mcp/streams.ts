@@ -2,8 +2,10 @@
  * Long-lived legacy SSE streams: the session's GET stream (fan-in of every upstream's
  * server-initiated messages) and replay of a broken stream from the SessionDO buffer
  * (Last-Event-ID). Owns: keep-alives, event ids `<stream>/<seq>`, relaying server→client
- * requests that arrive on upstream GET streams. Must never: replay events onto a different
- * stream, or keep upstream streams open after the client has gone.
+ * requests that arrive on upstream GET streams, and ending every such stream with its grant
+ * (grant-watch.ts: at expiry, on revocation, or when the revocation list cannot be read).
+ * Must never: replay events onto a different stream, keep upstream streams open after the
+ * client has gone, or deliver anything after the grant that opened the stream has ended.
  */
 import type { UpstreamConfig } from "../config/load.ts";
 import { ErrorCode, type JsonRpcMessage, type JsonRpcRequest, isNotification, isObject, isRequest } from "../wire/jsonrpc.ts";
@@ -14,8 +16,9 @@ import { exposeUri } from "./names.ts";
 import type { SessionApi, SessionRecord } from "../../durable-objects/records.ts";
 import { encodeComment, encodeEvent } from "../wire/sse.ts";
 import { listChangeFlags } from "./legs.ts";
+import { endWithGrant } from "./grant-watch.ts";
 import { relayServerRequest } from "./relay.ts";
-import { openGetStream, requestUpstream, type Frame } from "./upstream.ts";
+import { openGetStream, requestUpstream, type Frame, upstreamRequestId } from "./upstream.ts";
 import type { Leg } from "../../durable-objects/records.ts";
 import { META } from "./versions.ts";
 import { SSE_HEADERS, refuse } from "../wire/http.ts";
@@ -52,22 +55,35 @@ export async function replayStream(fc: FrontContext, store: Store, lastEventId: 
   const first = await store.readEvents(fc.principal.sub, stream, after);
   if (!first) return refuse(404, ErrorCode.ServerError, "Unknown stream for Last-Event-ID: it was never issued in this session or has been discarded");
   const s = sseStream();
+  // Ends when the client leaves, the stream is done, or the grant ends (then at once).
+  const ended = new AbortController();
+  const left = () => ended.abort();
+  signal.addEventListener("abort", left, { once: true });
+  if (signal.aborted) ended.abort();
+  const grant = endWithGrant(fc.env, fc.principal, ended);
+  ended.signal.addEventListener("abort", () => void s.close(), { once: true });
   const pump = async () => {
     const deadline = Date.now() + REPLAY_MAX_MS;
     let batch: { events: { seq: number; data: string }[]; done: boolean } | null = first;
     let wait = 50;
-    while (batch && !signal.aborted && !s.gone()) {
-      for (const e of batch.events) {
-        if (!(await s.write(encodeEvent({ id: `${stream}/${e.seq}`, data: e.data })))) return;
-        after = e.seq;
+    try {
+      while (batch && !ended.signal.aborted && !s.gone()) {
+        for (const e of batch.events) {
+          if (ended.signal.aborted || !(await s.write(encodeEvent({ id: `${stream}/${e.seq}`, data: e.data })))) return;
+          after = e.seq;
+        }
+        if (batch.done || Date.now() > deadline) break;
+        if (batch.events.length) wait = 50;
+        await pause(wait, ended.signal);
+        wait = Math.min(wait * 2, 1000);
+        if (ended.signal.aborted) break;
+        batch = await store.readEvents(fc.principal.sub, stream, after);
       }
-      if (batch.done || Date.now() > deadline) break;
-      if (batch.events.length) wait = 50;
-      await new Promise((r) => setTimeout(r, wait));
-      wait = Math.min(wait * 2, 1000);
-      batch = await store.readEvents(fc.principal.sub, stream, after);
+    } finally {
+      grant.stop();
+      signal.removeEventListener("abort", left);
+      await s.close();
     }
-    await s.close();
   };
   fc.waitUntil(pump());
   return new Response(s.readable, { status: 200, headers: SSE_HEADERS });
@@ -84,7 +100,7 @@ function listenFor(up: UpstreamConfig, leg: Leg & { era: "modern" }, rec: Sessio
   if (Object.keys(notifications).length === 0) return null;
   const listenMsg: JsonRpcRequest = {
     jsonrpc: "2.0",
-    id: `portcullis-listen-${crypto.randomUUID()}`,
+    id: upstreamRequestId(),
     method: "subscriptions/listen",
     params: { notifications, _meta: leg.meta },
   };
@@ -92,6 +108,20 @@ function listenFor(up: UpstreamConfig, leg: Leg & { era: "modern" }, rec: Sessio
 }
 
 const SUBSCRIPTION_POLL_MS = 1000;
+
+/** Waits `ms`, or less if `signal` aborts first. */
+function pause(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise<void>((r) => {
+    if (signal.aborted) return r();
+    const done = () => {
+      clearTimeout(t);
+      signal.removeEventListener("abort", done);
+      r();
+    };
+    const t = setTimeout(done, ms);
+    signal.addEventListener("abort", done, { once: true });
+  });
+}
 
 /**
  * Resolves with the session record once its subscriptions for `upstream` differ, "ended" when the
@@ -140,6 +170,7 @@ export async function relayGetStream(
   const abort = new AbortController();
   signal.addEventListener("abort", () => abort.abort(), { once: true });
   const send = async (m: JsonRpcMessage) => {
+    if (abort.signal.aborted) return; // the stream ended (client gone, grant ended): nothing more goes out
     seq++;
     const data = JSON.stringify(m);
     void store.appendEvents(streamId, [{ seq, data }], false).catch(() => undefined);
@@ -218,14 +249,19 @@ export async function relayGetStream(
 }
 
 /**
- * Keeps a fan-in stream open until the client leaves: `: keep-alive` comments every 25 s
- * (the edge drops idle streams), then aborts the upstream pumps and closes the stream.
+ * Keeps a fan-in stream open until the client leaves or the grant that opened it ends (expiry,
+ * revocation, an unreadable revocation list: grant-watch.ts): `: keep-alive` comments every 25 s
+ * (the edge drops idle streams). Once `abort` fires — for either reason, or because a write
+ * failed — the client's stream closes at once and the pumps' upstream streams are aborted with
+ * it (they use `abort.signal`); the pumps must send nothing after it.
  */
 export function holdOpen(fc: FrontContext, s: ReturnType<typeof sseStream>, abort: AbortController, pumps: Promise<unknown>[]): void {
-  const left = new Promise<void>((r) => (abort.signal.aborted ? r() : abort.signal.addEventListener("abort", () => r(), { once: true })));
+  endWithGrant(fc.env, fc.principal, abort); // stops by itself once `abort` fires
+  if (abort.signal.aborted) void s.close();
+  else abort.signal.addEventListener("abort", () => void s.close(), { once: true });
   const keepalive = (async () => {
     while (!abort.signal.aborted) {
-      await Promise.race([new Promise((r) => setTimeout(r, KEEPALIVE_MS)), left]);
+      await pause(KEEPALIVE_MS, abort.signal);
       if (!abort.signal.aborted && !(await s.write(encodeComment("keep-alive")))) abort.abort();
     }
   })();

@@ -3,9 +3,10 @@
  * Owns: building upstream requests (configured credentials, protocol and routing headers),
  * reading JSON or SSE answers as a stream of messages, resuming a legacy SSE stream the upstream
  * closed early (GET + Last-Event-ID) and, on request, signalling that stream's opening and early
- * close to the caller (StreamSignal), legacy `initialize`, modern `server/discover`, and the
- * per-upstream era verdict. Must never: send the client's own headers or credentials upstream
- * (every header here is built from config), follow a redirect, or wait without a timeout.
+ * close to the caller (StreamSignal), legacy `initialize`, modern `server/discover`, the
+ * per-upstream era verdict, and the ids upstream requests carry (upstreamRequestId). Must never:
+ * send the client's own headers or credentials upstream (every header here is built from config),
+ * follow a redirect, or wait without a timeout.
  */
 import type { UpstreamConfig } from "../config/load.ts";
 import { type JsonObject, type JsonRpcMessage, type JsonRpcRequest, type JsonRpcResponse, isObject, isResponse, parseMessage } from "../wire/jsonrpc.ts";
@@ -28,6 +29,31 @@ export class UpstreamSessionGone extends UpstreamError {}
 export class UpstreamAuthError extends UpstreamError {}
 /** The request reached the upstream but no response came back (timeout, stream closed early): it may have run. */
 export class UpstreamUncertain extends UpstreamError {}
+
+/** Per-isolate part of upstream request ids: drawn on first use (Workers refuse random values at global scope). */
+let isolateTag: string | undefined;
+let requestCounter = 0;
+
+/**
+ * A fresh id for one request the gateway sends upstream: `pc:<isolate>:<n>`, 96 random bits per
+ * isolate and a per-isolate counter (base 36). Upstream legs are shared — a 2026-07-28
+ * principal's one legacy session per upstream serves all its runs and requests, from any isolate,
+ * and a legacy client's session serves all its concurrent requests and fan-outs — and upstreams
+ * route answers by id, so no id sent upstream may be derived from a client's id (two clients may
+ * choose the same, or one that a fan-out would derive): every request sent upstream, client or
+ * gateway-made, carries one of these, and the client's own id goes back on the answer. They never
+ * collide with each other (counter), across isolates (random part), or with the `pc-<uuid>` ids
+ * of requests relayed to clients.
+ */
+export function upstreamRequestId(): string {
+  if (isolateTag === undefined) {
+    let tag = "";
+    for (const b of crypto.getRandomValues(new Uint8Array(12))) tag += b.toString(36).padStart(2, "0");
+    isolateTag = tag;
+  }
+  requestCounter++;
+  return `pc:${isolateTag}:${requestCounter.toString(36)}`;
+}
 
 export interface Frame {
   message: JsonRpcMessage;
@@ -274,7 +300,7 @@ export interface LegacyInit {
 export async function initializeLegacy(up: UpstreamConfig, protocolVersion: string, capabilities: JsonObject, clientInfo?: JsonObject): Promise<LegacyInit> {
   const msg: JsonRpcRequest = {
     jsonrpc: "2.0",
-    id: `portcullis-init-${crypto.randomUUID()}`,
+    id: upstreamRequestId(),
     method: "initialize",
     params: { protocolVersion, capabilities, clientInfo: clientInfo ?? { ...GATEWAY_INFO } },
   };
@@ -318,7 +344,7 @@ export function modernMeta(clientCapabilities: JsonObject, extra: JsonObject = {
 async function discoverModern(up: UpstreamConfig): Promise<JsonObject | null> {
   const msg: JsonRpcRequest = {
     jsonrpc: "2.0",
-    id: `portcullis-discover-${crypto.randomUUID()}`,
+    id: upstreamRequestId(),
     method: "server/discover",
     params: { _meta: modernMeta({}) },
   };

@@ -12,7 +12,9 @@ import type { Principal } from "../config/principal.ts";
 import { egressProblems } from "../egress/config-check.ts";
 import { upstreamsFor } from "../egress/credentials.ts";
 import type { Env } from "../env.ts";
+import { compiledPolicy } from "../governance/engine.ts";
 import { grantReachesUpstream } from "../governance/grant-scope.ts";
+import { PolicyError } from "../governance/policy.ts";
 import { isLoopbackRequest } from "../identity/auth.ts";
 import { ownUrlProblem } from "../identity/metadata.ts";
 import { jsonResponse } from "../wire/http.ts";
@@ -27,6 +29,13 @@ function currentConfig(env: Env): GatewayConfig {
   }
   if (cached && cached.text === text) return cached.config;
   const config = loadConfig(text, env as Record<string, unknown>);
+  // A policy that does not compile (CEL, globs, windows) refuses the config, every problem named.
+  try {
+    compiledPolicy(config);
+  } catch (e) {
+    if (e instanceof PolicyError) throw new ConfigError(e.problems);
+    throw e;
+  }
   cached = { text, config };
   return config;
 }

@@ -31,7 +31,6 @@ function bad(message: string, status = 400): Response {
   return jsonResponse({ error: "invalid_request", error_description: message }, status);
 }
 
-
 const signingOf = (cfg: GatewayConfig) => ({ secret: cfg.auth.signingKeySecret, gateway: canonicalUrl(cfg) });
 
 /** Mints a grant; the `grant.minted` record (never the token) is durable in the grant team's chain before the token is returned. */
@@ -43,7 +42,10 @@ export async function mintGrantRoute(req: Request, env: Env, cfg: GatewayConfig,
   const b = parsed.data;
   // An external identity provider's principals are its own: a minted grant never speaks for one.
   const foreign = cfg.auth.externalIssuers.find((e) => b.sub.startsWith(e.subPrefix));
-  if (foreign) return bad(`sub ${JSON.stringify(b.sub)} is in the principal space of ${foreign.issuer} (sub_prefix ${JSON.stringify(foreign.subPrefix)}): mint under another name`);
+  if (foreign)
+    return bad(
+      `sub ${JSON.stringify(b.sub)} is in the principal space of ${foreign.issuer} (sub_prefix ${JSON.stringify(foreign.subPrefix)}): mint under another name`,
+    );
   const ttl = b.ttl_seconds ?? Math.min(3600, cfg.auth.maxTokenLifetimeS);
   if (ttl > cfg.auth.maxTokenLifetimeS) return bad(`ttl_seconds exceeds the maximum lifetime (${cfg.auth.maxTokenLifetimeS})`);
   const keysP = signingKeys(env, cfg);

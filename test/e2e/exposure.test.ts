@@ -38,7 +38,13 @@ upstreams:
 `;
 
 const grant = async (origin: string, sub: string, roles: string[], tools: string[] = ["*"]) =>
-  (await mintGrant(await parseKeySet(jwk), { iss: origin, aud: origin, sub, team: "e2e", roles: roles as never, tools, ttlSeconds: 600 }, { maxLifetimeSeconds: 3600 })).token;
+  (
+    await mintGrant(
+      await parseKeySet(jwk),
+      { iss: origin, aud: origin, sub, team: "e2e", roles: roles as never, tools, ttlSeconds: 600 },
+      { maxLifetimeSeconds: 3600 },
+    )
+  ).token;
 
 const ping = JSON.stringify({
   jsonrpc: "2.0",
@@ -46,7 +52,12 @@ const ping = JSON.stringify({
   method: "tools/list",
   params: { _meta: { "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {} } },
 });
-const mcpHeaders = { "content-type": "application/json", accept: "application/json, text/event-stream", "mcp-protocol-version": "2026-07-28", "mcp-method": "tools/list" };
+const mcpHeaders = {
+  "content-type": "application/json",
+  accept: "application/json, text/event-stream",
+  "mcp-protocol-version": "2026-07-28",
+  "mcp-method": "tools/list",
+};
 
 beforeAll(async () => {
   jwk = JSON.stringify((await generateSigningKey("exposure-key")).privateJwk);
@@ -71,7 +82,12 @@ describe("a grant names one gateway", () => {
     // The forged Host: A is not B, and says so before looking at the token.
     const forged = await raw(a.url, "POST", { ...mcpHeaders, host: hostB, authorization: `Bearer ${forB}` }, ping);
     expect(forged.status).toBe(403);
-    const mintViaA = await raw(`${originA}/v1/grants`, "POST", { "content-type": "application/json", host: hostB, authorization: `Bearer ${forB}` }, JSON.stringify({ sub: "agent:x", roles: ["admin"] }));
+    const mintViaA = await raw(
+      `${originA}/v1/grants`,
+      "POST",
+      { "content-type": "application/json", host: hostB, authorization: `Bearer ${forB}` },
+      JSON.stringify({ sub: "agent:x", roles: ["admin"] }),
+    );
     expect(mintViaA.status).toBe(403);
     // Its own Host: the grant is for another gateway (401, naming how to mint for A).
     const plain = await raw(a.url, "POST", { ...mcpHeaders, host: new URL(originA).host, authorization: `Bearer ${forB}` }, ping);

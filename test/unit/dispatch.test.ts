@@ -78,7 +78,7 @@ const beta = mk("beta", "http://127.0.0.1:9002/beta", { deny: ["secret_*"] });
 const everyone: Principal = { sub: "agent:a", team: "t", roles: ["agent"], tools: null, authenticated: true };
 
 function ctx(upstreams: UpstreamConfig[], who: Principal = everyone, era: "legacy" | "modern" = "modern"): CallContext {
-  const cfg = { upstreams } as unknown as GatewayConfig;
+  const cfg = { upstreams, mode: "observe", unclassifiedReads: "block", policy: { rules: [] }, mappings: {}, agentTools: true } as unknown as GatewayConfig;
   const emitted: JsonObject[] = [];
   return {
     cfg,

@@ -17,6 +17,7 @@ import {
   type LegResult,
   NO_HALTS,
   NO_HOLDS,
+  NO_HISTORY,
   NO_LEDGER,
   NO_MAPPINGS,
   OPEN_POLICY,
@@ -67,6 +68,7 @@ function fakes(leg: LegResult | (() => Promise<LegResult>), over: Partial<Govern
     },
     mappings: NO_MAPPINGS,
     policy: {
+      ...OPEN_POLICY,
       version: "p1",
       decide: async () => {
         events.push("decide");
@@ -85,6 +87,7 @@ function fakes(leg: LegResult | (() => Promise<LegResult>), over: Partial<Govern
       },
       blocked: async (_c, r) => {
         events.push(`blocked:${r.check}`);
+        return `blocked-${events.length}`;
       },
     },
     upstream: {
@@ -94,6 +97,7 @@ function fakes(leg: LegResult | (() => Promise<LegResult>), over: Partial<Govern
         return typeof leg === "function" ? leg() : leg;
       },
     },
+    history: NO_HISTORY,
     clock: () => (t += 5),
     ...over,
   };
@@ -160,7 +164,9 @@ describe("governToolCall", () => {
     const real = await governToolCall(f.deps, call("alpha__do_it", {}, narrow));
     const ghost = await governToolCall(f.deps, call("alpha__no_such_tool", {}, narrow));
     expect(f.seen).toHaveLength(0);
-    expect(text(real)).toBe(text(ghost).replace("alpha__no_such_tool", "alpha__do_it"));
+    // The same refusal, but for the name and the id of its record.
+    const same = (a: typeof real) => text(a).replace(/decision: [^,)]+/, "decision: <id>");
+    expect(same(real)).toBe(same(ghost).replace("alpha__no_such_tool", "alpha__do_it"));
     expect(real.response.result?.isError).toBe(true);
     expect(f.events).toEqual(["blocked:grant", "blocked:grant"]);
   });
@@ -196,13 +202,17 @@ describe("governToolCall", () => {
 
   it("policy: deny in enforce mode refuses; deny in observe mode forwards; require_approval without holds refuses", async () => {
     const decide = (d: Partial<Decision>) => ({
+      ...OPEN_POLICY,
       version: "p",
       decide: async (): Promise<Decision> => ({ decision: "allow", rule: "r", reason: "because", obligations: [], mode: "enforce", policyVersion: "p", ...d }),
     });
     const deny = fakes(answered({ content: [] }), { policy: decide({ decision: "deny", reason: "no writes on Fridays" }) });
     expect(text(await governToolCall(deny.deps, call("alpha__do_it")))).toContain("no writes on Fridays");
     expect(deny.seen).toHaveLength(0);
-    const observe = fakes(answered({ content: [] }), { policy: decide({ decision: "deny", mode: "observe" }) });
+    // observe: the policy answers allow with what enforce would have done (policy.ts adjusts to the mode).
+    const observe = fakes(answered({ content: [] }), {
+      policy: decide({ decision: "allow", mode: "observe", wouldBlock: { rule: "r", reason: "no writes on Fridays", decision: "deny" } }),
+    });
     await governToolCall(observe.deps, call("alpha__do_it"));
     expect(observe.seen).toHaveLength(1);
     const approval = fakes(answered({ content: [] }), { policy: decide({ decision: "require_approval" }), holds: NO_HOLDS });
@@ -210,25 +220,49 @@ describe("governToolCall", () => {
     expect(approval.seen).toHaveLength(0);
   });
 
-  it("an obligation the gateway cannot apply holds the result back (the call ran; the outcome says so)", async () => {
-    const f = fakes(answered({ content: [{ type: "text", text: "secret rows" }] }), {
-      policy: {
-        version: "p",
-        decide: async () => ({
-          decision: "allow",
-          rule: "r",
-          reason: "ok",
-          obligations: [{ kind: "mask", path: "$.ssn" }],
-          mode: "enforce",
-          policyVersion: "p",
-        }),
-      },
-    });
+  const withObligations = (specs: string[], mode: "enforce" | "observe" = "enforce") => ({
+    ...OPEN_POLICY,
+    version: "p",
+    mode,
+    decide: async (): Promise<Decision> => ({
+      decision: "allow",
+      rule: "r",
+      reason: "ok",
+      obligations: specs.map((spec) => ({ kind: spec.split(":")[0]!, arg: spec.slice(spec.indexOf(":") + 1), spec })),
+      mode,
+      policyVersion: "p",
+    }),
+  });
+
+  it("an obligation the gateway does not know blocks the call before dispatch in enforce; observe forwards without applying it", async () => {
+    const f = fakes(answered({ content: [{ type: "text", text: "secret rows" }] }), { policy: withObligations(["unheard_of:$.ssn"]) });
+    const a = await governToolCall(f.deps, call("alpha__do_it"));
+    expect(f.seen).toHaveLength(0);
+    expect(f.events.at(-1)).toBe("blocked:obligation");
+    expect(text(a)).toContain("unheard_of:$.ssn");
+    const o = fakes(answered({ content: [{ type: "text", text: "rows" }] }), { policy: withObligations(["unheard_of:$.ssn"], "observe") });
+    const b = await governToolCall(o.deps, call("alpha__do_it"));
+    expect(o.seen).toHaveLength(1);
+    expect(text(b)).toBe("rows");
+  });
+
+  it("a result that cannot carry its obligation is held back (the call ran; the outcome says so)", async () => {
+    const f = fakes(answered({ content: [{ type: "text", text: "ssn 123-45-6789 in free text" }] }), { policy: withObligations(["mask:ssn"]) });
     const a = await governToolCall(f.deps, call("alpha__do_it"));
     expect(f.seen).toHaveLength(1);
     expect(f.events.at(-1)).toBe("outcome:failed");
-    expect(text(a)).toContain('cannot apply the obligation "mask"');
-    expect(JSON.stringify(a)).not.toContain("secret rows");
+    expect(a.response.result?.isError).toBe(true);
+    expect(JSON.stringify(a)).not.toContain("123-45-6789");
+  });
+
+  it("a mask applies to a JSON result, and shaping obligations are pushed down in _meta", async () => {
+    const f = fakes(answered({ content: [{ type: "text", text: JSON.stringify({ name: "ada", ssn: "123-45-6789" }) }] }), {
+      policy: withObligations(["mask:ssn"]),
+    });
+    const a = await governToolCall(f.deps, call("alpha__do_it"));
+    expect(JSON.stringify(a)).not.toContain("123-45-6789");
+    expect(JSON.parse(text(a))).toEqual({ name: "ada", ssn: "****" });
+    expect((f.seen[0]!.params!._meta as JsonObject)["portcullis/obligations"]).toEqual(["mask:ssn"]);
   });
 
   describe("fail closed: a step that throws refuses the call and the upstream sees nothing", () => {
@@ -242,17 +276,19 @@ describe("governToolCall", () => {
         "classify",
         {
           mappings: {
+            loaded: true,
             get: () => {
               throw new Error("bad mapping");
             },
           },
         },
       ],
-      ["policy", { policy: { version: "p", decide: boom } }],
+      ["policy", { policy: { ...OPEN_POLICY, version: "p", decide: boom } }],
       [
         "hold",
         {
           policy: {
+            ...OPEN_POLICY,
             version: "p",
             decide: async () => ({ decision: "require_approval", rule: "r", reason: "risky", obligations: [], mode: "enforce", policyVersion: "p" }),
           },

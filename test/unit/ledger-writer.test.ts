@@ -13,7 +13,7 @@ import type { Principal } from "../../src/config/principal.ts";
 import type { Env } from "../../src/env.ts";
 import { type GovernanceDeps, governToolCall, RECEIPT_META } from "../../src/governance/call.ts";
 import { catalogEntry } from "../../src/governance/catalog.ts";
-import { type LegResult, NO_HALTS, NO_HOLDS, NO_MAPPINGS, OPEN_POLICY, type ToolCall } from "../../src/governance/steps.ts";
+import { type LegResult, NO_HALTS, NO_HISTORY, NO_HOLDS, NO_MAPPINGS, OPEN_POLICY, type ToolCall } from "../../src/governance/steps.ts";
 import { chainEntries, EMPTY_HEAD, type Head } from "../../src/ledger/chain.ts";
 import { canonicalHash } from "../../src/wire/canonical.ts";
 import type { EntryDraft, LedgerEntry } from "../../src/ledger/records.ts";
@@ -75,6 +75,7 @@ async function run(faultAt: number, fault: Fault, args: JsonObject = { secret_ar
         return { kind: "answered", response: { jsonrpc: "2.0", id: 1, result: { content: [{ type: "text", text: "RESULT-XYZ" }] } }, status: 200 };
       },
     },
+    history: NO_HISTORY,
     clock: Date.now,
   };
   const call: ToolCall = {

@@ -128,12 +128,25 @@ describe("two identity providers, one sub", async () => {
       audience: portcullis${extraB}
 ${base}`;
   const token = (key: CryptoKey, kid: string, iss: string) =>
-    new SignJWT({}).setProtectedHeader({ alg: "RS256", kid }).setIssuer(iss).setAudience("portcullis").setSubject("alice").setIssuedAt().setExpirationTime("10m").sign(key);
+    new SignJWT({})
+      .setProtectedHeader({ alg: "RS256", kid })
+      .setIssuer(iss)
+      .setAudience("portcullis")
+      .setSubject("alice")
+      .setIssuedAt()
+      .setExpirationTime("10m")
+      .sign(key);
 
   it("gives each issuer's alice a principal of her own by default", async () => {
     const cfg = loadConfig(issuers(), { PORTCULLIS_ORIGIN: "http://127.0.0.1:8787" });
-    const a = await authenticate(req({ authorization: `Bearer ${await token(keyA.privateKey, "a", "https://idp-a.example.com")}` }), env, cfg, { ...opts, fetcher });
-    const b = await authenticate(req({ authorization: `Bearer ${await token(keyB.privateKey, "b", "https://idp-b.example.com/realms/x")}` }), env, cfg, { ...opts, fetcher });
+    const a = await authenticate(req({ authorization: `Bearer ${await token(keyA.privateKey, "a", "https://idp-a.example.com")}` }), env, cfg, {
+      ...opts,
+      fetcher,
+    });
+    const b = await authenticate(req({ authorization: `Bearer ${await token(keyB.privateKey, "b", "https://idp-b.example.com/realms/x")}` }), env, cfg, {
+      ...opts,
+      fetcher,
+    });
     expect(a.ok && b.ok).toBe(true);
     if (!a.ok || !b.ok) return;
     expect(a.principal.sub).toBe("oidc:idp-a.example.com:alice");
@@ -143,7 +156,17 @@ ${base}`;
     const store = env.SESSIONS.get(env.SESSIONS.idFromName(`session:${id}`)) as unknown as import("../../durable-objects/records.ts").SessionApi;
     const now = Date.now();
     expect(
-      await store.create({ v: 1, id, principal: a.principal.sub, protocolVersion: "2025-11-25", clientCapabilities: {}, upstreams: {}, createdAt: now, touchedAt: now, ttlS: 600 }),
+      await store.create({
+        v: 1,
+        id,
+        principal: a.principal.sub,
+        protocolVersion: "2025-11-25",
+        clientCapabilities: {},
+        upstreams: {},
+        createdAt: now,
+        touchedAt: now,
+        ttlS: 600,
+      }),
     ).toBe(true);
     expect(await store.open(b.principal.sub)).toBeNull();
     expect(await store.end(b.principal.sub)).toBeNull();
@@ -151,11 +174,11 @@ ${base}`;
   });
 
   it("refuses at load a config in which two issuers share a principal space", () => {
-    const same = () => loadConfig(issuers("\n      sub_prefix: \"sso:\"", "\n      sub_prefix: \"sso:\""), {});
+    const same = () => loadConfig(issuers('\n      sub_prefix: "sso:"', '\n      sub_prefix: "sso:"'), {});
     expect(same).toThrow(/map into the same principal space/);
-    const nested = () => loadConfig(issuers("\n      sub_prefix: \"sso:\"", "\n      sub_prefix: \"sso:eu:\""), {});
+    const nested = () => loadConfig(issuers('\n      sub_prefix: "sso:"', '\n      sub_prefix: "sso:eu:"'), {});
     expect(nested).toThrow(/map into the same principal space/);
-    expect(() => loadConfig(issuers("\n      sub_prefix: \"a:\"", "\n      sub_prefix: \"b:\""), {})).not.toThrow();
-    expect(() => loadConfig(issuers("\n      sub_prefix: \"\""), {})).toThrow();
+    expect(() => loadConfig(issuers('\n      sub_prefix: "a:"', '\n      sub_prefix: "b:"'), {})).not.toThrow();
+    expect(() => loadConfig(issuers('\n      sub_prefix: ""'), {})).toThrow();
   });
 });

@@ -1,7 +1,9 @@
 /**
  * Durable Object names (durable-objects/names.ts): every client-supplied id is format-checked
  * before it addresses an object (a malformed one addresses nothing), every name carries its
- * kind so names of different kinds never coincide (property test over adversarial ids), and,
+ * kind so names of different kinds never coincide within a namespace (property test over
+ * adversarial ids; `principal:<sub>` names three objects — credentials, tasks, history — in
+ * three namespaces), and,
  * through the Worker, a run id presented as `Mcp-Session-Id` or a session id presented as
  * `Portcullis-Run-Id` opens nothing of the other kind and leaves it byte-for-byte untouched.
  * The test config's upstreams point at a closed port; the caller is the loopback actor.
@@ -14,11 +16,13 @@ import {
   RUN_ID,
   SESSION_ID,
   credentialsObject,
+  historyObject,
   legObject,
   newSessionId,
   revocationObject,
   runObject,
   sessionObject,
+  taskObject,
 } from "../../durable-objects/names.ts";
 import type { SessionApi, SessionRecord } from "../../durable-objects/records.ts";
 
@@ -40,7 +44,28 @@ const tricky = fc.oneof(
 const upstreamName = fc.stringMatching(/^[a-z][a-z0-9-]{0,30}$/);
 const upstreamUrl = fc.webUrl().map((u) => new URL(u).href);
 
-type Kind = "session" | "run" | "leg" | "shard" | "principal";
+type Kind = "session" | "run" | "leg" | "shard" | "principal" | "tasks" | "history";
+/** The namespace (binding) each kind's objects live in: a name addresses an object only within its namespace. */
+const NAMESPACE: Record<Kind, string> = {
+  session: "SESSIONS",
+  run: "SESSIONS",
+  leg: "SESSIONS",
+  shard: "REVOCATIONS",
+  principal: "CREDENTIALS",
+  tasks: "TASKS",
+  history: "HISTORY",
+};
+const PREFIX: Record<Kind, string> = {
+  session: "session:",
+  run: "run:",
+  leg: "leg:",
+  shard: "shard-",
+  principal: "principal:",
+  tasks: "principal:",
+  history: "principal:",
+};
+/** Where an object is: its namespace and its name. */
+const addressOf = ([kind, name]: [Kind, string]) => `${NAMESPACE[kind]}\u0000${name}`;
 /** The name an object was addressed by, read off the stub (workerd keeps it on ids made with idFromName). */
 function nameOf(api: unknown): string {
   const name = (api as DurableObjectStub).id.name;
@@ -53,7 +78,13 @@ function namesOf(id: string, up: string, url: string): Array<[Kind, string]> {
   if (s) out.push(["session", nameOf(s)]);
   const r = runObject(env, id);
   if (r) out.push(["run", nameOf(r)]);
-  out.push(["leg", nameOf(legObject(env, id, up, url))], ["shard", nameOf(revocationObject(env, id))], ["principal", nameOf(credentialsObject(env, id))]);
+  out.push(
+    ["leg", nameOf(legObject(env, id, up, url))],
+    ["shard", nameOf(revocationObject(env, id))],
+    ["principal", nameOf(credentialsObject(env, id))],
+    ["tasks", nameOf(taskObject(env, id))],
+    ["history", nameOf(historyObject(env, id))],
+  );
   return out;
 }
 
@@ -84,6 +115,20 @@ describe("client-supplied ids are format-checked before they address an object",
   it("builds ids that are not client input into their own kind only", () => {
     expect(nameOf(legObject(env, "agent:a", "alpha", "http://127.0.0.1:9/mcp"))).toBe("leg:agent:a\u0000alpha\u0000http://127.0.0.1:9/mcp");
     expect(nameOf(credentialsObject(env, "agent:a"))).toBe("principal:agent:a");
+    expect(nameOf(taskObject(env, "agent:a"))).toBe("principal:agent:a");
+    // The same name in two namespaces is two objects: a principal's tasks never open its credentials.
+    expect(env.TASKS.idFromName("principal:agent:a").toString()).not.toBe(env.CREDENTIALS.idFromName("principal:agent:a").toString());
+    // Likewise a principal's history is a third object, in its own namespace.
+    expect(nameOf(historyObject(env, "agent:a"))).toBe("principal:agent:a");
+    const ids = ["HISTORY", "TASKS", "CREDENTIALS"].map((ns) => (env[ns] as DurableObjectNamespace).idFromName("principal:agent:a").toString());
+    expect(new Set(ids).size).toBe(3);
+    fc.assert(
+      fc.property(tricky, (sub) => {
+        expect(nameOf(taskObject(env, sub))).toBe(`principal:${sub}`);
+        expect(nameOf(historyObject(env, sub))).toBe(`principal:${sub}`);
+      }),
+      { numRuns: 300 },
+    );
     fc.assert(
       fc.property(tricky, (jti) => {
         const m = /^shard-(\d+)$/.exec(nameOf(revocationObject(env, jti)));
@@ -97,27 +142,27 @@ describe("client-supplied ids are format-checked before they address an object",
 });
 
 describe("names of different kinds never coincide", () => {
-  it("one id used as every kind at once gives one name per kind, each with its own prefix", () => {
+  it("one id used as every kind at once gives one object per kind, each name with its kind's prefix", () => {
     fc.assert(
       fc.property(tricky, upstreamName, upstreamUrl, (id, up, url) => {
         const names = namesOf(id, up, url);
-        expect(new Set(names.map(([, n]) => n)).size).toBe(names.length);
-        for (const [kind, n] of names) expect(n.startsWith(kind === "shard" ? "shard-" : `${kind}:`)).toBe(true);
+        expect(new Set(names.map(addressOf)).size).toBe(names.length);
+        for (const [kind, n] of names) expect(n.startsWith(PREFIX[kind])).toBe(true);
       }),
       { numRuns: 400 },
     );
   });
 
-  it("two ids give the same name only when they are the same kind and the same id (shards excepted: a shard holds many jtis)", () => {
+  it("two ids address the same object only when they are the same kind and the same id (shards excepted: a shard holds many jtis)", () => {
     const side = fc.record({ id: tricky, up: upstreamName, url: upstreamUrl });
     // Half the pairs share the id (as another kind, or with another upstream), where collisions would hide.
     const pair = fc.tuple(side, side, fc.boolean()).map(([a, b, same]) => [a, same ? { ...b, id: a.id } : b] as const);
     fc.assert(
       fc.property(pair, ([a, b]) => {
         const nb = new Map<string, Array<[Kind, string]>>();
-        for (const [kind, n] of namesOf(b.id, b.up, b.url)) nb.set(n, [...(nb.get(n) ?? []), [kind, n]]);
+        for (const e of namesOf(b.id, b.up, b.url)) nb.set(addressOf(e), [...(nb.get(addressOf(e)) ?? []), e]);
         for (const [kind, n] of namesOf(a.id, a.up, a.url)) {
-          for (const [kindB] of nb.get(n) ?? []) {
+          for (const [kindB] of nb.get(addressOf([kind, n])) ?? []) {
             expect(kindB).toBe(kind);
             if (kind === "leg") expect([a.id, a.up, a.url]).toEqual([b.id, b.up, b.url]);
             else if (kind !== "shard") expect(a.id).toBe(b.id);

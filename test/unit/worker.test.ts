@@ -70,12 +70,25 @@ describe("Worker front", () => {
       expect(r.status, host).toBe(403);
     }
     // allowed_hosts: gw.example.com (no port: the default port only).
-    const allowed = await SELF.fetch(`http://127.0.0.1/mcp`, { method: "POST", headers: { ...H, host: "gw.example.com", "mcp-session-id": "c".repeat(48) }, body: ping });
+    const allowed = await SELF.fetch(`http://127.0.0.1/mcp`, {
+      method: "POST",
+      headers: { ...H, host: "gw.example.com", "mcp-session-id": "c".repeat(48) },
+      body: ping,
+    });
     expect(allowed.status).toBe(404);
   });
 
   it("applies the Host check on every route, metadata and health included", async () => {
-    for (const path of ["/healthz", "/readyz", "/summary", "/.well-known/oauth-protected-resource", "/.well-known/oauth-protected-resource/mcp", "/.well-known/jwks.json", "/v1/ledger", "/nowhere"]) {
+    for (const path of [
+      "/healthz",
+      "/readyz",
+      "/summary",
+      "/.well-known/oauth-protected-resource",
+      "/.well-known/oauth-protected-resource/mcp",
+      "/.well-known/jwks.json",
+      "/v1/ledger",
+      "/nowhere",
+    ]) {
       const r = await SELF.fetch(`http://127.0.0.1${path}`, { headers: { host: "evil.example.com" } });
       expect(r.status, path).toBe(403);
     }
@@ -90,7 +103,9 @@ describe("Worker front", () => {
       expect(j.authorization_servers).toEqual(["http://127.0.0.1"]);
       expect(j.resource_documentation).toBe("http://127.0.0.1/summary");
     }
-    const root = (await (await SELF.fetch("http://127.0.0.1/.well-known/oauth-protected-resource", { headers: { host: "gw.example.com" } })).json()) as { resource: string };
+    const root = (await (await SELF.fetch("http://127.0.0.1/.well-known/oauth-protected-resource", { headers: { host: "gw.example.com" } })).json()) as {
+      resource: string;
+    };
     expect(root.resource).toBe("http://127.0.0.1");
     const challenge = (await SELF.fetch("http://127.0.0.1/v1/ledger", { headers: { host: "gw.example.com" } })).headers.get("www-authenticate");
     expect(challenge).toContain('resource_metadata="http://127.0.0.1/.well-known/oauth-protected-resource"');
@@ -137,11 +152,20 @@ describe("Worker front", () => {
   });
 
   it("/v1/* never runs as the unauthenticated actor, on loopback too", async () => {
-    const put = await SELF.fetch("http://127.0.0.1/v1/credentials/alpha", { method: "PUT", headers: { "content-type": "application/json" }, body: JSON.stringify({ token: "t0ken" }) });
+    const put = await SELF.fetch("http://127.0.0.1/v1/credentials/alpha", {
+      method: "PUT",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ token: "t0ken" }),
+    });
     expect(put.status).toBe(401);
     const del = await SELF.fetch("http://127.0.0.1/v1/credentials/alpha", { method: "DELETE" });
     expect(del.status).toBe(401);
-    for (const [method, path] of [["POST", "/v1/grants"], ["POST", "/v1/grants/abcdefgh12/revoke"], ["GET", "/v1/ledger"], ["GET", "/v1/ledger/export"]] as const) {
+    for (const [method, path] of [
+      ["POST", "/v1/grants"],
+      ["POST", "/v1/grants/abcdefgh12/revoke"],
+      ["GET", "/v1/ledger"],
+      ["GET", "/v1/ledger/export"],
+    ] as const) {
       expect((await SELF.fetch(`http://127.0.0.1${path}`, { method })).status, path).toBe(401);
     }
   });

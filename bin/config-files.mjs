@@ -1,0 +1,72 @@
+/**
+ * The files a config names, inlined for the Worker: `policy: <path>` becomes the parsed policy
+ * and `mappings_dir: <dir>` becomes `mappings: { <upstream>: <file> }` (one `<upstream>.yaml` per
+ * upstream), both relative to the config file — the Worker gets one self-contained config text
+ * (PORTCULLIS_CONFIG) and never reads files. Owns that resolution and its error messages. Must
+ * never: follow a path outside what the config names, or let a file that fails to parse through
+ * (every problem is reported, and the caller refuses to start).
+ */
+import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
+import { basename, dirname, extname, isAbsolute, resolve } from "node:path";
+import { parse, stringify } from "yaml";
+
+/** `text` with `policy`/`mappings_dir` files inlined; `problems` lists every file that could not be read or parsed. */
+export function inlineConfigFiles(text, configFile) {
+  const problems = [];
+  let doc;
+  try {
+    doc = parse(text, { uniqueKeys: true });
+  } catch {
+    // The config's own YAML errors are reported by loadConfig, with their position.
+    return { text, problems };
+  }
+  if (!doc || typeof doc !== "object" || Array.isArray(doc)) return { text, problems };
+  const base = dirname(resolve(configFile));
+  const at = (p) => (isAbsolute(p) ? p : resolve(base, p));
+  let changed = false;
+  if (typeof doc.policy === "string") {
+    const file = at(doc.policy);
+    const parsed = readYaml(file, `policy (${doc.policy})`, problems);
+    if (parsed !== undefined) {
+      // A policy file holds the policy section itself, or a document with a `policy:` key.
+      doc.policy = parsed && typeof parsed === "object" && !Array.isArray(parsed) && "policy" in parsed ? parsed.policy : parsed;
+      changed = true;
+    }
+  }
+  if (typeof doc.mappings_dir === "string") {
+    const dir = at(doc.mappings_dir);
+    if (!existsSync(dir) || !statSync(dir).isDirectory()) problems.push(`mappings_dir: ${doc.mappings_dir} is not a directory (relative to ${base})`);
+    else {
+      const names = new Set((Array.isArray(doc.upstreams) ? doc.upstreams : []).map((u) => u?.name));
+      const mappings = { ...(doc.mappings && typeof doc.mappings === "object" ? doc.mappings : {}) };
+      for (const f of readdirSync(dir).sort()) {
+        if (![".yaml", ".yml"].includes(extname(f))) continue;
+        const upstream = basename(f, extname(f));
+        // Starter mappings for upstreams this config does not front are simply not used.
+        if (!names.has(upstream)) continue;
+        const parsed = readYaml(resolve(dir, f), `mappings_dir: ${f}`, problems);
+        if (parsed !== undefined) mappings[upstream] = parsed;
+      }
+      delete doc.mappings_dir;
+      doc.mappings = mappings;
+      changed = true;
+    }
+  }
+  return { text: changed ? stringify(doc, { lineWidth: 0 }) : text, problems };
+}
+
+function readYaml(file, what, problems) {
+  let text;
+  try {
+    text = readFileSync(file, "utf8");
+  } catch {
+    problems.push(`${what}: cannot read ${file}`);
+    return undefined;
+  }
+  try {
+    return parse(text, { uniqueKeys: true }) ?? {};
+  } catch (e) {
+    problems.push(`${what}: ${String(e.message).split("\n")[0]}`);
+    return undefined;
+  }
+}

@@ -1,0 +1,190 @@
+/**
+ * The mapping schema (zod): what one `mappings/<upstream>.yaml` file may say about each of the
+ * upstream's tools — effect, verb, axes, permission, approval, magnitude, timeout, retry, pinned
+ * schema hash, how the ledger keeps the arguments, and a compensation kept verbatim for rollback —
+ * and the conversion of a parsed entry into the camelCase `ToolMapping` governance reads
+ * (the same shape as src/governance/steps.ts's `ToolMapping`; config cannot import governance, so
+ * the type is declared here and a unit test keeps the two assignable). `parseMappings` reads the
+ * config's inline `mappings: { <upstream>: <file contents> }` section and reports every problem at
+ * once, each with its path. Owns: field names, types, bounds, defaults and the load-time rules
+ * (retries only for read_only and idempotent tools). Must never: accept an unknown field, do I/O
+ * (reading the files is the loader's job), or interpret `compensation` (that is [R]'s).
+ */
+import { z } from "zod";
+import { isObject, type Json, type JsonObject } from "../wire/jsonrpc.ts";
+
+export type MappingEffect = "read_only" | "idempotent" | "reversible" | "irreversible";
+export const EFFECTS = ["read_only", "idempotent", "reversible", "irreversible"] as const satisfies readonly MappingEffect[];
+
+/** Effects a mapping may ask retries for: repeating them cannot do more than doing them once. */
+const RETRYABLE: ReadonlySet<MappingEffect> = new Set(["read_only", "idempotent"]);
+
+/** One tool's mapping as governance reads it (steps.ts `ToolMapping`, field for field). */
+export interface ToolMapping {
+  effect: MappingEffect;
+  verb?: string;
+  axes?: {
+    reversibility?: "reversible" | "compensable" | "irreversible";
+    blastRadius?: "single" | "scoped" | "systemic";
+    externality?: "internal" | "external";
+  };
+  permission?: string;
+  approval: "none" | "required";
+  /** The argument (dotted path) whose numeric value is the call's magnitude. */
+  magnitude?: { fromArg: string };
+  timeoutMs?: number;
+  retry?: { attempts: number; backoffMs: number };
+  /** Lowercase hex SHA-256 (governance/catalog.ts schemaHash) the mapping was reviewed against. */
+  schemaHash?: string;
+  arguments: "full" | "hashed" | "redacted";
+  compensation?: JsonObject;
+}
+
+const MAX_TIMEOUT_MS = 60 * 60_000;
+const MAX_BACKOFF_MS = 60_000;
+
+function durationMs(v: number | string): number {
+  if (typeof v === "number") return v;
+  const m = /^(\d+)(ms|s|m|h)$/.exec(v);
+  const n = Number(m?.[1] ?? Number.NaN);
+  const unit = m?.[2];
+  return unit === "ms" ? n : unit === "s" ? n * 1000 : unit === "m" ? n * 60_000 : n * 3_600_000;
+}
+
+function duration(maxMs: number) {
+  return z
+    .union([z.number().int().positive(), z.string().regex(/^\d+(ms|s|m|h)$/, 'use a number of milliseconds or a string such as "200ms", "30s", "2m"')])
+    .transform(durationMs)
+    .refine((ms) => ms > 0 && ms <= maxMs, `must be between 1 ms and ${maxMs >= 60_000 ? `${maxMs / 60_000} minutes` : `${maxMs} ms`}`);
+}
+
+/** `a.b.c`: segments without dots or whitespace (array indexes are plain segments: `items.0.amount`). */
+const DOTTED_PATH = /^[^.\s]+(\.[^.\s]+)*$/;
+
+/** Any JSON value (what YAML gives for a verbatim block such as `compensation`). */
+function isJson(v: unknown, depth = 0): v is Json {
+  if (depth > 64) return false;
+  if (v === null || typeof v === "string" || typeof v === "boolean") return true;
+  if (typeof v === "number") return Number.isFinite(v);
+  if (Array.isArray(v)) return v.every((x) => isJson(x, depth + 1));
+  if (isObject(v)) return Object.getPrototypeOf(v) === Object.prototype && Object.values(v).every((x) => isJson(x, depth + 1));
+  return false;
+}
+
+const jsonObject = z.custom<JsonObject>((v) => isObject(v) && isJson(v), "must be a mapping of plain JSON values");
+
+export const toolMappingSchema = z
+  .strictObject({
+    effect: z.enum(EFFECTS),
+    /** The action word policy and the banner show (e.g. `delete`). */
+    verb: z.string().min(1).max(64).optional(),
+    axes: z
+      .strictObject({
+        reversibility: z.enum(["reversible", "compensable", "irreversible"]).optional(),
+        blast_radius: z.enum(["single", "scoped", "systemic"]).optional(),
+        externality: z.enum(["internal", "external"]).optional(),
+      })
+      .optional(),
+    /** A permission name policy rules may require of the principal. */
+    permission: z.string().min(1).max(128).optional(),
+    approval: z.enum(["none", "required"]).default("none"),
+    magnitude: z.strictObject({ from_arg: z.string().regex(DOTTED_PATH, 'must be a dotted argument path such as "amount" or "order.total"') }).optional(),
+    timeout: duration(MAX_TIMEOUT_MS).optional(),
+    retry: z
+      .strictObject({
+        attempts: z.number().int().min(1).max(5),
+        backoff: duration(MAX_BACKOFF_MS).default(200),
+      })
+      .optional(),
+    schema_hash: z
+      .string()
+      .regex(/^[0-9a-fA-F]{64}$/, "must be the tool's schema hash: 64 hex digits (SHA-256)")
+      .transform((h) => h.toLowerCase())
+      .optional(),
+    arguments: z.enum(["full", "hashed", "redacted"]).default("hashed"),
+    /** Kept verbatim for rollback ([R]); not interpreted here. */
+    compensation: jsonObject.optional(),
+  })
+  .superRefine((m, ctx) => {
+    if (m.retry && !RETRYABLE.has(m.effect)) {
+      ctx.addIssue({ code: "custom", path: ["retry"], message: `retries only for read_only and idempotent tools (this tool's effect is ${m.effect})` });
+    }
+  });
+
+export const mappingFileSchema = z.strictObject({
+  tools: z.record(z.string().min(1, "a tool name cannot be empty").max(128, "tool names are at most 128 characters"), toolMappingSchema),
+});
+
+export type ParsedToolMapping = z.output<typeof toolMappingSchema>;
+export type ParsedMappingFile = z.output<typeof mappingFileSchema>;
+
+/** A parsed entry in the shape governance reads. */
+export function toToolMapping(parsed: ParsedToolMapping): ToolMapping {
+  const m: ToolMapping = { effect: parsed.effect, approval: parsed.approval, arguments: parsed.arguments };
+  if (parsed.verb !== undefined) m.verb = parsed.verb;
+  if (parsed.axes) {
+    const axes: NonNullable<ToolMapping["axes"]> = {};
+    if (parsed.axes.reversibility) axes.reversibility = parsed.axes.reversibility;
+    if (parsed.axes.blast_radius) axes.blastRadius = parsed.axes.blast_radius;
+    if (parsed.axes.externality) axes.externality = parsed.axes.externality;
+    m.axes = axes;
+  }
+  if (parsed.permission !== undefined) m.permission = parsed.permission;
+  if (parsed.magnitude) m.magnitude = { fromArg: parsed.magnitude.from_arg };
+  if (parsed.timeout !== undefined) m.timeoutMs = parsed.timeout;
+  if (parsed.retry) m.retry = { attempts: parsed.retry.attempts, backoffMs: parsed.retry.backoff };
+  if (parsed.schema_hash !== undefined) m.schemaHash = parsed.schema_hash;
+  if (parsed.compensation !== undefined) m.compensation = parsed.compensation;
+  return m;
+}
+
+/** Upstream names as the config allows them (schema.ts): the keys of the `mappings:` section. */
+const UPSTREAM_NAME = /^[a-z][a-z0-9-]{0,30}$/;
+const PLAIN_KEY = /^[A-Za-z_][A-Za-z0-9_-]*$/;
+
+/** `where` followed by the zod path: `.key` for plain keys, `["a.b"]` for others, `[0]` for indexes. */
+export function formatMappingPath(where: string, path: readonly PropertyKey[]): string {
+  const tail = path.map((p) => (typeof p === "number" ? `[${p}]` : PLAIN_KEY.test(String(p)) ? `.${String(p)}` : `[${JSON.stringify(String(p))}]`)).join("");
+  return `${where}${tail}`;
+}
+
+/**
+ * One mapping file's contents (already parsed from YAML) for the upstream it names. `where` prefixes
+ * each problem (`mappings/github.yaml`, or `mappings.github` for the inline section). An empty file
+ * (YAML null) is a problem: a mapping file with nothing in it is almost certainly a mistake.
+ */
+export function parseMappingFile(raw: unknown, where: string): { tools: Record<string, ToolMapping>; problems: string[] } {
+  const res = mappingFileSchema.safeParse(raw === null || raw === undefined ? undefined : raw);
+  if (!res.success) {
+    const problems = res.error.issues.map(
+      (i) => `${formatMappingPath(where, i.path)}: ${raw == null && i.path.length === 0 ? "is empty (expected `tools:`)" : i.message}`,
+    );
+    return { tools: {}, problems };
+  }
+  const tools: Record<string, ToolMapping> = Object.create(null);
+  for (const [name, entry] of Object.entries(res.data.tools)) tools[name] = toToolMapping(entry);
+  return { tools, problems: [] };
+}
+
+/**
+ * The config's inline `mappings:` section: `{ <upstream>: <file contents> }`. Every problem of every
+ * upstream is reported, each with its path (`mappings.github.tools.delete_file.retry: …`). Whether
+ * each key names a configured upstream is the loader's check (it knows the upstreams).
+ */
+export function parseMappings(raw: unknown): { mappings: Record<string, Record<string, ToolMapping>>; problems: string[] } {
+  const mappings: Record<string, Record<string, ToolMapping>> = Object.create(null);
+  if (raw === undefined || raw === null) return { mappings, problems: [] };
+  if (!isObject(raw)) return { mappings, problems: ["mappings: must be a mapping of upstream name to { tools: … }"] };
+  const problems: string[] = [];
+  for (const [upstream, contents] of Object.entries(raw)) {
+    const where = formatMappingPath("mappings", [upstream]);
+    if (!UPSTREAM_NAME.test(upstream)) {
+      problems.push(`${where}: "${upstream}" is not an upstream name (must match ^[a-z][a-z0-9-]{0,30}$)`);
+      continue;
+    }
+    const file = parseMappingFile(contents, where);
+    problems.push(...file.problems);
+    if (file.problems.length === 0) mappings[upstream] = file.tools;
+  }
+  return { mappings, problems };
+}

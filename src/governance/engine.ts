@@ -1,0 +1,75 @@
+/**
+ * The gateway's policy and mappings as the governed path is handed them: the config's policy
+ * compiled once per config (policy.ts; CEL conditions, globs and windows compiled at load) behind
+ * the `Policy` interface of steps.ts, and the config's mappings behind `Mappings`. Owns the
+ * translation from a call (DecisionInput) to the policy's facts. Must never: compile per request,
+ * or answer for a policy that failed to compile (compilation errors refuse the config at load).
+ */
+import type { GatewayConfig } from "../config/load.ts";
+import type { ToolMapping } from "../config/mapping-schema.ts";
+import type { Principal } from "../config/principal.ts";
+import { budgetLimits, type CompiledPolicy, compilePolicy, evaluate, historyQueries, listVerdict } from "./policy.ts";
+import type { Classification, DecisionInput, Mappings, Policy, Target } from "./steps.ts";
+
+const compiled = new WeakMap<object, CompiledPolicy>();
+const engines = new WeakMap<object, Policy>();
+const mapped = new WeakMap<object, Mappings>();
+
+/** The config's compiled policy (throws PolicyError naming every problem: the config is refused). */
+export function compiledPolicy(cfg: GatewayConfig): CompiledPolicy {
+  const key = cfg.policy as object;
+  let p = compiled.get(key);
+  if (!p) {
+    p = compilePolicy(cfg.policy, { mode: cfg.mode, unclassifiedReads: cfg.unclassifiedReads });
+    compiled.set(key, p);
+  }
+  return p;
+}
+
+function factsOf(input: Omit<DecisionInput, "history">) {
+  return {
+    principal: input.call.principal,
+    exposedName: input.call.exposedName,
+    upstream: input.target.upstream.name,
+    tool: input.target.tool.name,
+    arguments: input.call.arguments,
+    classification: input.classification,
+    mapping: input.mapping,
+    annotations: input.target.tool.annotations,
+    runId: input.call.runId,
+    now: input.now,
+  };
+}
+
+/** The policy of this config, as the governed path calls it. */
+export function policyEngine(cfg: GatewayConfig): Policy {
+  const key = cfg.policy as object;
+  const cached = engines.get(key);
+  if (cached) return cached;
+  const p = compiledPolicy(cfg);
+  const engine: Policy = {
+    version: p.version,
+    mode: p.mode,
+    queries: (input) => historyQueries(p, factsOf(input)),
+    decide: (input) => evaluate(p, { ...factsOf(input), history: input.history }),
+    limits: (call) => budgetLimits(p, call.principal, call.runId),
+    usesHistory: p.usesHistory,
+    listed: (principal: Principal, target: Target, classification: Classification) =>
+      listVerdict(p, { principal, exposedName: target.tool.exposedName, upstream: target.upstream.name, tool: target.tool.name, classification }) === "listed",
+  };
+  engines.set(key, engine);
+  return engine;
+}
+
+/** The config's mappings by upstream and upstream tool name. */
+export function mappingsOf(cfg: GatewayConfig): Mappings {
+  const key = cfg.mappings as object;
+  let m = mapped.get(key);
+  if (!m) {
+    const byUpstream = cfg.mappings;
+    const loaded = Object.values(byUpstream).some((t) => Object.keys(t).length > 0);
+    m = { loaded, get: (upstream: string, tool: string): ToolMapping | undefined => byUpstream[upstream]?.[tool] };
+    mapped.set(key, m);
+  }
+  return m;
+}

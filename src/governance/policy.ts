@@ -1,0 +1,556 @@
+/**
+ * The deterministic policy engine (issue 9, items 3–5 and 9): `compilePolicy` turns a validated
+ * `policy:` section into matchers compiled once (globs, CEL conditions, durations, windows,
+ * obligations; every problem at once as a `PolicyError`), `evaluate` decides one call from the
+ * facts it is handed, `historyQueries` says which history answers that needs, `listVerdict`
+ * whether `tools/list` shows a tool, and `budgetLimits` which call budgets apply. Preview is
+ * `evaluate` itself: it has no side effects. Must never: read storage, a clock or the network
+ * (history, `now` and the mapping are handed in), throw from `evaluate`, or let an error turn into
+ * "allow": a rule whose condition cannot be evaluated fails closed (it matches, as a deny).
+ *
+ * Semantics of `evaluate` (documented here because operators and the ledger rely on it):
+ * - A rule matches when every `match` field holds (globs over the exposed tool name, upstream,
+ *   principal and team; effect, blast radius, externality and reversibility of the
+ *   classification; any of the roles), its `window` holds at `now` (UTC; `outside: true`
+ *   inverts it; an overnight range such as 22:00-06:00 uses the day of `now`), its `magnitude`
+ *   threshold is exceeded (a tool whose mapping declares no `magnitude.from_arg` has none, so
+ *   the rule does not apply; a declared magnitude argument that is missing or not a number fails
+ *   closed), and its `when` condition is true (history answers missing from the snapshot fail
+ *   closed). Every matching rule is considered.
+ * - Rules without `mode: observe` decide: deny overrides require_approval overrides allow. The
+ *   decision names the first rule (in policy order) of the winning kind; its reason lists every
+ *   rule of that kind (`rule <id>: <reason>`). Obligations are those of every matching allow and
+ *   require_approval rule (an approved call keeps its masks), deduplicated, in rule order; a deny
+ *   carries none.
+ * - No deciding rule matches → the baseline: a mapped tool (classification.source "mapping") is
+ *   allowed, or require_approval when its mapping says `approval: required`; an unmapped one is
+ *   denied as unclassified — except with `unclassified_reads: observe` when its (untrusted)
+ *   annotations say `readOnlyHint: true` and not `destructiveHint: true`: allowed, `unverifiedRead`.
+ * - `mode: observe` rules never change the decision; the strongest of them that would block is
+ *   recorded in `wouldBlock` when it is stronger than the effective decision.
+ * - Gateway mode: `enforce` keeps the decision. `advise` and `observe` turn a deny or
+ *   require_approval into "allow" (so the call runs, nothing is held) and record what enforce
+ *   would have done in `wouldBlock` (the effective decision, or a stronger shadow rule);
+ *   `rule` stays the rule that would have blocked. `mode` is the gateway's mode — except for
+ *   facts so malformed that the policy cannot answer at all: that deny is applied in `enforce`
+ *   whatever the gateway mode (fail closed, DESIGN.md invariant 1).
+ * - `owner` is the owner of the deny rule that decided (before the mode relaxed it); shadow
+ *   rules and the baseline never set it (the grant's issuer is not known here).
+ */
+import { durationMs, type PolicyConfig, type PolicyRuleConfig, parseHours, parseObligation, RULE_ID } from "../config/policy-schema.ts";
+import type { Principal } from "../config/principal.ts";
+import { hasRole } from "../config/roles.ts";
+import { canonicalHash } from "../wire/canonical.ts";
+import { globMatch } from "../wire/glob.ts";
+import type { Json, JsonObject } from "../wire/jsonrpc.ts";
+import { type CelScope, type CompiledCondition, compileCondition, runCondition } from "./policy-cel.ts";
+import type { BudgetLimits, Classification, Decision, HistoryQuery, HistorySnapshot, Mode, Obligation, ToolMapping } from "./steps.ts";
+import { historyKey } from "./steps.ts";
+
+/** Everything one decision depends on, handed in by the governed path (or by preview). */
+export interface PolicyFacts {
+  principal: Principal;
+  exposedName: string;
+  upstream: string;
+  /** The upstream's own tool name. */
+  tool: string;
+  arguments: JsonObject | undefined;
+  classification: Classification;
+  mapping: ToolMapping | undefined;
+  /** The tool's annotations as its server sent them: untrusted hints. */
+  annotations: JsonObject | undefined;
+  runId: string | null;
+  /** Evaluation time, ms since the epoch. */
+  now: number;
+  /** Answers to `historyQueries(policy, facts)`. */
+  history: HistorySnapshot;
+}
+/** What `historyQueries` needs: the facts before history is fetched. */
+export type PreHistoryFacts = Omit<PolicyFacts, "history">;
+/** What `listVerdict` needs: no arguments, history or time (only unconditional rules hide a tool). */
+export type ListFacts = Pick<PolicyFacts, "principal" | "exposedName" | "upstream" | "tool" | "classification">;
+
+export class PolicyError extends Error {
+  readonly problems: string[];
+  constructor(problems: string[]) {
+    super(`invalid policy:\n${problems.map((p) => `  - ${p}`).join("\n")}`);
+    this.problems = problems;
+  }
+}
+
+type Verdict = "allow" | "deny" | "require_approval";
+type Pred = (s: string) => boolean;
+
+interface CompiledWindow {
+  /** Bit d set ⇔ UTC day d (0 = Sunday) is in the window. */
+  days: number;
+  hours: { start: number; end: number } | null;
+  outside: boolean;
+}
+interface RuleHistory {
+  count?: Extract<HistoryQuery, { kind: "count" }>;
+  total?: Extract<HistoryQuery, { kind: "total" }>;
+  succeeded?: Extract<HistoryQuery, { kind: "succeeded" }>;
+}
+/** One rule, compiled. Opaque to callers beyond its id. */
+export interface CompiledRule {
+  readonly id: string;
+  readonly decision: Verdict;
+  readonly reason: string;
+  readonly owner: string | undefined;
+  readonly obligations: readonly Obligation[];
+  readonly observe: boolean;
+  /** No when, history, magnitude or window: its match alone decides (listVerdict). */
+  readonly unconditional: boolean;
+  readonly tool: Pred | null;
+  readonly upstream: Pred | null;
+  readonly principal: Pred | null;
+  readonly team: Pred | null;
+  readonly roles: readonly string[] | null;
+  readonly effect: ReadonlySet<string> | null;
+  readonly blastRadius: ReadonlySet<string> | null;
+  readonly externality: ReadonlySet<string> | null;
+  readonly reversibility: ReadonlySet<string> | null;
+  readonly window: CompiledWindow | null;
+  readonly magnitudeOver: number | null;
+  readonly history: RuleHistory | null;
+  readonly historyQueries: readonly HistoryQuery[];
+  readonly when: CompiledCondition | null;
+}
+export interface CompiledPolicy {
+  /** SHA-256 hex of the RFC 8785 JSON of `{policy, mode, unclassified_reads}`. */
+  readonly version: string;
+  readonly mode: Mode;
+  readonly unclassifiedReads: "block" | "observe";
+  readonly rules: readonly CompiledRule[];
+  readonly budgets: { readonly runCalls?: number; readonly grantCalls?: number };
+  /** Whether admitted calls must be kept in history: some rule has a history query or a `rate_limit` obligation. */
+  readonly usesHistory: boolean;
+}
+
+const DAY_INDEX: Record<string, number> = { sun: 0, mon: 1, tue: 2, wed: 3, thu: 4, fri: 5, sat: 6 };
+const list = <T>(v: T | T[] | undefined): T[] | null => (v === undefined ? null : Array.isArray(v) ? v : [v]);
+
+/** Globs compiled to one predicate: `*` always, literal names by set lookup, the rest via wire/glob (compiled, cached). */
+function globs(v: string | string[] | undefined): Pred | null {
+  const all = list(v);
+  if (!all) return null;
+  if (all.includes("*")) return () => true;
+  const exact = new Set(all.filter((g) => !/[*?]/.test(g)));
+  const wild = all.filter((g) => /[*?]/.test(g));
+  for (const g of wild) globMatch(g, ""); // compile now, not on the first call
+  if (wild.length === 0) return (s) => exact.has(s);
+  return (s) => exact.has(s) || wild.some((g) => globMatch(g, s));
+}
+const set = (v: string | string[] | undefined): Set<string> | null => {
+  const all = list(v);
+  return all ? new Set(all) : null;
+};
+
+function compileRule(r: PolicyRuleConfig, at: string, problems: string[]): CompiledRule | null {
+  const before = problems.length;
+  if (typeof r.id !== "string" || !RULE_ID.test(r.id)) problems.push(`${at}.id: rule ids are letters, digits and _ . : -`);
+  if (typeof r.reason !== "string" || r.reason.length === 0) problems.push(`${at}.reason: a rule needs a reason the model can read`);
+  if (r.decision !== "allow" && r.decision !== "deny" && r.decision !== "require_approval")
+    problems.push(`${at}.decision: must be allow, deny or require_approval`);
+
+  const obligations: Obligation[] = [];
+  (r.obligations ?? []).forEach((spec, j) => {
+    const o = typeof spec === "string" ? parseObligation(spec) : { problem: "an obligation is a spec string" };
+    if ("problem" in o) problems.push(`${at}.obligations[${j}]: ${o.problem}`);
+    else obligations.push(o);
+  });
+
+  let window: CompiledWindow | null = null;
+  if (r.window) {
+    let days = 0;
+    for (const d of r.window.days ?? Object.keys(DAY_INDEX)) {
+      const i = DAY_INDEX[d];
+      if (i === undefined) problems.push(`${at}.window.days: unknown day "${d}"`);
+      else days |= 1 << i;
+    }
+    const hours = r.window.hours === undefined ? null : parseHours(r.window.hours);
+    if (r.window.hours !== undefined && !hours) problems.push(`${at}.window.hours: use "HH:MM-HH:MM" in UTC`);
+    window = { days, hours, outside: r.window.outside === true };
+  }
+
+  let history: RuleHistory | null = null;
+  const historyQueries: HistoryQuery[] = [];
+  if (r.history) {
+    history = {};
+    const within = (v: number | string, where: string): number => {
+      const ms = durationMs(v);
+      if (ms === null) problems.push(`${at}.history.${where}.within: not a duration`);
+      return ms ?? 0;
+    };
+    const h = r.history;
+    if (h.count) history.count = { kind: "count", tool: h.count.tool, withinMs: within(h.count.within, "count"), scope: h.count.scope ?? "principal" };
+    if (h.total)
+      history.total = { kind: "total", tool: h.total.tool, arg: h.total.arg, withinMs: within(h.total.within, "total"), scope: h.total.scope ?? "principal" };
+    if (h.succeeded) history.succeeded = { kind: "succeeded", tool: h.succeeded.tool, scope: "run" };
+    for (const q of [history.count, history.total, history.succeeded]) if (q) historyQueries.push(q);
+    if (historyQueries.length === 0) problems.push(`${at}.history: name at least one of count, total, succeeded`);
+  }
+
+  let when: CompiledCondition | null = null;
+  if (r.when !== undefined) {
+    const c = compileCondition(r.when);
+    if ("problem" in c) problems.push(`${at}.when: ${c.problem}`);
+    else {
+      when = c;
+      if (c.readsHistory && !history) problems.push(`${at}.when: reads history, but the rule declares no history query`);
+    }
+  }
+  if (history && !(when?.readsHistory ?? false) && r.when === undefined)
+    problems.push(`${at}.history: a history query needs a when condition that reads it (e.g. history.count >= 2)`);
+  else if (history && when && !when.readsHistory) problems.push(`${at}.history: the rule's when condition never reads history`);
+
+  const magnitudeOver = r.magnitude === undefined ? null : r.magnitude.over;
+  if (magnitudeOver !== null && !Number.isFinite(magnitudeOver)) problems.push(`${at}.magnitude.over: must be a finite number`);
+
+  if (problems.length > before) return null;
+  const m = r.match ?? {};
+  return {
+    id: r.id,
+    decision: r.decision,
+    reason: r.reason,
+    owner: r.owner,
+    obligations,
+    observe: r.mode === "observe",
+    unconditional: when === null && history === null && magnitudeOver === null && window === null,
+    tool: globs(m.tool),
+    upstream: globs(m.upstream),
+    principal: globs(m.principal),
+    team: globs(m.team),
+    roles: list(m.role),
+    effect: set(m.effect),
+    blastRadius: set(m.blast_radius),
+    externality: set(m.externality),
+    reversibility: set(m.reversibility),
+    window,
+    magnitudeOver,
+    history,
+    historyQueries,
+    when,
+  };
+}
+
+/** Compiles a validated policy once; every problem at once (PolicyError). */
+export function compilePolicy(cfg: PolicyConfig, opts: { mode: Mode; unclassifiedReads: "block" | "observe" }): CompiledPolicy {
+  const problems: string[] = [];
+  const rules: CompiledRule[] = [];
+  const seen = new Map<string, number>();
+  (cfg.rules ?? []).forEach((r, i) => {
+    const prev = seen.get(r.id);
+    if (prev !== undefined) problems.push(`policy.rules[${i}].id: duplicate rule id "${r.id}" (also rules[${prev}])`);
+    else seen.set(r.id, i);
+    const c = compileRule(r, `policy.rules[${i}]`, problems);
+    if (c) rules.push(c);
+  });
+  if (opts.mode !== "enforce" && opts.mode !== "advise" && opts.mode !== "observe") problems.push(`mode: must be enforce, advise or observe`);
+  if (opts.unclassifiedReads !== "block" && opts.unclassifiedReads !== "observe") problems.push(`unclassified_reads: must be block or observe`);
+  let version = "";
+  try {
+    version = canonicalHash({ policy: cfg as unknown as Json, mode: opts.mode, unclassified_reads: opts.unclassifiedReads });
+  } catch (e) {
+    problems.push(`policy: has no canonical JSON form (${(e as Error).message})`);
+  }
+  if (problems.length) throw new PolicyError(problems);
+  const budgets: { runCalls?: number; grantCalls?: number } = {};
+  if (cfg.budgets?.run) budgets.runCalls = cfg.budgets.run.calls;
+  if (cfg.budgets?.grant) budgets.grantCalls = cfg.budgets.grant.calls;
+  const usesHistory = rules.some((r) => r.historyQueries.length > 0 || r.obligations.some((o) => o.kind === "rate_limit"));
+  return { version, mode: opts.mode, unclassifiedReads: opts.unclassifiedReads, rules, budgets, usesHistory };
+}
+
+// ---- matching -----------------------------------------------------------------------------
+
+function staticMatch(r: CompiledRule, f: ListFacts): boolean {
+  if (r.tool && !r.tool(f.exposedName)) return false;
+  if (r.upstream && !r.upstream(f.upstream)) return false;
+  const c = f.classification;
+  if (r.effect && !r.effect.has(c.effect)) return false;
+  if (r.blastRadius && !r.blastRadius.has(c.blastRadius)) return false;
+  if (r.externality && !r.externality.has(c.axes.externality)) return false;
+  if (r.reversibility && !r.reversibility.has(c.axes.reversibility)) return false;
+  const p = f.principal;
+  if (r.principal && !r.principal(p.sub)) return false;
+  if (r.team && !r.team(p.team)) return false;
+  if (r.roles && !r.roles.some((role) => hasRole(p, role as Principal["roles"][number]))) return false;
+  return true;
+}
+
+/** Whether the rule's window holds at `now`; null when `now` is not a time (the rule then fails closed). */
+function inWindow(w: CompiledWindow, now: number): boolean | null {
+  if (!Number.isFinite(now)) return null;
+  const d = new Date(now);
+  const day = d.getUTCDay();
+  if (Number.isNaN(day)) return null;
+  let inside = (w.days & (1 << day)) !== 0;
+  if (inside && w.hours) {
+    const min = d.getUTCHours() * 60 + d.getUTCMinutes();
+    const { start, end } = w.hours;
+    inside = start < end ? min >= start && min < end : min >= start || min < end;
+  }
+  return w.outside ? !inside : inside;
+}
+
+function argAt(args: JsonObject | undefined, path: string): Json | undefined {
+  let v: Json | undefined = args;
+  for (const k of path.split(".")) {
+    if (v === null || typeof v !== "object" || Array.isArray(v) || !Object.hasOwn(v, k)) return undefined;
+    v = (v as JsonObject)[k];
+  }
+  return v;
+}
+const NUMERIC = /^-?\d+(\.\d+)?$/;
+
+/** The call's magnitude: null when the mapping declares none, an error when the argument is missing or not a number. */
+function magnitudeOf(f: PolicyFacts): number | null | { error: string } {
+  const from = f.mapping?.magnitude?.fromArg;
+  if (typeof from !== "string") return null;
+  const v = argAt(f.arguments, from);
+  if (typeof v === "number" && Number.isFinite(v)) return v;
+  if (typeof v === "string" && NUMERIC.test(v)) return Number(v);
+  return { error: v === undefined ? `the magnitude argument "${from}" is missing` : `the magnitude argument "${from}" is not a number` };
+}
+
+/** The rule's history answers as CEL sees them; an error when the snapshot lacks one. */
+function historyScope(h: RuleHistory, snap: HistorySnapshot): { ok: Record<string, unknown> } | { error: string } {
+  const out: Record<string, unknown> = {};
+  const answers = snap && typeof snap === "object" && snap.answers && typeof snap.answers === "object" ? snap.answers : {};
+  const get = (q: HistoryQuery): unknown => {
+    const k = historyKey(q);
+    return Object.hasOwn(answers, k) ? answers[k] : undefined;
+  };
+  if (h.count) {
+    const v = get(h.count);
+    if (typeof v !== "number" || !Number.isSafeInteger(v) || v < 0) return { error: `the history answer for count of "${h.count.tool}" is missing` };
+    out.count = BigInt(v);
+  }
+  if (h.total) {
+    const v = get(h.total);
+    if (typeof v !== "number" || !Number.isFinite(v))
+      return { error: `the history answer for the total of "${h.total.arg}" over "${h.total.tool}" is missing` };
+    out.total = v;
+  }
+  if (h.succeeded) {
+    const v = get(h.succeeded);
+    if (typeof v !== "boolean") return { error: `the history answer for whether "${h.succeeded.tool}" succeeded is missing` };
+    out.succeeded = v;
+  }
+  return { ok: out };
+}
+
+function baseScope(f: PolicyFacts): CelScope {
+  const c = f.classification;
+  const classification: Record<string, unknown> = {
+    effect: c.effect,
+    blast_radius: c.blastRadius,
+    reversibility: c.axes.reversibility,
+    externality: c.axes.externality,
+    source: c.source,
+  };
+  if (c.verb !== undefined) classification.verb = c.verb;
+  const p = f.principal;
+  return {
+    args: f.arguments ?? {},
+    principal: { sub: p.sub, team: p.team, roles: [...p.roles], tools: p.tools === null ? null : [...p.tools] },
+    tool: { name: f.tool, upstream: f.upstream, exposed: f.exposedName },
+    classification,
+    run: { id: f.runId },
+    now: new Date(f.now),
+    history: {},
+  };
+}
+
+interface Hit {
+  rule: CompiledRule;
+  decision: Verdict;
+  /** Text for the decision's reason. */
+  text: string;
+  failed: boolean;
+}
+
+/** Whether the rule applies to this call: true, false, or the error that makes it fail closed. */
+function applies(r: CompiledRule, f: PolicyFacts, scope: () => CelScope): boolean | { error: string } {
+  if (r.window) {
+    const w = inWindow(r.window, f.now);
+    if (w === null) return { error: "the evaluation time is not a valid time" };
+    if (!w) return false;
+  }
+  if (r.magnitudeOver !== null) {
+    const m = magnitudeOf(f);
+    if (m === null) return false;
+    if (typeof m === "object") return m;
+    if (!(m > r.magnitudeOver)) return false;
+  }
+  let hist: Record<string, unknown> | null = null;
+  if (r.history) {
+    const h = historyScope(r.history, f.history);
+    if ("error" in h) return h;
+    hist = h.ok;
+  }
+  if (!r.when) return true;
+  const s = scope();
+  return runCondition(r.when, hist ? { ...s, history: hist } : s);
+}
+
+const STRENGTH: Record<Verdict, number> = { allow: 0, require_approval: 1, deny: 2 };
+
+interface Effective {
+  decision: Verdict;
+  rule: string | null;
+  reason: string;
+  owner?: string;
+  unverifiedRead?: boolean;
+}
+
+function strongest(hits: Hit[]): Hit[] {
+  let best = -1;
+  for (const h of hits) best = Math.max(best, STRENGTH[h.decision]);
+  return hits.filter((h) => STRENGTH[h.decision] === best);
+}
+
+function fromHits(top: Hit[]): Effective {
+  const first = top[0]!;
+  const e: Effective = { decision: first.decision, rule: first.rule.id, reason: top.map((h) => h.text).join("; ") };
+  if (first.decision === "deny") {
+    const owner = top.find((h) => h.rule.owner !== undefined)?.rule.owner;
+    if (owner !== undefined) e.owner = owner;
+  }
+  return e;
+}
+
+function baseline(p: CompiledPolicy, f: PolicyFacts): Effective {
+  const c = f.classification;
+  const what = `${f.upstream}/${f.tool}`;
+  if (c.source === "mapping") {
+    if (f.mapping?.approval === "required")
+      return { decision: "require_approval", rule: null, reason: `no rule matched; the mapping of ${what} (${c.effect}) requires approval` };
+    return { decision: "allow", rule: null, reason: `no rule matched; ${what} is mapped (${c.effect}) and the baseline allows mapped tools` };
+  }
+  const a = f.annotations;
+  if (p.unclassifiedReads === "observe" && a && a.readOnlyHint === true && a.destructiveHint !== true)
+    return {
+      decision: "allow",
+      rule: null,
+      reason: `no rule matched; ${what} is unclassified (no mapping) but its server annotates it read-only, so it runs as an unverified read (unclassified_reads: observe)`,
+      unverifiedRead: true,
+    };
+  return {
+    decision: "deny",
+    rule: null,
+    reason: `no rule matched and ${what} is unclassified (no mapping; classified ${c.source} as ${c.effect}): unmapped tools are blocked — add a mapping for it or a rule that decides it`,
+  };
+}
+
+/** Decides one call. Pure, total and deterministic: the same facts give the same decision, and it never throws. */
+export function evaluate(p: CompiledPolicy, facts: PolicyFacts): Decision {
+  try {
+    return decide(p, facts);
+  } catch (e) {
+    // Unreachable for well-typed facts (every rule failure is a rule failing closed). Facts that
+    // cannot be read at all mean the policy cannot answer, which refuses the call in every gateway
+    // mode (DESIGN.md invariant 1): this one decision is applied in enforce whatever the mode.
+    const reason = `the policy could not be evaluated (${e instanceof Error ? e.message : String(e)}); the call is refused to fail closed`;
+    return { decision: "deny", rule: null, reason, obligations: [], mode: "enforce", policyVersion: p.version };
+  }
+}
+
+function decide(p: CompiledPolicy, f: PolicyFacts): Decision {
+  const hits: Hit[] = [];
+  const shadows: Hit[] = [];
+  let scope: CelScope | undefined;
+  const lazyScope = () => {
+    scope ??= baseScope(f);
+    return scope;
+  };
+  for (const r of p.rules) {
+    if (!staticMatch(r, f)) continue;
+    const a = applies(r, f, lazyScope);
+    if (a === false) continue;
+    const failed = a !== true;
+    const hit: Hit = failed
+      ? { rule: r, decision: "deny", failed, text: `rule ${r.id} failed closed: ${a.error} (it is treated as a deny)` }
+      : { rule: r, decision: r.decision, failed, text: `rule ${r.id}: ${r.reason}` };
+    (r.observe ? shadows : hits).push(hit);
+  }
+
+  const top = strongest(hits);
+  const effective = top.length ? fromHits(top) : baseline(p, f);
+
+  const obligations: Obligation[] = [];
+  if (effective.decision !== "deny" || p.mode !== "enforce") {
+    const seen = new Set<string>();
+    for (const h of hits)
+      if (h.decision !== "deny")
+        for (const o of h.rule.obligations)
+          if (!seen.has(o.spec)) {
+            seen.add(o.spec);
+            obligations.push(o);
+          }
+  }
+
+  // What enforce would do: the effective decision, or a stronger shadow rule.
+  let wouldBlock: Decision["wouldBlock"];
+  const shadowTop = strongest(shadows.filter((h) => h.decision !== "allow"));
+  const shadow = shadowTop.length ? fromHits(shadowTop) : null;
+  if (shadow && STRENGTH[shadow.decision] > STRENGTH[effective.decision])
+    wouldBlock = { rule: shadow.rule, reason: `shadowing (mode: observe) ${shadow.reason}`, decision: shadow.decision as "deny" | "require_approval" };
+  else if (effective.decision !== "allow" && p.mode !== "enforce")
+    wouldBlock = { rule: effective.rule, reason: effective.reason, decision: effective.decision };
+
+  const relaxed = p.mode !== "enforce" && effective.decision !== "allow";
+  const d: Decision = {
+    decision: relaxed ? "allow" : effective.decision,
+    rule: effective.rule,
+    reason: relaxed ? `allowed in ${p.mode} mode; enforce would ${effective.decision === "deny" ? "deny" : "hold"} it: ${effective.reason}` : effective.reason,
+    obligations,
+    mode: p.mode,
+    policyVersion: p.version,
+  };
+  if (wouldBlock) d.wouldBlock = wouldBlock;
+  if (effective.owner !== undefined) d.owner = effective.owner;
+  if (effective.unverifiedRead) d.unverifiedRead = true;
+  return d;
+}
+
+/** The history queries of the rules that could apply to this call (deduplicated; empty when none has history). */
+export function historyQueries(p: CompiledPolicy, facts: PreHistoryFacts): HistoryQuery[] {
+  const out = new Map<string, HistoryQuery>();
+  for (const r of p.rules) {
+    if (r.historyQueries.length === 0 || !staticMatch(r, facts)) continue;
+    if (r.window && inWindow(r.window, facts.now) === false) continue;
+    for (const q of r.historyQueries) out.set(historyKey(q), q);
+  }
+  return [...out.values()];
+}
+
+/**
+ * Whether `tools/list` shows the tool to this principal: hidden only in enforce, when a deciding
+ * (not observe) rule with no when, history, magnitude or window matches it and denies — a deny
+ * nothing about the call can change. Anything that depends on arguments, history or time is
+ * listed and decided at call time; so are unmapped tools (the baseline decides them per call).
+ */
+export function listVerdict(p: CompiledPolicy, facts: ListFacts): "hidden" | "listed" {
+  if (p.mode !== "enforce") return "listed";
+  for (const r of p.rules) if (r.unconditional && !r.observe && r.decision === "deny" && staticMatch(r, facts)) return "hidden";
+  return "listed";
+}
+
+/**
+ * The call budgets for this principal and run: calls per grant (the policy's `budgets.grant.calls`
+ * and the grant's own `budget.calls` claim — the smaller wins) and calls per run (the policy's
+ * `budgets.run.calls`, only when the call belongs to a run: without one there is nothing to count).
+ */
+export function budgetLimits(p: CompiledPolicy, principal: Principal, runId: string | null): BudgetLimits {
+  const out: BudgetLimits = {};
+  const claim = principal.budget?.calls;
+  const grant = [p.budgets.grantCalls, typeof claim === "number" && Number.isFinite(claim) && claim >= 0 ? Math.floor(claim) : undefined].filter(
+    (v): v is number => v !== undefined,
+  );
+  if (grant.length) out.grantCalls = Math.min(...grant);
+  if (runId !== null && p.budgets.runCalls !== undefined) out.runCalls = p.budgets.runCalls;
+  return out;
+}
