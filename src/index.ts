@@ -15,6 +15,7 @@ import { type AppEnv, gate } from "./routes/gate.ts";
 import { mintGrantRoute, revokeGrantRoute } from "./routes/grants.ts";
 import { exportRoute, searchRoute, traceRoute } from "./routes/ledger.ts";
 import { mcpRoutes } from "./routes/mcp.ts";
+import { previewRoute } from "./routes/preview.ts";
 import { operatorMcp } from "./routes/operator.ts";
 import { jsonResponse } from "./wire/http.ts";
 
@@ -67,6 +68,11 @@ app.post("/v1/grants", admin, (c) => mintGrantRoute(c.req.raw, c.env, c.var.cfg,
 app.post("/v1/grants/:jti/revoke", admin, (c) => revokeGrantRoute(c.req.raw, c.env, c.var.cfg, c.req.param("jti"), c.var.principal));
 app.put("/v1/credentials/:upstream", agent, (c) => putCredentialRoute(c.req.raw, c.env, c.var.cfg, c.var.principal, c.req.param("upstream")));
 app.delete("/v1/credentials/:upstream", agent, (c) => deleteCredentialRoute(c.env, c.var.cfg, c.var.principal, c.req.param("upstream")));
+
+// What a call would get (the caller's own grant; operator/admin: any principal). Executes nothing.
+app.post("/v1/preview", gate({ path: "/", role: ["agent", "approver", "operator", "admin"], allowActor: false }), (c) =>
+  previewRoute(c.req.raw, c.env, c.var.cfg, c.var.principal),
+);
 
 app.get("/v1/ledger", auditor, (c) => searchRoute(c.env, c.var.principal, new URL(c.req.url).searchParams));
 app.get("/v1/ledger/export", auditor, (c) => exportRoute(c.env, c.var.principal, c.req.query("team") ?? null, canonicalUrl(c.var.cfg)));

@@ -54,6 +54,7 @@ export function policyEngine(cfg: GatewayConfig): Policy {
     decide: (input) => evaluate(p, { ...factsOf(input), history: input.history }),
     limits: (call) => budgetLimits(p, call.principal, call.runId),
     usesHistory: p.usesHistory,
+    mayHide: p.mode === "enforce" && p.rules.some((r) => r.unconditional && !r.observe && r.decision === "deny"),
     listed: (principal: Principal, target: Target, classification: Classification) =>
       listVerdict(p, { principal, exposedName: target.tool.exposedName, upstream: target.upstream.name, tool: target.tool.name, classification }) === "listed",
   };

@@ -170,6 +170,8 @@ export interface Policy {
   limits(call: ToolCall): BudgetLimits;
   /** Whether admitted calls must be kept in history (history rules or rate limits exist). */
   readonly usesHistory: boolean;
+  /** Whether any rule could hide a tool from a list (an unconditional deny in enforce): lists skip classifying otherwise. */
+  readonly mayHide: boolean;
   /** Whether tools/list shows this tool to this principal (false only for an unconditional deny). */
   listed(principal: Principal, target: Target, classification: Classification): boolean;
 }
@@ -181,6 +183,7 @@ export const OPEN_POLICY: Policy = {
   decide: () => ({ decision: "allow", rule: null, reason: "no policy is configured", obligations: [], mode: "enforce", policyVersion: "none" }),
   limits: () => ({}),
   usesHistory: false,
+  mayHide: false,
   listed: () => true,
 };
 

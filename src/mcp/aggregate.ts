@@ -3,8 +3,9 @@
  * across every configured upstream, with exposed names and grant/allow-deny filtering.
  * Owns: paging through each upstream (the page walk skills/list shares, see skills.ts), renaming,
  * filtering, the modern caching hints, and handing every complete tools/list to the tool
- * catalog (catalog.ts) so tools/call resolves from what was listed. Must never: touch any field of a tool, prompt or resource other than its name/uri
- * (schemas pass verbatim), or list a tool the caller cannot call.
+ * catalog (catalog.ts) so tools/call resolves from what was listed; hiding what policy denies
+ * unconditionally, and adding the gateway's agent tools. Must never: touch any field of a tool,
+ * prompt or resource other than its name/uri (schemas pass verbatim), or list a tool the caller cannot call.
  */
 import type { UpstreamConfig } from "../config/load.ts";
 import type { CallContext, Outcome } from "./context.ts";
@@ -14,6 +15,10 @@ import { grantAllowsTool, grantReachesUpstream } from "../governance/grant-scope
 import { exposeName, exposeUri } from "./names.ts";
 import { toolAllowed } from "../governance/grant-scope.ts";
 import { rememberTools } from "./catalog.ts";
+import { agentTools } from "./agent-tools.ts";
+import { catalogEntry } from "../governance/catalog.ts";
+import { classifyTool } from "../governance/classify.ts";
+import { mappingsOf, policyEngine } from "../governance/engine.ts";
 
 type ListKind = { method: string; key: string; capability: string };
 export const LISTS: Record<string, ListKind> = {
@@ -29,6 +34,7 @@ function renameItem(ctx: CallContext, kind: ListKind, up: UpstreamConfig, item: 
     if (typeof item.name !== "string" || !toolAllowed(up, item.name)) return null;
     const exposed = exposeName(up, item.name);
     if (!grantAllowsTool(ctx.principal, exposed)) return null;
+    if (!policyLists(ctx, up, item, exposed)) return null;
     return exposed === item.name ? item : { ...item, name: exposed };
   }
   if (!grantReachesUpstream(ctx.principal, up)) return null;
@@ -37,6 +43,27 @@ function renameItem(ctx: CallContext, kind: ListKind, up: UpstreamConfig, item: 
   if (kind.key === "resources" && typeof item.uri === "string") return { ...item, uri: exposeUri(up, item.uri) };
   if (kind.key === "resourceTemplates" && typeof item.uriTemplate === "string") return { ...item, uriTemplate: exposeUri(up, item.uriTemplate) };
   return item;
+}
+
+/**
+ * Lists follow policy: a tool the policy denies this caller unconditionally (a deny rule with no
+ * condition, history, magnitude or window, in enforce) is not listed; anything whose outcome
+ * depends on the call is listed and decided at call time. Classified only when the policy can hide.
+ */
+function policyLists(ctx: CallContext, up: UpstreamConfig, item: JsonObject, exposed: string): boolean {
+  const policy = policyEngine(ctx.cfg);
+  if (!policy.mayHide) return true;
+  const tool = catalogEntry(item, exposed);
+  if (!tool) return true;
+  const target = { upstream: up, tool };
+  return policy.listed(ctx.principal, target, classifyTool(target, mappingsOf(ctx.cfg)));
+}
+
+/** The gateway's agent tools go at the end of a complete tools/list (the last page). */
+function withAgentTools(ctx: CallContext, kind: ListKind, items: Json[], lastPage: boolean): Json[] {
+  if (kind.key !== "tools" || !lastPage) return items;
+  const own = agentTools(ctx.cfg);
+  return own.length ? [...items, ...own] : items;
 }
 
 export function stampCache(ctx: CallContext, result: JsonObject, ttls: number[], scopes: string[]): JsonObject {
@@ -121,8 +148,9 @@ export async function aggregateList(ctx: CallContext, msg: JsonRpcRequest): Prom
     const listed = r[kind.key] as Json[];
     if (kind.key === "tools" && typeof msg.params?.cursor !== "string" && (typeof r.nextCursor !== "string" || r.nextCursor === ""))
       rememberTools(ctx, up, listed);
-    const items = listed.map((i) => renameItem(ctx, kind, up, i)).filter((i): i is Json => i !== null);
-    if (kind.key === "tools") recordListing(ctx, [[up, listed]], items);
+    const filtered = listed.map((i) => renameItem(ctx, kind, up, i)).filter((i): i is Json => i !== null);
+    if (kind.key === "tools") recordListing(ctx, [[up, listed]], filtered);
+    const items = withAgentTools(ctx, kind, filtered, typeof r.nextCursor !== "string" || r.nextCursor === "");
     const ttls = typeof r.ttlMs === "number" ? [r.ttlMs] : [];
     const scopes = typeof r.cacheScope === "string" ? [r.cacheScope] : [];
     return { ...out, response: { ...out.response, result: stampCache(ctx, { ...r, [kind.key]: items }, ttls, scopes) } };
@@ -160,6 +188,6 @@ export async function aggregateList(ctx: CallContext, msg: JsonRpcRequest): Prom
       perUpstream.map((p) => [p.up, p.raw] as const),
       items,
     );
-  const result: JsonObject = { [kind.key]: items };
+  const result: JsonObject = { [kind.key]: withAgentTools(ctx, kind, items, true) };
   return { response: { jsonrpc: "2.0", id: msg.id, result: stampCache(ctx, result, ttls, scopes) }, status: 200 };
 }

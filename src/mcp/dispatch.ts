@@ -9,7 +9,7 @@
  * does not own it, or forward a task-addressed request for a task the caller does not own.
  */
 import type { UpstreamConfig } from "../config/load.ts";
-import { type GovernanceDeps, governedPassThrough, governToolCall } from "../governance/call.ts";
+import { type GovernanceDeps, governedPassThrough, governToolCall, previewToolCall } from "../governance/call.ts";
 import { mappingsOf, policyEngine } from "../governance/engine.ts";
 import { type HistoryStore, NO_HALTS, NO_HOLDS, type ToolCall } from "../governance/steps.ts";
 import { toolCatalog } from "./catalog.ts";
@@ -21,6 +21,7 @@ import { ErrorCode, type JsonObject, type JsonRpcRequest, errorResponse, isObjec
 import { exposeHandle, splitHandle, splitName, splitUri } from "./names.ts";
 import { directoryRead, skillsGet, skillsList } from "./skills.ts";
 import { forOwnerOnly, ownTasksOnly, recordCreatedTasks, unknownTask } from "./task-owners.ts";
+import { PREVIEW_TOOL_NAME, previewArgs } from "./agent-tools.ts";
 
 function fail(msg: JsonRpcRequest, code: number, message: string, status = 200, data?: JsonObject): Outcome {
   return { response: errorResponse(msg.id, code, message, data), status };
@@ -88,10 +89,20 @@ function toolCallOf(ctx: CallContext, msg: JsonRpcRequest, exposedName: string):
   };
 }
 
+/** `portcullis.preview_impact` (agent_tools): the governed path's verdict for the caller's own call; nothing runs. */
+async function previewImpact(ctx: CallContext, msg: JsonRpcRequest): Promise<Outcome> {
+  const args = previewArgs(msg.params?.arguments);
+  if (typeof args === "string") return ok(msg, { content: [{ type: "text", text: `portcullis.preview_impact: ${args}` }], isError: true });
+  const call = toolCallOf(ctx, { ...msg, params: { name: args.name, ...(args.arguments ? { arguments: args.arguments } : {}) } }, args.name);
+  const preview = await previewToolCall(governance(ctx), { ...call, arguments: args.arguments });
+  return ok(msg, { content: [{ type: "text", text: JSON.stringify(preview) }], structuredContent: preview as unknown as JsonObject });
+}
+
 /** tools/call: the governed path (src/governance/call.ts) owns every step from resolve to answer. */
 async function toolsCall(ctx: CallContext, msg: JsonRpcRequest): Promise<Outcome> {
   const name = msg.params?.name;
   if (typeof name !== "string") return fail(msg, ErrorCode.InvalidParams, "Invalid params: tools/call needs a string name", ctx.era === "modern" ? 400 : 200);
+  if (name === PREVIEW_TOOL_NAME && ctx.cfg.agentTools) return previewImpact(ctx, msg);
   const answer = await governToolCall(governance(ctx), toolCallOf(ctx, msg, name));
   const target = splitName(ctx.cfg.upstreams, name);
   return target ? exposeTask(target.up, answer) : answer;

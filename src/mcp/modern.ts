@@ -78,7 +78,13 @@ export function checkModernRequest(req: Request, msg: JsonRpcRequest | { method:
   return null;
 }
 
-function modernContext(fc: FrontContext, req: Request, msg: JsonRpcRequest, runId: string | null, emit: (m: JsonRpcMessage) => Promise<void>): CallContext {
+export function modernContext(
+  fc: FrontContext,
+  req: Request,
+  msg: JsonRpcRequest,
+  runId: string | null,
+  emit: (m: JsonRpcMessage) => Promise<void>,
+): CallContext {
   const meta = isObject(msg.params?._meta) ? msg.params._meta : {};
   const rawLevel = meta[META.logLevel];
   const logLevel = typeof rawLevel === "string" ? rawLevel : undefined;

@@ -15,6 +15,8 @@ export interface OperatorContext {
   principal: Principal;
   /** The gateway's canonical URL. */
   gateway: string;
+  /** The operator's request (previews build a call context from it). */
+  req: Request;
 }
 
 export interface OperatorTool {

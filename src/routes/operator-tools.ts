@@ -8,6 +8,7 @@ import { revokeGrant } from "./grants.ts";
 import { searchRoute, traceRoute } from "./ledger.ts";
 import type { JsonObject } from "../wire/jsonrpc.ts";
 import { registerOperatorTool } from "./operator-registry.ts";
+import { previewAs, previewBody, previewPrincipal } from "./preview.ts";
 
 registerOperatorTool({
   name: "portcullis.whoami",
@@ -88,4 +89,39 @@ registerOperatorTool({
   inputSchema: { type: "object", properties: { id: { type: "string" }, team: { type: "string" } }, required: ["id"], additionalProperties: false },
   roles: ["auditor", "admin"],
   run: async (args, { env, principal }) => fromRoute(await traceRoute(env, principal, String(args.id), typeof args.team === "string" ? args.team : null)),
+});
+
+registerOperatorTool({
+  name: "portcullis.preview_impact",
+  description:
+    "Would this principal's tool call be allowed, held or blocked — by which check or rule, with which obligations? Executes nothing and records nothing. Without `principal`, previews for the calling grant.",
+  inputSchema: {
+    type: "object",
+    properties: {
+      name: { type: "string", description: "the exposed tool name" },
+      arguments: { type: "object" },
+      principal: {
+        type: "object",
+        properties: {
+          sub: { type: "string" },
+          team: { type: "string" },
+          roles: { type: "array", items: { type: "string" } },
+          tools: { type: "array", items: { type: "string" } },
+        },
+        required: ["sub"],
+        additionalProperties: false,
+      },
+    },
+    required: ["name"],
+    additionalProperties: false,
+  },
+  roles: ["approver", "operator", "admin"],
+  run: async (args, { env, cfg, principal, req }) => {
+    const parsed = previewBody.safeParse(args);
+    if (!parsed.success) throw new Error(parsed.error.issues.map((i) => `${i.path.join(".") || "(arguments)"}: ${i.message}`).join("; "));
+    const who = previewPrincipal(principal, parsed.data.principal);
+    if (typeof who === "string") throw new Error(who);
+    const preview = await previewAs(env, cfg, req, who, parsed.data.name, parsed.data.arguments as JsonObject | undefined);
+    return { principal: who.sub, ...preview } as unknown as JsonObject;
+  },
 });

@@ -63,7 +63,7 @@ export async function operatorMcp(req: Request, env: Env, cfg: GatewayConfig, pr
       if (!tool) return jsonResponse(errorResponse(msg.id, ErrorCode.InvalidParams, `Unknown tool: ${String(name)}`));
       const args = isObject(msg.params?.arguments) ? msg.params.arguments : {};
       try {
-        const out = await tool.run(args, { env, cfg, principal, gateway: canonicalUrl(cfg) });
+        const out = await tool.run(args, { env, cfg, principal, gateway: canonicalUrl(cfg), req });
         return ok({ content: [{ type: "text", text: JSON.stringify(out) }], structuredContent: out });
       } catch (e) {
         return ok({ content: [{ type: "text", text: `${tool.name} failed: ${(e as Error).message}` }], isError: true });

@@ -48,8 +48,15 @@ for (const mode of ["legacy", { pin: "2026-07-28" }] as Mode[]) {
     it("two agents with different globs see different tools, prompts and resources", async () => {
       const a = await connect(mode, tokenA);
       const b = await connect(mode, tokenB);
-      const ta = (await a.client.listTools()).tools.map((t) => t.name);
-      const tb = (await b.client.listTools()).tools.map((t) => t.name).sort();
+      // The gateway's own agent tool (gateway.agent_tools) is offered to every grant; upstream tools follow the globs.
+      const all = (await a.client.listTools()).tools.map((t) => t.name);
+      expect(all.at(-1)).toBe("portcullis.preview_impact");
+      const upstreamOnly = (n: string) => !n.startsWith("portcullis.");
+      const ta = all.filter(upstreamOnly);
+      const tb = (await b.client.listTools()).tools
+        .map((t) => t.name)
+        .filter(upstreamOnly)
+        .sort();
       expect(ta.length).toBeGreaterThan(3);
       expect(ta.every((n) => n.startsWith("everything__"))).toBe(true);
       expect(tb).toEqual(["conf__test_echo_headers", "conf__test_simple_text", "modern__ask_model", "modern__ask_name", "modern__ask_roots", "modern__bump"]);
