@@ -184,7 +184,8 @@ async function decideCall(deps: GovernanceDeps, call: ToolCall): Promise<Verdict
   if (decision.decision === "deny") {
     return {
       kind: "refused",
-      refusal: { check: "policy", reason: decision.reason, rule: decision.rule, ...(decision.owner ? { owner: decision.owner } : {}) },
+      // The check that refused: a policy rule, or the baseline (no rule matched: an unclassified tool).
+      refusal: { check: decision.rule ? "rule" : "baseline", reason: decision.reason, rule: decision.rule, ...(decision.owner ? { owner: decision.owner } : {}) },
     };
   }
   const rateQueries = obligationQueries(decision.obligations, call.exposedName);

@@ -108,11 +108,11 @@ describe("preview_impact executes nothing", () => {
         .structuredContent;
     expect(await preview("ask_name")).toMatchObject({ outcome: "allowed", mode: "enforce", classification: { source: "mapping", effect: "read_only" } });
     expect(await preview("ask_model")).toMatchObject({ outcome: "held" });
-    expect(await preview("bump")).toMatchObject({ outcome: "blocked", check: "policy", rule: "no-bump" });
+    expect(await preview("bump")).toMatchObject({ outcome: "blocked", check: "rule", rule: "no-bump" });
     expect(await preview(LONG_TOOL, { quarter: "Q4" })).toMatchObject({ outcome: "blocked", rule: "big-quarters" });
     expect(await preview(LONG_TOOL, { quarter: "Q1" })).toMatchObject({ outcome: "allowed" });
     expect(await preview(LONG_TOOL, { quarter: 4 })).toMatchObject({ outcome: "blocked", check: "schema" });
-    expect(await preview("ask_roots")).toMatchObject({ outcome: "blocked", check: "policy", rule: null });
+    expect(await preview("ask_roots")).toMatchObject({ outcome: "blocked", check: "baseline", rule: null });
     expect(await preview("not_a_tool")).toMatchObject({ outcome: "blocked", check: "grant" });
     expect(await preview("ask_nothing")).toMatchObject({ outcome: "unknown_tool" });
     expect(calls()).toBe(before);
