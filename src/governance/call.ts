@@ -37,7 +37,7 @@ import {
   type ToolMapping,
   type UpstreamLeg,
 } from "./steps.ts";
-import { validateCall } from "./validate.ts";
+import { validateCall, validateOutput } from "./validate.ts";
 
 export interface GovernanceDeps {
   catalog: ToolCatalog;
@@ -185,7 +185,12 @@ async function decideCall(deps: GovernanceDeps, call: ToolCall): Promise<Verdict
     return {
       kind: "refused",
       // The check that refused: a policy rule, or the baseline (no rule matched: an unclassified tool).
-      refusal: { check: decision.rule ? "rule" : "baseline", reason: decision.reason, rule: decision.rule, ...(decision.owner ? { owner: decision.owner } : {}) },
+      refusal: {
+        check: decision.rule ? "rule" : "baseline",
+        reason: decision.reason,
+        rule: decision.rule,
+        ...(decision.owner ? { owner: decision.owner } : {}),
+      },
     };
   }
   const rateQueries = obligationQueries(decision.obligations, call.exposedName);
@@ -289,8 +294,9 @@ async function governedSteps(deps: GovernanceDeps, call: ToolCall): Promise<Answ
   // 12 obligations
   const shaped = await step("obligations", () => applyResultObligations(decision.obligations, leg.response));
 
-  // 13 outcome: durable before the agent sees the result.
+  // 13 outcome: durable before the agent sees the result (with where it broke its outputSchema, if it did).
   const status = shaped.ok ? outcomeOf(leg.response) : "failed";
+  const outputProblems = leg.response.result && !leg.response.result.isError ? validateOutput(target, leg.response.result.structuredContent) : [];
   const outcome = await step("ledger", () =>
     deps.ledger.outcome({
       decision: receipt,
@@ -298,6 +304,7 @@ async function governedSteps(deps: GovernanceDeps, call: ToolCall): Promise<Answ
       answer: leg.response,
       durationMs,
       obligationsApplied: shaped.ok ? shaped.applied : [],
+      ...(outputProblems.length ? { outputProblems } : {}),
       ...(shaped.ok ? {} : { reason: shaped.refusal.reason }),
     }),
   );

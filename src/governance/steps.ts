@@ -292,6 +292,8 @@ export interface OutcomeRecord {
   answer: JsonRpcResponse | null;
   durationMs: number;
   obligationsApplied: string[];
+  /** Where the result's structuredContent breaks the tool's outputSchema (recorded: the call already happened). */
+  outputProblems?: string[];
   reason?: string;
 }
 /** LedgerDO in [L]: a decision is durable before forwarding, an outcome before the agent sees it. */

@@ -111,6 +111,8 @@ export interface OutcomeBody extends JsonObject {
   result_hash: string | null;
   duration_ms: number;
   obligations_applied: string[];
+  /** Where the result's structuredContent broke the tool's outputSchema (empty when it did not; absent before [G]). */
+  output_problems: string[];
   reason: string | null;
 }
 

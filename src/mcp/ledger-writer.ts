@@ -95,6 +95,7 @@ export function callLedger(t: LedgerTarget): CallLedger {
         result_hash: answer ? canonicalHash(answer) : null,
         duration_ms: r.durationMs,
         obligations_applied: r.obligationsApplied,
+        output_problems: r.outputProblems ?? [],
         reason: r.reason ?? null,
       };
       return write(draft("outcome", body), r.decision?.decision_id ?? "");

@@ -24,6 +24,7 @@ import {
   type ToolCall,
 } from "../../src/governance/steps.ts";
 import type { JsonObject, JsonRpcRequest } from "../../src/wire/jsonrpc.ts";
+import type { Mappings, ToolMapping } from "../../src/governance/steps.ts";
 
 const up: UpstreamConfig = {
   name: "alpha",
@@ -263,6 +264,99 @@ describe("governToolCall", () => {
     expect(JSON.stringify(a)).not.toContain("123-45-6789");
     expect(JSON.parse(text(a))).toEqual({ name: "ada", ssn: "****" });
     expect((f.seen[0]!.params!._meta as JsonObject)["portcullis/obligations"]).toEqual(["mask:ssn"]);
+  });
+
+  describe("per-tool timeout and retry (mapping)", () => {
+    const mapped = (m: Partial<ToolMapping>): Mappings => ({
+      loaded: true,
+      get: () => ({ effect: "read_only", approval: "none", arguments: "hashed", ...m }) as ToolMapping,
+    });
+    const flaky = (failures: number, kind: "failed" | "uncertain" = "uncertain") => {
+      let n = 0;
+      return async (): Promise<LegResult> =>
+        ++n <= failures
+          ? kind === "failed"
+            ? { kind, reason: "down", auth: false }
+            : { kind, reason: "timed out" }
+          : answered({ content: [{ type: "text", text: "ok" }] });
+    };
+
+    it("a read_only tool is retried with backoff until it answers, at most `attempts` more times", async () => {
+      const f = fakes(flaky(2), { mappings: mapped({ effect: "read_only", retry: { attempts: 3, backoffMs: 1 } }) });
+      expect(text(await governToolCall(f.deps, call("alpha__do_it")))).toBe("ok");
+      expect(f.seen).toHaveLength(3);
+      const g = fakes(flaky(5), { mappings: mapped({ effect: "idempotent", retry: { attempts: 2, backoffMs: 1 } }) });
+      const a = await governToolCall(g.deps, call("alpha__do_it"));
+      expect(g.seen).toHaveLength(3);
+      expect(a.response.error?.message).toContain("may or may not have run");
+      expect(g.events.at(-1)).toBe("outcome:uncertain");
+    });
+
+    it("a tool of another effect is never retried (the schema refuses retry there; the path does not rely on it)", async () => {
+      const f = fakes(flaky(1, "failed"), { mappings: mapped({ effect: "irreversible", retry: { attempts: 3, backoffMs: 1 } }) });
+      await governToolCall(f.deps, call("alpha__do_it"));
+      expect(f.seen).toHaveLength(1);
+    });
+
+    it("the mapping's timeout replaces the upstream's for this call only", async () => {
+      const timeouts: number[] = [];
+      const f = fakes(answered({ content: [] }), {
+        mappings: mapped({ timeoutMs: 250 }),
+        upstream: {
+          call: async (target) => {
+            timeouts.push(target.upstream.timeoutMs);
+            return answered({ content: [] });
+          },
+        },
+      });
+      await governToolCall(f.deps, call("alpha__do_it"));
+      expect(timeouts).toEqual([250]);
+      expect(up.timeoutMs).toBe(1000);
+    });
+  });
+
+  it("advise: the call runs and its result gets one advisory block naming what enforce would have done", async () => {
+    const f = fakes(answered({ content: [{ type: "text", text: "done" }] }), {
+      policy: {
+        ...OPEN_POLICY,
+        mode: "advise",
+        decide: () => ({
+          decision: "allow",
+          rule: "r9",
+          reason: "allowed in advise mode",
+          obligations: [],
+          mode: "advise",
+          policyVersion: "p",
+          wouldBlock: { rule: "r9", reason: "rule r9: no writes on Fridays", decision: "deny" },
+        }),
+      },
+    });
+    const a = await governToolCall(f.deps, call("alpha__do_it"));
+    const content = a.response.result?.content as JsonObject[];
+    expect(f.seen).toHaveLength(1);
+    expect(content).toHaveLength(2);
+    expect(content[0]).toEqual({ type: "text", text: "done" });
+    expect(content[1]!.text).toBe("Portcullis advisory (nothing was blocked): enforce would block this call — rule r9: no writes on Fridays");
+  });
+
+  it("budgets: a refused admission blocks before anything is recorded or forwarded; admission is skipped when nothing needs history", async () => {
+    const admitted: string[] = [];
+    const history = {
+      ...NO_HISTORY,
+      admit: async (e: { exposedName: string }) => {
+        admitted.push(e.exposedName);
+        return admitted.length > 2 ? ({ ok: false, budget: "grant", used: 2, limit: 2 } as const) : ({ ok: true } as const);
+      },
+    };
+    const f = fakes(answered({ content: [] }), { history, policy: { ...OPEN_POLICY, limits: () => ({ grantCalls: 2 }) } });
+    for (let i = 0; i < 2; i++) await governToolCall(f.deps, call("alpha__do_it"));
+    const third = await governToolCall(f.deps, call("alpha__do_it"));
+    expect(f.seen).toHaveLength(2);
+    expect(text(third)).toContain("the grant budget is spent: 2 of 2 calls");
+    expect(text(third)).toContain("check: budget");
+    const none = fakes(answered({ content: [] }), { history: { ...NO_HISTORY, admit: async () => Promise.reject(new Error("never called")) } });
+    await governToolCall(none.deps, call("alpha__do_it"));
+    expect(none.seen).toHaveLength(1);
   });
 
   describe("fail closed: a step that throws refuses the call and the upstream sees nothing", () => {
