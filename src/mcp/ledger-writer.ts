@@ -16,6 +16,15 @@ import { canonicalHash, sha256Hex } from "../wire/canonical.ts";
 import type { BlockedBody, ConfigChangedBody, DecisionBody, EntryDraft, EntryKind, OutcomeBody } from "../ledger/records.ts";
 import type { JsonObject } from "../wire/jsonrpc.ts";
 import type { CallLedger, FrontContext } from "./context.ts";
+import { policyEngine } from "../governance/engine.ts";
+
+const policyVersion = (cfg: GatewayConfig): string => {
+  try {
+    return policyEngine(cfg).version;
+  } catch {
+    return "uncompiled";
+  }
+};
 
 /** Where and how a caller's records are written. */
 export interface LedgerTarget {
@@ -159,6 +168,10 @@ export function recordConfigOnce(env: Env, cfg: GatewayConfig, gateway: string, 
       by: "deploy",
       upstreams: cfg.upstreams.map((u) => u.name),
       auth_required: cfg.auth.required,
+      // The governance a deploy puts in force: its mode and policy version are on the record with it.
+      mode: cfg.mode,
+      policy_version: policyVersion(cfg),
+      mapped_upstreams: Object.keys(cfg.mappings).filter((u) => Object.keys(cfg.mappings[u] ?? {}).length > 0),
     } satisfies ConfigChangedBody,
   };
   const global = ledgerObject(env, GLOBAL_CHAIN);
