@@ -4,8 +4,7 @@
  * numbers are the chain's and not wrangler's HTTP plumbing. `POST /appends?chain=C&n=N&c=K` makes
  * N one-draft appends to chain C with K in flight and answers the elapsed time and the chain's
  * counters from `status()` before and after (its transaction counter gives the group-commit
- * factor); `POST /appends-batched?chain=C&n=N&c=K` the same through the gateway's writer path
- * (src/mcp/ledger-batch.ts: concurrent records share RPCs); `POST /floor?n=N&c=K` runs the same loop against EchoDO, whose `append` hands the
+ * factor); `POST /floor?n=N&c=K` runs the same loop against EchoDO, whose `append` hands the
  * drafts back and stores nothing (the Durable Object RPC floor under the chain's number);
  * `POST /pairs?chain=C&n=N` makes N sequential decision + outcome pairs (what one governed call
  * writes) and answers each pair's latency; `POST /status?chain=C` the counters. Owns nothing of
@@ -17,7 +16,6 @@ import { ledgerObject } from "../durable-objects/names.ts";
 import type { LedgerApi, LedgerSigning, LedgerStatus } from "../durable-objects/records.ts";
 import type { Env } from "../src/env.ts";
 import type { EntryDraft } from "../src/ledger/records.ts";
-import { appendBatched } from "../src/mcp/ledger-batch.ts";
 
 export { LedgerDO } from "../durable-objects/ledger.ts";
 
@@ -114,19 +112,6 @@ async function appends(ledger: LedgerApi, signing: LedgerSigning, n: number, inF
   return { ...run, before, after: counters(await ledger.status()) };
 }
 
-/**
- * The same N one-record appends through the gateway's own writer path (src/mcp/ledger-batch.ts,
- * what src/mcp/ledger-writer.ts calls): concurrent records of this isolate share RPCs.
- */
-async function appendsBatched(chain: string, ledger: LedgerApi, signing: LedgerSigning, n: number, inFlight: number) {
-  const before = counters(await ledger.status());
-  const viaWriter: Appender = {
-    append: async (drafts, s) => [await appendBatched(chain, ledger, drafts[0]!, s)],
-  };
-  const run = await drive(viaWriter, signing, n, inFlight);
-  return { ...run, before, after: counters(await ledger.status()) };
-}
-
 async function pairs(ledger: LedgerApi, signing: LedgerSigning, n: number) {
   const ms: number[] = [];
   const start = performance.now();
@@ -157,10 +142,6 @@ export default {
       if (!ledger) throw new Error("chain must be a chain name");
       const signing: LedgerSigning = { secret: "PORTCULLIS_SIGNING_KEY", gateway: url.origin };
       if (url.pathname === "/appends") return Response.json(await appends(ledger, signing, intParam(url, "n", MAX_APPENDS), intParam(url, "c", MAX_IN_FLIGHT)));
-      if (url.pathname === "/appends-batched") {
-        const chain = url.searchParams.get("chain") ?? "";
-        return Response.json(await appendsBatched(chain, ledger, signing, intParam(url, "n", MAX_APPENDS), intParam(url, "c", MAX_IN_FLIGHT)));
-      }
       if (url.pathname === "/status") return Response.json(counters(await ledger.status()));
       if (url.pathname === "/pairs") return Response.json(await pairs(ledger, signing, intParam(url, "n", MAX_APPENDS)));
       return Response.json({ error: "not found" }, { status: 404 });

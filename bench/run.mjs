@@ -8,9 +8,12 @@
  * chain (the production LedgerDO, driven from inside bench/ledger-worker.ts) at 1, 50 and 500
  * appends in flight, with the transactions they took (the group-commit factor) and the same loop
  * against a do-nothing Durable Object (the RPC floor), and the latency of the decision + outcome
- * pair one governed call writes. Prints ratios, never asserts a time. Every Worker is built once
- * up front (`wrangler deploy --dry-run`) and served with `wrangler dev --no-bundle`, so edits to
- * the tree during a run change nothing. Bounded: fixed counts, every request with a timeout; all
+ * pair one governed call writes; (3) what governance itself adds to a call, measured in-process
+ * (bench/policy.mjs in a child Node with code generation from strings refused, run first, before
+ * any Worker loads the machine): classification + validation + policy evaluation (50 rules), p50
+ * and p99 in µs, side by side with the same steps as pass-throughs. Prints ratios, never asserts
+ * a time. Every Worker is built once up front (`wrangler deploy --dry-run`) and served with
+ * `wrangler dev --no-bundle`, so edits to the tree during a run change nothing. Bounded: fixed counts, every request with a timeout; all
  * processes stopped at the end, each with its whole tree: every child leads its own process
  * group (the wrangler shim, the real wrangler and workerd share it), stopped by SIGTERM to the
  * group, SIGKILL after a bound; on Ctrl-C/SIGTERM (which no longer reach the groups from the
@@ -35,6 +38,8 @@ const APPENDS = Number(process.env.BENCH_APPENDS ?? 5000);
 const LEVELS = (process.env.BENCH_LEVELS ?? "1,50,500").split(",").map(Number);
 const PAIRS = Number(process.env.BENCH_PAIRS ?? 400);
 const TARGET_APPENDS_PER_S = 2000;
+/** Governance in-process: timed calls per row (bench/policy.mjs). */
+const GOV_N = Number(process.env.BENCH_GOV_N ?? 20_000);
 /** The no-op ledger's receipts carry this hash (bench/no-ledger-worker.ts); a real chain's never do. */
 const ZERO_HASH = "0".repeat(64);
 // Vars reach each Worker through a private env file only (never argv; no .dev.vars, nothing from this environment).
@@ -344,6 +349,28 @@ async function ledgerBench(base) {
   return { levels, pairs: { mean: p.total / PAIRS, p50: pct(p.ms, 50), p99: pct(p.ms, 99) } };
 }
 
+/**
+ * The governance cost per call (bench/policy.mjs --governance-json): one child Node, the same
+ * flags as `npm run bench:policy` (type transformation; code generation from strings refused, as
+ * in production). Bounded by a timeout; its JSON carries the rows and their text.
+ */
+function governanceBench() {
+  const out = execFileSync(
+    process.execPath,
+    [
+      "--experimental-transform-types",
+      "--disable-warning=ExperimentalWarning",
+      "--disallow-code-generation-from-strings",
+      join(root, "bench/policy.mjs"),
+      "--governance-json",
+    ],
+    { cwd: root, env: { ...process.env, BENCH_GOV_N: String(GOV_N) }, encoding: "utf8", stdio: ["ignore", "pipe", "pipe"], timeout: 180_000 },
+  );
+  const g = JSON.parse(out.trim().split("\n").at(-1));
+  if (!g.codegenRefused) throw new Error("bench/policy.mjs ran with code generation from strings allowed: its numbers would not be production's");
+  return g;
+}
+
 function machine() {
   const c = cpus();
   let workerd = "?";
@@ -385,6 +412,8 @@ async function main() {
     return d;
   };
   try {
+    // Governance in-process first, while no Worker loads the machine.
+    const governance = governanceBench();
     // A throwaway checkpoint signing key (never the developer's .portcullis key).
     const signingKey = await devSigningKey(join(tmp("bench-key-"), "signing-key.json"));
 
@@ -472,6 +501,13 @@ async function main() {
       `decision + outcome appends, sequential, from a Worker (${PAIRS} pairs; workerd's timer ticks in ms): mean ${pr.mean.toFixed(2)} ms  p50 ${pr.p50.toFixed(2)} ms  p99 ${pr.p99.toFixed(2)} ms`,
     );
 
+    console.log("\nwhat governance adds to a call (classification + validation + policy, in-process; pass-through = the same steps doing nothing)");
+    console.log(governance.text);
+    const total = governance.rows.at(-1);
+    console.log(
+      `added per call: p50 +${(total.governed.p50 - total.baseline.p50).toFixed(2)} µs, p99 +${(total.governed.p99 - total.baseline.p99).toFixed(2)} µs (against portcullis's own modern p50 of ${results["modern/portcullis"].p50.toFixed(2)} ms)`,
+    );
+
     console.log(
       `\nledger: one chain (LedgerDO in workerd), ${APPENDS} one-entry appends per level, timed inside the Worker; target ≥ ${TARGET_APPENDS_PER_S} appends/s`,
     );
@@ -483,6 +519,7 @@ async function main() {
       );
     }
     console.log("(RPC floor: the same loop against EchoDO, whose append stores nothing; the driving Worker and the objects share one workerd)");
+
     const last = ledger.levels[ledger.levels.length - 1];
     if (last)
       console.log(

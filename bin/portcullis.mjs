@@ -3,7 +3,9 @@
  * The `portcullis` command. Owns argument parsing and process orchestration for local use:
  * `dev --config FILE [--port N]` (a local gateway on workerd via wrangler), `start` (the demo:
  * a bundled upstream plus a gateway in front of it), `demo-upstream` (that upstream alone, pinned
- * to 127.0.0.1), `check --config FILE` (validate a config), `token mint` (a grant for one gateway).
+ * to 127.0.0.1), `check --config FILE` (validate a config), `token mint` (a grant for one gateway);
+ * `classify` and `suggest-manifest` are bin/governance-cli.mjs's, as is the classification banner
+ * `dev` and `start` print once their gateway is up.
  * Must never: print secret values (config errors name variables, not values), put one on a
  * command line (a gateway gets its vars through a private env file, see `startGateway`), or let
  * the demo upstream listen beyond loopback.
@@ -36,7 +38,8 @@ function usage(code = 1) {
   portcullis start [--port N] [--upstream-port N] [--persist-to DIR]
                         demo upstream (127.0.0.1 only) + gateway on http://127.0.0.1:8787/mcp
   portcullis demo-upstream [--port N]      the bundled demo upstream alone, on 127.0.0.1:3001 only
-  portcullis dev --config FILE [--port N]  local gateway with that config
+  portcullis dev --config FILE [--port N]  local gateway with that config (prints the classification
+                        banner once it is up, as start does)
   portcullis check --config FILE           validate a config and report every problem
   portcullis doctor --config FILE [--local|--deployed]
                         check the config statically, egress rules included: exit 1 naming each
@@ -51,7 +54,14 @@ function usage(code = 1) {
                         the dev key is .portcullis/dev-signing-key.json (PORTCULLIS_DEV_KEY_FILE overrides)
   portcullis token mint --url GATEWAY --token ADMIN_GRANT --sub ...  through POST /v1/grants
   portcullis ledger verify|export|trace ...  the ledger: verify an export offline, export or trace
-                        from a gateway (portcullis ledger --help)`);
+                        from a gateway (portcullis ledger --help)
+  portcullis classify --config FILE [--json] [--live]
+                        read every upstream's tools/list and print the classification banner
+                        (OK / NOTE / WARN / BLOCK per tool, with totals); exit 1 on a BLOCK or an
+                        unreachable upstream (portcullis classify --help)
+  portcullis suggest-manifest --config FILE --upstream NAME [--out FILE] [--force]
+                        draft a mappings/<upstream>.yaml from its tools/list, to review before it
+                        goes into mappings_dir; never overwrites (portcullis suggest-manifest --help)`);
   process.exit(code);
 }
 
@@ -479,6 +489,13 @@ function stopChildrenOnSignal(children /* read at each signal: callers may add t
   process.on("SIGTERM", onSignal);
 }
 
+/** The classification banner once the gateway answers /healthz (bin/governance-cli.mjs); never fails the command. */
+function classificationBanner(opts) {
+  return import("./governance-cli.mjs")
+    .then(({ startBanner }) => startBanner(opts))
+    .catch((e) => console.log(`portcullis: no classification banner (${e?.message ?? e})`));
+}
+
 async function main() {
   const a = args(process.argv.slice(2));
   const cmd = a._[0];
@@ -486,6 +503,12 @@ async function main() {
     // verify | export | trace: bin/ledger-cli.mjs owns the ledger commands and their flags.
     const { ledgerCommand } = await import("./ledger-cli.mjs");
     process.exit(await ledgerCommand(process.argv.slice(3)));
+  }
+  if (cmd === "classify" || cmd === "suggest-manifest") {
+    // bin/governance-cli.mjs owns these commands, their flags and their output.
+    const { governanceCommand } = await import("./governance-cli.mjs");
+    process.exitCode = await governanceCommand(cmd, process.argv.slice(3));
+    return;
   }
   if (cmd === "doctor") {
     if (typeof a.config !== "string") usage();
@@ -528,6 +551,7 @@ async function main() {
     console.log(`portcullis: gateway on http://127.0.0.1:${port}/mcp`);
     stopChildrenOnSignal([child]);
     child.on("exit", (code) => process.exit(code ?? 0));
+    void classificationBanner({ cfg: v.cfg, origin: gatewayOrigin("127.0.0.1", port) });
     return;
   }
   if (cmd === "demo-upstream") {
@@ -553,6 +577,7 @@ async function main() {
       process.exit(code ?? 0);
     });
     demo.on("exit", () => gw.kill());
+    void classificationBanner({ configText, origin: gatewayOrigin("127.0.0.1", port) });
     return;
   }
   usage(cmd ? 1 : 0);

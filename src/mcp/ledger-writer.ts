@@ -16,7 +16,6 @@ import { canonicalHash, sha256Hex } from "../wire/canonical.ts";
 import type { BlockedBody, ConfigChangedBody, DecisionBody, EntryDraft, EntryKind, OutcomeBody } from "../ledger/records.ts";
 import type { JsonObject } from "../wire/jsonrpc.ts";
 import type { CallLedger, FrontContext } from "./context.ts";
-import { appendBatched } from "./ledger-batch.ts";
 import { policyEngine } from "../governance/engine.ts";
 
 const policyVersion = (cfg: GatewayConfig): string => {
@@ -57,8 +56,7 @@ function bounded<T>(p: Promise<T>, ms = LEDGER_WRITE_TIMEOUT_MS): Promise<T> {
 }
 
 async function append(env: Env, team: string, signing: LedgerSigning, d: EntryDraft, decisionId: string): Promise<Receipt> {
-  // Concurrent records of this isolate to one chain share one RPC (ledger-batch.ts).
-  const entry = await bounded(appendBatched(team, chainOf(env, team), d, signing));
+  const [entry] = await bounded(chainOf(env, team).append([d], signing));
   if (!entry || entry.id !== d.id || entry.kind !== d.kind) throw new Error("the ledger did not confirm the record");
   return { chain: entry.chain, seq: entry.seq, hash: entry.hash, decision_id: decisionId };
 }

@@ -51,7 +51,13 @@ upstreams:
 `;
 
 const grant = async (sub: string, roles: string[], tools: string[] = ["*"]) =>
-  (await mintGrant(await parseKeySet(jwk), { iss: origin, aud: origin, sub, team: "e2e", roles: roles as never, tools, ttlSeconds: 600 }, { maxLifetimeSeconds: 3600 })).token;
+  (
+    await mintGrant(
+      await parseKeySet(jwk),
+      { iss: origin, aud: origin, sub, team: "e2e", roles: roles as never, tools, ttlSeconds: 600 },
+      { maxLifetimeSeconds: 3600 },
+    )
+  ).token;
 
 const META = { "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {} };
 // biome-ignore lint/suspicious/noExplicitAny: JSON answers are read loosely in tests
