@@ -9,6 +9,9 @@ import { searchRoute, traceRoute } from "./ledger.ts";
 import type { JsonObject } from "../wire/jsonrpc.ts";
 import { registerOperatorTool } from "./operator-registry.ts";
 import { previewAs, previewBody, previewPrincipal } from "./preview.ts";
+import { classificationOf } from "../mcp/preview.ts";
+import { canonicalUrl } from "../identity/metadata.ts";
+import { requestConfig } from "./config-view.ts";
 
 registerOperatorTool({
   name: "portcullis.whoami",
@@ -123,5 +126,20 @@ registerOperatorTool({
     if (typeof who === "string") throw new Error(who);
     const preview = await previewAs(env, cfg, req, who, parsed.data.name, parsed.data.arguments as JsonObject | undefined);
     return { principal: who.sub, ...preview } as unknown as JsonObject;
+  },
+});
+
+registerOperatorTool({
+  name: "portcullis.classify",
+  description:
+    "How every upstream tool is classified — OK (mapped), NOTE (heuristic read), WARN (heuristic write), BLOCK (unclassified or drifted: blocked in enforce) — with the reason and totals, from each upstream's own tools/list.",
+  inputSchema: { type: "object", additionalProperties: false },
+  roles: ["auditor", "operator", "admin"],
+  run: async (_args, { env, cfg, principal, req }) => {
+    // The operator's view: every upstream, every tool allow/deny let through (not the caller's grant).
+    const who = { ...principal, tools: null };
+    const view = await requestConfig(env, cfg, req);
+    const { banner, unlisted } = await classificationOf({ env, cfg: view, principal: who, gateway: canonicalUrl(cfg), waitUntil: () => undefined }, req);
+    return { mode: cfg.mode, totals: banner.totals, tools: banner.lines, unlisted } as unknown as JsonObject;
   },
 });

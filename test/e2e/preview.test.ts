@@ -165,4 +165,29 @@ describe("preview_impact executes nothing", () => {
     });
     expect(bad.status).toBe(400);
   });
+
+  it("the operator tool portcullis.classify reports each upstream tool's banner level, and an agent cannot call it", async () => {
+    const call = async (token: string) =>
+      (
+        await fetch(`${origin}/operator/mcp`, {
+          method: "POST",
+          headers: { "content-type": "application/json", accept: "application/json, text/event-stream", authorization: `Bearer ${token}` },
+          body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: "portcullis.classify", arguments: {} } }),
+        })
+      ).json() as Promise<{
+        result?: { structuredContent: { totals: Record<string, number>; tools: { tool: string; level: string }[]; unlisted: string[] } };
+        error?: { code: number };
+      }>;
+    const before = calls();
+    const out = await call(await grant("human:auditor", ["auditor"], []));
+    const r = out.result!.structuredContent;
+    const level = (t: string) => r.tools.find((x) => x.tool === t)?.level;
+    expect(level("bump")).toBe("OK");
+    expect(level(LONG_TOOL)).toBe("OK");
+    expect(level("ask_roots")).toBe("BLOCK");
+    expect(r.totals.OK).toBe(4);
+    expect(r.unlisted).toEqual([]);
+    expect(calls()).toBe(before);
+    expect((await call(await grant("agent:nosy", ["agent"]))).error).toBeDefined();
+  });
 });

@@ -148,10 +148,17 @@ describe("roles and the operator endpoint", () => {
       expect(r.status).toBe(200);
       return ((await r.json()) as { result: { tools: { name: string }[] } }).result.tools.map((t) => t.name);
     };
-    expect(await names(["operator"])).toEqual(["portcullis.preview_impact", "portcullis.upstreams", "portcullis.whoami"]);
+    expect(await names(["operator"])).toEqual(["portcullis.classify", "portcullis.preview_impact", "portcullis.upstreams", "portcullis.whoami"]);
     expect(await names(["approver"])).toEqual(["portcullis.preview_impact", "portcullis.whoami"]);
-    expect(await names(["auditor"])).toEqual(["portcullis.ledger_search", "portcullis.ledger_trace", "portcullis.upstreams", "portcullis.whoami"]);
+    expect(await names(["auditor"])).toEqual([
+      "portcullis.classify",
+      "portcullis.ledger_search",
+      "portcullis.ledger_trace",
+      "portcullis.upstreams",
+      "portcullis.whoami",
+    ]);
     expect(await names(["admin"])).toEqual([
+      "portcullis.classify",
       "portcullis.ledger_search",
       "portcullis.ledger_trace",
       "portcullis.preview_impact",
