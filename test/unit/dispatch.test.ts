@@ -78,7 +78,8 @@ const beta = mk("beta", "http://127.0.0.1:9002/beta", { deny: ["secret_*"] });
 const everyone: Principal = { sub: "agent:a", team: "t", roles: ["agent"], tools: null, authenticated: true };
 
 function ctx(upstreams: UpstreamConfig[], who: Principal = everyone, era: "legacy" | "modern" = "modern"): CallContext {
-  const cfg = { upstreams, mode: "observe", unclassifiedReads: "block", policy: { rules: [] }, mappings: {}, agentTools: true } as unknown as GatewayConfig;
+  // agentTools off: these tests are about what upstreams list (the agent tool is covered in test/e2e/preview.test.ts).
+  const cfg = { upstreams, mode: "observe", unclassifiedReads: "block", policy: { rules: [] }, mappings: {}, agentTools: false } as unknown as GatewayConfig;
   const emitted: JsonObject[] = [];
   return {
     cfg,

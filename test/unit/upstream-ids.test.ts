@@ -67,7 +67,7 @@ function ctx(
   opts: { era?: "legacy" | "modern"; leg?: Leg; recorded?: [string | number, string, string][]; ask?: boolean } = {},
 ): CallContext {
   const c: CallContext = {
-    cfg: { upstreams } as unknown as GatewayConfig,
+    cfg: { upstreams, mode: "observe", unclassifiedReads: "block", policy: { rules: [] }, mappings: {}, agentTools: false } as unknown as GatewayConfig,
     era: opts.era ?? "modern",
     principal: who,
     signal: new AbortController().signal,
