@@ -6,25 +6,14 @@
  */
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { DEFAULT_EGRESS_RULES } from "../../src/config/egress-schema.ts";
 import type { UpstreamConfig } from "../../src/config/load.ts";
 import { type CatalogTool, catalogEntry } from "../../src/governance/catalog.ts";
 import { classificationBanner, classifyTool, formatBanner, heuristic, nameWords } from "../../src/governance/classify.ts";
 import { type Classification, type Effect, type Mappings, NO_MAPPINGS, type ToolMapping } from "../../src/governance/steps.ts";
 import type { JsonObject } from "../../src/wire/jsonrpc.ts";
+import { testUpstream } from "./fixtures.ts";
 
-const up: UpstreamConfig = {
-  name: "alpha",
-  url: "http://127.0.0.1:9/mcp",
-  namespaced: true,
-  headers: {},
-  allow: [],
-  deny: [],
-  timeoutMs: 1000,
-  credentials: { mode: "none", header: "Authorization", prefix: "Bearer " },
-  egress: DEFAULT_EGRESS_RULES,
-  onLoopback: true,
-};
+const up: UpstreamConfig = testUpstream();
 
 function tool(name: string, annotations?: JsonObject, inputSchema: JsonObject = { type: "object" }): CatalogTool {
   const def: JsonObject = { name, inputSchema };

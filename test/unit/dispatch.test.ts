@@ -6,7 +6,7 @@
  * invalidation, and the leg's answered / failed / uncertain / auth results.
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import type { GatewayConfig, UpstreamConfig } from "../../src/config/load.ts";
+import type { UpstreamConfig } from "../../src/config/load.ts";
 import { DEFAULT_EGRESS_RULES } from "../../src/config/egress-schema.ts";
 import type { Principal } from "../../src/config/principal.ts";
 import { clearCatalog, noteNotification } from "../../src/mcp/catalog-store.ts";
@@ -15,22 +15,12 @@ import { dispatch } from "../../src/mcp/dispatch.ts";
 import { callLeg } from "../../src/mcp/forward.ts";
 import { NO_LEDGER } from "../../src/governance/steps.ts";
 import type { JsonObject, JsonRpcRequest } from "../../src/wire/jsonrpc.ts";
+import { testUpstream, testConfig } from "./fixtures.ts";
 
 const LONG = `create_${"very_".repeat(14)}long_tool_name`;
 
-const mk = (name: string, url: string, extra: Partial<UpstreamConfig> = {}): UpstreamConfig => ({
-  name,
-  url,
-  namespaced: true,
-  headers: {},
-  allow: [],
-  deny: [],
-  timeoutMs: 2000,
-  credentials: { mode: "none", header: "Authorization", prefix: "Bearer " },
-  egress: { ...DEFAULT_EGRESS_RULES, allow_loopback: true },
-  onLoopback: true,
-  ...extra,
-});
+const mk = (name: string, url: string, extra: Partial<UpstreamConfig> = {}): UpstreamConfig =>
+  testUpstream(name, url, { timeoutMs: 2000, egress: { ...DEFAULT_EGRESS_RULES, allow_loopback: true }, ...extra });
 
 interface Seen {
   url: string;
@@ -79,7 +69,7 @@ const everyone: Principal = { sub: "agent:a", team: "t", roles: ["agent"], tools
 
 function ctx(upstreams: UpstreamConfig[], who: Principal = everyone, era: "legacy" | "modern" = "modern"): CallContext {
   // agentTools off: these tests are about what upstreams list (the agent tool is covered in test/e2e/preview.test.ts).
-  const cfg = { upstreams, mode: "observe", unclassifiedReads: "block", policy: { rules: [] }, mappings: {}, agentTools: false } as unknown as GatewayConfig;
+  const cfg = testConfig(upstreams);
   const emitted: JsonObject[] = [];
   return {
     cfg,

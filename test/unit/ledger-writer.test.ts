@@ -8,7 +8,6 @@
 import { describe, expect, it, vi } from "vitest";
 import type { LedgerApi } from "../../durable-objects/records.ts";
 import type { UpstreamConfig } from "../../src/config/load.ts";
-import { DEFAULT_EGRESS_RULES } from "../../src/config/egress-schema.ts";
 import type { Principal } from "../../src/config/principal.ts";
 import type { Env } from "../../src/env.ts";
 import { type GovernanceDeps, governToolCall, RECEIPT_META } from "../../src/governance/call.ts";
@@ -19,19 +18,9 @@ import { canonicalHash } from "../../src/wire/canonical.ts";
 import type { EntryDraft, LedgerEntry } from "../../src/ledger/records.ts";
 import { callLedger, LEDGER_WRITE_TIMEOUT_MS } from "../../src/mcp/ledger-writer.ts";
 import type { JsonObject } from "../../src/wire/jsonrpc.ts";
+import { testUpstream } from "./fixtures.ts";
 
-const up: UpstreamConfig = {
-  name: "alpha",
-  url: "http://127.0.0.1:9/mcp",
-  namespaced: true,
-  headers: {},
-  allow: [],
-  deny: [],
-  timeoutMs: 1000,
-  credentials: { mode: "none", header: "Authorization", prefix: "Bearer " },
-  egress: DEFAULT_EGRESS_RULES,
-  onLoopback: true,
-};
+const up: UpstreamConfig = testUpstream();
 const agent: Principal = { sub: "agent:a", team: "team-a", roles: ["agent"], tools: null, authenticated: true };
 
 type Fault = "none" | "throw" | "hang" | "partial";

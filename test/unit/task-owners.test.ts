@@ -10,7 +10,7 @@
  */
 import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import type { GatewayConfig, UpstreamConfig } from "../../src/config/load.ts";
+import type { UpstreamConfig } from "../../src/config/load.ts";
 import { DEFAULT_EGRESS_RULES } from "../../src/config/egress-schema.ts";
 import type { Principal } from "../../src/config/principal.ts";
 import { clearCatalog } from "../../src/mcp/catalog-store.ts";
@@ -22,6 +22,7 @@ import type { JsonObject, JsonRpcRequest } from "../../src/wire/jsonrpc.ts";
 import { taskObject } from "../../durable-objects/names.ts";
 import { TASK_OWNERSHIP_VERSION, type TasksApi } from "../../durable-objects/records.ts";
 import { nextAlarm, TASKS_SCHEMA, UNKNOWN_RECHECK_MS } from "../../durable-objects/tasks.ts";
+import { testUpstream, testConfig } from "./fixtures.ts";
 
 const TASKS_EXT = "io.modelcontextprotocol/tasks";
 const HOUR = 3600_000;
@@ -159,19 +160,8 @@ describe("what counts as a task, and how long ownership is kept", () => {
 
 // ---- dispatch: the fake upstream ----------------------------------------------------------
 
-const mk = (name: string, url: string, extra: Partial<UpstreamConfig> = {}): UpstreamConfig => ({
-  name,
-  url,
-  namespaced: true,
-  headers: {},
-  allow: [],
-  deny: [],
-  timeoutMs: 2000,
-  credentials: { mode: "none", header: "Authorization", prefix: "Bearer " },
-  egress: { ...DEFAULT_EGRESS_RULES, allow_loopback: true },
-  onLoopback: true,
-  ...extra,
-});
+const mk = (name: string, url: string, extra: Partial<UpstreamConfig> = {}): UpstreamConfig =>
+  testUpstream(name, url, { timeoutMs: 2000, egress: { ...DEFAULT_EGRESS_RULES, allow_loopback: true }, ...extra });
 const alpha = mk("alpha", "http://127.0.0.1:9101/alpha");
 const beta = mk("beta", "http://127.0.0.1:9102/beta");
 const solo = mk("solo", "http://127.0.0.1:9103/solo", { namespaced: false });
@@ -273,7 +263,7 @@ function fakeStore() {
 
 function ctx(upstreams: UpstreamConfig[], who: Principal, store: (() => TasksApi) | undefined, era: "legacy" | "modern" = "modern"): CallContext {
   return {
-    cfg: { upstreams, mode: "observe", unclassifiedReads: "block", policy: { rules: [] }, mappings: {}, agentTools: true } as unknown as GatewayConfig,
+    cfg: testConfig(upstreams, { agentTools: true }),
     era,
     principal: who,
     signal: new AbortController().signal,

@@ -9,7 +9,7 @@
  */
 import { env, evictDurableObject, runInDurableObject } from "cloudflare:test";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import type { GatewayConfig, UpstreamConfig } from "../../src/config/load.ts";
+import type { UpstreamConfig } from "../../src/config/load.ts";
 import { DEFAULT_EGRESS_RULES } from "../../src/config/egress-schema.ts";
 import type { Principal } from "../../src/config/principal.ts";
 import { clearCatalog } from "../../src/mcp/catalog-store.ts";
@@ -20,6 +20,7 @@ import { upstreamRequestId } from "../../src/mcp/upstream.ts";
 import { NO_LEDGER } from "../../src/governance/steps.ts";
 import type { JsonObject, JsonRpcRequest } from "../../src/wire/jsonrpc.ts";
 import type { Leg, SessionApi, SessionRecord } from "../../durable-objects/records.ts";
+import { testConfig } from "./fixtures.ts";
 
 const mk = (name: string, url: string): UpstreamConfig => ({
   name,
@@ -67,7 +68,7 @@ function ctx(
   opts: { era?: "legacy" | "modern"; leg?: Leg; recorded?: [string | number, string, string][]; ask?: boolean } = {},
 ): CallContext {
   const c: CallContext = {
-    cfg: { upstreams, mode: "observe", unclassifiedReads: "block", policy: { rules: [] }, mappings: {}, agentTools: false } as unknown as GatewayConfig,
+    cfg: testConfig(upstreams),
     era: opts.era ?? "modern",
     principal: who,
     signal: new AbortController().signal,

@@ -7,12 +7,12 @@
  * first five problems in the reason, the bounded compile cache, and output checks.
  */
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import { DEFAULT_EGRESS_RULES } from "../../src/config/egress-schema.ts";
 import type { UpstreamConfig } from "../../src/config/load.ts";
 import { type CatalogTool, catalogEntry } from "../../src/governance/catalog.ts";
 import type { Target, ToolMapping } from "../../src/governance/steps.ts";
 import { compiledSchemaCount, draftOf, validateCall, validateOutput } from "../../src/governance/validate.ts";
 import type { JsonObject } from "../../src/wire/jsonrpc.ts";
+import { testUpstream } from "./fixtures.ts";
 
 // The fixture's schema, loaded through Vite at run time (a static import would pull the fixture's
 // Node-only modules into the Workers typecheck; content.ts itself imports only types).
@@ -21,18 +21,7 @@ const fixture = Object.values(import.meta.glob("../fixtures/conformance-upstream
   | undefined;
 const JSON_SCHEMA_2020_12 = fixture?.JSON_SCHEMA_2020_12 ?? {};
 
-const up: UpstreamConfig = {
-  name: "alpha",
-  url: "http://127.0.0.1:9/mcp",
-  namespaced: true,
-  headers: {},
-  allow: [],
-  deny: [],
-  timeoutMs: 1000,
-  credentials: { mode: "none", header: "Authorization", prefix: "Bearer " },
-  egress: DEFAULT_EGRESS_RULES,
-  onLoopback: true,
-};
+const up: UpstreamConfig = testUpstream();
 
 function target(inputSchema: JsonObject, outputSchema?: JsonObject, name = "t"): Target {
   const def: JsonObject = { name, inputSchema };

@@ -1,0 +1,37 @@
+/**
+ * Shared test fixtures for unit tests that build configs by hand: one upstream's resolved config
+ * (no credential, loopback allowed or not) and the governance part of a gateway config (observe,
+ * no policy, no mappings). Owns nothing of the gateway; must never be imported by src/.
+ */
+import { DEFAULT_EGRESS_RULES } from "../../src/config/egress-schema.ts";
+import type { GatewayConfig, UpstreamConfig } from "../../src/config/load.ts";
+
+/** A resolved upstream at `url` (default: a closed loopback port), namespaced, without credentials. */
+export function testUpstream(name = "alpha", url = "http://127.0.0.1:9/mcp", extra: Partial<UpstreamConfig> = {}): UpstreamConfig {
+  return {
+    name,
+    url,
+    namespaced: true,
+    headers: {},
+    allow: [],
+    deny: [],
+    timeoutMs: 1000,
+    credentials: { mode: "none", header: "Authorization", prefix: "Bearer " },
+    egress: DEFAULT_EGRESS_RULES,
+    onLoopback: true,
+    ...extra,
+  };
+}
+
+/** A gateway config of these upstreams with the governance defaults (observe, no rules, no mappings); agent tools off unless asked. */
+export function testConfig(upstreams: UpstreamConfig[], extra: Partial<GatewayConfig> = {}): GatewayConfig {
+  return {
+    upstreams,
+    mode: "observe",
+    unclassifiedReads: "block",
+    policy: { rules: [] },
+    mappings: {},
+    agentTools: false,
+    ...extra,
+  } as unknown as GatewayConfig;
+}
