@@ -19,6 +19,7 @@ import { basename, dirname, extname, isAbsolute, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { parse as parseYaml } from "yaml";
 import { inlineConfigFiles } from "./config-files.mjs";
+import { parseOptions, UsageError } from "./cli-args.mjs";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const src = (path) => import(pathToFileURL(resolve(root, "src", path)).href);
@@ -68,7 +69,6 @@ exit: 0 no tool is BLOCK and every upstream answered, 1 otherwise (the reason is
 exit: 0 drafted, 1 the upstream could not be read or the file was refused, 2 usage or invalid config`,
 };
 
-class UsageError extends Error {}
 class ConfigProblem extends Error {
   constructor(file, problems) {
     super(`${file}: invalid\n${problems.map((p) => `  - ${p}`).join("\n")}`);
@@ -86,25 +86,7 @@ const KNOWN = {
   "suggest-manifest": ["config", "upstream", "out", "force", "timeout", "help"],
 };
 
-function parseArgs(argv, known) {
-  const out = { _: [] };
-  for (let i = 0; i < argv.length; i++) {
-    const a = argv[i];
-    if (!a.startsWith("--")) {
-      out._.push(a);
-      continue;
-    }
-    const eq = a.indexOf("=");
-    const k = a.slice(2, eq < 0 ? undefined : eq);
-    if (!known.includes(k)) throw new UsageError(`unknown option --${k}`);
-    if (BOOLEAN.has(k)) out[k] = true;
-    else if (eq >= 0) out[k] = a.slice(eq + 1);
-    else if (i + 1 < argv.length && !argv[i + 1].startsWith("--")) out[k] = argv[++i];
-    else throw new UsageError(`--${k} needs a value`);
-  }
-  if (out._.length) throw new UsageError(`unexpected argument ${out._[0]}`);
-  return out;
-}
+const parseArgs = (argv, known) => parseOptions(argv, { known, boolean: BOOLEAN, positionals: false });
 
 function timeoutArg(v) {
   if (v === undefined) return DEFAULT_TIMEOUT_MS;

@@ -13,6 +13,7 @@ import { dirname, resolve } from "node:path";
 import { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { fileURLToPath, pathToFileURL } from "node:url";
+import { parseOptions, UsageError } from "./cli-args.mjs";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const verifier = () => import(pathToFileURL(resolve(root, "src/ledger/verify.ts")).href);
@@ -52,7 +53,6 @@ function help(cmd) {
   return 0;
 }
 
-class UsageError extends Error {}
 class FetchError extends Error {}
 
 const REPEATABLE = new Set(["checkpoint"]);
@@ -63,27 +63,7 @@ const KNOWN = {
   trace: ["url", "token", "team", "json", "help"],
 };
 
-function parse(argv, known) {
-  const out = { _: [], checkpoint: [] };
-  for (let i = 0; i < argv.length; i++) {
-    const a = argv[i];
-    if (!a.startsWith("--")) {
-      out._.push(a);
-      continue;
-    }
-    const eq = a.indexOf("=");
-    const k = a.slice(2, eq < 0 ? undefined : eq);
-    if (!known.includes(k)) throw new UsageError(`unknown option --${k}`);
-    let v;
-    if (BOOLEAN.has(k)) v = true;
-    else if (eq >= 0) v = a.slice(eq + 1);
-    else if (i + 1 < argv.length && !argv[i + 1].startsWith("--")) v = argv[++i];
-    else throw new UsageError(`--${k} needs a value`);
-    if (REPEATABLE.has(k)) out[k].push(v);
-    else out[k] = v;
-  }
-  return out;
-}
+const parse = (argv, known) => parseOptions(argv, { known, boolean: BOOLEAN, repeatable: REPEATABLE });
 
 function readArg(what, file) {
   try {

@@ -448,10 +448,10 @@ function processTree(pid) {
     /* no ps: the child alone */
   }
   const out = [];
-  for (const todo = [pid]; todo.length; ) {
-    const p = todo.pop();
+  for (const pending = [pid]; pending.length; ) {
+    const p = pending.pop();
     out.push(p);
-    todo.push(...(kids.get(p) ?? []));
+    pending.push(...(kids.get(p) ?? []));
   }
   return out;
 }

@@ -10,29 +10,60 @@ import { ROLES } from "../config/schema.ts";
 import { isLoopbackHost, LOOPBACK_HOSTS } from "../wire/hosts.ts";
 import { bearerChallenge, quoteParam } from "../wire/http.ts";
 
+/** What the config says about the gateway's own URL, worked out once per config (every request asks). */
+interface OwnUrl {
+  problem: string | null;
+  url: string | undefined;
+  origin: string | undefined;
+  /** Loopback spellings of the started origin, same port. */
+  loopback: string[];
+  /** Hosts (`host[:port]`) that name this gateway: the canonical URL's, then the loopback spellings'. */
+  hosts: string[];
+}
+const ownUrls = new WeakMap<object, OwnUrl>();
+
+function ownUrlOf(cfg: GatewayConfig): OwnUrl {
+  const hit = ownUrls.get(cfg.auth);
+  if (hit) return hit;
+  const a = cfg.auth;
+  const o = a.origin;
+  const started = o ? new URL(o) : null;
+  const onLoopback = started !== null && isLoopbackHost(started.hostname);
+  let problem: string | null = null;
+  if (!a.audience && !onLoopback) {
+    problem = o
+      ? `the gateway listens on ${o}, beyond loopback: set auth.audience to the URL clients use (its grants' audience)`
+      : "auth.audience is not set: set it to the URL clients use (its grants' audience), or start the gateway with `portcullis dev`, which supplies its loopback origin";
+  }
+  const url = a.audience ?? (problem === null ? o : undefined);
+  const port = started?.port ? `:${started.port}` : "";
+  const loopback = started && onLoopback ? [...new Set([started.origin, ...LOOPBACK_HOSTS.map((h) => `${started.protocol}//${h}${port}`)])] : [];
+  const hosts = [...new Set([...(url ? [new URL(url).host] : []), ...loopback.map((f) => new URL(f).host)])];
+  const own: OwnUrl = { problem, url, origin: url ? new URL(url).origin : undefined, loopback, hosts };
+  ownUrls.set(cfg.auth, own);
+  return own;
+}
+
 /**
  * Why this gateway does not know its own URL, or null when it does: `auth.audience`, else the
  * loopback origin `portcullis dev` started it on. A request's Host never decides it — a client
  * could name any gateway's origin there and have that gateway's grants accepted.
  */
 export function ownUrlProblem(cfg: GatewayConfig): string | null {
-  if (cfg.auth.audience) return null;
-  const o = cfg.auth.origin;
-  if (o && isLoopbackHost(new URL(o).hostname)) return null;
-  if (o) return `the gateway listens on ${o}, beyond loopback: set auth.audience to the URL clients use (its grants' audience)`;
-  return "auth.audience is not set: set it to the URL clients use (its grants' audience), or start the gateway with `portcullis dev`, which supplies its loopback origin";
+  return ownUrlOf(cfg).problem;
 }
 
 /** The gateway's canonical URL (the `aud` of its grants). Serving code runs only once ownUrlProblem is null. */
 export function canonicalUrl(cfg: GatewayConfig): string {
-  const u = cfg.auth.audience ?? (ownUrlProblem(cfg) === null ? cfg.auth.origin : undefined);
-  if (u === undefined) throw new Error(ownUrlProblem(cfg) ?? "the gateway's URL is unknown");
-  return u;
+  const own = ownUrlOf(cfg);
+  if (own.url === undefined) throw new Error(own.problem ?? "the gateway's URL is unknown");
+  return own.url;
 }
 
 /** The origin of the canonical URL (metadata documents live there). */
 export function canonicalOrigin(cfg: GatewayConfig): string {
-  return new URL(canonicalUrl(cfg)).origin;
+  canonicalUrl(cfg);
+  return ownUrlOf(cfg).origin!;
 }
 
 /**
@@ -40,12 +71,12 @@ export function canonicalOrigin(cfg: GatewayConfig): string {
  * (a grant minted for 127.0.0.1:8787 works at localhost:8787); none without one.
  */
 export function loopbackForms(cfg: GatewayConfig): string[] {
-  const o = cfg.auth.origin;
-  if (!o) return [];
-  const u = new URL(o);
-  if (!isLoopbackHost(u.hostname)) return [];
-  const port = u.port ? `:${u.port}` : "";
-  return [...new Set([u.origin, ...LOOPBACK_HOSTS.map((h) => `${u.protocol}//${h}${port}`)])];
+  return ownUrlOf(cfg).loopback;
+}
+
+/** The Host values (`host[:port]`, default port dropped) that name this gateway itself. */
+export function ownHosts(cfg: GatewayConfig): string[] {
+  return ownUrlOf(cfg).hosts;
 }
 
 function canonicalForms(cfg: GatewayConfig): string[] {

@@ -8,7 +8,7 @@
  */
 import type { GatewayConfig } from "../config/load.ts";
 import { isLoopbackHost } from "../wire/hosts.ts";
-import { canonicalUrl, loopbackForms, ownUrlProblem } from "./metadata.ts";
+import { canonicalUrl, ownHosts, ownUrlProblem } from "./metadata.ts";
 import { refuse } from "../wire/http.ts";
 import { ErrorCode } from "../wire/jsonrpc.ts";
 
@@ -30,13 +30,10 @@ function hostOf(value: string, scheme: string): string | null {
  */
 function hostAllowed(host: string | null, cfg: GatewayConfig): boolean {
   if (!host) return false;
-  const canonical = ownUrlProblem(cfg) === null ? new URL(canonicalUrl(cfg)) : null;
-  const scheme = canonical?.protocol ?? "http:";
+  const scheme = ownUrlProblem(cfg) === null ? new URL(canonicalUrl(cfg)).protocol : "http:";
   const h = hostOf(host, scheme);
   if (!h) return false;
-  if (canonical && h === canonical.host) return true;
-  if (loopbackForms(cfg).some((f) => new URL(f).host === h)) return true;
-  return cfg.allowedHosts.some((a) => hostOf(a, scheme) === h);
+  return ownHosts(cfg).includes(h) || cfg.allowedHosts.some((a) => hostOf(a, scheme) === h);
 }
 
 function originAllowed(origin: string | null, host: string | null, allowedOrigins: string[]): boolean {

@@ -128,7 +128,7 @@ export function watchGrant(principal: Pick<Principal, "jti" | "exp">, opts: Gran
 
 /** watchGrant against this gateway's revocation list (RevocationsDO, sharded by jti). */
 export function grantWatch(env: Env, principal: Principal, until?: AbortSignal): GrantWatch {
-  let shard: RevocationsApi | undefined; // one stub per watch (a watch reads one jti)
+  let shard: RevocationsApi | undefined; // the revocation shard of this jti, addressed once per watch
   const opts: GrantWatchOptions = {
     isRevoked: async (jti) => {
       shard ??= revocationObject(env, jti);

@@ -1,6 +1,7 @@
 /**
  * The gate every protected route passes, as Hono middleware: the config (and its egress
- * check), Host/Origin, then the grant — in that order — and the per-request view of the config.
+ * check), then the grant — in that order, after the app-wide Host/Origin check of src/index.ts —
+ * and the per-request view of the config.
  * On success it sets the typed `c.var.cfg` and `c.var.principal`; on failure it answers itself.
  * Must never: let a handler run for a request whose config, origin or grant did not pass.
  */
@@ -13,7 +14,6 @@ import { guardedFetch } from "../egress/guarded-fetch.ts";
 import type { Env } from "../env.ts";
 import { authenticate, isLoopbackRequest } from "../identity/auth.ts";
 import { canonicalUrl } from "../identity/metadata.ts";
-import { checkOrigin } from "../identity/origin.ts";
 import { recordConfigOnce } from "../mcp/ledger-writer.ts";
 import { configOr503, egressRefusal, requestConfig } from "./config-view.ts";
 
@@ -36,9 +36,9 @@ export function gate(opts: GateOptions) {
     const req = c.req.raw;
     const shared = configOr503(c.env);
     if (shared instanceof Response) return shared;
-    // Host/Origin first (src/index.ts checks them for every route; again here so no route can skip
-    // them): a rebinding attempt learns nothing, not even whether the config is servable.
-    const bad = checkOrigin(req, shared) ?? egressRefusal(shared, req);
+    // Host/Origin were checked for every route before this (src/index.ts), so a rebinding
+    // attempt learns nothing, not even whether the config is servable; then the egress rules.
+    const bad = egressRefusal(shared, req);
     if (bad) return bad;
     // External issuers' JWKS are fetched under the same egress rules as upstreams.
     const onLoopback = isLoopbackRequest(req);

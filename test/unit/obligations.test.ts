@@ -15,7 +15,6 @@ import {
   PUSH_DOWN_META,
   RATE_LIMIT_WINDOW_MAX_MS,
   REDACTED,
-  applyResultObligations,
   checkBeforeDispatch,
   fullAudit,
   obligationProblems,
@@ -24,6 +23,7 @@ import {
   parseObligation,
   pushDownMeta,
 } from "../../src/governance/obligations.ts";
+import { applyResultObligations } from "../../src/governance/obligations-shape.ts";
 import { historyKey, type HistorySnapshot, type Obligation } from "../../src/governance/steps.ts";
 import type { Json, JsonObject, JsonRpcResponse } from "../../src/wire/jsonrpc.ts";
 

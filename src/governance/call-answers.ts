@@ -1,0 +1,78 @@
+/**
+ * What the governed path answers, and how it fails closed: the JSON-RPC shapes of a result, an
+ * unknown tool, a refusal the model can read ("Blocked by Portcullis: … (check, rule, decision);
+ * ask …"), a leg that did not answer; the upstream request (the upstream's tool name, obligations
+ * pushed down in `_meta`); the receipt and advise's advisory block on the way back; and `step`,
+ * which turns any throw of a step into StepFailed so that the call is refused. Must never: change
+ * a result beyond the receipt and the advisory, or let a step's throw pass as anything but a refusal.
+ */
+import { ErrorCode, errorResponse, type JsonObject, type JsonRpcRequest, type JsonRpcResponse } from "../wire/jsonrpc.ts";
+import { pushDownMeta } from "./obligations.ts";
+import type { Decision, LegResult, Receipt, Refusal, ToolCall } from "./steps.ts";
+
+/** A JSON-RPC answer and the HTTP status that carries it. */
+export interface Answer {
+  response: JsonRpcResponse;
+  status: number;
+}
+
+/** The `_meta` key under which an answer carries its ledger receipt. */
+export const RECEIPT_META = "portcullis/receipt";
+
+export class StepFailed extends Error {
+  readonly step: string;
+  constructor(step: string, cause: unknown) {
+    super(`the ${step} step could not answer (${cause instanceof Error ? cause.message : String(cause)})`);
+    this.step = step;
+  }
+}
+
+/** Runs one step; a throw becomes StepFailed, which refuses the call (fail closed). */
+export async function step<T>(name: string, run: () => T | Promise<T>): Promise<T> {
+  try {
+    return await run();
+  } catch (e) {
+    throw new StepFailed(name, e);
+  }
+}
+
+export const result = (call: ToolCall, r: JsonObject): Answer => ({ response: { jsonrpc: "2.0", id: call.request.id, result: r }, status: 200 });
+export const unknownTool = (call: ToolCall): Answer => ({
+  response: errorResponse(call.request.id, ErrorCode.InvalidParams, `Unknown tool: ${call.exposedName}`),
+  status: 200,
+});
+/** A refusal is a tool result the model can read (isError), never a protocol error: what refused, by which rule, the record, who to ask. */
+export function refused(call: ToolCall, r: Refusal, blockedId?: string | null): Answer {
+  const refs = [`check: ${r.check}`, ...(r.rule ? [`rule: ${r.rule}`] : []), ...(blockedId ? [`decision: ${blockedId}`] : [])];
+  const ask = r.owner ? `; ask ${r.owner}` : call.principal.authenticated ? "; ask the issuer of your grant" : "";
+  return result(call, { content: [{ type: "text", text: `Blocked by Portcullis: ${r.reason} (${refs.join(", ")})${ask}` }], isError: true });
+}
+/** A leg that did not answer: auth problems are readable isError results; the rest JSON-RPC errors naming the upstream. */
+export function notAnswered(call: ToolCall, leg: Exclude<LegResult, { kind: "answered" }>): Answer {
+  if (leg.kind === "failed" && leg.auth) return result(call, { content: [{ type: "text", text: leg.reason }], isError: true });
+  const text = leg.kind === "uncertain" ? `${leg.reason}; the call may or may not have run upstream` : leg.reason;
+  return { response: errorResponse(call.request.id, ErrorCode.InternalError, text), status: 200 };
+}
+
+/** The client's request with the upstream's own tool name, and the obligations a server can push down. */
+export function upstreamRequest(call: ToolCall, toolName: string, decision: Decision): JsonRpcRequest {
+  const params: JsonObject = { ...(call.request.params ?? {}), name: toolName };
+  const push = pushDownMeta(decision.obligations);
+  if (push) params._meta = { ...((params._meta as JsonObject | undefined) ?? {}), ...push };
+  return { ...call.request, params };
+}
+
+/** The receipt rides in the result's `_meta`; everything else is the upstream's, unchanged. */
+export function withReceipt(response: JsonRpcResponse, receipt: Receipt | null): JsonRpcResponse {
+  if (!receipt || !response.result) return response;
+  const meta = { ...((response.result._meta as JsonObject | undefined) ?? {}), [RECEIPT_META]: { ...receipt } };
+  return { ...response, result: { ...response.result, _meta: meta } };
+}
+
+/** advise: the result gets one extra text block naming what enforce would have done. */
+export function withAdvisory(response: JsonRpcResponse, decision: Decision): JsonRpcResponse {
+  if (decision.mode !== "advise" || !decision.wouldBlock || !response.result) return response;
+  const content = Array.isArray(response.result.content) ? response.result.content : [];
+  const text = `Portcullis advisory (nothing was blocked): enforce would ${decision.wouldBlock.decision === "deny" ? "block" : "hold"} this call — ${decision.wouldBlock.reason}`;
+  return { ...response, result: { ...response.result, content: [...content, { type: "text", text }] } };
+}
