@@ -7,7 +7,7 @@
  */
 import type { Env } from "../src/env.ts";
 import { GLOBAL_CHAIN } from "../src/ledger/records.ts";
-import type { CredentialsApi, HistoryApi, LedgerApi, RevocationsApi, SessionApi, TasksApi } from "./records.ts";
+import type { CredentialsApi, HistoryApi, HoldsApi, KillSwitchApi, LedgerApi, RevocationsApi, SessionApi, TasksApi } from "./records.ts";
 
 /** Legacy session ids the gateway issues: 192 random bits as 48 lowercase hex characters. */
 export const SESSION_ID = /^[0-9a-f]{48}$/;
@@ -73,4 +73,28 @@ export const CHAIN_NAME = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$|^_global$/;
 /** The LedgerDO holding one chain; null when the name is not a chain name. */
 export function ledgerObject(env: Env, chain: string): LedgerApi | null {
   return CHAIN_NAME.test(chain) ? objectFor<LedgerApi>(env.LEDGER, `chain:${chain}`) : null;
+}
+
+/** Hold ids: `<team>~<24 hex>`; the team names the HoldsDO that holds it. */
+export const HOLD_ID = /^([A-Za-z0-9][A-Za-z0-9._:-]{0,127})~([0-9a-f]{24})$/;
+
+/** A new hold id for `team`. */
+export function newHoldId(team: string): string {
+  const b = crypto.getRandomValues(new Uint8Array(12));
+  return `${team}~${Array.from(b, (x) => x.toString(16).padStart(2, "0")).join("")}`;
+}
+
+/** The team a hold id belongs to; null when `id` is not a hold id. */
+export function holdTeam(id: string): string | null {
+  return HOLD_ID.exec(id)?.[1] ?? null;
+}
+
+/** One team's holds (its HoldsDO); null when the team is not a valid team name. */
+export function holdsObject(env: Env, team: string): HoldsApi | null {
+  return CHAIN_NAME.test(team) && team !== GLOBAL_CHAIN ? objectFor<HoldsApi>(env.HOLDS, `team:${team}`) : null;
+}
+
+/** The gateway's one kill switch (read through a per-isolate cache of at most one second, src/mcp/killswitch.ts). */
+export function killSwitchObject(env: Env): KillSwitchApi {
+  return objectFor<KillSwitchApi>(env.KILLSWITCH, "global");
 }

@@ -11,6 +11,10 @@ export interface Env {
   TASKS: DurableObjectNamespace;
   /** HistoryDO: each principal's recent calls and budget counters (durable-objects/history.ts). */
   HISTORY: DurableObjectNamespace;
+  /** HoldsDO: one team's held calls (durable-objects/holds.ts). */
+  HOLDS: DurableObjectNamespace;
+  /** KillSwitchDO: the gateway's halts (durable-objects/killswitch.ts). */
+  KILLSWITCH: DurableObjectNamespace;
   /** The shared ledger store all teams' auditors query (migrations/). */
   LEDGER_DB: D1Database;
   /** portcullis.yaml text, delivered as a var at deploy (or by `portcullis dev`). */

@@ -16,6 +16,9 @@ import { mintGrantRoute, revokeGrantRoute } from "./routes/grants.ts";
 import { exportRoute, searchRoute, traceRoute } from "./routes/ledger.ts";
 import { mcpRoutes } from "./routes/mcp.ts";
 import { previewRoute } from "./routes/preview.ts";
+import { holdsRoutes } from "./routes/holds.ts";
+import { killSwitchRoutes } from "./routes/killswitch.ts";
+import { consoleRoutes } from "./routes/console.ts";
 import { operatorMcp } from "./routes/operator.ts";
 import { jsonResponse } from "./wire/http.ts";
 
@@ -25,6 +28,8 @@ export { RevocationsDO } from "../durable-objects/revocations.ts";
 export { SessionDO } from "../durable-objects/session.ts";
 export { TasksDO } from "../durable-objects/tasks.ts";
 export { HistoryDO } from "../durable-objects/history.ts";
+export { HoldsDO } from "../durable-objects/holds.ts";
+export { KillSwitchDO } from "../durable-objects/killswitch.ts";
 
 const app = new Hono<AppEnv>();
 
@@ -77,6 +82,11 @@ app.post("/v1/preview", gate({ path: "/", role: ["agent", "approver", "operator"
 app.get("/v1/ledger", auditor, (c) => searchRoute(c.env, c.var.principal, new URL(c.req.url).searchParams));
 app.get("/v1/ledger/export", auditor, (c) => exportRoute(c.env, c.var.principal, c.req.query("team") ?? null, canonicalUrl(c.var.cfg)));
 app.get("/v1/ledger/:id/trace", auditor, (c) => traceRoute(c.env, c.var.principal, c.req.param("id"), c.req.query("team") ?? null));
+
+// Holds (approvers), the kill switch (admin; status for operators) and the web console.
+app.route("/", holdsRoutes);
+app.route("/", killSwitchRoutes);
+app.route("/", consoleRoutes);
 
 app.all("/operator/mcp", gate({ path: "/operator/mcp", role: ["auditor", "approver", "operator", "admin"], allowActor: false }), (c) =>
   operatorMcp(c.req.raw, c.env, c.var.cfg, c.var.principal),

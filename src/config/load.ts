@@ -8,6 +8,7 @@ import { parse as parseYaml } from "yaml";
 import type { EgressRules } from "./egress-schema.ts";
 import { parseMappings, type ToolMapping } from "./mapping-schema.ts";
 import { parsePolicy, type PolicyConfig } from "./policy-schema.ts";
+import type { Role } from "./roles.ts";
 import { configSchema, type ParsedConfig } from "./schema.ts";
 
 export interface UpstreamConfig {
@@ -42,6 +43,29 @@ export interface ExternalIssuer {
   subPrefix: string;
 }
 
+/** Cloudflare Access for the console (auth.access). */
+export interface AccessConfig {
+  teamDomain: string;
+  audience: string;
+  certsUrl: string;
+  roles: Role[];
+  team: string;
+  subPrefix: string;
+}
+
+/** The `holds` section, resolved. */
+export interface HoldsConfig {
+  expiresMs: number;
+  /** 0: answer a held call at once; else how long it may stay open for the approver. */
+  waitMs: number;
+  resolvers: { rules: string[]; roles: Role[]; teams?: string[] }[];
+  unresolvable: string[];
+  webhooks: { url: string; secret?: string; events: ("created" | "resolved")[] }[];
+}
+
+/** Longest `holds.wait`: a call is never held open longer than this. */
+export const HOLD_WAIT_MAX_MS = 10 * 60_000;
+
 export interface AuthConfig {
   required: boolean;
   audience?: string;
@@ -51,6 +75,7 @@ export interface AuthConfig {
   maxTokenLifetimeS: number;
   signingKeySecret: string;
   externalIssuers: ExternalIssuer[];
+  access?: AccessConfig;
 }
 
 export type GatewayMode = "enforce" | "advise" | "observe";
@@ -71,6 +96,7 @@ export interface GatewayConfig {
   sseRetryMs: number;
   sessionTtlS: number;
   credentialsKeySecret: string;
+  holds: HoldsConfig;
   egress: EgressRules;
   upstreams: UpstreamConfig[];
 }
@@ -156,6 +182,7 @@ export function loadConfig(yamlText: string, vars: Record<string, unknown>): Gat
   });
   if (problems.length) throw new ConfigError(problems);
   const a = c.auth;
+  const issuerProblemsLater: string[] = [];
   const auth: AuthConfig = {
     required: a.required,
     maxTokenLifetimeS: Math.floor(durationMs(a.max_token_lifetime, 86_400_000) / 1000),
@@ -177,8 +204,21 @@ export function loadConfig(yamlText: string, vars: Record<string, unknown>): Gat
     }),
   };
   if (a.audience) auth.audience = a.audience.replace(/\/+$/, "");
+  if (a.access) {
+    const domain = a.access.team_domain.replace(/\/+$/, "");
+    auth.access = {
+      teamDomain: domain,
+      audience: a.access.audience,
+      certsUrl: a.access.certs_url ?? `${domain}/cdn-cgi/access/certs`,
+      roles: a.access.roles,
+      team: a.access.team,
+      subPrefix: a.access.sub_prefix,
+    };
+  }
+  const waitMs = c.holds.wait === 0 ? 0 : durationMs(c.holds.wait, 0);
+  if (waitMs > HOLD_WAIT_MAX_MS) issuerProblemsLater.push(`holds.wait: at most 10m (a call is never held open longer), got ${c.holds.wait}`);
   if (a.issuer) auth.issuer = a.issuer;
-  const issuerProblems = principalSpaceProblems(auth.externalIssuers);
+  const issuerProblems = [...principalSpaceProblems(auth.externalIssuers), ...issuerProblemsLater];
   const origin = startedOrigin(vars.PORTCULLIS_ORIGIN);
   if (typeof origin === "string") auth.origin = origin;
   else if (origin) issuerProblems.push(origin.problem);
@@ -198,6 +238,13 @@ export function loadConfig(yamlText: string, vars: Record<string, unknown>): Gat
     sseRetryMs: c.gateway.sse_retry_ms,
     sessionTtlS: c.gateway.session_ttl_s,
     credentialsKeySecret: c.gateway.credentials_key_secret,
+    holds: {
+      expiresMs: durationMs(c.holds.expires, 4 * 3_600_000),
+      waitMs,
+      resolvers: c.holds.resolvers.map((r) => ({ rules: r.rules, roles: r.roles, ...(r.teams ? { teams: r.teams } : {}) })),
+      unresolvable: c.holds.unresolvable,
+      webhooks: c.holds.webhooks.map((w) => ({ url: w.url, events: w.events, ...(w.secret ? { secret: w.secret } : {}) })),
+    },
     egress: c.egress,
     upstreams,
   };

@@ -74,6 +74,57 @@ const externalIssuerSchema = z.strictObject({
   sub_prefix: z.string().min(1).optional(),
 });
 
+const secretName = z.string().regex(/^[A-Z_][A-Z0-9_]*$/, "a Worker secret name: A-Z, 0-9 and _");
+
+/** Cloudflare Access in front of the console: its JWT (`Cf-Access-Jwt-Assertion`) signs an approver in. */
+const accessSchema = z.strictObject({
+  /** The Access team domain, e.g. https://acme.cloudflareaccess.com (its keys: <team_domain>/cdn-cgi/access/certs). */
+  team_domain: z.string().url(),
+  /** The Access application's AUD tag: the `aud` its JWTs must carry. */
+  audience: z.string().min(1),
+  /** Where the keys are fetched (default <team_domain>/cdn-cgi/access/certs), under the egress rules. */
+  certs_url: z.string().url().optional(),
+  /** Roles and team an Access-signed-in person gets (the JWT's email becomes the principal `<sub_prefix><email>`). */
+  roles: z.array(z.enum(ROLES)).default(["approver"]),
+  team: z.string().min(1).default("default"),
+  sub_prefix: z.string().min(1).default("access:"),
+});
+
+/** Held calls (`require_approval`): how long a hold lives, how long a call may wait, who may resolve what, who is told. */
+const holdsSchema = z.strictObject({
+  /** How long a hold lives: pending until then, and an approved or consumed hold replays its answer until then. */
+  expires: duration.default("4h"),
+  /** How long a held call stays open waiting for the approver (0: answer at once with the hold id); at most 10m. */
+  wait: z.union([z.literal(0), duration]).default(0),
+  /**
+   * Who may resolve a hold: an approver matching an entry whose `rules` (globs over rule ids;
+   * `(mapping)` for holds a mapping's `approval` asked for) match the hold's rule, holding one of
+   * `roles`, in one of `teams` (default: the hold's own team; `*`: any team). Admins resolve any resolvable hold.
+   */
+  resolvers: z
+    .array(
+      z.strictObject({
+        rules: z.array(z.string().min(1)).default(["*"]),
+        roles: z.array(z.enum(ROLES)).default(["approver"]),
+        teams: z.array(z.string().min(1)).optional(),
+      }),
+    )
+    .default([{ rules: ["*"], roles: ["approver"] }]),
+  /** Rule ids (globs) whose holds nobody may resolve: such calls wait out their expiry and are denied. */
+  unresolvable: z.array(z.string().min(1)).default([]),
+  /** Told when a hold is created and resolved: Slack-compatible JSON, body signed with HMAC-SHA256 of the named secret. */
+  webhooks: z
+    .array(
+      z.strictObject({
+        url: z.string().url(),
+        /** Worker secret holding the HMAC key; the signature goes in `X-Portcullis-Signature: sha256=<hex>`. */
+        secret: secretName.optional(),
+        events: z.array(z.enum(["created", "resolved"])).default(["created", "resolved"]),
+      }),
+    )
+    .default([]),
+});
+
 const authSchema = z.strictObject({
   /** Require a grant token on every request. Unauthenticated mode is refused off loopback. */
   required: z.boolean().default(false),
@@ -93,6 +144,8 @@ const authSchema = z.strictObject({
     .regex(/^[A-Z_][A-Z0-9_]*$/)
     .default("PORTCULLIS_SIGNING_KEY"),
   external_issuers: z.array(externalIssuerSchema).default([]),
+  /** Cloudflare Access for the console (optional): an Access JWT signs a person in without pasting a grant. */
+  access: accessSchema.optional(),
 });
 
 export const configSchema = z
@@ -134,6 +187,7 @@ export const configSchema = z
     mappings: z.record(z.string(), z.unknown()).optional(),
     /** A directory of `<upstream>.yaml` mappings: the CLI inlines it; the Worker never reads files. */
     mappings_dir: z.string().optional(),
+    holds: holdsSchema.prefault({}),
     /** Where the gateway may connect: every upstream URL and every outbound fetch is checked. */
     egress: egressSchema.prefault({}),
     upstreams: z.array(upstreamSchema).min(1, "at least one upstream is required"),

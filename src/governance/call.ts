@@ -16,7 +16,7 @@ import { type Answer, notAnswered, refused, StepFailed, step, upstreamRequest, w
 import { decideCall, type GovernanceDeps, violation } from "./call-decide.ts";
 import { fullAudit } from "./obligations.ts";
 import { applyResultObligations } from "./obligations-shape.ts";
-import { haltFor, holdFor, type LegResult, outcomeOf, type Refusal, type Target, type ToolCall, type ToolMapping } from "./steps.ts";
+import { type Classification, type Decision, haltFor, holdFor, type LegResult, outcomeOf, type Refusal, type Target, type ToolCall, type ToolMapping } from "./steps.ts";
 import { validateOutput } from "./validate.ts";
 
 export { type Answer, RECEIPT_META } from "./call-answers.ts";
@@ -28,17 +28,22 @@ export async function governToolCall(deps: GovernanceDeps, call: ToolCall): Prom
     return await governedSteps(deps, call);
   } catch (e) {
     if (!(e instanceof StepFailed)) throw e;
-    const refusal: Refusal = { check: e.step, reason: `${e.message}; the call was refused to fail closed` };
-    const id = await deps.ledger.blocked(call, refusal).catch(() => null);
-    return refused(call, refusal, id);
+    return stepRefused(deps, call, e);
   }
+}
+
+/** A step that could not answer refuses the call (fail closed), on the record when the ledger takes it. */
+async function stepRefused(deps: GovernanceDeps, call: ToolCall, e: StepFailed): Promise<Answer> {
+  const refusal: Refusal = { check: e.step, reason: `${e.message}; the call was refused to fail closed` };
+  const id = await deps.ledger.blocked(call, refusal).catch(() => null);
+  return refused(call, refusal, id);
 }
 
 async function governedSteps(deps: GovernanceDeps, call: ToolCall): Promise<Answer> {
   const verdict = await decideCall(deps, call);
   if (verdict.kind === "answer") return verdict.answer;
   if (verdict.kind === "refused") return block(deps, call, verdict.refusal);
-  const { target, classification, mapping } = verdict;
+  const { target } = verdict;
   let decision = verdict.decision;
 
   // 8 (end) budgets: admitted into history atomically, so no reconnect or new session escapes a limit.
@@ -64,11 +69,39 @@ async function governedSteps(deps: GovernanceDeps, call: ToolCall): Promise<Answ
     }
   }
 
-  // 9 hold
+  // 9 hold: an approved hold for this exact action is consumed once; otherwise the hold answers
+  // (created or still pending, rejected, expired, in flight — or the consumed call's recorded answer, replayed).
   const hold = await step("hold", () => holdFor(deps.holds, call, target, decision));
-  if (!hold.proceed) return block(deps, call, hold.refusal);
+  if (!hold.proceed) {
+    if ("answer" in hold) return { response: { ...hold.answer, id: call.request.id }, status: 200 };
+    return hold.recorded ? refused(call, hold.refusal, hold.recorded) : block(deps, call, hold.refusal);
+  }
+  if (!hold.holdId) return executeCall(deps, call, verdict, decision, callId, undefined);
+  // A consumed hold keeps the answer its call got: identical retries get it back instead of a second run.
+  const holdId = hold.holdId;
+  let answer: Answer;
+  try {
+    answer = await executeCall(deps, call, verdict, decision, callId, holdId);
+  } catch (e) {
+    if (!(e instanceof StepFailed)) throw e;
+    answer = await stepRefused(deps, call, e);
+  }
+  await deps.holds.complete(holdId, answer.response).catch((e) => console.error("portcullis: hold answer not kept", holdId, String(e)));
+  return answer;
+}
 
-  // 10 write-ahead: the decision is durable before anything reaches the upstream.
+/** Steps 10–14 for a call that may run (and, when `holdId` is set, consumed its approval). */
+async function executeCall(
+  deps: GovernanceDeps,
+  call: ToolCall,
+  verdict: { target: Target; classification: Classification; mapping: ToolMapping | undefined },
+  decision: Decision,
+  callId: string,
+  holdId: string | undefined,
+): Promise<Answer> {
+  const { target, classification, mapping } = verdict;
+  // 10 write-ahead: the decision is durable before anything reaches the upstream (a consumed hold
+  // whose decision could not be recorded is released: its call never ran, and it may be approved again).
   const receipt = await step("ledger", () =>
     deps.ledger.decision({
       principal: call.principal.sub,
@@ -80,13 +113,16 @@ async function governedSteps(deps: GovernanceDeps, call: ToolCall): Promise<Answ
       argumentsKept: fullAudit(decision.obligations) ? "full" : (mapping?.arguments ?? "hashed"),
       classification,
       decision,
-      ...(hold.holdId ? { holdId: hold.holdId } : {}),
+      ...(holdId ? { holdId } : {}),
     }),
-  );
+  ).catch(async (e: unknown) => {
+    if (holdId) await deps.holds.release(holdId, (e as Error).message).catch(() => undefined);
+    throw e;
+  });
 
   // 11 forward: the leg never throws; the mapping's timeout and (safe effects only) retries apply.
   const started = deps.clock();
-  const leg = await forwardWithRetry(deps, target, mapping, upstreamRequest(call, target.tool.name, decision));
+  const leg = await forwardWithRetry(deps, target, mapping, upstreamRequest(call, target.tool.name, decision), call);
   const durationMs = deps.clock() - started;
   if (leg.kind !== "answered") {
     await step("ledger", () =>
@@ -164,13 +200,13 @@ async function overBudget(deps: GovernanceDeps, call: ToolCall, limits: { grantC
 }
 
 /** The leg with the mapping's timeout; failures of read_only / idempotent tools retried with exponential backoff. */
-async function forwardWithRetry(deps: GovernanceDeps, target: Target, mapping: ToolMapping | undefined, request: JsonRpcRequest): Promise<LegResult> {
+async function forwardWithRetry(deps: GovernanceDeps, target: Target, mapping: ToolMapping | undefined, request: JsonRpcRequest, call: ToolCall): Promise<LegResult> {
   const t = mapping?.timeoutMs ? { ...target, upstream: { ...target.upstream, timeoutMs: mapping.timeoutMs } } : target;
   const retryable = mapping?.retry && (mapping.effect === "read_only" || mapping.effect === "idempotent") ? mapping.retry : null;
-  let leg = await deps.upstream.call(t, request);
+  let leg = await deps.upstream.call(t, request, call);
   for (let attempt = 1; retryable && attempt <= retryable.attempts && leg.kind !== "answered" && !(leg.kind === "failed" && leg.auth); attempt++) {
     await new Promise((r) => setTimeout(r, Math.min(retryable.backoffMs * 2 ** (attempt - 1), 30_000)));
-    leg = await deps.upstream.call(t, request);
+    leg = await deps.upstream.call(t, request, call);
   }
   return leg;
 }

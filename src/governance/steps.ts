@@ -2,7 +2,7 @@
  * The steps of a governed tools/call (DESIGN.md, request path 5–13), each with the signature it
  * keeps, and the collaborators each is handed (kill-switch state, mappings, policy, hold store,
  * ledger, history, upstream leg). Steps whose issue has not landed yet are explicit pass-throughs
- * here — `NO_HALTS` and `NO_HOLDS` — which [H] replaces behind the same signatures; `NO_MAPPINGS`,
+ * here — `NO_HALTS` and `NO_HOLDS` — for tests and routes without those stores; `NO_MAPPINGS`,
  * `OPEN_POLICY` and `NO_HISTORY` are what a gateway without mappings or policy runs (classify.ts,
  * validate.ts, policy.ts, obligations.ts own the logic of steps 6, 7, 8 and 12). The ledger is src/mcp/ledger-writer.ts;
  * `NO_LEDGER` remains for tests that exercise the path without one.
@@ -57,7 +57,7 @@ export interface KillSwitchState {
   version: number;
   halts: Halt[];
 }
-/** Reads the current halts (KillSwitchDO in [H], cached per isolate for at most a second). */
+/** Reads the current halts (KillSwitchDO, cached per isolate for at most a second: src/mcp/killswitch.ts); throws when it cannot tell. */
 export interface KillSwitchReader {
   read(): Promise<KillSwitchState>;
 }
@@ -244,15 +244,31 @@ export const NO_HISTORY: HistoryStore = {
 
 // ---- 9 hold -------------------------------------------------------------------------------
 
-export type HoldVerdict = { proceed: true; holdId?: string } | { proceed: false; refusal: Refusal };
-/** HoldsDO in [H]: binds an approval to the exact canonical action and consumes it once. */
+/**
+ * What the hold step says about a call that needs approval: proceed (an approved hold for this
+ * exact action was consumed, once), refused (a hold was created — `recorded` names its
+ * `hold.created` entry — or it is pending, rejected, expired or its call is in flight), or
+ * answered by the hold itself (`answer`: the recorded answer of the consumed call, replayed; or
+ * a task standing for the held call, for a client that negotiated tasks).
+ */
+export type HoldVerdict =
+  | { proceed: true; holdId?: string }
+  | { proceed: false; refusal: Refusal; holdId?: string; recorded?: string }
+  | { proceed: false; answer: JsonRpcResponse; holdId: string };
+/** HoldsDO behind the governed path (src/mcp/hold-store.ts): binds an approval to the exact canonical action and consumes it once. */
 export interface HoldStore {
   /** An approved, unconsumed hold for this action is consumed (proceed); otherwise one is created or reported. */
   settle(call: ToolCall, target: Target, decision: Decision): Promise<HoldVerdict>;
+  /** The consumed hold's call was answered: identical retries get this answer back (replayed, not run again). */
+  complete(holdId: string, answer: JsonRpcResponse): Promise<void>;
+  /** The consumed hold's call was not forwarded (its write-ahead failed): marked so, approvable again. */
+  release(holdId: string, reason: string): Promise<void>;
 }
-/** Before [H]: there is no approver to ask, so a call that needs approval is refused. */
+/** No hold store: there is no approver to ask, so a call that needs approval is refused. */
 export const NO_HOLDS: HoldStore = {
-  settle: async () => ({ proceed: false, refusal: { check: "hold", reason: "this call needs approval and approvals are not available on this gateway yet" } }),
+  settle: async () => ({ proceed: false, refusal: { check: "hold", reason: "this call needs approval and no hold store is available on this route" } }),
+  complete: async () => undefined,
+  release: async () => undefined,
 };
 
 export async function holdFor(holds: HoldStore, call: ToolCall, target: Target, decision: Decision): Promise<HoldVerdict> {
@@ -320,7 +336,8 @@ export type LegResult =
   | { kind: "uncertain"; reason: string };
 
 export interface UpstreamLeg {
-  call(target: Target, request: JsonRpcRequest): Promise<LegResult>;
+  /** Sends the call; while it runs, a kill-switch halt covering `call` cancels it upstream (the leg reports it uncertain). */
+  call(target: Target, request: JsonRpcRequest, call?: ToolCall): Promise<LegResult>;
 }
 
 /** The catalog could not be read because the upstream leg did not answer: the call gets that leg's answer. */

@@ -7,8 +7,8 @@ import type { GatewayConfig, UpstreamConfig } from "../config/load.ts";
 import type { Env } from "../env.ts";
 import type { Principal } from "../config/principal.ts";
 import type { JsonObject, JsonRpcNotification, JsonRpcRequest } from "../wire/jsonrpc.ts";
-import type { Era, Leg, TasksApi } from "../../durable-objects/records.ts";
-import type { HistoryStore, LedgerWriter } from "../governance/steps.ts";
+import type { Era, HoldsApi, Leg, TasksApi } from "../../durable-objects/records.ts";
+import type { HistoryStore, KillSwitchReader, LedgerWriter } from "../governance/steps.ts";
 
 /** What a front knows about one HTTP request once the gate let it through. */
 export interface FrontContext {
@@ -74,6 +74,15 @@ export interface CallContext {
   taskStore?(): TasksApi;
   /** The caller's history (its HistoryDO), reached only when the policy has history rules, rate limits or budgets. */
   history?(): HistoryStore;
+  /** The kill switch (KillSwitchDO through the isolate's ≤ 1 s cache). Absent: every governed call is refused (fail closed). */
+  killSwitch?(): KillSwitchReader;
+  /** The caller's team's holds (its HoldsDO; null for a team name no object can have). Absent: require_approval is refused. */
+  holds?(): HoldsApi | null;
+  /**
+   * Whether this client can take a task for a held call: a legacy client that declared `tasks` at
+   * initialize and asked for one (`params.task`), or a modern client that declared the tasks extension.
+   */
+  tasks?: boolean;
 }
 
 export interface Outcome {

@@ -11,7 +11,9 @@
 import type { UpstreamConfig } from "../config/load.ts";
 import { type GovernanceDeps, governedPassThrough, governToolCall, previewToolCall } from "../governance/call.ts";
 import { mappingsOf, policyEngine } from "../governance/engine.ts";
-import { type HistoryStore, NO_HALTS, NO_HOLDS, type ToolCall } from "../governance/steps.ts";
+import { type HistoryStore, type KillSwitchReader, NO_HOLDS, type ToolCall } from "../governance/steps.ts";
+import { haltableLeg } from "./killswitch.ts";
+import { holdStore } from "./hold-store.ts";
 import { toolCatalog } from "./catalog.ts";
 import { grantReachesUpstream } from "../governance/grant-scope.ts";
 import { aggregateList, LISTS } from "./aggregate.ts";
@@ -55,24 +57,37 @@ const NO_HISTORY_STORE: HistoryStore = {
   settle: async () => undefined,
 };
 
+/** A context without a kill switch refuses every governed call (fail closed). */
+const NO_KILL_SWITCH: KillSwitchReader = {
+  read: async () => {
+    throw new Error("no kill switch on this route");
+  },
+};
+
 /**
- * What governance is handed for this caller: its catalog, the config's mappings and compiled
- * policy, its history and upstream leg; the kill switch and holds are pass-throughs until [H].
- * The leg records a task the upstream creates as this caller's before governance (and so the
- * client) sees the result; any other result goes by untouched.
+ * What governance is handed for this caller: its catalog, the kill switch, the config's
+ * mappings and compiled policy, its team's holds, its history and upstream leg. The leg runs
+ * under the kill switch's in-flight watch (a halt cancels it upstream) and records a task the
+ * upstream creates as this caller's before governance (and so the client) sees the result; any
+ * other result goes by untouched.
  */
 export function governance(ctx: CallContext): GovernanceDeps {
+  const killSwitch = ctx.killSwitch?.() ?? NO_KILL_SWITCH;
+  const holdsApi = ctx.holds?.();
   return {
     catalog: toolCatalog(ctx),
-    killSwitch: NO_HALTS,
+    killSwitch,
     mappings: mappingsOf(ctx.cfg),
     policy: policyEngine(ctx.cfg),
-    holds: NO_HOLDS,
+    holds: holdsApi ? holdStore(ctx, holdsApi) : NO_HOLDS,
     ledger: ctx.ledger,
     history: ctx.history?.() ?? NO_HISTORY_STORE,
     upstream: {
-      call: async (target, request) =>
-        recordCreatedTasks(ctx, target.upstream, request, await callLeg(ctx, target.upstream, request), (r) => callLeg(ctx, target.upstream, r)),
+      call: (target, request, call) => {
+        const up = target.upstream;
+        const run = async (c: CallContext) => recordCreatedTasks(c, up, request, await callLeg(c, up, request), (r) => callLeg(c, up, r));
+        return call ? haltableLeg(ctx, killSwitch, call, up, run) : run(ctx);
+      },
     },
     clock: Date.now,
   };

@@ -26,7 +26,7 @@ import { mergeCapabilities, mergeInstructions, openLegacyClientLeg } from "./leg
 import { splitUri } from "./names.ts";
 import { relayServerRequest } from "./relay.ts";
 import { respond, type Resumable, type StreamControl } from "./respond.ts";
-import { newSessionId, sessionObject, taskObject } from "../../durable-objects/names.ts";
+import { newSessionId, sessionObject, holdsObject, taskObject } from "../../durable-objects/names.ts";
 import { type Leg, SESSION_RECORD_VERSION, type SessionApi, type SessionRecord, type UpstreamLegRecord } from "../../durable-objects/records.ts";
 import { relayGetStream, replayStream } from "./streams.ts";
 import { postUpstream, modernMeta } from "./upstream.ts";
@@ -34,6 +34,7 @@ import { GATEWAY_INFO, LATEST_LEGACY, LEGACY_VERSIONS, META, isLegacyVersion } f
 import { jsonResponse, refuse } from "../wire/http.ts";
 import { frontLedger } from "./ledger-writer.ts";
 import { historyStore } from "./history-store.ts";
+import { killSwitchReader } from "./killswitch.ts";
 
 type Store = SessionApi;
 
@@ -134,6 +135,8 @@ function legacyContext(
     capabilities: async (up) => rec.upstreams[up.name]?.capabilities,
     taskStore: () => taskObject(fc.env, fc.principal.sub),
     history: () => historyStore(fc.env),
+    killSwitch: () => killSwitchReader(fc.env),
+    holds: () => holdsObject(fc.env, fc.principal.team),
     recordRequest: async (id, up, upstreamId) => {
       await store.begin(fc.principal.sub, JSON.stringify(id), up.name, upstreamId);
     },

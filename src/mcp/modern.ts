@@ -11,7 +11,7 @@ import { dispatch } from "./dispatch.ts";
 import { postUpstream } from "./upstream.ts";
 import { ErrorCode, type JsonObject, type JsonRpcMessage, type JsonRpcRequest, errorResponse, isNotification, isObject, isRequest } from "../wire/jsonrpc.ts";
 import type { FrontContext } from "./context.ts";
-import { runObject, taskObject } from "../../durable-objects/names.ts";
+import { runObject, holdsObject, taskObject } from "../../durable-objects/names.ts";
 import { applyLogLevel, mergeCapabilities, mergeInstructions, modernLegFor } from "./legs.ts";
 import { listen } from "./listen.ts";
 import { respond } from "./respond.ts";
@@ -21,6 +21,7 @@ import { GATEWAY_INFO, META, MODERN_VERSION, REMOVED_IN_MODERN, SUPPORTED_VERSIO
 import { jsonResponse, refuse } from "../wire/http.ts";
 import { frontLedger } from "./ledger-writer.ts";
 import { historyStore } from "./history-store.ts";
+import { killSwitchReader } from "./killswitch.ts";
 
 /** Decodes a SEP-2243 header value (`=?base64?…?=` or literal); null when malformed. */
 export function decodeHeaderValue(v: string): string | null {
@@ -122,6 +123,8 @@ export function modernContext(
     recordRequest: async () => undefined,
     taskStore: () => taskObject(fc.env, fc.principal.sub),
     history: () => historyStore(fc.env),
+    killSwitch: () => killSwitchReader(fc.env),
+    holds: () => holdsObject(fc.env, fc.principal.team),
     relay: {
       send: async (m) => {
         if (isRequest(m)) return; // never on a modern request stream

@@ -14,6 +14,8 @@ import { checkModernRequest } from "../mcp/modern.ts";
 import { GATEWAY_INFO, LATEST_LEGACY, META, SUPPORTED_VERSIONS, isLegacyVersion } from "../mcp/versions.ts";
 import { operatorTool, operatorToolsFor } from "./operator-registry.ts";
 import "./operator-tools.ts";
+import "./operator-hold-tools.ts";
+import "./operator-killswitch-tools.ts";
 import { jsonResponse, refuse } from "../wire/http.ts";
 import { canonicalUrl } from "../identity/metadata.ts";
 

@@ -5,6 +5,7 @@
  * principals whose credentials make an upstream list different tools, list_changed
  * invalidation, and the leg's answered / failed / uncertain / auth results.
  */
+import { NO_HALTS } from "../../src/governance/steps.ts";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import type { UpstreamConfig } from "../../src/config/load.ts";
 import { DEFAULT_EGRESS_RULES } from "../../src/config/egress-schema.ts";
@@ -84,6 +85,7 @@ function ctx(upstreams: UpstreamConfig[], who: Principal = everyone, era: "legac
     renewLeg: async () => null,
     capabilities: async () => ({ tools: {}, prompts: {}, resources: {} }),
     recordRequest: async () => undefined,
+    killSwitch: () => NO_HALTS,
     relay: {
       send: async (m) => {
         emitted.push(m as unknown as JsonObject);

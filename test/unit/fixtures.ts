@@ -32,6 +32,7 @@ export function testConfig(upstreams: UpstreamConfig[], extra: Partial<GatewayCo
     policy: { rules: [] },
     mappings: {},
     agentTools: false,
+    holds: { expiresMs: 4 * 3_600_000, waitMs: 0, resolvers: [{ rules: ["*"], roles: ["approver"] }], unresolvable: [], webhooks: [] },
     ...extra,
   } as unknown as GatewayConfig;
 }

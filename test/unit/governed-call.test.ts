@@ -386,7 +386,7 @@ describe("governToolCall", () => {
             version: "p",
             decide: async () => ({ decision: "require_approval", rule: "r", reason: "risky", obligations: [], mode: "enforce", policyVersion: "p" }),
           },
-          holds: { settle: boom },
+          holds: { settle: boom, complete: async () => undefined, release: async () => undefined },
         },
       ],
       ["ledger", { ledger: { ...NO_LEDGER, decision: boom } }],

@@ -7,6 +7,7 @@
  * fan-outs (list pages, logging/setLevel) and MRTR rounds never derive an id from the client's;
  * and SessionDO keeps the upstream id in its id map.
  */
+import { NO_HALTS } from "../../src/governance/steps.ts";
 import { env, evictDurableObject, runInDurableObject } from "cloudflare:test";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import type { UpstreamConfig } from "../../src/config/load.ts";
@@ -79,6 +80,7 @@ function ctx(
     leg: async () => opts.leg ?? { era: "legacy", protocolVersion: "2025-11-25", sessionId: "shared-upstream-session" },
     renewLeg: async () => null,
     capabilities: async () => ({ tools: {}, logging: {} }),
+    killSwitch: () => NO_HALTS,
     recordRequest: async (id, up, upstreamId) => {
       opts.recorded?.push([id, up.name, upstreamId]);
     },

@@ -1,0 +1,4 @@
+/**
+ * CONTRACT STUB (being implemented): portcullis.halt, resume, status.
+ */
+export {};
