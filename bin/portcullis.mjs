@@ -504,6 +504,16 @@ async function main() {
     const { ledgerCommand } = await import("./ledger-cli.mjs");
     process.exit(await ledgerCommand(process.argv.slice(3)));
   }
+  if (cmd === "holds") {
+    // list | approve | reject: bin/holds-cli.mjs owns the hold commands and their flags.
+    const { holdsCommand } = await import("./holds-cli.mjs");
+    process.exit(await holdsCommand(process.argv.slice(3)));
+  }
+  if (cmd === "halt" || cmd === "resume" || cmd === "status") {
+    // bin/killswitch-cli.mjs owns the kill-switch commands and their flags.
+    const { killSwitchCommand } = await import("./killswitch-cli.mjs");
+    process.exit(await killSwitchCommand(cmd, process.argv.slice(3)));
+  }
   if (cmd === "classify" || cmd === "suggest-manifest") {
     // bin/governance-cli.mjs owns these commands, their flags and their output.
     const { governanceCommand } = await import("./governance-cli.mjs");

@@ -144,6 +144,8 @@ export interface HoldBody extends JsonObject {
   principal: string;
   team: string;
   tool: string;
+  /** The hold's action hash: SHA-256 of the RFC 8785 JSON of {principal, upstream, tool, arguments}. */
+  action_hash: string;
   /** Who approved or rejected (null for created, expired, consumed). */
   approver: string | null;
   reason: string | null;

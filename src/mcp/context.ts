@@ -7,7 +7,7 @@ import type { GatewayConfig, UpstreamConfig } from "../config/load.ts";
 import type { Env } from "../env.ts";
 import type { Principal } from "../config/principal.ts";
 import type { JsonObject, JsonRpcNotification, JsonRpcRequest } from "../wire/jsonrpc.ts";
-import type { Era, HoldsApi, Leg, TasksApi } from "../../durable-objects/records.ts";
+import type { Era, HoldRecord, HoldsApi, Leg, TasksApi } from "../../durable-objects/records.ts";
 import type { HistoryStore, KillSwitchReader, LedgerWriter } from "../governance/steps.ts";
 
 /** What a front knows about one HTTP request once the gate let it through. */
@@ -78,6 +78,8 @@ export interface CallContext {
   killSwitch?(): KillSwitchReader;
   /** The caller's team's holds (its HoldsDO; null for a team name no object can have). Absent: require_approval is refused. */
   holds?(): HoldsApi | null;
+  /** Tells the configured webhooks a hold was created (not awaited; src/mcp/webhooks.ts). */
+  holdCreated?(hold: HoldRecord): void;
   /**
    * Whether this client can take a task for a held call: a legacy client that declared `tasks` at
    * initialize and asked for one (`params.task`), or a modern client that declared the tasks extension.
