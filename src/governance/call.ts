@@ -71,7 +71,7 @@ async function governedSteps(deps: GovernanceDeps, call: ToolCall): Promise<Answ
 
   // 9 hold: an approved hold for this exact action is consumed once; otherwise the hold answers
   // (created or still pending, rejected, expired, in flight — or the consumed call's recorded answer, replayed).
-  const hold = await step("hold", () => holdFor(deps.holds, call, target, decision));
+  const hold = await step("hold", () => holdFor(deps.holds, call, target, decision, verdict.classification));
   if (!hold.proceed) {
     if ("answer" in hold) return { response: { ...hold.answer, id: call.request.id }, status: 200 };
     return hold.recorded ? refused(call, hold.refusal, hold.recorded) : block(deps, call, hold.refusal);

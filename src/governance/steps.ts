@@ -258,7 +258,7 @@ export type HoldVerdict =
 /** HoldsDO behind the governed path (src/mcp/hold-store.ts): binds an approval to the exact canonical action and consumes it once. */
 export interface HoldStore {
   /** An approved, unconsumed hold for this action is consumed (proceed); otherwise one is created or reported. */
-  settle(call: ToolCall, target: Target, decision: Decision): Promise<HoldVerdict>;
+  settle(call: ToolCall, target: Target, decision: Decision, classification: Classification): Promise<HoldVerdict>;
   /** The consumed hold's call was answered: identical retries get this answer back (replayed, not run again). */
   complete(holdId: string, answer: JsonRpcResponse): Promise<void>;
   /** The consumed hold's call was not forwarded (its write-ahead failed): marked so, approvable again. */
@@ -271,9 +271,9 @@ export const NO_HOLDS: HoldStore = {
   release: async () => undefined,
 };
 
-export async function holdFor(holds: HoldStore, call: ToolCall, target: Target, decision: Decision): Promise<HoldVerdict> {
+export async function holdFor(holds: HoldStore, call: ToolCall, target: Target, decision: Decision, classification: Classification): Promise<HoldVerdict> {
   if (decision.decision !== "require_approval") return { proceed: true };
-  return holds.settle(call, target, decision);
+  return holds.settle(call, target, decision, classification);
 }
 
 // ---- 10 write-ahead, 13 outcome -----------------------------------------------------------

@@ -9,6 +9,7 @@ import type { Principal } from "../config/principal.ts";
 import type { JsonObject, JsonRpcNotification, JsonRpcRequest } from "../wire/jsonrpc.ts";
 import type { Era, HoldRecord, HoldsApi, Leg, TasksApi } from "../../durable-objects/records.ts";
 import type { HistoryStore, KillSwitchReader, LedgerWriter } from "../governance/steps.ts";
+import type { HoldBody } from "../ledger/records.ts";
 
 /** What a front knows about one HTTP request once the gate let it through. */
 export interface FrontContext {
@@ -35,12 +36,16 @@ export interface Relay {
    * client's stream the same way if the client can resume it; the call goes on either way.
    */
   mirrorClose?(): Promise<void>;
+  /** Keeps the client's answer alive while nothing else is sent (an SSE comment; opens the stream). */
+  keepAlive?(): Promise<void>;
 }
 
 /** The governed path's ledger, plus the one record per tools/list (src/mcp/ledger-writer.ts). */
 export interface CallLedger extends LedgerWriter {
   /** The names shown and those hidden from this caller (not awaited by the list). */
   listed(shown: string[], hidden: string[]): void;
+  /** A hold created or consumed by the governed path, durable on the team's chain when it resolves; the entry's id. */
+  hold(kind: "hold.created" | "hold.consumed", body: HoldBody): Promise<string>;
 }
 
 export interface CallContext {
@@ -80,11 +85,6 @@ export interface CallContext {
   holds?(): HoldsApi | null;
   /** Tells the configured webhooks a hold was created (not awaited; src/mcp/webhooks.ts). */
   holdCreated?(hold: HoldRecord): void;
-  /**
-   * Whether this client can take a task for a held call: a legacy client that declared `tasks` at
-   * initialize and asked for one (`params.task`), or a modern client that declared the tasks extension.
-   */
-  tasks?: boolean;
 }
 
 export interface Outcome {

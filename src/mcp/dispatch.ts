@@ -14,6 +14,7 @@ import { mappingsOf, policyEngine } from "../governance/engine.ts";
 import { type HistoryStore, type KillSwitchReader, NO_HOLDS, type ToolCall } from "../governance/steps.ts";
 import { haltableLeg } from "./killswitch.ts";
 import { holdStore } from "./hold-store.ts";
+import { HOLD_TASK_PREFIX, holdTaskRequest } from "./hold-tasks.ts";
 import { toolCatalog } from "./catalog.ts";
 import { grantReachesUpstream } from "../governance/grant-scope.ts";
 import { aggregateList, LISTS } from "./aggregate.ts";
@@ -190,6 +191,9 @@ async function byTask(ctx: CallContext, msg: JsonRpcRequest): Promise<Outcome> {
   const taskId = msg.params?.taskId;
   if (typeof taskId !== "string")
     return fail(msg, ErrorCode.InvalidParams, `Invalid params: ${msg.method} needs a string taskId`, ctx.era === "modern" ? 400 : 200);
+  // A task the gateway made for a held call (hold-tasks.ts): polled here, run through the governed path once approved.
+  if (taskId.startsWith(HOLD_TASK_PREFIX))
+    return holdTaskRequest(ctx, msg, taskId, () => unknownTask(ctx, msg, taskId), (call) => governToolCall(governance(ctx), call));
   const t = splitHandle(ctx.cfg.upstreams, taskId);
   if (!t || !grantReachesUpstream(ctx.principal, t.up)) return unknownTask(ctx, msg, taskId);
   return forOwnerOnly(ctx, msg, taskId, t.up, t.name, async () => exposeTask(t.up, await passThrough(ctx, t.up, msg, withParam(msg, "taskId", t.name))));
@@ -224,6 +228,7 @@ export async function dispatch(ctx: CallContext, msg: JsonRpcRequest): Promise<O
     case "resources/directory/read":
       return directoryRead(ctx, msg);
   }
+  if (msg.method === "tasks/result" && typeof msg.params?.taskId === "string" && msg.params.taskId.startsWith(HOLD_TASK_PREFIX)) return byTask(ctx, msg);
   const ups = ctx.cfg.upstreams;
   if (ups.length === 1 && !ups[0]!.namespaced && grantReachesUpstream(ctx.principal, ups[0]!)) {
     const up = ups[0]!;

@@ -1,10 +1,168 @@
 /**
- * CONTRACT STUB (being implemented): the governed path's hold step over the team's HoldsDO.
+ * The governed path's hold step over the caller's team HoldsDO: the exact canonical action
+ * (RFC 8785 JSON of principal, upstream, tool, arguments) and its hash, the claim that consumes
+ * an approved hold once, the `hold.created` / `hold.consumed` records (durable before the agent
+ * hears of the hold, and before the consumed call goes on to its write-ahead), and the three ways
+ * a held call waits: the universal isError answer naming the hold, its expiry and its console
+ * page; with `holds.wait` > 0 the call stays open (progress notifications when the client sent a
+ * progress token, SSE keep-alive comments otherwise, and for a resumable legacy stream SEP-1699
+ * close-and-resume) and runs in the same call if approved in time; and, for a client that can take
+ * one, a task standing for the held call (src/mcp/hold-tasks.ts answers its tasks/* requests).
+ * Must never: let a call proceed without a `consumed` claim, take a hold of another principal's
+ * action (the hash covers the principal), or keep a call open longer than `holds.wait`.
  */
-import type { HoldsApi } from "../../durable-objects/records.ts";
-import { NO_HOLDS, type HoldStore } from "../governance/steps.ts";
+import type { HoldClaim, HoldRecord, HoldsApi, LedgerSigning, NewHold } from "../../durable-objects/records.ts";
+import { newHoldId } from "../../durable-objects/names.ts";
+import type { Classification, Decision, HoldStore, HoldVerdict, Refusal, Target, ToolCall } from "../governance/steps.ts";
+import { canonicalUrl } from "../identity/metadata.ts";
+import type { HoldBody } from "../ledger/records.ts";
+import { canonicalJson, sha256Hex } from "../wire/canonical.ts";
+import { type JsonObject, type JsonRpcResponse, isObject } from "../wire/jsonrpc.ts";
 import type { CallContext } from "./context.ts";
+import { TASKS_EXTENSION } from "./skills.ts";
+import { META } from "./versions.ts";
+import { holdTaskCreated } from "./hold-tasks.ts";
 
-export function holdStore(_ctx: CallContext, _api: HoldsApi): HoldStore {
-  return NO_HOLDS;
+/** The canonical action of a call and its hash: what an approval binds (DESIGN invariant 5). */
+export function canonicalAction(principal: string, upstream: string, tool: string, args: JsonObject | undefined): { action: string; hash: string } {
+  const action = canonicalJson({ principal, upstream, tool, arguments: args ?? {} });
+  return { action, hash: sha256Hex(action) };
+}
+
+/** The console page of a hold. */
+export function holdUrl(ctx: Pick<CallContext, "cfg">, id: string): string {
+  return `${canonicalUrl(ctx.cfg)}/console/holds/${encodeURIComponent(id)}`;
+}
+
+export function ledgerSigning(ctx: Pick<CallContext, "cfg">): LedgerSigning {
+  return { secret: ctx.cfg.auth.signingKeySecret, gateway: canonicalUrl(ctx.cfg) };
+}
+
+/** Whether the client can take a task for this call: a legacy client that asked for one (`params.task`), a modern one that declared the tasks extension. */
+export function wantsTask(call: ToolCall): boolean {
+  const params = call.request.params;
+  if (call.era === "legacy") return isObject(params?.task);
+  const meta = isObject(params?._meta) ? params._meta : {};
+  const caps = meta[META.clientCapabilities];
+  return isObject(caps) && isObject(caps.extensions) && caps.extensions[TASKS_EXTENSION] !== undefined;
+}
+
+const WAIT_SLICE_MS = 10_000;
+
+export function holdStore(ctx: CallContext, api: HoldsApi): HoldStore {
+  const signing = ledgerSigning(ctx);
+  const body = (h: HoldRecord, reason: string | null): HoldBody => ({
+    hold_id: h.id,
+    decision_id: null,
+    principal: h.principal,
+    team: h.team,
+    tool: h.exposedName,
+    action_hash: h.actionHash,
+    approver: null,
+    reason,
+  });
+
+  return {
+    async settle(call: ToolCall, target: Target, decision: Decision, classification: Classification): Promise<HoldVerdict> {
+      const now = Date.now();
+      const p = call.principal;
+      const { action, hash } = canonicalAction(p.sub, target.upstream.name, target.tool.name, call.arguments);
+      const fresh: NewHold = {
+        id: newHoldId(p.team),
+        team: p.team,
+        actionHash: hash,
+        action,
+        principal: p.sub,
+        jti: p.jti ?? null,
+        upstream: target.upstream.name,
+        tool: target.tool.name,
+        exposedName: call.exposedName,
+        rule: decision.rule,
+        reason: decision.reason,
+        classification: { effect: classification.effect, blast_radius: classification.blastRadius, source: classification.source },
+        createdAt: now,
+        expiresAt: now + ctx.cfg.holds.expiresMs,
+      };
+      let claim = await api.claim(fresh, signing, now);
+      let recorded: string | undefined;
+      if (claim.kind === "created") {
+        // The hold is on the record before the agent (or an approver) hears of it.
+        recorded = await ctx.ledger.hold("hold.created", body(claim.hold, decision.reason));
+        ctx.holdCreated?.(claim.hold);
+      }
+      if (claim.kind === "created" || claim.kind === "pending") {
+        if (wantsTask(call)) return { proceed: false, answer: holdTaskCreated(call, claim.hold), holdId: claim.hold.id };
+        if (ctx.cfg.holds.waitMs > 0) {
+          claim = await waitForApprover(ctx, api, call, claim.hold, fresh, signing, now + ctx.cfg.holds.waitMs);
+          // The hold expired while the call waited: the claim stored a new one, on the record like any other.
+          if (claim.kind === "created") recorded = await ctx.ledger.hold("hold.created", body(claim.hold, decision.reason));
+        }
+      }
+      return verdictOf(ctx, claim, recorded, (h) => ctx.ledger.hold("hold.consumed", body(h, null)));
+    },
+    async complete(holdId: string, answer: JsonRpcResponse): Promise<void> {
+      await api.complete(holdId, answer, Date.now());
+    },
+    async release(holdId: string, reason: string): Promise<void> {
+      await api.release(holdId, reason, Date.now());
+    },
+  };
+}
+
+/** What the governed path does with a claim: run (consumed, on the record first), replay, or refuse readably. */
+async function verdictOf(ctx: CallContext, claim: HoldClaim, recorded: string | undefined, consumed: (h: HoldRecord) => Promise<string>): Promise<HoldVerdict> {
+  const h = claim.hold;
+  const refuse = (reason: string): HoldVerdict => {
+    const refusal: Refusal = { check: "hold", reason, rule: h.rule };
+    return { proceed: false, refusal, holdId: h.id, ...(recorded ? { recorded } : {}) };
+  };
+  switch (claim.kind) {
+    case "consumed":
+      await consumed(h);
+      return { proceed: true, holdId: h.id };
+    case "replay":
+      if (h.result) return { proceed: false, answer: h.result, holdId: h.id };
+      return refuse(`the approved call of hold ${h.id} is running now; retry the identical call to get its answer`);
+    case "in_flight":
+      return refuse(`the approved call of hold ${h.id} is running now (it runs once); retry the identical call to get its answer`);
+    case "rejected":
+      return refuse(`hold ${h.id} was rejected by ${h.approver ?? "an approver"}: ${h.resolveReason ?? "no reason given"}`);
+    case "created":
+    case "pending": {
+      const expires = new Date(h.expiresAt).toISOString();
+      const again = h.notForwarded ? " (it was approved once but could not be recorded, so it did not run; it needs approval again)" : "";
+      return refuse(
+        `this call needs approval (${h.reason}). It is held as ${h.id} until ${expires}${again}; an approver can decide at ${holdUrl(ctx, h.id)}. Retry the identical call after approval: it runs once`,
+      );
+    }
+  }
+}
+
+/**
+ * `holds.wait`: the call stays open until the hold leaves pending or the deadline passes — a
+ * progress notification (with the client's token) or an SSE keep-alive every slice, and for a
+ * resumable legacy stream the SEP-1699 close (the client resumes with GET + Last-Event-ID and
+ * gets the answer from the session's buffer). Then the action is claimed again.
+ */
+async function waitForApprover(ctx: CallContext, api: HoldsApi, call: ToolCall, hold: HoldRecord, fresh: NewHold, signing: LedgerSigning, deadline: number): Promise<HoldClaim> {
+  const meta = isObject(call.request.params?._meta) ? call.request.params._meta : {};
+  const token = typeof meta.progressToken === "string" || typeof meta.progressToken === "number" ? meta.progressToken : null;
+  const started = Date.now();
+  let closed = false;
+  for (let tick = 1; Date.now() < deadline && !ctx.signal.aborted; tick++) {
+    if (token !== null) {
+      await ctx.relay.send({
+        jsonrpc: "2.0",
+        method: "notifications/progress",
+        params: { progressToken: token, progress: Math.round((Date.now() - started) / 1000), message: `waiting for an approver: hold ${hold.id} (${holdUrl(ctx, hold.id)})` },
+      });
+    } else await ctx.relay.keepAlive?.();
+    if (!closed && ctx.era === "legacy" && ctx.relay.mirrorClose) {
+      closed = true;
+      await ctx.relay.mirrorClose();
+    }
+    const seen = await api.awaitChange(hold.id, Math.max(1, Math.min(WAIT_SLICE_MS, deadline - Date.now())));
+    if (!seen || seen.state !== "pending") break;
+  }
+  return api.claim({ ...fresh, createdAt: Date.now() }, signing, Date.now());
 }

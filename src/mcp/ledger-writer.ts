@@ -123,6 +123,11 @@ export function callLedger(t: LedgerTarget): CallLedger {
       await write(d, d.id);
       return d.id;
     },
+    async hold(kind, body) {
+      const d = draft(kind, body);
+      await write(d, d.id);
+      return d.id;
+    },
     listed(shown, hidden) {
       const d = draft("tools.listed", { principal: p.sub, team: p.team, shown, hidden });
       t.waitUntil(

@@ -35,6 +35,7 @@ import { jsonResponse, refuse } from "../wire/http.ts";
 import { frontLedger } from "./ledger-writer.ts";
 import { historyStore } from "./history-store.ts";
 import { killSwitchReader } from "./killswitch.ts";
+import { notifyHold } from "./webhooks.ts";
 
 type Store = SessionApi;
 
@@ -137,6 +138,7 @@ function legacyContext(
     history: () => historyStore(fc.env),
     killSwitch: () => killSwitchReader(fc.env),
     holds: () => holdsObject(fc.env, fc.principal.team),
+    holdCreated: (h) => notifyHold(fc.env, fc.cfg, "created", h, fc.waitUntil),
     recordRequest: async (id, up, upstreamId) => {
       await store.begin(fc.principal.sub, JSON.stringify(id), up.name, upstreamId);
     },
@@ -146,6 +148,9 @@ function legacyContext(
       // first), and where it closes its stream early the client's stream closes too, while the
       // call runs on into the buffer the client resumes from with GET + Last-Event-ID.
       streamOpened: () => stream?.open(),
+      keepAlive: async () => {
+        await stream?.keepAlive();
+      },
       mirrorClose: async () => {
         await stream?.closeEarly();
       },

@@ -14,7 +14,7 @@ import type { FrontContext } from "./context.ts";
 import { runObject, holdsObject, taskObject } from "../../durable-objects/names.ts";
 import { applyLogLevel, mergeCapabilities, mergeInstructions, modernLegFor } from "./legs.ts";
 import { listen } from "./listen.ts";
-import { respond } from "./respond.ts";
+import { type StreamControl, respond } from "./respond.ts";
 import type { UpstreamLegRecord } from "../../durable-objects/records.ts";
 import { routingName } from "./upstream.ts";
 import { GATEWAY_INFO, META, MODERN_VERSION, REMOVED_IN_MODERN, SUPPORTED_VERSIONS } from "./versions.ts";
@@ -22,6 +22,7 @@ import { jsonResponse, refuse } from "../wire/http.ts";
 import { frontLedger } from "./ledger-writer.ts";
 import { historyStore } from "./history-store.ts";
 import { killSwitchReader } from "./killswitch.ts";
+import { notifyHold } from "./webhooks.ts";
 
 /** Decodes a SEP-2243 header value (`=?base64?…?=` or literal); null when malformed. */
 export function decodeHeaderValue(v: string): string | null {
@@ -85,6 +86,7 @@ export function modernContext(
   msg: JsonRpcRequest,
   runId: string | null,
   emit: (m: JsonRpcMessage) => Promise<void>,
+  stream?: StreamControl,
 ): CallContext {
   const meta = isObject(msg.params?._meta) ? msg.params._meta : {};
   const rawLevel = meta[META.logLevel];
@@ -125,11 +127,15 @@ export function modernContext(
     history: () => historyStore(fc.env),
     killSwitch: () => killSwitchReader(fc.env),
     holds: () => holdsObject(fc.env, fc.principal.team),
+    holdCreated: (h) => notifyHold(fc.env, fc.cfg, "created", h, fc.waitUntil),
     relay: {
       send: async (m) => {
         if (isRequest(m)) return; // never on a modern request stream
         if (isNotification(m) && m.method === "notifications/message" && logLevel === undefined) return;
         await emit(m);
+      },
+      keepAlive: async () => {
+        await stream?.keepAlive();
       },
       upstreamRequest: async (up, leg, r) => {
         const why = `Portcullis cannot relay ${r.method} to a ${MODERN_VERSION} client: that era has no server-initiated requests (servers return input_required results instead)`;
@@ -178,7 +184,7 @@ export async function modernPost(fc: FrontContext, req: Request, msg: JsonRpcMes
   }
   if (msg.method === "server/discover") return discover(fc, msg);
   if (msg.method === "subscriptions/listen") return listen(fc, req, msg);
-  return respond(msg.id, async (emit) => withResultType(await dispatch(modernContext(fc, req, msg, run, emit), msg)), { waitUntil: fc.waitUntil });
+  return respond(msg.id, async (emit, stream) => withResultType(await dispatch(modernContext(fc, req, msg, run, emit, stream), msg)), { waitUntil: fc.waitUntil });
 }
 
 /** Every 2026-07-28 result carries resultType; the gateway's own results (denials, refusals) are complete. */

@@ -48,6 +48,8 @@ export interface StreamControl {
    * client's stream is not resumable; the call then answers on the open stream as before.
    */
   closeEarly(): Promise<boolean>;
+  /** Keeps an idle answer alive: opens the stream (idempotent) and writes an SSE comment, which carries no event. */
+  keepAlive(): Promise<void>;
 }
 
 export interface RespondOptions {
@@ -119,7 +121,11 @@ export function respond(
       void w.close().catch(() => undefined);
       return true;
     };
-    const done = run(emit, { open, closeEarly })
+    const keepAlive = async () => {
+      open();
+      await write(encodeComment("keep-alive"));
+    };
+    const done = run(emit, { open, closeEarly, keepAlive })
       .catch((e) => failureOutcome(id, e))
       .then(async (out) => {
         if (!writer) {

@@ -80,7 +80,7 @@ function ctx(upstreams: UpstreamConfig[], who: Principal = everyone, era: "legac
     paramHeaders: [],
     callerFiltered: who.tools !== null,
     runId: null,
-    ledger: { ...NO_LEDGER, listed: () => undefined },
+    ledger: { ...NO_LEDGER, listed: () => undefined, hold: async () => "" },
     leg: async () => ({ era: "modern", meta: {} }),
     renewLeg: async () => null,
     capabilities: async () => ({ tools: {}, prompts: {}, resources: {} }),

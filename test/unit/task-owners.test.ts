@@ -271,7 +271,7 @@ function ctx(upstreams: UpstreamConfig[], who: Principal, store: (() => TasksApi
     paramHeaders: [],
     callerFiltered: true,
     runId: null,
-    ledger: { ...NO_LEDGER, listed: () => undefined },
+    ledger: { ...NO_LEDGER, listed: () => undefined, hold: async () => "" },
     leg: async () => (era === "modern" ? { era: "modern", meta: {} } : { era: "legacy", protocolVersion: "2025-11-25" }),
     renewLeg: async () => null,
     capabilities: async () => ({ tools: {} }),

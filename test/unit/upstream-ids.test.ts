@@ -76,7 +76,7 @@ function ctx(
     paramHeaders: [],
     callerFiltered: false,
     runId: null,
-    ledger: { ...NO_LEDGER, listed: () => undefined },
+    ledger: { ...NO_LEDGER, listed: () => undefined, hold: async () => "" },
     leg: async () => opts.leg ?? { era: "legacy", protocolVersion: "2025-11-25", sessionId: "shared-upstream-session" },
     renewLeg: async () => null,
     capabilities: async () => ({ tools: {}, logging: {} }),
