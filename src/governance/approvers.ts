@@ -44,7 +44,12 @@ export function mayResolve(holds: HoldsConfig, approver: Principal, hold: HoldFa
   if (approver.sub === hold.principal) return { ok: false, status: 403, why: `${approver.sub} raised this hold and cannot resolve it (separation of duties)` };
   const rule = ruleOf(hold);
   const locked = holds.unresolvable.find((g) => globMatch(g, rule));
-  if (locked !== undefined) return { ok: false, status: 403, why: `holds of rule ${rule} cannot be resolved by anyone (holds.unresolvable: ${locked}); the call is denied when the hold expires` };
+  if (locked !== undefined)
+    return {
+      ok: false,
+      status: 403,
+      why: `holds of rule ${rule} cannot be resolved by anyone (holds.unresolvable: ${locked}); the call is denied when the hold expires`,
+    };
   if (principalHas(approver, "admin")) return { ok: true };
   const fits = holds.resolvers.some(
     (r) => r.rules.some((g) => globMatch(g, rule)) && r.roles.some((role) => principalHas(approver, role)) && teamCovered(r.teams, approver.team, hold.team),
@@ -64,5 +69,7 @@ export function mayResolve(holds: HoldsConfig, approver: Principal, hold: HoldFa
 export function maySeeTeam(holds: HoldsConfig, viewer: Principal, team: string): boolean {
   if (principalHas(viewer, "admin")) return true;
   if (viewer.team === team && HOLD_VIEWER_ROLES.some((r) => principalHas(viewer, r))) return true;
-  return holds.resolvers.some((r) => r.teams !== undefined && (r.teams.includes("*") || r.teams.includes(team)) && r.roles.some((role) => principalHas(viewer, role)));
+  return holds.resolvers.some(
+    (r) => r.teams !== undefined && (r.teams.includes("*") || r.teams.includes(team)) && r.roles.some((role) => principalHas(viewer, role)),
+  );
 }

@@ -81,11 +81,17 @@ export async function listHoldsVia(
 ): Promise<HoldsResult<HoldView[]>> {
   const team = opts.team ?? viewer.team;
   if (!maySeeTeam(cfg.holds, viewer, team)) {
-    return fail(403, team === viewer.team ? `${viewer.sub} holds no role that reads holds (approver, auditor, operator, admin)` : `${viewer.sub} (team ${viewer.team}) may not see team ${team}'s holds`);
+    return fail(
+      403,
+      team === viewer.team
+        ? `${viewer.sub} holds no role that reads holds (approver, auditor, operator, admin)`
+        : `${viewer.sub} (team ${viewer.team}) may not see team ${team}'s holds`,
+    );
   }
   const api = deps.holdsOf(team);
   if (!api) return fail(400, `not a team name: ${JSON.stringify(team.slice(0, 130))}`);
-  const limit = Math.min(Math.max(Math.trunc(opts.limit ?? DEFAULT_LIST_LIMIT), 1), MAX_LIST_LIMIT);
+  const asked = Number.isFinite(opts.limit) ? Math.trunc(opts.limit as number) : DEFAULT_LIST_LIMIT;
+  const limit = Math.min(Math.max(asked, 1), MAX_LIST_LIMIT);
   const now = deps.now();
   try {
     const holds = await api.list(opts.state, now, limit);
@@ -96,7 +102,12 @@ export async function listHoldsVia(
 }
 
 /** The hold `id` if it exists and `viewer` may see it; 404 otherwise (the same answer either way). */
-async function visibleHold(deps: HoldsDeps, cfg: GatewayConfig, viewer: Principal, id: string): Promise<{ ok: true; api: HoldsApi; hold: HoldRecord } | Failure<404 | 503>> {
+async function visibleHold(
+  deps: HoldsDeps,
+  cfg: GatewayConfig,
+  viewer: Principal,
+  id: string,
+): Promise<{ ok: true; api: HoldsApi; hold: HoldRecord } | Failure<404 | 503>> {
   const team = holdTeam(id);
   if (team === null || !maySeeTeam(cfg.holds, viewer, team)) return noSuchHold(id);
   const api = deps.holdsOf(team);
@@ -130,7 +141,8 @@ export async function resolveHoldVia(
   expectHash: string | null,
   waitUntil: (p: Promise<unknown>) => void,
 ): Promise<HoldsResult<HoldView>> {
-  if (decision !== "approve" && decision !== "reject") return fail(400, `decision must be "approve" or "reject", not ${JSON.stringify(String(decision).slice(0, 40))}`);
+  if (decision !== "approve" && decision !== "reject")
+    return fail(400, `decision must be "approve" or "reject", not ${JSON.stringify(String(decision).slice(0, 40))}`);
   if (typeof reason !== "string") return fail(400, "reason must be a string");
   const why = reason.trim();
   if (decision === "reject" && why === "") return fail(400, "a rejection needs a reason (the agent is told it)");
@@ -168,7 +180,12 @@ export async function resolveHoldVia(
 }
 
 /** Holds the viewer may see: its own team's (approver, auditor, operator, admin), or `team` for an admin or a resolver of that team; newest first. */
-export async function listHolds(env: Env, cfg: GatewayConfig, viewer: Principal, opts: { state: HoldState | null; team?: string; limit?: number }): Promise<HoldsResult<HoldView[]>> {
+export async function listHolds(
+  env: Env,
+  cfg: GatewayConfig,
+  viewer: Principal,
+  opts: { state: HoldState | null; team?: string; limit?: number },
+): Promise<HoldsResult<HoldView[]>> {
   return listHoldsVia(live(env), cfg, viewer, opts);
 }
 

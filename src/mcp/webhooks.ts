@@ -50,7 +50,7 @@ export interface WebhookDeps {
 
 /** The console page of a hold (the same URL the agent's held answer names). */
 export function holdPageUrl(cfg: GatewayConfig, id: string): string {
-  return `${canonicalUrl(cfg).replace(/\/+$/, "")}/console/holds/${encodeURIComponent(id)}`;
+  return `${canonicalUrl(cfg)}/console/holds/${encodeURIComponent(id)}`;
 }
 
 /** Slack mrkdwn control characters in agent- or upstream-supplied text (a reason could otherwise say `<!channel>`). */
@@ -165,7 +165,12 @@ async function deliverOne(
     } catch (e) {
       // A refused URL or a redirect will be refused again: no retry. A timeout or a network error may pass.
       if (e instanceof EgressError && e.kind !== "timeout") return { origin, delivery, outcome: "failed", attempts: attempt, reason: e.reason };
-      reason = e instanceof EgressError ? e.reason : `network error: ${String((e as Error)?.message ?? e).split(hook.url).join(origin)}`.slice(0, 200);
+      reason =
+        e instanceof EgressError
+          ? e.reason
+          : `network error: ${String((e as Error)?.message ?? e)
+              .split(hook.url)
+              .join(origin)}`.slice(0, 200);
       status = undefined;
     }
   }
@@ -198,7 +203,8 @@ export async function deliverHoldEvent(env: Env, cfg: GatewayConfig, event: Hold
           signature = await signBody(key, body);
         }
         const r = await deliverOne(cfg, hook, signature, event, body, d);
-        if (r.outcome === "failed") d.log(`portcullis: webhook to ${r.origin} failed after ${r.attempts} attempt(s): ${r.reason} (hold ${hold.id}, ${event}, delivery ${r.delivery})`);
+        if (r.outcome === "failed")
+          d.log(`portcullis: webhook to ${r.origin} failed after ${r.attempts} attempt(s): ${r.reason} (hold ${hold.id}, ${event}, delivery ${r.delivery})`);
         return r;
       }),
     );

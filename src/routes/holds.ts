@@ -44,20 +44,35 @@ holdsRoutes.get("/v1/holds/:id", readers, async (c) => answer(await getHold(c.en
 
 holdsRoutes.post("/v1/holds/:id/resolve", resolvers, async (c) => {
   const read = await readBodyText(c.req.raw, MAX_BODY);
-  if (!read.ok) return jsonResponse({ error: read.reason === "timeout" ? "the body did not arrive in time" : `the body is over ${MAX_BODY} bytes` }, read.reason === "timeout" ? 408 : 413);
+  if (!read.ok)
+    return jsonResponse(
+      { error: read.reason === "timeout" ? "the body did not arrive in time" : `the body is over ${MAX_BODY} bytes` },
+      read.reason === "timeout" ? 408 : 413,
+    );
   let body: unknown;
   try {
     body = JSON.parse(read.text);
   } catch {
     return bad('the body is not JSON; send {"decision": "approve"|"reject", "reason": "…"}');
   }
-  if (typeof body !== "object" || body === null || Array.isArray(body)) return bad('the body must be a JSON object {"decision": "approve"|"reject", "reason": "…"}');
+  if (typeof body !== "object" || body === null || Array.isArray(body))
+    return bad('the body must be a JSON object {"decision": "approve"|"reject", "reason": "…"}');
   const { decision, reason, action_hash: hash, ...rest } = body as Record<string, unknown>;
   const extra = Object.keys(rest);
   if (extra.length) return bad(`unknown field ${JSON.stringify(extra[0]!.slice(0, 40))} (allowed: decision, reason, action_hash)`);
-  if (decision !== "approve" && decision !== "reject") return bad(`decision must be "approve" or "reject"${decision === undefined ? "" : `, not ${JSON.stringify(decision).slice(0, 40)}`}`);
+  if (decision !== "approve" && decision !== "reject")
+    return bad(`decision must be "approve" or "reject"${decision === undefined ? "" : `, not ${JSON.stringify(decision).slice(0, 40)}`}`);
   if (reason !== undefined && typeof reason !== "string") return bad("reason must be a string");
   if (hash !== undefined && hash !== null && typeof hash !== "string") return bad("action_hash must be a string");
-  const r = await resolveHold(c.env, c.var.cfg, c.var.principal, c.req.param("id"), decision, reason ?? "", typeof hash === "string" ? hash : null, waitUntilOf(c));
+  const r = await resolveHold(
+    c.env,
+    c.var.cfg,
+    c.var.principal,
+    c.req.param("id"),
+    decision,
+    reason ?? "",
+    typeof hash === "string" ? hash : null,
+    waitUntilOf(c),
+  );
   return answer(r, (v) => v);
 });

@@ -13,7 +13,7 @@ import { getHold, type HoldsResult, type HoldView, holdStateFilter, listHolds, r
 import type { JsonObject } from "../wire/jsonrpc.ts";
 import { registerOperatorTool } from "./operator-registry.ts";
 
-function valueOf<T>(r: HoldsResult<T>): T {
+function resultValue<T>(r: HoldsResult<T>): T {
   if (!r.ok) throw new Error(r.message);
   return r.value;
 }
@@ -39,9 +39,14 @@ registerOperatorTool({
     const state = holdStateFilter(args.status as string | undefined);
     if (!state.ok) throw new Error(state.message);
     if (args.team !== undefined && typeof args.team !== "string") throw new Error("team must be a string");
-    if (args.limit !== undefined && (typeof args.limit !== "number" || !Number.isInteger(args.limit) || args.limit < 1 || args.limit > 500)) throw new Error("limit must be a whole number from 1 to 500");
-    const holds = valueOf(
-      await listHolds(env, cfg, principal, { state: state.state, ...(typeof args.team === "string" ? { team: args.team } : {}), ...(typeof args.limit === "number" ? { limit: args.limit } : {}) }),
+    if (args.limit !== undefined && (typeof args.limit !== "number" || !Number.isInteger(args.limit) || args.limit < 1 || args.limit > 500))
+      throw new Error("limit must be a whole number from 1 to 500");
+    const holds = resultValue(
+      await listHolds(env, cfg, principal, {
+        state: state.state,
+        ...(typeof args.team === "string" ? { team: args.team } : {}),
+        ...(typeof args.limit === "number" ? { limit: args.limit } : {}),
+      }),
     );
     return { holds: holds.map(asJson) };
   },
@@ -49,12 +54,13 @@ registerOperatorTool({
 
 registerOperatorTool({
   name: "portcullis.get_hold",
-  description: "One held call by its id (`<team>~<hex>`): the exact canonical action that was hashed, its action hash, rule, reason, state, expiry, whether you may resolve it, and its console page.",
+  description:
+    "One held call by its id (`<team>~<hex>`): the exact canonical action that was hashed, its action hash, rule, reason, state, expiry, whether you may resolve it, and its console page.",
   inputSchema: { type: "object", properties: { id: { type: "string" } }, required: ["id"], additionalProperties: false },
   roles: ["approver", "auditor", "operator", "admin"],
   run: async (args, { env, cfg, principal }) => {
     if (typeof args.id !== "string") throw new Error("id must be a hold id (<team>~<hex>)");
-    return asJson(valueOf(await getHold(env, cfg, principal, args.id)));
+    return asJson(resultValue(await getHold(env, cfg, principal, args.id)));
   },
 });
 
@@ -78,6 +84,6 @@ registerOperatorTool({
     if (args.decision !== "approve" && args.decision !== "reject") throw new Error('decision must be "approve" or "reject"');
     if (args.reason !== undefined && typeof args.reason !== "string") throw new Error("reason must be a string");
     const r = await resolveHold(env, cfg, principal, args.id, args.decision, args.reason ?? "", null, (p) => waitUntil(p));
-    return asJson(valueOf(r));
+    return asJson(resultValue(r));
   },
 });

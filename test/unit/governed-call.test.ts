@@ -478,3 +478,92 @@ describe("schema hash", () => {
     expect(await schemaHash({ name: "empty" })).toBe(known);
   });
 });
+
+describe("governToolCall: the hold step's verdicts", () => {
+  const needsApproval = {
+    ...OPEN_POLICY,
+    version: "p",
+    decide: async (): Promise<Decision> => ({ decision: "require_approval", rule: "big", reason: "risky", obligations: [], mode: "enforce", policyVersion: "p" }),
+  };
+  function holdsLog(verdict: Awaited<ReturnType<GovernanceDeps["holds"]["settle"]>>) {
+    const log: string[] = [];
+    const holds: GovernanceDeps["holds"] = {
+      settle: async () => verdict,
+      complete: async (id, answer) => {
+        log.push(`complete:${id}:${JSON.stringify(answer.result ?? answer.error)}`);
+      },
+      release: async (id, reason) => {
+        log.push(`release:${id}:${reason}`);
+      },
+    };
+    return { holds, log };
+  }
+
+  it("consumed: the call runs once, the decision names the hold, and its final answer is kept for replay", async () => {
+    const h = holdsLog({ proceed: true, holdId: "infra~aaaaaaaaaaaaaaaaaaaaaaaa" });
+    const decisions: unknown[] = [];
+    const f = fakes(answered({ content: [{ type: "text", text: "done" }] }), {
+      policy: needsApproval,
+      holds: h.holds,
+      ledger: {
+        ...NO_LEDGER,
+        decision: async (r) => {
+          decisions.push(r.holdId);
+          return { chain: "infra", seq: 1, hash: "h1", decision_id: "d1" };
+        },
+      },
+    });
+    const a = await governToolCall(f.deps, call("alpha__do_it"));
+    expect(f.seen).toHaveLength(1);
+    expect(decisions).toEqual(["infra~aaaaaaaaaaaaaaaaaaaaaaaa"]);
+    expect(text(a)).toBe("done");
+    expect(h.log).toHaveLength(1);
+    expect(h.log[0]).toContain("complete:infra~aaaaaaaaaaaaaaaaaaaaaaaa:");
+    expect(h.log[0]).toContain("done");
+  });
+
+  it("consumed but the write-ahead fails: nothing is forwarded and the hold is released (approvable again)", async () => {
+    const h = holdsLog({ proceed: true, holdId: "infra~bbbbbbbbbbbbbbbbbbbbbbbb" });
+    const f = fakes(answered({ content: [] }), {
+      policy: needsApproval,
+      holds: h.holds,
+      ledger: {
+        ...NO_LEDGER,
+        decision: async () => {
+          throw new Error("ledger down");
+        },
+      },
+    });
+    const a = await governToolCall(f.deps, call("alpha__do_it"));
+    expect(f.seen).toHaveLength(0);
+    expect(a.response.result?.isError).toBe(true);
+    expect(h.log[0]).toMatch(/^release:infra~bbbbbbbbbbbbbbbbbbbbbbbb:.*ledger down/);
+    // The refusal itself is what identical retries would replay if the hold stayed consumed; it was released instead.
+    expect(h.log.filter((l) => l.startsWith("complete:"))).toHaveLength(1);
+  });
+
+  it("replay: the recorded answer comes back under this request's id and the upstream sees nothing", async () => {
+    const h = holdsLog({ proceed: false, holdId: "infra~c", answer: { jsonrpc: "2.0", id: "first", result: { content: [{ type: "text", text: "from the first run" }] } } });
+    const f = fakes(answered({ content: [] }), { policy: needsApproval, holds: h.holds });
+    const a = await governToolCall(f.deps, call("alpha__do_it"));
+    expect(f.seen).toHaveLength(0);
+    expect(a.response.id).toBe(7);
+    expect(text(a)).toBe("from the first run");
+    expect(f.events).not.toContain("write_ahead");
+  });
+
+  it("a created hold is refused with its own record (no second blocked record); a pending one gets a blocked record", async () => {
+    const created = holdsLog({ proceed: false, holdId: "infra~d", recorded: "rec-1", refusal: { check: "hold", reason: "held as infra~d" } });
+    const f1 = fakes(answered({ content: [] }), { policy: needsApproval, holds: created.holds });
+    const a1 = await governToolCall(f1.deps, call("alpha__do_it"));
+    expect(f1.seen).toHaveLength(0);
+    expect(text(a1)).toContain("held as infra~d");
+    expect(text(a1)).toContain("decision: rec-1");
+    expect(f1.events.filter((e) => e.startsWith("blocked"))).toEqual([]);
+    const pending = holdsLog({ proceed: false, holdId: "infra~d", refusal: { check: "hold", reason: "still held" } });
+    const f2 = fakes(answered({ content: [] }), { policy: needsApproval, holds: pending.holds });
+    await governToolCall(f2.deps, call("alpha__do_it"));
+    expect(f2.events).toContain("blocked:hold");
+    expect(f2.seen).toHaveLength(0);
+  });
+});

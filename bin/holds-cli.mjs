@@ -1,0 +1,255 @@
+#!/usr/bin/env node
+/**
+ * `portcullis holds …`: list the held calls an approver may see (`list`), show one (`show`), and
+ * approve or reject one (`approve`, `reject`) on a running gateway, over its /v1/holds API. Owns
+ * argument parsing, the HTTP requests, the text and JSON output and the exit codes: 0 done,
+ * 1 refused by the gateway (403 not allowed, e.g. your own hold; 404 no such hold; 409 no longer
+ * pending, expired, or a different action), 2 usage, 3 the gateway could not be reached or
+ * answered anything else. Who may resolve what is the gateway's decision (the approver is the
+ * token's principal); this file only asks. Tokens come from --token or, preferably,
+ * PORTCULLIS_TOKEN. Must never: print or log a token, send it anywhere but the gateway named by
+ * --url, follow a redirect with it, or wait on the gateway without a bound.
+ */
+import { realpathSync } from "node:fs";
+import { pathToFileURL } from "node:url";
+import { parseOptions, UsageError } from "./cli-args.mjs";
+
+const STATES = ["pending", "approved", "rejected", "expired", "consumed", "all"];
+const MAX_REASON = 500;
+const TIMEOUT_MS = 30_000;
+
+const HELP = {
+  holds: `usage: portcullis holds <command> [options]
+  list      the held calls you may see (your team's; --team T for an admin or a resolver of T)
+  show      one hold: its exact canonical action, action hash, rule, reason and state
+  approve   approve a pending hold (the agent's identical retry then runs once)
+  reject    reject a pending hold, with a reason (the agent is told it)
+Each command takes --help and --url GATEWAY. Give the token in PORTCULLIS_TOKEN (a --token on the
+command line is visible to other processes on this machine). The approver is the token's principal;
+the principal that raised a hold can never resolve it.
+exit: 0 done, 1 refused (403 not allowed, 404 no such hold, 409 not pending / expired / changed), 2 usage, 3 unreachable or other`,
+  list: `usage: portcullis holds list --url GATEWAY [--status S] [--team T] [--limit N] [--json]
+  --status S   pending (the default), approved, rejected, expired, consumed, or all
+  --team T     another team's holds (admin, or a resolver entry naming T or *)
+  --limit N    at most N holds (1-500, default 100), newest first
+  --json       print the gateway's answer {"holds": [...]} as JSON
+exit: 0 listed, 1 refused, 2 usage, 3 unreachable or other`,
+  show: `usage: portcullis holds show ID --url GATEWAY [--json]
+exit: 0 shown, 1 refused or no such hold, 2 usage, 3 unreachable or other`,
+  approve: `usage: portcullis holds approve ID --url GATEWAY [--reason R] [--action-hash H] [--json]
+  --reason R        why (optional for an approval; at most ${MAX_REASON} characters)
+  --action-hash H   approve only if the hold's action hash is H (what you reviewed with \`holds show\`)
+exit: 0 approved (the ledger record is durable), 1 refused, 2 usage, 3 unreachable or other`,
+  reject: `usage: portcullis holds reject ID --reason R --url GATEWAY [--action-hash H] [--json]
+  --reason R        why (required; the agent is told it; at most ${MAX_REASON} characters)
+exit: 0 rejected (the ledger record is durable), 1 refused, 2 usage, 3 unreachable or other`,
+};
+
+const BOOLEAN = new Set(["json", "help"]);
+const KNOWN = {
+  list: ["url", "token", "status", "team", "limit", "json", "help"],
+  show: ["url", "token", "json", "help"],
+  approve: ["url", "token", "reason", "action-hash", "json", "help"],
+  reject: ["url", "token", "reason", "action-hash", "json", "help"],
+};
+
+/** The gateway refused (403/404/409): exit 1. */
+class Refused extends Error {}
+/** The gateway could not be reached, or answered something else: exit 3. */
+class FetchError extends Error {}
+
+function help(cmd) {
+  console.log(HELP[cmd]);
+  return 0;
+}
+
+function gatewayOf(url) {
+  if (typeof url !== "string") throw new UsageError("give --url GATEWAY");
+  let u;
+  try {
+    u = new URL(url);
+  } catch {
+    throw new UsageError(`--url: not a URL: ${url}`);
+  }
+  if (u.protocol !== "https:" && u.protocol !== "http:") throw new UsageError("--url must be an http(s) URL");
+  return u;
+}
+
+function tokenOf(a) {
+  const t = a.token ?? process.env.PORTCULLIS_TOKEN;
+  if (!t) throw new UsageError("a token is needed: set PORTCULLIS_TOKEN (or pass --token)");
+  return t;
+}
+
+function oneId(a, cmd) {
+  if (a._.length !== 1) throw new UsageError(`give one hold id: holds ${cmd} ID --url GATEWAY`);
+  return a._[0];
+}
+
+/** Calls the gateway; the parsed JSON on 2xx, else Refused (403/404/409) or FetchError naming the status and the gateway's reason. */
+async function call(base, method, path, token, { query = {}, body } = {}) {
+  const url = new URL(path, base);
+  for (const [k, v] of Object.entries(query)) if (v !== undefined) url.searchParams.set(k, String(v));
+  const where = `${method} ${url.origin}${url.pathname}`;
+  let res;
+  try {
+    res = await fetch(url, {
+      method,
+      redirect: "manual",
+      signal: AbortSignal.timeout(TIMEOUT_MS),
+      headers: { authorization: `Bearer ${token}`, accept: "application/json", ...(body !== undefined ? { "content-type": "application/json" } : {}) },
+      ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
+    });
+  } catch (e) {
+    const why = e?.name === "TimeoutError" ? `no answer within ${TIMEOUT_MS / 1000} s` : (e.cause?.code ?? e.cause?.message ?? e.message);
+    throw new FetchError(`${where}: ${why}`);
+  }
+  const text = await res.text().catch(() => "");
+  let json;
+  try {
+    json = JSON.parse(text);
+  } catch {}
+  if (res.ok && json !== undefined) return json;
+  const reason = typeof json?.error_description === "string" ? json.error_description : typeof json?.error === "string" ? json.error : text.slice(0, 300);
+  const msg = `${where} → ${res.status}${reason ? `: ${reason}` : ""}`;
+  if (res.status === 403 || res.status === 404 || res.status === 409) throw new Refused(msg);
+  throw new FetchError(res.ok ? `${where}: the answer is not JSON` : msg);
+}
+
+const pad = (s, n) => String(s).padEnd(n);
+
+function ago(ms) {
+  const s = Math.round(Math.abs(ms) / 1000);
+  if (s < 120) return `${s}s`;
+  if (s < 7200) return `${Math.round(s / 60)}m`;
+  return `${Math.round(s / 3600)}h`;
+}
+
+function printList(holds) {
+  if (holds.length === 0) {
+    console.log("no holds");
+    return;
+  }
+  const now = Date.now();
+  const rows = holds.map(({ hold: h, resolvable }) => [
+    h.id,
+    h.state,
+    h.exposedName,
+    h.principal,
+    h.rule ?? "(mapping)",
+    ago(now - h.createdAt),
+    h.state === "pending" ? (h.expiresAt > now ? `in ${ago(h.expiresAt - now)}` : "expired") : "",
+    resolvable ? "yes" : "no",
+  ]);
+  const head = ["id", "state", "tool", "requester", "rule", "age", "expires", "you may resolve"];
+  const w = head.map((hd, i) => Math.max(hd.length, ...rows.map((r) => String(r[i]).length)) + 2);
+  console.log(
+    head
+      .map((hd, i) => pad(hd, w[i]))
+      .join("")
+      .trimEnd(),
+  );
+  for (const r of rows)
+    console.log(
+      r
+        .map((c, i) => pad(c, w[i]))
+        .join("")
+        .trimEnd(),
+    );
+}
+
+function printHold(v) {
+  const h = v.hold;
+  console.log(`hold ${h.id}: ${h.state}`);
+  console.log(`  requester  ${h.principal} (team ${h.team})`);
+  console.log(`  tool       ${h.exposedName} (upstream ${h.upstream}, tool ${h.tool})`);
+  console.log(`  rule       ${h.rule ?? "(mapping)"}: ${h.reason}`);
+  console.log(`  created    ${new Date(h.createdAt).toISOString()}; expires ${new Date(h.expiresAt).toISOString()}`);
+  if (h.approver) console.log(`  ${h.state === "rejected" ? "rejected" : "approved"} by ${h.approver}${h.resolveReason ? `: ${h.resolveReason}` : ""}`);
+  console.log(`  action     ${h.actionHash}`);
+  console.log(`             ${h.action}`);
+  console.log(`  console    ${v.url}`);
+  console.log(`  you ${v.resolvable ? "may resolve it" : `may not resolve it: ${v.why ?? "not resolvable"}`}`);
+}
+
+async function listCommand(a) {
+  if (a.help) return help("list");
+  const base = gatewayOf(a.url);
+  const status = a.status ?? "pending";
+  if (!STATES.includes(status)) throw new UsageError(`--status must be one of ${STATES.join(", ")}`);
+  if (a.limit !== undefined && !(/^\d+$/.test(a.limit) && Number(a.limit) >= 1 && Number(a.limit) <= 500))
+    throw new UsageError("--limit must be a whole number from 1 to 500");
+  if (a._.length) throw new UsageError(`unexpected argument ${a._[0]}`);
+  const out = await call(base, "GET", "/v1/holds", tokenOf(a), { query: { status, team: a.team, limit: a.limit } });
+  if (a.json) console.log(JSON.stringify(out, null, 2));
+  else printList(out.holds ?? []);
+  return 0;
+}
+
+async function showCommand(a) {
+  if (a.help) return help("show");
+  const base = gatewayOf(a.url);
+  const id = oneId(a, "show");
+  const out = await call(base, "GET", `/v1/holds/${encodeURIComponent(id)}`, tokenOf(a));
+  if (a.json) console.log(JSON.stringify(out, null, 2));
+  else printHold(out);
+  return 0;
+}
+
+function resolveCommand(decision) {
+  return async (a) => {
+    const cmd = decision === "approve" ? "approve" : "reject";
+    if (a.help) return help(cmd);
+    const base = gatewayOf(a.url);
+    const id = oneId(a, cmd);
+    const reason = a.reason ?? "";
+    if (decision === "reject" && reason.trim() === "") throw new UsageError("a rejection needs --reason R (the agent is told it)");
+    if (reason.trim().length > MAX_REASON) throw new UsageError(`--reason is at most ${MAX_REASON} characters`);
+    const hash = a["action-hash"];
+    if (hash !== undefined && !/^[0-9a-f]{64}$/.test(hash)) throw new UsageError("--action-hash must be 64 lowercase hex digits (the hold's action hash)");
+    const out = await call(base, "POST", `/v1/holds/${encodeURIComponent(id)}/resolve`, tokenOf(a), {
+      body: { decision, reason, ...(hash !== undefined ? { action_hash: hash } : {}) },
+    });
+    if (a.json) console.log(JSON.stringify(out, null, 2));
+    else
+      console.log(
+        `hold ${out.hold?.id ?? id}: ${out.hold?.state ?? (decision === "approve" ? "approved" : "rejected")} by ${out.hold?.approver ?? "you"} (on the ledger)`,
+      );
+    return 0;
+  };
+}
+
+const COMMANDS = { list: listCommand, show: showCommand, approve: resolveCommand("approve"), reject: resolveCommand("reject") };
+
+/** Runs `portcullis holds <argv…>`; the exit code. */
+export async function holdsCommand(argv) {
+  const [cmd, ...rest] = argv;
+  if (cmd === "--help" || cmd === "help") return help("holds");
+  const run = COMMANDS[cmd];
+  if (!run) {
+    console.error(`${cmd ? `portcullis holds: unknown command ${cmd}\n` : ""}${HELP.holds}`);
+    return 2;
+  }
+  try {
+    return await run(parseOptions(rest, { known: KNOWN[cmd], boolean: BOOLEAN }));
+  } catch (e) {
+    if (e instanceof UsageError) {
+      console.error(`portcullis holds ${cmd}: ${e.message}\n(portcullis holds ${cmd} --help for the options)`);
+      return 2;
+    }
+    if (e instanceof Refused) {
+      console.error(`portcullis holds ${cmd}: refused: ${e.message}`);
+      return 1;
+    }
+    if (e instanceof FetchError) {
+      console.error(`portcullis holds ${cmd}: ${e.message}`);
+      return 3;
+    }
+    console.error(`portcullis holds ${cmd}: ${e?.message ?? e}`);
+    return 3;
+  }
+}
+
+if (process.argv[1] && import.meta.url === pathToFileURL(realpathSync(process.argv[1])).href) {
+  process.exitCode = await holdsCommand(process.argv.slice(2));
+}
