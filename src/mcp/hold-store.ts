@@ -164,5 +164,7 @@ async function waitForApprover(ctx: CallContext, api: HoldsApi, call: ToolCall, 
     const seen = await api.awaitChange(hold.id, Math.max(1, Math.min(WAIT_SLICE_MS, deadline - Date.now())));
     if (!seen || seen.state !== "pending") break;
   }
-  return api.claim({ ...fresh, createdAt: Date.now() }, signing, Date.now());
+  // Claimed again as a new hold (id and expiry) in case the first expired meanwhile; a live one is found by its action.
+  const now = Date.now();
+  return api.claim({ ...fresh, id: newHoldId(fresh.team), createdAt: now, expiresAt: now + ctx.cfg.holds.expiresMs }, signing, now);
 }
