@@ -41,7 +41,9 @@ function withParam(msg: JsonRpcRequest, key: string, value: unknown): JsonRpcReq
 function exposeTask(up: UpstreamConfig, out: Outcome): Outcome {
   const r = out.response.result;
   if (!up.namespaced || !isObject(r)) return out;
-  const fix = (o: JsonObject): JsonObject => (typeof o.taskId === "string" ? { ...o, taskId: exposeHandle(up, o.taskId) } : o);
+  // A held call's task is the gateway's own (hold-tasks.ts), not the upstream's: its id is not namespaced.
+  const fix = (o: JsonObject): JsonObject =>
+    typeof o.taskId === "string" && !o.taskId.startsWith(HOLD_TASK_PREFIX) ? { ...o, taskId: exposeHandle(up, o.taskId) } : o;
   const result = fix(r);
   if (isObject(result.task)) result.task = fix(result.task);
   return { ...out, response: { ...out.response, result } };

@@ -13,6 +13,8 @@ import type { HoldRecord, HoldsApi } from "../../durable-objects/records.ts";
 import type { ToolCall } from "../governance/steps.ts";
 import { ErrorCode, type JsonObject, type JsonRpcRequest, type JsonRpcResponse, errorResponse, isObject } from "../wire/jsonrpc.ts";
 import type { CallContext, Outcome } from "./context.ts";
+import { TASKS_EXTENSION } from "./skills.ts";
+import { META } from "./versions.ts";
 
 export const HOLD_TASK_PREFIX = "portcullis-hold:";
 /** How often a client should poll a held call's task. */
@@ -66,7 +68,19 @@ function finalResult(h: HoldRecord, taskId: string): JsonObject {
 function heldCall(ctx: CallContext, msg: JsonRpcRequest, h: HoldRecord): ToolCall {
   const parsed = JSON.parse(h.action) as { arguments?: unknown };
   const args = isObject(parsed.arguments) ? parsed.arguments : {};
-  const request: JsonRpcRequest = { jsonrpc: "2.0", id: msg.id, method: "tools/call", params: { name: h.exposedName, arguments: args } };
+  // The poll's protocol metadata goes along (a modern leg needs it), without the tasks extension:
+  // the call itself runs now, and its answer is the task's result.
+  const params: JsonObject = { name: h.exposedName, arguments: args };
+  if (isObject(msg.params?._meta)) {
+    const meta: JsonObject = { ...msg.params._meta };
+    const caps = meta[META.clientCapabilities];
+    if (isObject(caps) && isObject(caps.extensions) && caps.extensions[TASKS_EXTENSION] !== undefined) {
+      const { [TASKS_EXTENSION]: _tasks, ...extensions } = caps.extensions;
+      meta[META.clientCapabilities] = { ...caps, extensions };
+    }
+    params._meta = meta;
+  }
+  const request: JsonRpcRequest = { jsonrpc: "2.0", id: msg.id, method: "tools/call", params };
   return { principal: ctx.principal, era: ctx.era, request, exposedName: h.exposedName, arguments: args, runId: ctx.runId };
 }
 
