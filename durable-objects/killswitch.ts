@@ -14,7 +14,15 @@ import { DurableObject } from "cloudflare:workers";
 import type { Env } from "../src/env.ts";
 import type { EntryDraft, KillSwitchBody } from "../src/ledger/records.ts";
 import { GLOBAL_CHAIN, ledgerObject } from "./names.ts";
-import { HALT_RECORD_VERSION, type HaltRecord, type HaltScopeName, type KillSwitchApi, type KillSwitchChange, type KillSwitchSnapshot, type LedgerSigning } from "./records.ts";
+import {
+  HALT_RECORD_VERSION,
+  type HaltRecord,
+  type HaltScopeName,
+  type KillSwitchApi,
+  type KillSwitchChange,
+  type KillSwitchSnapshot,
+  type LedgerSigning,
+} from "./records.ts";
 
 /** Every scope a halt may have, in the order the docs list them. */
 export const HALT_SCOPES: readonly HaltScopeName[] = ["global", "team", "upstream", "tool", "principal", "grant"];
@@ -60,7 +68,9 @@ function bounded<T>(p: Promise<T>, ms: number): Promise<T> {
   const late = new Promise<never>((_, reject) => {
     timer = setTimeout(() => reject(new Error(`the ledger did not answer within ${ms} ms`)), ms);
   });
-  return Promise.race([p, late]).finally(() => clearTimeout(timer));
+  return Promise.race([p, late]).finally(() => {
+    if (timer !== undefined) clearTimeout(timer);
+  });
 }
 
 export class KillSwitchDO extends DurableObject<Env> implements KillSwitchApi {
@@ -95,7 +105,14 @@ export class KillSwitchDO extends DurableObject<Env> implements KillSwitchApi {
     return { version, halts };
   }
 
-  private change(action: "halt" | "resume", scope: HaltScopeName, target: string | null, reason: string, by: string, signing: LedgerSigning): Promise<KillSwitchChange> {
+  private change(
+    action: "halt" | "resume",
+    scope: HaltScopeName,
+    target: string | null,
+    reason: string,
+    by: string,
+    signing: LedgerSigning,
+  ): Promise<KillSwitchChange> {
     // Nothing else runs in the object meanwhile: the version read here is the one committed below.
     return this.ctx.blockConcurrencyWhile(async (): Promise<KillSwitchChange> => {
       const problem = changeProblem(scope, target, reason, by);

@@ -297,9 +297,10 @@ export class ExportVerifier {
   private async globalEntry(e: LedgerEntry, n: number): Promise<void> {
     const bad = (reason: string) => this.problem({ chain: GLOBAL_CHAIN, seq: e.seq, line: n, reason });
     const b = e.body;
-    // The gateway's own config is no team's: its config.changed records live here too, chained like the rest.
-    if (e.kind === "config.changed") return;
-    if (e.kind !== "checkpoint") return bad(`a ${GLOBAL_CHAIN} entry must be a checkpoint commitment or a config.changed record, not "${e.kind}"`);
+    // The gateway's own config and kill switch are no team's: their config.changed and killswitch.changed records live here too, chained like the rest.
+    if (e.kind === "config.changed" || e.kind === "killswitch.changed") return;
+    if (e.kind !== "checkpoint")
+      return bad(`a ${GLOBAL_CHAIN} entry must be a checkpoint commitment, a config.changed or a killswitch.changed record, not "${e.kind}"`);
     if (typeof b.chain !== "string" || b.chain === GLOBAL_CHAIN || !Number.isSafeInteger(b.size) || typeof b.hash !== "string" || typeof b.note !== "string") {
       return bad("a checkpoint commitment's body is {chain, size, hash, note}");
     }

@@ -148,21 +148,46 @@ describe("roles and the operator endpoint", () => {
       expect(r.status).toBe(200);
       return ((await r.json()) as { result: { tools: { name: string }[] } }).result.tools.map((t) => t.name);
     };
-    expect(await names(["operator"])).toEqual(["portcullis.classify", "portcullis.preview_impact", "portcullis.upstreams", "portcullis.whoami"]);
-    expect(await names(["approver"])).toEqual(["portcullis.preview_impact", "portcullis.whoami"]);
+    // Holds (operator-hold-tools.ts) and the kill switch (operator-killswitch-tools.ts) register theirs by role too.
+    expect(await names(["operator"])).toEqual([
+      "portcullis.classify",
+      "portcullis.get_hold",
+      "portcullis.list_holds",
+      "portcullis.preview_impact",
+      "portcullis.status",
+      "portcullis.upstreams",
+      "portcullis.whoami",
+    ]);
+    expect(await names(["approver"])).toEqual([
+      "portcullis.get_hold",
+      "portcullis.list_holds",
+      "portcullis.preview_impact",
+      "portcullis.resolve_hold",
+      "portcullis.status",
+      "portcullis.whoami",
+    ]);
     expect(await names(["auditor"])).toEqual([
       "portcullis.classify",
+      "portcullis.get_hold",
       "portcullis.ledger_search",
       "portcullis.ledger_trace",
+      "portcullis.list_holds",
+      "portcullis.status",
       "portcullis.upstreams",
       "portcullis.whoami",
     ]);
     expect(await names(["admin"])).toEqual([
       "portcullis.classify",
+      "portcullis.get_hold",
+      "portcullis.halt",
       "portcullis.ledger_search",
       "portcullis.ledger_trace",
+      "portcullis.list_holds",
       "portcullis.preview_impact",
+      "portcullis.resolve_hold",
+      "portcullis.resume",
       "portcullis.revoke_grant",
+      "portcullis.status",
       "portcullis.upstreams",
       "portcullis.whoami",
     ]);
