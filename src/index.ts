@@ -21,6 +21,7 @@ import { killSwitchRoutes } from "./routes/killswitch.ts";
 import { consoleRoutes } from "./routes/console.ts";
 import { operatorMcp } from "./routes/operator.ts";
 import { jsonResponse } from "./wire/http.ts";
+import { withSecurityHeaders } from "./console/headers.ts";
 
 export { CredentialsDO } from "../durable-objects/credentials.ts";
 export { LedgerDO } from "../durable-objects/ledger.ts";
@@ -37,10 +38,12 @@ const app = new Hono<AppEnv>();
 // allowed Origin): the config first — without one (or without the gateway's own URL) everything
 // but /healthz is 503.
 app.use("*", async (c, next) => {
+  // Refusals of console pages carry the console's security headers too (no framing, no caching).
+  const page = (r: Response) => (c.req.path === "/console" || c.req.path.startsWith("/console/") ? withSecurityHeaders(r) : r);
   const cfg = configOr503(c.env);
-  if (cfg instanceof Response) return c.req.path === "/healthz" ? next() : cfg;
+  if (cfg instanceof Response) return c.req.path === "/healthz" ? next() : page(cfg);
   const bad = checkOrigin(c.req.raw, cfg);
-  if (bad) return bad;
+  if (bad) return page(bad);
   await next();
 });
 

@@ -1,7 +1,326 @@
 /**
- * CONTRACT STUB (being implemented): /console web pages.
+ * The approver and auditor web console at /console, as a Hono sub-app mounted at "/" by
+ * src/index.ts: server-rendered pages (Hono JSX, src/console/), no script. Sign-in by pasting a
+ * grant (kept in the `__Host-portcullis` cookie) or by Cloudflare Access; every request
+ * re-verifies it (src/console/signin.ts). Pages: pending holds, one hold with its exact action
+ * and the approve / reject form, the ledger and one call's trace (auditor, admin), the kill
+ * switch (status for every console role, halt / resume for admin), tool classification. Every
+ * POST needs the gateway's own Origin and the session's CSRF token. Owns the HTTP shape only:
+ * holds, the kill switch and the ledger are their services'. Must never: render a value as
+ * markup, put the token in a page, URL, log or redirect, take the approver's identity from a
+ * form, or say "approved" before the hold service said ok (it does so only once the ledger
+ * record is durable).
  */
+import type { Context } from "hono";
 import { Hono } from "hono";
-import type { AppEnv } from "./gate.ts";
+import { createMiddleware } from "hono/factory";
+import type { HaltScopeName, HoldState } from "../../durable-objects/records.ts";
+import type { GatewayConfig } from "../config/load.ts";
+import type { Principal } from "../config/principal.ts";
+import { principalHas } from "../config/principal.ts";
+import { withSecurityHeaders } from "../console/headers.ts";
+import { HOLD_STATES, HoldPage, HoldsPage, holdPath } from "../console/holds.tsx";
+import { HALT_SCOPES, KillSwitchPage } from "../console/killswitch.tsx";
+import { ErrorPage, LoginPage, type Notice, type Viewer } from "../console/layout.tsx";
+import { LedgerPage, TracePage } from "../console/ledger.tsx";
+import { htmlResponse, seeOther } from "../console/render.ts";
+import { clearedSessionCookie, csrfToken, csrfValid, originProblem, sessionCookie } from "../console/session.ts";
+import { type ConsoleSession, consoleSession, verifyConsoleGrant } from "../console/signin.ts";
+import { type ToolRow, ToolsPage } from "../console/tools.tsx";
+import type { Env } from "../env.ts";
+import type { BannerLevel } from "../governance/classify.ts";
+import { grantAllowsTool } from "../governance/grant-scope.ts";
+import { canonicalUrl } from "../identity/metadata.ts";
+import { ENTRY_KINDS, type LedgerEntry } from "../ledger/records.ts";
+import { getHold, listHolds, resolveHold } from "../mcp/holds-service.ts";
+import { changeKillSwitch, killSwitchStatus } from "../mcp/killswitch.ts";
+import { recordConfigOnce } from "../mcp/ledger-writer.ts";
+import { exposeName } from "../mcp/names.ts";
+import { classificationOf } from "../mcp/preview.ts";
+import { readBodyText } from "../wire/body.ts";
+import { requestConfig, servableConfig } from "./config-view.ts";
+import { searchRoute, traceRoute } from "./ledger.ts";
 
-export const consoleRoutes = new Hono<AppEnv>();
+type ConsoleEnv = { Bindings: Env; Variables: { cfg: GatewayConfig; principal: Principal; session: ConsoleSession; viewer: Viewer } };
+type C = Context<ConsoleEnv>;
+
+export const consoleRoutes = new Hono<ConsoleEnv>();
+
+const MAX_FORM = 16 * 1024;
+const MAX_REASON = 500;
+
+const waitUntil = (c: C) => (p: Promise<unknown>) => c.executionCtx.waitUntil(p);
+const signingSecret = (env: Env, cfg: GatewayConfig): string | null => {
+  const v = env[cfg.auth.signingKeySecret];
+  return typeof v === "string" && v.trim() !== "" ? v : null;
+};
+const canonicalOf = (cfg: GatewayConfig): string | null => {
+  try {
+    return canonicalUrl(cfg);
+  } catch {
+    return null;
+  }
+};
+
+const errorPage = (viewer: Viewer | null, status: number, title: string, message: string, back?: { href: string; label: string }) =>
+  htmlResponse(ErrorPage({ viewer, status, title, message, ...(back ? { back } : {}) }), status);
+
+/** A service that threw (not answered): 503, its message on the page, the stack in the log. */
+function unavailable(viewer: Viewer | null, what: string, e: unknown): Promise<Response> {
+  console.error(`portcullis console: ${what} failed`, (e as Error)?.stack ?? String(e));
+  return errorPage(viewer, 503, "Temporarily unavailable", `${what} did not answer (${(e as Error)?.message ?? String(e)}); nothing was changed. Try again.`);
+}
+
+// Every console answer — pages, redirects, errors, unknown paths — carries the security headers.
+consoleRoutes.use("/console/*", async (c, next) => {
+  await next();
+  c.res = withSecurityHeaders(c.res);
+});
+
+/** The gate of every signed-in page: config, then the session (re-verified now), then the typed vars. */
+const signedIn = createMiddleware<ConsoleEnv>(async (c, next) => {
+  const cfg = servableConfig(c.env, c.req.raw);
+  if (cfg instanceof Response) return cfg;
+  const s = await consoleSession(c.env, cfg, c.req.raw);
+  if (!s.ok) {
+    if (s.status === 503) return errorPage(null, 503, "Temporarily unavailable", s.reason);
+    return seeOther("/console/login", s.clearCookie ? { "set-cookie": clearedSessionCookie() } : {});
+  }
+  recordConfigOnce(c.env, cfg, canonicalUrl(cfg), waitUntil(c));
+  const secret = signingSecret(c.env, cfg);
+  const p = s.session.principal;
+  c.set("cfg", cfg);
+  c.set("principal", p);
+  c.set("session", s.session);
+  c.set("viewer", { sub: p.sub, team: p.team, roles: [...p.roles], via: s.session.via, csrf: secret ? csrfToken(secret, s.session.binding) : "" });
+  await next();
+  if (s.clearCookie) c.res.headers.append("set-cookie", clearedSessionCookie());
+});
+
+/** A console form: the gateway's own Origin, a urlencoded body within bounds, and (signed in) the session's CSRF token. */
+async function postedForm(c: C, cfg: GatewayConfig, session: ConsoleSession | null): Promise<URLSearchParams | Response> {
+  const viewer = session ? c.var.viewer : null;
+  const bad = originProblem(c.req.raw, canonicalOf(cfg));
+  if (bad) return errorPage(viewer, 403, "Refused", bad);
+  const type = (c.req.header("content-type") ?? "").split(";")[0]!.trim().toLowerCase();
+  if (type !== "application/x-www-form-urlencoded") return errorPage(viewer, 415, "Refused", "console forms are posted as application/x-www-form-urlencoded");
+  const read = await readBodyText(c.req.raw, MAX_FORM);
+  if (!read.ok)
+    return errorPage(
+      viewer,
+      read.reason === "timeout" ? 408 : 413,
+      "Refused",
+      read.reason === "timeout" ? "the form did not arrive in time" : "the form is too large",
+    );
+  const form = new URLSearchParams(read.text);
+  if (session) {
+    const secret = signingSecret(c.env, cfg);
+    if (!secret)
+      return errorPage(viewer, 503, "Temporarily unavailable", `no signing key is configured (${cfg.auth.signingKeySecret}), so forms cannot be checked`);
+    if (!csrfValid(secret, session.binding, form.get("csrf")))
+      return errorPage(viewer, 403, "Refused", "this form does not belong to your session (CSRF token mismatch); reload the page and try again");
+  }
+  return form;
+}
+
+// ---- sign-in ---------------------------------------------------------------------------------
+
+consoleRoutes.get("/console/login", (c) => {
+  const cfg = servableConfig(c.env, c.req.raw);
+  if (cfg instanceof Response) return cfg;
+  return htmlResponse(LoginPage({ access: cfg.auth.access !== undefined }));
+});
+
+consoleRoutes.post("/console/login", async (c) => {
+  const cfg = servableConfig(c.env, c.req.raw);
+  if (cfg instanceof Response) return cfg;
+  const form = await postedForm(c, cfg, null);
+  if (form instanceof Response) return form;
+  const access = cfg.auth.access !== undefined;
+  const token = (form.get("token") ?? "").trim();
+  if (token === "") return htmlResponse(LoginPage({ access, problem: "paste a grant token" }), 400);
+  const r = await verifyConsoleGrant(c.env, cfg, c.req.raw, token);
+  if (!r.ok) return htmlResponse(LoginPage({ access, problem: `not signed in: ${r.reason}` }), r.status);
+  const maxAge = (r.session.principal.exp ?? 0) - Math.floor(Date.now() / 1000);
+  return seeOther("/console", { "set-cookie": sessionCookie(token, maxAge) });
+});
+
+consoleRoutes.post("/console/logout", signedIn, async (c) => {
+  const form = await postedForm(c, c.var.cfg, c.var.session);
+  if (form instanceof Response) return form;
+  return seeOther("/console/login", { "set-cookie": clearedSessionCookie() });
+});
+
+// ---- holds ------------------------------------------------------------------------------------
+
+consoleRoutes.get("/console", signedIn, async (c) => {
+  const asked = c.req.query("state") ?? "pending";
+  if (asked !== "all" && !(HOLD_STATES as readonly string[]).includes(asked))
+    return errorPage(c.var.viewer, 400, "Bad request", `state must be one of ${HOLD_STATES.join(", ")} or all`);
+  const state = asked === "all" ? null : (asked as HoldState);
+  try {
+    const r = await listHolds(c.env, c.var.cfg, c.var.principal, { state, limit: 200 });
+    if (!r.ok) return errorPage(c.var.viewer, r.status, "Holds", r.message);
+    return htmlResponse(HoldsPage({ viewer: c.var.viewer, holds: r.value, state, now: Date.now() }));
+  } catch (e) {
+    return unavailable(c.var.viewer, "the hold service", e);
+  }
+});
+
+async function holdPage(c: C, id: string, status: number, notice: Notice | null): Promise<Response> {
+  const r = await getHold(c.env, c.var.cfg, c.var.principal, id);
+  if (!r.ok)
+    return errorPage(c.var.viewer, notice && r.status === 404 ? status : r.status, "Hold", notice ? `${notice.text} (${r.message})` : r.message, {
+      href: "/console",
+      label: "← Pending holds",
+    });
+  return htmlResponse(HoldPage({ viewer: c.var.viewer, view: r.value, now: Date.now(), notice }), status);
+}
+
+consoleRoutes.get("/console/holds/:id", signedIn, async (c) => {
+  try {
+    return await holdPage(c, c.req.param("id"), 200, null);
+  } catch (e) {
+    return unavailable(c.var.viewer, "the hold service", e);
+  }
+});
+
+consoleRoutes.post("/console/holds/:id/resolve", signedIn, async (c) => {
+  const form = await postedForm(c, c.var.cfg, c.var.session);
+  if (form instanceof Response) return form;
+  const id = c.req.param("id");
+  const decision = form.get("decision");
+  const reason = (form.get("reason") ?? "").trim();
+  const hash = form.get("action_hash") ?? "";
+  const back = { href: holdPath(id), label: "← Back to the hold" };
+  if (decision !== "approve" && decision !== "reject") return errorPage(c.var.viewer, 400, "Bad request", "decision must be approve or reject", back);
+  if (!/^[0-9a-f]{64}$/.test(hash))
+    return errorPage(c.var.viewer, 400, "Bad request", "the form carries no action hash: open the hold and decide from its page", back);
+  if (reason.length > MAX_REASON) return errorPage(c.var.viewer, 400, "Bad request", `the reason is over ${MAX_REASON} characters`, back);
+  try {
+    // The approver is the session's verified principal, never a form field.
+    const r = await resolveHold(c.env, c.var.cfg, c.var.principal, id, decision, reason, hash, waitUntil(c));
+    if (r.ok) return seeOther(holdPath(id));
+    // Already resolved, expired or changed (a double click's second POST lands here): the hold as it is now.
+    if (r.status === 409) return await holdPage(c, id, 409, { kind: "info", text: `Nothing changed: ${r.message}` });
+    const title = r.status === 403 ? "Not allowed" : r.status === 503 ? "Not recorded" : "Not resolved";
+    return errorPage(c.var.viewer, r.status, title, r.message, back);
+  } catch (e) {
+    return unavailable(c.var.viewer, "the hold service", e);
+  }
+});
+
+// ---- ledger (auditor, admin) ----------------------------------------------------------------
+
+const auditorOnly = createMiddleware<ConsoleEnv>(async (c, next) => {
+  if (!principalHas(c.var.principal, "auditor")) return errorPage(c.var.viewer, 403, "Not allowed", "the ledger pages need the auditor or admin role");
+  await next();
+});
+
+/** A ledger route's JSON answer, or the error page for its failure. */
+async function routeJson<T>(c: C, r: Response): Promise<T | Response> {
+  const body = (await r.json().catch(() => ({ error: `HTTP ${r.status}` }))) as T & { error?: unknown };
+  if (!r.ok)
+    return errorPage(c.var.viewer, r.status, "Ledger", typeof body.error === "string" ? body.error : `HTTP ${r.status}`, {
+      href: "/console/ledger",
+      label: "← Ledger",
+    });
+  return body;
+}
+
+consoleRoutes.get("/console/ledger", signedIn, auditorOnly, async (c) => {
+  const kind = c.req.query("kind") || null;
+  const tool = c.req.query("tool")?.trim() || null;
+  const after = c.req.query("after") || null;
+  if (kind !== null && !(ENTRY_KINDS as readonly string[]).includes(kind))
+    return errorPage(c.var.viewer, 400, "Bad request", `kind must be one of ${ENTRY_KINDS.join(", ")}`);
+  if (tool !== null && tool.length > 200) return errorPage(c.var.viewer, 400, "Bad request", "tool is too long");
+  const q = new URLSearchParams({ limit: "100" });
+  if (kind) q.set("kind", kind);
+  if (tool) q.set("tool", tool);
+  if (after) q.set("after", after);
+  const body = await routeJson<{ entries: LedgerEntry[]; next: string | null }>(c, await searchRoute(c.env, c.var.principal, q));
+  if (body instanceof Response) return body;
+  return htmlResponse(LedgerPage({ viewer: c.var.viewer, entries: body.entries, kind, tool, next: body.next }));
+});
+
+consoleRoutes.get("/console/ledger/:id", signedIn, auditorOnly, async (c) => {
+  const body = await routeJson<{ chain: string; id: string; status: string; records: LedgerEntry[] }>(
+    c,
+    await traceRoute(c.env, c.var.principal, c.req.param("id"), null),
+  );
+  if (body instanceof Response) return body;
+  return htmlResponse(TracePage({ viewer: c.var.viewer, ...body }));
+});
+
+// ---- kill switch --------------------------------------------------------------------------------
+
+const CHANGED: Record<string, Notice> = {
+  halt: { kind: "good", text: "Halted. The change is on the ledger and reaches every new call within a second." },
+  resume: { kind: "good", text: "Resumed. The change is on the ledger." },
+  none: { kind: "info", text: "Nothing changed: that scope was already in that state." },
+};
+
+consoleRoutes.get("/console/killswitch", signedIn, async (c) => {
+  try {
+    const r = await killSwitchStatus(c.env);
+    if (!r.ok) return errorPage(c.var.viewer, r.status, "Kill switch", `the kill switch's state is unknown right now: ${r.message}`);
+    const notice = CHANGED[c.req.query("changed") ?? ""] ?? null;
+    return htmlResponse(KillSwitchPage({ viewer: c.var.viewer, snapshot: r.snapshot, admin: principalHas(c.var.principal, "admin"), notice }));
+  } catch (e) {
+    return unavailable(c.var.viewer, "the kill switch", e);
+  }
+});
+
+consoleRoutes.post("/console/killswitch", signedIn, async (c) => {
+  const form = await postedForm(c, c.var.cfg, c.var.session);
+  if (form instanceof Response) return form;
+  const back = { href: "/console/killswitch", label: "← Kill switch" };
+  if (!principalHas(c.var.principal, "admin")) return errorPage(c.var.viewer, 403, "Not allowed", "halting and resuming need the admin role", back);
+  const action = form.get("action");
+  const scope = form.get("scope") ?? "";
+  const target = (form.get("target") ?? "").trim();
+  const reason = (form.get("reason") ?? "").trim();
+  if (action !== "halt" && action !== "resume") return errorPage(c.var.viewer, 400, "Bad request", "action must be halt or resume", back);
+  if (!(HALT_SCOPES as readonly string[]).includes(scope))
+    return errorPage(c.var.viewer, 400, "Bad request", `scope must be one of ${HALT_SCOPES.join(", ")}`, back);
+  if (reason === "" || reason.length > MAX_REASON)
+    return errorPage(c.var.viewer, 400, "Bad request", `a reason of 1 to ${MAX_REASON} characters is required`, back);
+  try {
+    const r = await changeKillSwitch(c.env, c.var.cfg, c.var.principal, action, scope as HaltScopeName, target === "" ? null : target, reason);
+    if (!r.ok) return errorPage(c.var.viewer, r.status, "Kill switch", r.message, back);
+    return seeOther(`/console/killswitch?changed=${r.changed ? action : "none"}`);
+  } catch (e) {
+    return unavailable(c.var.viewer, "the kill switch", e);
+  }
+});
+
+// ---- tools ----------------------------------------------------------------------------------------
+
+consoleRoutes.get("/console/tools", signedIn, async (c) => {
+  const p = c.var.principal;
+  const cfg = c.var.cfg;
+  try {
+    const view = await requestConfig(c.env, cfg, c.req.raw, p);
+    const { banner, unlisted } = await classificationOf(
+      { env: c.env, cfg: view, principal: p, gateway: canonicalUrl(cfg), waitUntil: waitUntil(c) },
+      c.req.raw,
+    );
+    const ups = new Map(view.upstreams.map((u) => [u.name, u]));
+    const totals: Record<BannerLevel, number> = { OK: 0, NOTE: 0, WARN: 0, BLOCK: 0 };
+    const rows: ToolRow[] = [];
+    for (const line of banner.lines) {
+      const up = ups.get(line.upstream);
+      const exposedName = up ? exposeName(up, line.tool) : line.tool;
+      if (!up || !grantAllowsTool(p, exposedName)) continue;
+      rows.push({ ...line, exposedName });
+      totals[line.level]++;
+    }
+    return htmlResponse(ToolsPage({ viewer: c.var.viewer, mode: cfg.mode, rows, totals, unlisted }));
+  } catch (e) {
+    return unavailable(c.var.viewer, "listing the upstreams' tools", e);
+  }
+});
+
+consoleRoutes.get("/console/", () => seeOther("/console"));
+consoleRoutes.all("/console/*", () => errorPage(null, 404, "Not found", "there is no such console page", { href: "/console", label: "← Console" }));

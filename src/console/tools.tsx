@@ -1,0 +1,50 @@
+/** @jsxImportSource hono/jsx */
+/**
+ * The tool-classification page: every tool the viewer's grant reaches with its banner level (OK
+ * mapped, NOTE heuristic read, WARN heuristic write, BLOCK unclassified or drifted) and why, the
+ * totals, and the upstreams whose tools could not be listed. Tool names and reasons are JSX text.
+ * Must never: list a tool the viewer's grant does not reach, or render a tool's name as markup.
+ */
+import type { BannerLevel, BannerLine } from "../governance/classify.ts";
+import { Layout, type Viewer } from "./layout.tsx";
+
+export interface ToolRow extends BannerLine {
+  exposedName: string;
+}
+
+const LEVEL_CLASS: Record<BannerLevel, string> = { OK: "ok", NOTE: "muted", WARN: "warn", BLOCK: "bad" };
+
+export function ToolsPage(props: { viewer: Viewer; mode: string; rows: ToolRow[]; totals: Record<BannerLevel, number>; unlisted: string[] }) {
+  const t = props.totals;
+  return (
+    <Layout title="Tools" viewer={props.viewer}>
+      <h1>Tool classification</h1>
+      <p>{`Mode ${props.mode} · ${props.rows.length} tool${props.rows.length === 1 ? "" : "s"} your grant reaches: ${t.OK} OK, ${t.NOTE} NOTE, ${t.WARN} WARN, ${t.BLOCK} BLOCK`}</p>
+      {props.unlisted.length ? <div class="notice error">{`Could not list the tools of: ${props.unlisted.join(", ")}`}</div> : null}
+      {props.rows.length === 0 ? (
+        <p class="muted">Your grant reaches no tools.</p>
+      ) : (
+        <table class="tools">
+          <thead>
+            <tr>
+              <th>Level</th>
+              <th>Tool</th>
+              <th>Upstream / its tool</th>
+              <th>Why</th>
+            </tr>
+          </thead>
+          <tbody>
+            {props.rows.map((r) => (
+              <tr>
+                <td class={LEVEL_CLASS[r.level]}>{r.level}</td>
+                <td>{r.exposedName}</td>
+                <td>{`${r.upstream} / ${r.tool}`}</td>
+                <td>{r.why}</td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
+      )}
+    </Layout>
+  );
+}
