@@ -61,7 +61,14 @@ function usage(code = 1) {
                         unreachable upstream (portcullis classify --help)
   portcullis suggest-manifest --config FILE --upstream NAME [--out FILE] [--force]
                         draft a mappings/<upstream>.yaml from its tools/list, to review before it
-                        goes into mappings_dir; never overwrites (portcullis suggest-manifest --help)`);
+                        goes into mappings_dir; never overwrites (portcullis suggest-manifest --help)
+  portcullis holds list|show|approve|reject ... --url GATEWAY
+                        held calls: list (pending by default), show one, approve or reject it
+                        (portcullis holds --help); the token in PORTCULLIS_TOKEN
+  portcullis halt --scope S [--target T] --reason R --url GATEWAY
+  portcullis resume --scope S [--target T] --reason R --url GATEWAY
+  portcullis status --url GATEWAY [--json]
+                        the kill switch: scopes global | team | upstream | tool | principal | grant`);
   process.exit(code);
 }
 
