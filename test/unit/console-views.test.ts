@@ -270,6 +270,9 @@ describe("the console through the Worker", () => {
       "signed-out hold": await SELF.fetch(`${GW}/console/holds/t1~abc`, { redirect: "manual" }),
       "unknown page": await SELF.fetch(`${GW}/console/nope`, { redirect: "manual" }),
       "cross-origin post": await SELF.fetch(`${GW}/console/login`, { method: "POST", headers: { ...FORM, origin: "http://127.0.0.1:9999" }, body: "token=x" }),
+      // Refused by the app-wide Host/Origin check before the console runs: still framed-proof and uncached.
+      "foreign-origin post": await SELF.fetch(`${GW}/console/login`, { method: "POST", headers: { ...FORM, origin: "http://evil.example" }, body: "token=x" }),
+      "foreign host": await SELF.fetch(`${GW}/console/login`, { headers: { host: "evil.example" } }),
     };
     for (const [what, r] of Object.entries(answers)) secured(r, what);
     expect(answers["login page"].status).toBe(200);
@@ -279,6 +282,8 @@ describe("the console through the Worker", () => {
     expect(answers["signed-out hold"].status).toBe(303);
     expect(answers["unknown page"].status).toBe(404);
     expect(answers["cross-origin post"].status).toBe(403);
+    expect(answers["foreign-origin post"].status).toBe(403);
+    expect(answers["foreign host"].status).toBe(403);
   });
 
   it("signs in by pasting a grant: a __Host- cookie for the grant's lifetime, the token in no page or redirect", async () => {
