@@ -118,9 +118,11 @@ export function checkNewHold(hold: NewHold, team: string | undefined, now: numbe
   if (hold.team !== team) fail(`this object holds the holds of team ${JSON.stringify(team)}, not ${JSON.stringify(hold.team)}`);
   const m = typeof hold.id === "string" ? HOLD_ID.exec(hold.id) : null;
   if (!m || m[1] !== team) fail("a hold id must be <team>~<24 hex> of the hold's team");
-  if (typeof hold.action !== "string" || typeof hold.actionHash !== "string" || !HEX64.test(hold.actionHash)) fail("a hold needs its canonical action and its SHA-256 (64 lowercase hex)");
+  if (typeof hold.action !== "string" || typeof hold.actionHash !== "string" || !HEX64.test(hold.actionHash))
+    fail("a hold needs its canonical action and its SHA-256 (64 lowercase hex)");
   if (sha256Hex(hold.action) !== hold.actionHash) fail("actionHash is not the SHA-256 of action");
-  if (!isText(hold.principal) || !isText(hold.upstream) || !isText(hold.tool) || !isText(hold.exposedName)) fail("a hold needs its principal, upstream, tool and exposed name");
+  if (!isText(hold.principal) || !isText(hold.upstream) || !isText(hold.tool) || !isText(hold.exposedName))
+    fail("a hold needs its principal, upstream, tool and exposed name");
   if (hold.jti !== null && hold.jti !== undefined && typeof hold.jti !== "string") fail("jti must be a string or null");
   if (hold.rule !== null && hold.rule !== undefined && typeof hold.rule !== "string") fail("rule must be a string or null");
   if (typeof hold.reason !== "string") fail("a hold needs its reason");
@@ -353,7 +355,12 @@ export async function resolveHold(store: HoldStore, r: ResolveRequest, append: A
     } catch (e) {
       noted = `not recorded: ${message(e)}`;
     }
-    return { ok: false, code: "expired", message: `hold ${id} expired at ${iso(expired.expiresAt)}; the late ${decision} was refused (${noted})`, hold: expired };
+    return {
+      ok: false,
+      code: "expired",
+      message: `hold ${id} expired at ${iso(expired.expiresAt)}; the late ${decision} was refused (${noted})`,
+      hold: expired,
+    };
   }
   const rec = row.rec;
   if (rec.state !== "pending") return { ok: false, code: "not_pending", message: `hold ${id} is ${rec.state}, not pending`, hold: rec };
@@ -413,7 +420,10 @@ export async function runAlarm(store: HoldStore, append: AppendDrafts | null, no
     let ok = false;
     if (append !== null) {
       try {
-        await append(team, rows.map((row) => expiryDraft(row.rec, now)));
+        await append(
+          team,
+          rows.map((row) => expiryDraft(row.rec, now)),
+        );
         ok = true;
       } catch {
         ok = false;

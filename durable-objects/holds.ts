@@ -33,7 +33,16 @@ import {
   type StoredHold,
 } from "./holds-machine.ts";
 import { ledgerObject } from "./names.ts";
-import { HOLD_RECORD_VERSION, type HoldClaim, type HoldRecord, type HoldResolution, type HoldsApi, type HoldState, type LedgerSigning, type NewHold } from "./records.ts";
+import {
+  HOLD_RECORD_VERSION,
+  type HoldClaim,
+  type HoldRecord,
+  type HoldResolution,
+  type HoldsApi,
+  type HoldState,
+  type LedgerSigning,
+  type NewHold,
+} from "./records.ts";
 
 /**
  * `holds`: one row per hold. `record` is the HoldRecord's JSON (the authority); the other
@@ -129,7 +138,8 @@ export function sqlHoldStore(storage: DurableObjectStorage, touched: (id: string
       state === null
         ? rows("SELECT * FROM holds WHERE v = ? ORDER BY created_at DESC, rowid DESC LIMIT ?", V, limit)
         : rows("SELECT * FROM holds WHERE v = ? AND state = ? ORDER BY created_at DESC, rowid DESC LIMIT ?", V, state, limit),
-    overdue: (now, limit) => rows("SELECT * FROM holds WHERE v = ? AND state IN ('pending', 'approved') AND expires_at <= ? ORDER BY expires_at LIMIT ?", V, now, limit),
+    overdue: (now, limit) =>
+      rows("SELECT * FROM holds WHERE v = ? AND state IN ('pending', 'approved') AND expires_at <= ? ORDER BY expires_at LIMIT ?", V, now, limit),
     owed: (now, limit) =>
       rows(
         "SELECT * FROM holds WHERE v = ? AND state = 'expired' AND expiry_recorded = 0 AND (record_retry_at IS NULL OR record_retry_at <= ?) ORDER BY expires_at LIMIT ?",
@@ -285,7 +295,12 @@ export class HoldsDO extends DurableObject<Env> implements HoldsApi {
     // Nothing else reaches the object between the check, the ledger record and the commit.
     const out = await this.ctx.blockConcurrencyWhile(async () => {
       try {
-        return await resolveHold(this.store, req, (team, drafts) => this.append(team, drafts, signing), () => crypto.randomUUID());
+        return await resolveHold(
+          this.store,
+          req,
+          (team, drafts) => this.append(team, drafts, signing),
+          () => crypto.randomUUID(),
+        );
       } catch (e) {
         failure = e;
         return null;

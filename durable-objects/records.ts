@@ -343,7 +343,15 @@ export interface HoldsApi {
    * as ignored). `expectHash`, when given, must equal the hold's action hash (the page showed that
    * action). The requester can never resolve its own hold (`self`).
    */
-  resolve(id: string, decision: "approve" | "reject", approver: string, reason: string, expectHash: string | null, signing: LedgerSigning, now: number): Promise<HoldResolution>;
+  resolve(
+    id: string,
+    decision: "approve" | "reject",
+    approver: string,
+    reason: string,
+    expectHash: string | null,
+    signing: LedgerSigning,
+    now: number,
+  ): Promise<HoldResolution>;
   /** Resolves when the hold leaves `pending` (or after `timeoutMs`): the hold as it is then. */
   awaitChange(id: string, timeoutMs: number): Promise<HoldRecord | null>;
 }

@@ -16,7 +16,18 @@ import { type Answer, notAnswered, refused, StepFailed, step, upstreamRequest, w
 import { decideCall, type GovernanceDeps, violation } from "./call-decide.ts";
 import { fullAudit } from "./obligations.ts";
 import { applyResultObligations } from "./obligations-shape.ts";
-import { type Classification, type Decision, haltFor, holdFor, type LegResult, outcomeOf, type Refusal, type Target, type ToolCall, type ToolMapping } from "./steps.ts";
+import {
+  type Classification,
+  type Decision,
+  haltFor,
+  holdFor,
+  type LegResult,
+  outcomeOf,
+  type Refusal,
+  type Target,
+  type ToolCall,
+  type ToolMapping,
+} from "./steps.ts";
 import { validateOutput } from "./validate.ts";
 
 export { type Answer, RECEIPT_META } from "./call-answers.ts";
@@ -200,7 +211,13 @@ async function overBudget(deps: GovernanceDeps, call: ToolCall, limits: { grantC
 }
 
 /** The leg with the mapping's timeout; failures of read_only / idempotent tools retried with exponential backoff. */
-async function forwardWithRetry(deps: GovernanceDeps, target: Target, mapping: ToolMapping | undefined, request: JsonRpcRequest, call: ToolCall): Promise<LegResult> {
+async function forwardWithRetry(
+  deps: GovernanceDeps,
+  target: Target,
+  mapping: ToolMapping | undefined,
+  request: JsonRpcRequest,
+  call: ToolCall,
+): Promise<LegResult> {
   const t = mapping?.timeoutMs ? { ...target, upstream: { ...target.upstream, timeoutMs: mapping.timeoutMs } } : target;
   const retryable = mapping?.retry && (mapping.effect === "read_only" || mapping.effect === "idempotent") ? mapping.retry : null;
   let leg = await deps.upstream.call(t, request, call);

@@ -195,7 +195,13 @@ async function byTask(ctx: CallContext, msg: JsonRpcRequest): Promise<Outcome> {
     return fail(msg, ErrorCode.InvalidParams, `Invalid params: ${msg.method} needs a string taskId`, ctx.era === "modern" ? 400 : 200);
   // A task the gateway made for a held call (hold-tasks.ts): polled here, run through the governed path once approved.
   if (taskId.startsWith(HOLD_TASK_PREFIX))
-    return holdTaskRequest(ctx, msg, taskId, () => unknownTask(ctx, msg, taskId), (call) => governToolCall(governance(ctx), call));
+    return holdTaskRequest(
+      ctx,
+      msg,
+      taskId,
+      () => unknownTask(ctx, msg, taskId),
+      (call) => governToolCall(governance(ctx), call),
+    );
   const t = splitHandle(ctx.cfg.upstreams, taskId);
   if (!t || !grantReachesUpstream(ctx.principal, t.up)) return unknownTask(ctx, msg, taskId);
   return forOwnerOnly(ctx, msg, taskId, t.up, t.name, async () => exposeTask(t.up, await passThrough(ctx, t.up, msg, withParam(msg, "taskId", t.name))));

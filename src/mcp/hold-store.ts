@@ -144,17 +144,29 @@ async function verdictOf(ctx: CallContext, claim: HoldClaim, recorded: string | 
  * resumable legacy stream the SEP-1699 close (the client resumes with GET + Last-Event-ID and
  * gets the answer from the session's buffer). Then the action is claimed again.
  */
-async function waitForApprover(ctx: CallContext, api: HoldsApi, call: ToolCall, hold: HoldRecord, fresh: NewHold, signing: LedgerSigning, deadline: number): Promise<HoldClaim> {
+async function waitForApprover(
+  ctx: CallContext,
+  api: HoldsApi,
+  call: ToolCall,
+  hold: HoldRecord,
+  fresh: NewHold,
+  signing: LedgerSigning,
+  deadline: number,
+): Promise<HoldClaim> {
   const meta = isObject(call.request.params?._meta) ? call.request.params._meta : {};
   const token = typeof meta.progressToken === "string" || typeof meta.progressToken === "number" ? meta.progressToken : null;
   const started = Date.now();
   let closed = false;
-  for (let tick = 1; Date.now() < deadline && !ctx.signal.aborted; tick++) {
+  while (Date.now() < deadline && !ctx.signal.aborted) {
     if (token !== null) {
       await ctx.relay.send({
         jsonrpc: "2.0",
         method: "notifications/progress",
-        params: { progressToken: token, progress: Math.round((Date.now() - started) / 1000), message: `waiting for an approver: hold ${hold.id} (${holdUrl(ctx, hold.id)})` },
+        params: {
+          progressToken: token,
+          progress: Math.round((Date.now() - started) / 1000),
+          message: `waiting for an approver: hold ${hold.id} (${holdUrl(ctx, hold.id)})`,
+        },
       });
     } else await ctx.relay.keepAlive?.();
     if (!closed && ctx.era === "legacy" && ctx.relay.mirrorClose) {

@@ -60,7 +60,8 @@ export function holdTaskCreated(call: ToolCall, h: HoldRecord): JsonRpcResponse 
 function finalResult(h: HoldRecord, taskId: string): JsonObject {
   const { status, message } = statusOf(h);
   const related = { "io.modelcontextprotocol/related-task": { taskId } };
-  if (status === "completed" && h.result?.result) return { ...h.result.result, _meta: { ...((h.result.result._meta as JsonObject | undefined) ?? {}), ...related } };
+  if (status === "completed" && h.result?.result)
+    return { ...h.result.result, _meta: { ...((h.result.result._meta as JsonObject | undefined) ?? {}), ...related } };
   return { content: [{ type: "text", text: `Blocked by Portcullis: ${message} (check: hold)` }], isError: true, _meta: related };
 }
 
@@ -103,7 +104,11 @@ export async function holdTaskRequest(
   if (!h || h.principal !== ctx.principal.sub) return unknown();
   if (msg.method === "tasks/cancel") {
     return {
-      response: errorResponse(msg.id, ErrorCode.InvalidParams, `a held call cannot be cancelled by its requester: an approver resolves it, or it expires at ${new Date(h.expiresAt).toISOString()}`),
+      response: errorResponse(
+        msg.id,
+        ErrorCode.InvalidParams,
+        `a held call cannot be cancelled by its requester: an approver resolves it, or it expires at ${new Date(h.expiresAt).toISOString()}`,
+      ),
       status: 200,
     };
   }
@@ -121,7 +126,8 @@ export async function holdTaskRequest(
   }
   if (msg.method === "tasks/result") {
     const { status } = statusOf(h);
-    if (status === "working") return { response: errorResponse(msg.id, ErrorCode.InvalidRequest, `task ${taskId} is still held: ${statusOf(h).message}`), status: 200 };
+    if (status === "working")
+      return { response: errorResponse(msg.id, ErrorCode.InvalidRequest, `task ${taskId} is still held: ${statusOf(h).message}`), status: 200 };
     return { response: { jsonrpc: "2.0", id: msg.id, result: finalResult(h, taskId) }, status: 200 };
   }
   const task = envelope(ctx.era, h);

@@ -184,7 +184,9 @@ export async function modernPost(fc: FrontContext, req: Request, msg: JsonRpcMes
   }
   if (msg.method === "server/discover") return discover(fc, msg);
   if (msg.method === "subscriptions/listen") return listen(fc, req, msg);
-  return respond(msg.id, async (emit, stream) => withResultType(await dispatch(modernContext(fc, req, msg, run, emit, stream), msg)), { waitUntil: fc.waitUntil });
+  return respond(msg.id, async (emit, stream) => withResultType(await dispatch(modernContext(fc, req, msg, run, emit, stream), msg)), {
+    waitUntil: fc.waitUntil,
+  });
 }
 
 /** Every 2026-07-28 result carries resultType; the gateway's own results (denials, refusals) are complete. */

@@ -77,7 +77,13 @@ async function grant(g: Gateway, sub: string, roles: Role[] = ["agent"], team = 
 
 let nextId = 1;
 /** One 2026-07-28 request; the JSON-RPC answer (from JSON or SSE) and every message the stream carried. */
-async function modernRaw(g: Gateway, bearer: string, method: string, params: Record<string, unknown>, meta: Record<string, unknown> = {}): Promise<{ answer: Any; messages: Any[]; body: string }> {
+async function modernRaw(
+  g: Gateway,
+  bearer: string,
+  method: string,
+  params: Record<string, unknown>,
+  meta: Record<string, unknown> = {},
+): Promise<{ answer: Any; messages: Any[]; body: string }> {
   const id = nextId++;
   const r = await fetch(g.url, {
     method: "POST",
@@ -112,7 +118,8 @@ async function modernRaw(g: Gateway, bearer: string, method: string, params: Rec
 }
 const modern = async (g: Gateway, bearer: string, method: string, params: Record<string, unknown>, meta: Record<string, unknown> = {}) =>
   (await modernRaw(g, bearer, method, params, meta)).answer;
-const callModern = async (g: Gateway, bearer: string, name: string, args: Record<string, unknown> = {}) => (await modern(g, bearer, "tools/call", { name, arguments: args })).result;
+const callModern = async (g: Gateway, bearer: string, name: string, args: Record<string, unknown> = {}) =>
+  (await modern(g, bearer, "tools/call", { name, arguments: args })).result;
 
 const open: { client: Client; transport: StreamableHTTPClientTransport }[] = [];
 async function legacyClient(g: Gateway, bearer: string): Promise<Client> {
@@ -129,7 +136,13 @@ afterEach(async () => {
   }
 });
 
-const texts = (r: Any): string => (Array.isArray(r?.content) ? r.content.filter((c: Any) => c.type === "text").map((c: Any) => c.text).join("\n") : "");
+const texts = (r: Any): string =>
+  Array.isArray(r?.content)
+    ? r.content
+        .filter((c: Any) => c.type === "text")
+        .map((c: Any) => c.text)
+        .join("\n")
+    : "";
 const bumps = (u: Upstream) => u.log.filter((s) => s.method === "tools/call").length;
 /** The hold id a held call's refusal names. */
 function heldAs(r: Any): string {
@@ -409,7 +422,13 @@ describe("tasks for held calls", () => {
       });
       const text = await res.text();
       if (res.status === 202 || text === "") return { res, msg: null };
-      const line = text.includes("data:") ? text.split("\n").filter((l) => l.startsWith("data:") && l.length > 6).pop()!.slice(5) : text;
+      const line = text.includes("data:")
+        ? text
+            .split("\n")
+            .filter((l) => l.startsWith("data:") && l.length > 6)
+            .pop()!
+            .slice(5)
+        : text;
       return { res, msg: JSON.parse(line) };
     };
     const init = await post({
@@ -422,8 +441,8 @@ describe("tasks for held calls", () => {
     expect(session).toBeTruthy();
     await post({ jsonrpc: "2.0", method: "notifications/initialized" }, session);
     const before = bumps(rec);
-    const created = (await post({ jsonrpc: "2.0", id: 2, method: "tools/call", params: { name: "rec__bump", arguments: {}, task: { ttl: 60_000 } } }, session)).msg
-      .result;
+    const created = (await post({ jsonrpc: "2.0", id: 2, method: "tools/call", params: { name: "rec__bump", arguments: {}, task: { ttl: 60_000 } } }, session))
+      .msg.result;
     expect(created.task.status).toBe("working");
     expect(created.task.taskId).toMatch(/^portcullis-hold:/);
     const taskId = created.task.taskId;

@@ -483,7 +483,14 @@ describe("governToolCall: the hold step's verdicts", () => {
   const needsApproval = {
     ...OPEN_POLICY,
     version: "p",
-    decide: async (): Promise<Decision> => ({ decision: "require_approval", rule: "big", reason: "risky", obligations: [], mode: "enforce", policyVersion: "p" }),
+    decide: async (): Promise<Decision> => ({
+      decision: "require_approval",
+      rule: "big",
+      reason: "risky",
+      obligations: [],
+      mode: "enforce",
+      policyVersion: "p",
+    }),
   };
   function holdsLog(verdict: Awaited<ReturnType<GovernanceDeps["holds"]["settle"]>>) {
     const log: string[] = [];
@@ -543,7 +550,11 @@ describe("governToolCall: the hold step's verdicts", () => {
   });
 
   it("replay: the recorded answer comes back under this request's id and the upstream sees nothing", async () => {
-    const h = holdsLog({ proceed: false, holdId: "infra~c", answer: { jsonrpc: "2.0", id: "first", result: { content: [{ type: "text", text: "from the first run" }] } } });
+    const h = holdsLog({
+      proceed: false,
+      holdId: "infra~c",
+      answer: { jsonrpc: "2.0", id: "first", result: { content: [{ type: "text", text: "from the first run" }] } },
+    });
     const f = fakes(answered({ content: [] }), { policy: needsApproval, holds: h.holds });
     const a = await governToolCall(f.deps, call("alpha__do_it"));
     expect(f.seen).toHaveLength(0);

@@ -112,7 +112,16 @@ describe("HoldsDO: resolve", () => {
       seq: 1,
       kind: "hold.approved",
       at: new Date(t + 5).toISOString(),
-      body: { hold_id: hold.id, decision_id: null, principal: ALICE, team, tool: "alpha__send", action_hash: hold.actionHash, approver: BOB, reason: "looks right" },
+      body: {
+        hold_id: hold.id,
+        decision_id: null,
+        principal: ALICE,
+        team,
+        tool: "alpha__send",
+        action_hash: hold.actionHash,
+        approver: BOB,
+        reason: "looks right",
+      },
     });
     expect(await holds(team).get(hold.id, Date.now())).toMatchObject({ state: "approved" });
   });
@@ -143,7 +152,11 @@ describe("HoldsDO: resolve", () => {
     const { hold } = await holds(team).claim(fresh(team, t), SIGNING, t);
     expect(await holds(team).resolve(hold.id, "approve", ALICE, "mine", null, SIGNING, t + 1)).toMatchObject({ ok: false, code: "self" });
     expect(await holds(team).resolve(hold.id, "approve", BOB, "ok", "0".repeat(64), SIGNING, t + 1)).toMatchObject({ ok: false, code: "hash_mismatch" });
-    expect(await holds(team).resolve(`${team}~${"a".repeat(24)}`, "approve", BOB, "ok", null, SIGNING, t + 1)).toMatchObject({ ok: false, code: "not_found", hold: null });
+    expect(await holds(team).resolve(`${team}~${"a".repeat(24)}`, "approve", BOB, "ok", null, SIGNING, t + 1)).toMatchObject({
+      ok: false,
+      code: "not_found",
+      hold: null,
+    });
     expect(await chain(team)).toEqual([]);
     expect(await holds(team).get(hold.id, t + 2)).toMatchObject({ state: "pending", approver: null });
   });

@@ -112,9 +112,21 @@ function memoryStore() {
       for (const r of known()) if (r.s.rec.expiresAt < before && owesNothing(r.s)) rows.delete(r.s.rec.id);
     },
     schedule: () => ({
-      expiry: min(known().filter((r) => live(r.s.rec.state)).map((r) => r.s.rec.expiresAt)),
-      retry: min(known().filter((r) => owed(r.s)).map((r) => r.s.recordRetryAt ?? 0)),
-      oldest: min(known().filter((r) => owesNothing(r.s)).map((r) => r.s.rec.expiresAt)),
+      expiry: min(
+        known()
+          .filter((r) => live(r.s.rec.state))
+          .map((r) => r.s.rec.expiresAt),
+      ),
+      retry: min(
+        known()
+          .filter((r) => owed(r.s))
+          .map((r) => r.s.recordRetryAt ?? 0),
+      ),
+      oldest: min(
+        known()
+          .filter((r) => owesNothing(r.s))
+          .map((r) => r.s.rec.expiresAt),
+      ),
       unknown: [...rows.values()].filter((r) => r.v !== V).length,
     }),
     signing: () => signing,
@@ -191,7 +203,10 @@ describe("model: interleavings of approve / claim / expire (clock and alarm) / c
     { arbitrary: fc.constant<Cmd>({ op: "approve" }), weight: 3 },
     { arbitrary: fc.constant<Cmd>({ op: "claim" }), weight: 4 },
     // The clock moves on; the alarm may or may not run at once (alarms can be late, so every transition checks expiry itself).
-    { arbitrary: fc.record({ ms: fc.integer({ min: 1, max: 6_000 }), alarm: fc.boolean() }).map(({ ms, alarm }): Cmd => ({ op: "expire", ms, alarm })), weight: 3 },
+    {
+      arbitrary: fc.record({ ms: fc.integer({ min: 1, max: 6_000 }), alarm: fc.boolean() }).map(({ ms, alarm }): Cmd => ({ op: "expire", ms, alarm })),
+      weight: 3,
+    },
     { arbitrary: fc.constant<Cmd>({ op: "alarm" }), weight: 1 },
     { arbitrary: fc.constant<Cmd>({ op: "complete" }), weight: 2 },
     { arbitrary: fc.constant<Cmd>({ op: "release" }), weight: 2 },
@@ -204,128 +219,133 @@ describe("model: interleavings of approve / claim / expire (clock and alarm) / c
 
   it("keeps at most one consume per approval, none at or after expiry, and every approval and expiry on the record", async () => {
     await fc.assert(
-      fc.asyncProperty(fc.scheduler(), fc.array(cmd, { minLength: 1, maxLength: 16 }), fc.array(fc.boolean(), { minLength: 1, maxLength: 24 }), async (s, cmds, ledgerUp) => {
-        const { store } = memoryStore();
-        const ledger = fakeLedger();
-        const clock = { t: T0 };
-        // The fake ledger answers in scheduler order, and is down when the generated pattern says so.
-        let appends = 0;
-        const append: AppendDrafts = async (team, drafts) => {
-          ledger.state.down = !ledgerUp[appends++ % ledgerUp.length]!;
-          await s.schedule(Promise.resolve(), `append ${drafts.map((d) => d.kind).join(",")}`);
-          await ledger.append(team, drafts);
-        };
-        // The object's blockConcurrencyWhile: while a resolve runs, no other event starts.
-        let gate: Promise<void> | null = null;
-        // Each caller waits inline and acts in the same synchronous continuation (an extra await in between would let a resolve slip in).
-        const exclusive = async <T>(fn: () => Promise<T>): Promise<T> => {
-          for (let i = 0; gate !== null && i < 1000; i++) await gate;
-          expect(gate).toBeNull();
-          let open!: () => void;
-          gate = new Promise<void>((r) => (open = r));
-          try {
-            return await fn();
-          } finally {
-            gate = null;
-            open();
-          }
-        };
-
-        const events: Ev[] = [];
-        const first = claimHold(store, fresh(clock.t), SIGNING, TEAM, clock.t);
-        expect(first.kind).toBe("created");
-        let current = first.hold.id;
-        let lastConsumed: string | null = null;
-        const hash = first.hold.actionHash;
-
-        const run = async (c: Cmd): Promise<void> => {
-          if (c.op === "expire" || c.op === "alarm") {
-            if (c.op === "expire") clock.t += c.ms; // time passes whatever the object is doing; the alarm is an event like any other
-            if (c.op === "expire" && !c.alarm) return;
+      fc.asyncProperty(
+        fc.scheduler(),
+        fc.array(cmd, { minLength: 1, maxLength: 16 }),
+        fc.array(fc.boolean(), { minLength: 1, maxLength: 24 }),
+        async (s, cmds, ledgerUp) => {
+          const { store } = memoryStore();
+          const ledger = fakeLedger();
+          const clock = { t: T0 };
+          // The fake ledger answers in scheduler order, and is down when the generated pattern says so.
+          let appends = 0;
+          const append: AppendDrafts = async (team, drafts) => {
+            ledger.state.down = !ledgerUp[appends++ % ledgerUp.length]!;
+            await s.schedule(Promise.resolve(), `append ${drafts.map((d) => d.kind).join(",")}`);
+            await ledger.append(team, drafts);
+          };
+          // The object's blockConcurrencyWhile: while a resolve runs, no other event starts.
+          let gate: Promise<void> | null = null;
+          // Each caller waits inline and acts in the same synchronous continuation (an extra await in between would let a resolve slip in).
+          const exclusive = async <T>(fn: () => Promise<T>): Promise<T> => {
             for (let i = 0; gate !== null && i < 1000; i++) await gate;
-            await runAlarm(store, append, clock.t);
-            return;
-          }
-          if (c.op === "approve") {
-            await exclusive(async () => {
-              const id = current;
-              const before = ledger.entries.length;
-              const r = await resolveHold(store, req(id, clock.t, { expectHash: hash }), append, newEntryId);
-              if (r.ok) {
-                events.push({ kind: "approved", id, at: r.hold.resolvedAt! });
-                // The approval's record is on the chain before the state says approved.
-                expect(ledger.entries.slice(before).some((e) => e.kind === "hold.approved" && e.body.hold_id === id)).toBe(true);
-              } else if (r.code === "unrecorded") {
-                expect(store.get(id)!.rec.state).toBe("pending");
-                expect(ledger.entries.slice(before).some((e) => e.kind === "hold.approved")).toBe(false);
-              } else expect(["expired", "not_pending"]).toContain(r.code);
-            });
-            return;
-          }
-          for (let i = 0; gate !== null && i < 1000; i++) await gate;
-          expect(gate).toBeNull();
-          const now = clock.t;
-          if (c.op === "claim") {
-            const r = claimHold(store, fresh(now), SIGNING, TEAM, now);
-            if (r.kind === "created") current = r.hold.id;
-            if (r.kind === "consumed") {
-              events.push({ kind: "consumed", id: r.hold.id, at: now, expiresAt: r.hold.expiresAt });
-              lastConsumed = r.hold.id;
+            expect(gate).toBeNull();
+            let open!: () => void;
+            gate = new Promise<void>((r) => (open = r));
+            try {
+              return await fn();
+            } finally {
+              gate = null;
+              open();
             }
-            if (r.kind === "replay") expect(r.hold.result).not.toBeNull();
-            if (r.kind !== "created") expect(r.hold.expiresAt).toBeGreaterThan(now);
-          } else if (c.op === "complete" && lastConsumed !== null) {
-            if (completeHold(store, lastConsumed, answer(`done ${lastConsumed}`), now)) events.push({ kind: "completed", id: lastConsumed });
-          } else if (c.op === "release" && lastConsumed !== null) {
-            if (releaseHold(store, lastConsumed, "write-ahead failed", now)) events.push({ kind: "released", id: lastConsumed });
-          }
-        };
+          };
 
-        const done = cmds.map((c) => s.schedule(Promise.resolve(c.op), c.op).then(() => run(c)));
-        // Release scheduled tasks (command starts and ledger answers) until every command has finished.
-        await s.waitFor(Promise.all(done));
-        await s.waitIdle();
+          const events: Ev[] = [];
+          const first = claimHold(store, fresh(clock.t), SIGNING, TEAM, clock.t);
+          expect(first.kind).toBe("created");
+          let current = first.hold.id;
+          let lastConsumed: string | null = null;
+          const hash = first.hold.actionHash;
 
-        // At most one consume per approval: per hold, approvals and consumes alternate, starting with an approval.
-        const holdIds = new Set(events.map((e) => e.id));
-        for (const id of holdIds) {
-          let credit = 0;
-          let running = false;
-          for (const e of events.filter((x) => x.id === id)) {
-            if (e.kind === "approved") {
-              expect(credit).toBe(0);
-              credit = 1;
-            } else if (e.kind === "consumed") {
-              expect(credit).toBe(1);
-              credit = 0;
-              running = true;
-              // No consume at or after expiry.
-              expect(e.at).toBeLessThan(e.expiresAt);
-            } else {
-              // complete and release only ever act on a consumed call still running, once.
-              expect(running).toBe(true);
-              running = false;
+          const run = async (c: Cmd): Promise<void> => {
+            if (c.op === "expire" || c.op === "alarm") {
+              if (c.op === "expire") clock.t += c.ms; // time passes whatever the object is doing; the alarm is an event like any other
+              if (c.op === "expire" && !c.alarm) return;
+              for (let i = 0; gate !== null && i < 1000; i++) await gate;
+              await runAlarm(store, append, clock.t);
+              return;
             }
-          }
-          const approvals = events.filter((e) => e.id === id && e.kind === "approved").length;
-          expect(events.filter((e) => e.id === id && e.kind === "consumed").length).toBeLessThanOrEqual(approvals);
-          // Every approval is on the record exactly once (failed appends left no approval behind).
-          expect(ledger.of("hold.approved", id).length).toBe(approvals);
-        }
+            if (c.op === "approve") {
+              await exclusive(async () => {
+                const id = current;
+                const before = ledger.entries.length;
+                const r = await resolveHold(store, req(id, clock.t, { expectHash: hash }), append, newEntryId);
+                if (r.ok) {
+                  events.push({ kind: "approved", id, at: r.hold.resolvedAt! });
+                  // The approval's record is on the chain before the state says approved.
+                  expect(ledger.entries.slice(before).some((e) => e.kind === "hold.approved" && e.body.hold_id === id)).toBe(true);
+                } else if (r.code === "unrecorded") {
+                  expect(store.get(id)!.rec.state).toBe("pending");
+                  expect(ledger.entries.slice(before).some((e) => e.kind === "hold.approved")).toBe(false);
+                } else expect(["expired", "not_pending"]).toContain(r.code);
+              });
+              return;
+            }
+            for (let i = 0; gate !== null && i < 1000; i++) await gate;
+            expect(gate).toBeNull();
+            const now = clock.t;
+            if (c.op === "claim") {
+              const r = claimHold(store, fresh(now), SIGNING, TEAM, now);
+              if (r.kind === "created") current = r.hold.id;
+              if (r.kind === "consumed") {
+                events.push({ kind: "consumed", id: r.hold.id, at: now, expiresAt: r.hold.expiresAt });
+                lastConsumed = r.hold.id;
+              }
+              if (r.kind === "replay") expect(r.hold.result).not.toBeNull();
+              if (r.kind !== "created") expect(r.hold.expiresAt).toBeGreaterThan(now);
+            } else if (c.op === "complete" && lastConsumed !== null) {
+              if (completeHold(store, lastConsumed, answer(`done ${lastConsumed}`), now)) events.push({ kind: "completed", id: lastConsumed });
+            } else if (c.op === "release" && lastConsumed !== null) {
+              if (releaseHold(store, lastConsumed, "write-ahead failed", now)) events.push({ kind: "released", id: lastConsumed });
+            }
+          };
 
-        // Drain: far past every expiry, with the ledger up, the alarm records each expired hold exactly once.
-        ledger.state.down = false;
-        for (let i = 0; i < 12 && store.owed(Number.MAX_SAFE_INTEGER, 1).length > 0; i++) {
-          clock.t += 3_600_000;
-          await runAlarm(store, ledger.append, clock.t);
-        }
-        for (const row of store.list(null, 1000)) {
-          const recs = ledger.entries.filter((e) => e.id === `hold.expired:${row.rec.id}`);
-          expect(recs.length).toBe(row.rec.state === "expired" ? 1 : 0);
-          if (row.rec.state === "expired") expect(row.expiryRecorded).toBe(true);
-        }
-        for (const e of ledger.entries.filter((x) => x.id.startsWith("hold.expired:"))) expect(e.body.reason).toBe(EXPIRED_UNRESOLVED);
-      }),
+          const done = cmds.map((c) => s.schedule(Promise.resolve(c.op), c.op).then(() => run(c)));
+          // Release scheduled tasks (command starts and ledger answers) until every command has finished.
+          await s.waitFor(Promise.all(done));
+          await s.waitIdle();
+
+          // At most one consume per approval: per hold, approvals and consumes alternate, starting with an approval.
+          const holdIds = new Set(events.map((e) => e.id));
+          for (const id of holdIds) {
+            let credit = 0;
+            let running = false;
+            for (const e of events.filter((x) => x.id === id)) {
+              if (e.kind === "approved") {
+                expect(credit).toBe(0);
+                credit = 1;
+              } else if (e.kind === "consumed") {
+                expect(credit).toBe(1);
+                credit = 0;
+                running = true;
+                // No consume at or after expiry.
+                expect(e.at).toBeLessThan(e.expiresAt);
+              } else {
+                // complete and release only ever act on a consumed call still running, once.
+                expect(running).toBe(true);
+                running = false;
+              }
+            }
+            const approvals = events.filter((e) => e.id === id && e.kind === "approved").length;
+            expect(events.filter((e) => e.id === id && e.kind === "consumed").length).toBeLessThanOrEqual(approvals);
+            // Every approval is on the record exactly once (failed appends left no approval behind).
+            expect(ledger.of("hold.approved", id).length).toBe(approvals);
+          }
+
+          // Drain: far past every expiry, with the ledger up, the alarm records each expired hold exactly once.
+          ledger.state.down = false;
+          for (let i = 0; i < 12 && store.owed(Number.MAX_SAFE_INTEGER, 1).length > 0; i++) {
+            clock.t += 3_600_000;
+            await runAlarm(store, ledger.append, clock.t);
+          }
+          for (const row of store.list(null, 1000)) {
+            const recs = ledger.entries.filter((e) => e.id === `hold.expired:${row.rec.id}`);
+            expect(recs.length).toBe(row.rec.state === "expired" ? 1 : 0);
+            if (row.rec.state === "expired") expect(row.expiryRecorded).toBe(true);
+          }
+          for (const e of ledger.entries.filter((x) => x.id.startsWith("hold.expired:"))) expect(e.body.reason).toBe(EXPIRED_UNRESOLVED);
+        },
+      ),
       { numRuns: 300 },
     );
   });
@@ -423,7 +443,17 @@ describe("claim", () => {
   it("never sees a row of an unknown record version: an approved one is not consumed (fail closed)", () => {
     const { store, addUnknown } = memoryStore();
     const h = fresh(T0);
-    const rec = { ...h, v: 2, state: "approved" as const, approver: BOB, resolvedAt: T0, resolveReason: "ok", consumedAt: null, result: null, notForwarded: null };
+    const rec = {
+      ...h,
+      v: 2,
+      state: "approved" as const,
+      approver: BOB,
+      resolvedAt: T0,
+      resolveReason: "ok",
+      consumedAt: null,
+      result: null,
+      notForwarded: null,
+    };
     addUnknown({ rec, expiryRecorded: false, recordFailures: 0, recordRetryAt: null }, 2);
     const c = claimHold(store, fresh(T0 + 1), SIGNING, TEAM, T0 + 1);
     expect(c.kind).toBe("created");
@@ -448,7 +478,16 @@ describe("resolve", () => {
         kind: "hold.approved",
         id: "approval-1",
         at: new Date(T0 + 5).toISOString(),
-        body: { hold_id: h.id, decision_id: null, principal: ALICE, team: TEAM, tool: "alpha__send", action_hash: h.actionHash, approver: BOB, reason: "looks right" },
+        body: {
+          hold_id: h.id,
+          decision_id: null,
+          principal: ALICE,
+          team: TEAM,
+          tool: "alpha__send",
+          action_hash: h.actionHash,
+          approver: BOB,
+          reason: "looks right",
+        },
       },
     ]);
   });
@@ -490,14 +529,21 @@ describe("resolve", () => {
     expect(r).toMatchObject({ ok: false, code: "expired", hold: { state: "expired", approver: null } });
     expect(store.get(h.id)!.rec.state).toBe("expired");
     expect(ledger.entries).toHaveLength(1);
-    expect(ledger.entries[0]).toMatchObject({ kind: "hold.expired", id: "late-1", body: { hold_id: h.id, approver: null, reason: `late approve by ${BOB} ignored` } });
+    expect(ledger.entries[0]).toMatchObject({
+      kind: "hold.expired",
+      id: "late-1",
+      body: { hold_id: h.id, approver: null, reason: `late approve by ${BOB} ignored` },
+    });
     // A late rejection of the already expired hold is refused and recorded too.
     const again = await resolveHold(store, req(h.id, h.expiresAt + 5, { decision: "reject" }), ledger.append, () => "late-2");
     expect(again).toMatchObject({ code: "expired" });
     expect(ledger.entries[1]).toMatchObject({ id: "late-2", body: { reason: `late reject by ${BOB} ignored` } });
     // Refused even when the late record cannot be written.
     ledger.state.down = true;
-    expect(await resolveHold(store, req(h.id, h.expiresAt + 6), ledger.append, newEntryId)).toMatchObject({ code: "expired", message: expect.stringContaining("not recorded") });
+    expect(await resolveHold(store, req(h.id, h.expiresAt + 6), ledger.append, newEntryId)).toMatchObject({
+      code: "expired",
+      message: expect.stringContaining("not recorded"),
+    });
   });
 
   it("refuses malformed requests before anything runs", async () => {
@@ -614,7 +660,10 @@ describe("alarm", () => {
     await runAlarm(store, ledger.append, a.expiresAt);
     await runAlarm(store, ledger.append, a.expiresAt + 100);
     expect(ledger.entries.map((e) => e.id)).toEqual([`hold.expired:${a.id}`]);
-    expect(ledger.entries[0]).toMatchObject({ kind: "hold.expired", body: { hold_id: a.id, approver: null, reason: EXPIRED_UNRESOLVED, action_hash: a.actionHash } });
+    expect(ledger.entries[0]).toMatchObject({
+      kind: "hold.expired",
+      body: { hold_id: a.id, approver: null, reason: EXPIRED_UNRESOLVED, action_hash: a.actionHash },
+    });
   });
 
   it("a failed append (or no signing known) still marks the hold expired; the record is retried with bounded backoff", async () => {
@@ -679,7 +728,15 @@ describe("alarm", () => {
     const { store, addUnknown, size } = memoryStore();
     const ledger = fakeLedger();
     const h = fresh(T0, {}, 1_000);
-    addUnknown({ rec: { ...h, v: 9, state: "pending", approver: null, resolvedAt: null, resolveReason: null, consumedAt: null, result: null, notForwarded: null }, expiryRecorded: false, recordFailures: 0, recordRetryAt: null }, 9);
+    addUnknown(
+      {
+        rec: { ...h, v: 9, state: "pending", approver: null, resolvedAt: null, resolveReason: null, consumedAt: null, result: null, notForwarded: null },
+        expiryRecorded: false,
+        recordFailures: 0,
+        recordRetryAt: null,
+      },
+      9,
+    );
     const late = T0 + HOLD_RETENTION_MS * 2;
     expect(await runAlarm(store, ledger.append, late)).toBe(late + HOLD_UNKNOWN_RECHECK_MS);
     expect(size()).toBe(1);
