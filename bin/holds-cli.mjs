@@ -13,6 +13,7 @@
 import { realpathSync } from "node:fs";
 import { pathToFileURL } from "node:url";
 import { parseOptions, UsageError } from "./cli-args.mjs";
+import { answerOf, exitCodeOf, FetchError, gatewayOf, Refused, refusal, send, tokenOf } from "./gateway-http.mjs";
 
 const STATES = ["pending", "approved", "rejected", "expired", "consumed", "all"];
 const MAX_REASON = 500;
@@ -53,32 +54,9 @@ const KNOWN = {
   reject: ["url", "token", "reason", "action-hash", "json", "help"],
 };
 
-/** The gateway refused (403/404/409): exit 1. */
-class Refused extends Error {}
-/** The gateway could not be reached, or answered something else: exit 3. */
-class FetchError extends Error {}
-
 function help(cmd) {
   console.log(HELP[cmd]);
   return 0;
-}
-
-function gatewayOf(url) {
-  if (typeof url !== "string") throw new UsageError("give --url GATEWAY");
-  let u;
-  try {
-    u = new URL(url);
-  } catch {
-    throw new UsageError(`--url: not a URL: ${url}`);
-  }
-  if (u.protocol !== "https:" && u.protocol !== "http:") throw new UsageError("--url must be an http(s) URL");
-  return u;
-}
-
-function tokenOf(a) {
-  const t = a.token ?? process.env.PORTCULLIS_TOKEN;
-  if (!t) throw new UsageError("a token is needed: set PORTCULLIS_TOKEN (or pass --token)");
-  return t;
 }
 
 function oneId(a, cmd) {
@@ -88,30 +66,10 @@ function oneId(a, cmd) {
 
 /** Calls the gateway; the parsed JSON on 2xx, else Refused (403/404/409) or FetchError naming the status and the gateway's reason. */
 async function call(base, method, path, token, { query = {}, body } = {}) {
-  const url = new URL(path, base);
-  for (const [k, v] of Object.entries(query)) if (v !== undefined) url.searchParams.set(k, String(v));
-  const where = `${method} ${url.origin}${url.pathname}`;
-  let res;
-  try {
-    res = await fetch(url, {
-      method,
-      redirect: "manual",
-      signal: AbortSignal.timeout(TIMEOUT_MS),
-      headers: { authorization: `Bearer ${token}`, accept: "application/json", ...(body !== undefined ? { "content-type": "application/json" } : {}) },
-      ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
-    });
-  } catch (e) {
-    const why = e?.name === "TimeoutError" ? `no answer within ${TIMEOUT_MS / 1000} s` : (e.cause?.code ?? e.cause?.message ?? e.message);
-    throw new FetchError(`${where}: ${why}`);
-  }
-  const text = await res.text().catch(() => "");
-  let json;
-  try {
-    json = JSON.parse(text);
-  } catch {}
-  if (res.ok && json !== undefined) return json;
-  const reason = typeof json?.error_description === "string" ? json.error_description : typeof json?.error === "string" ? json.error : text.slice(0, 300);
-  const msg = `${where} → ${res.status}${reason ? `: ${reason}` : ""}`;
+  const { res, where } = await send(base, method, path, token, { query, body, timeoutMs: TIMEOUT_MS, redirect: "manual" });
+  const answer = await answerOf(res);
+  if (res.ok && answer.json !== undefined) return answer.json;
+  const msg = refusal(where, res.status, answer);
   if (res.status === 403 || res.status === 404 || res.status === 409) throw new Refused(msg);
   throw new FetchError(res.ok ? `${where}: the answer is not JSON` : msg);
 }
@@ -231,20 +189,8 @@ export async function holdsCommand(argv) {
     return 2;
   }
   try {
-    return await run(parseOptions(rest, { known: KNOWN[cmd], boolean: BOOLEAN }));
+    return await exitCodeOf(`portcullis holds ${cmd}`, () => run(parseOptions(rest, { known: KNOWN[cmd], boolean: BOOLEAN })));
   } catch (e) {
-    if (e instanceof UsageError) {
-      console.error(`portcullis holds ${cmd}: ${e.message}\n(portcullis holds ${cmd} --help for the options)`);
-      return 2;
-    }
-    if (e instanceof Refused) {
-      console.error(`portcullis holds ${cmd}: refused: ${e.message}`);
-      return 1;
-    }
-    if (e instanceof FetchError) {
-      console.error(`portcullis holds ${cmd}: ${e.message}`);
-      return 3;
-    }
     console.error(`portcullis holds ${cmd}: ${e?.message ?? e}`);
     return 3;
   }

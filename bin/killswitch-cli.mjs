@@ -11,6 +11,7 @@
 import { realpathSync } from "node:fs";
 import { pathToFileURL } from "node:url";
 import { parseOptions, UsageError } from "./cli-args.mjs";
+import { answerOf, exitCodeOf, FetchError, gatewayOf, refusal, send, tokenOf } from "./gateway-http.mjs";
 
 const SCOPES = ["global", "team", "upstream", "tool", "principal", "grant"];
 
@@ -38,51 +39,13 @@ const KNOWN = {
 };
 const BOOLEAN = new Set(["json", "help"]);
 
-class FetchError extends Error {}
-
-function gatewayOf(url) {
-  if (typeof url !== "string") throw new UsageError("give --url GATEWAY");
-  let u;
-  try {
-    u = new URL(url);
-  } catch {
-    throw new UsageError(`--url: not a URL: ${url}`);
-  }
-  if (u.protocol !== "https:" && u.protocol !== "http:") throw new UsageError("--url must be an http(s) URL");
-  return u;
-}
-
-function tokenOf(a) {
-  const t = a.token ?? process.env.PORTCULLIS_TOKEN;
-  if (!t) throw new UsageError("a token is needed: set PORTCULLIS_TOKEN (or pass --token)");
-  return t;
-}
-
 /** One request to the gateway; its JSON body when 2xx, else a FetchError naming the status and the gateway's reason. */
 async function call(base, method, path, token, body) {
-  const url = new URL(path, base);
-  let res;
-  try {
-    res = await fetch(url, {
-      method,
-      headers: { authorization: `Bearer ${token}`, accept: "application/json", ...(body ? { "content-type": "application/json" } : {}) },
-      ...(body ? { body: JSON.stringify(body) } : {}),
-      signal: AbortSignal.timeout(30_000),
-    });
-  } catch (e) {
-    throw new FetchError(`${method} ${url.origin}${url.pathname}: ${e.cause?.code ?? e.cause?.message ?? e.message}`);
-  }
-  const text = await res.text().catch(() => "");
-  let json;
-  try {
-    json = JSON.parse(text);
-  } catch {}
-  if (!res.ok) {
-    const reason = json?.error_description ?? json?.error ?? text.slice(0, 300);
-    throw new FetchError(`${method} ${url.origin}${url.pathname} → ${res.status}${reason ? `: ${reason}` : ""}`);
-  }
-  if (!json || typeof json.version !== "number" || !Array.isArray(json.halts))
-    throw new FetchError(`${method} ${url.origin}${url.pathname}: the answer is not a kill-switch state`);
+  const { res, where } = await send(base, method, path, token, { body, timeoutMs: 30_000 });
+  const answer = await answerOf(res);
+  if (!res.ok) throw new FetchError(refusal(where, res.status, answer));
+  const json = answer.json;
+  if (!json || typeof json.version !== "number" || !Array.isArray(json.halts)) throw new FetchError(`${where}: the answer is not a kill-switch state`);
   return json;
 }
 
@@ -123,24 +86,14 @@ export async function killSwitchCommand(cmd, argv) {
     console.error(`portcullis: unknown kill-switch command ${cmd}\n${HELP.halt}\n${HELP.resume}\n${HELP.status}`);
     return 2;
   }
-  try {
+  return exitCodeOf(`portcullis ${cmd}`, async () => {
     const a = parseOptions(argv, { known: KNOWN[cmd], boolean: BOOLEAN, positionals: false });
     if (a.help) {
       console.log(`${HELP[cmd]}\n${TOKEN_NOTE}`);
       return 0;
     }
     return cmd === "status" ? await status(a) : await change(cmd, a);
-  } catch (e) {
-    if (e instanceof UsageError) {
-      console.error(`portcullis ${cmd}: ${e.message}\n(portcullis ${cmd} --help for the options)`);
-      return 2;
-    }
-    if (e instanceof FetchError) {
-      console.error(`portcullis ${cmd}: ${e.message}`);
-      return 3;
-    }
-    throw e;
-  }
+  });
 }
 
 if (process.argv[1] && import.meta.url === pathToFileURL(realpathSync(process.argv[1])).href) {

@@ -14,6 +14,7 @@ import { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { parseOptions, UsageError } from "./cli-args.mjs";
+import { answerOf, exitCodeOf, FetchError, gatewayOf, refusal, send, tokenOf } from "./gateway-http.mjs";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const verifier = () => import(pathToFileURL(resolve(root, "src/ledger/verify.ts")).href);
@@ -53,8 +54,6 @@ function help(cmd) {
   return 0;
 }
 
-class FetchError extends Error {}
-
 const REPEATABLE = new Set(["checkpoint"]);
 const BOOLEAN = new Set(["json", "help", "quiet"]);
 const KNOWN = {
@@ -88,41 +87,10 @@ function jwksFrom(text, where) {
   return { keys };
 }
 
-function gatewayOf(url) {
-  let u;
-  try {
-    u = new URL(url);
-  } catch {
-    throw new UsageError(`--url: not a URL: ${url}`);
-  }
-  if (u.protocol !== "https:" && u.protocol !== "http:") throw new UsageError("--url must be an http(s) URL");
-  return u;
-}
-
-function tokenOf(a) {
-  const t = a.token ?? process.env.PORTCULLIS_TOKEN;
-  if (!t) throw new UsageError("a token is needed: set PORTCULLIS_TOKEN (or pass --token)");
-  return t;
-}
-
 /** GET a gateway path with the bearer token; the response when 2xx, else a FetchError naming the status and the gateway's reason. */
 async function get(base, path, token, query = {}) {
-  const url = new URL(path, base);
-  for (const [k, v] of Object.entries(query)) if (v !== undefined) url.searchParams.set(k, v);
-  let res;
-  try {
-    res = await fetch(url, { headers: { ...(token ? { authorization: `Bearer ${token}` } : {}), accept: "application/json, application/x-ndjson" } });
-  } catch (e) {
-    throw new FetchError(`GET ${url.origin}${url.pathname}: ${e.cause?.code ?? e.cause?.message ?? e.message}`);
-  }
-  if (!res.ok) {
-    const text = await res.text().catch(() => "");
-    let reason = text.slice(0, 300);
-    try {
-      reason = JSON.parse(text).error ?? reason;
-    } catch {}
-    throw new FetchError(`GET ${url.origin}${url.pathname} → ${res.status}${reason ? `: ${reason}` : ""}`);
-  }
+  const { res, where } = await send(base, "GET", path, token, { query, accept: "application/json, application/x-ndjson" });
+  if (!res.ok) throw new FetchError(refusal(where, res.status, await answerOf(res), ["error"]));
   return res;
 }
 
@@ -296,19 +264,7 @@ export async function ledgerCommand(argv) {
     console.error(`${cmd ? `portcullis ledger: unknown command ${cmd}\n` : ""}${HELP.ledger}`);
     return 2;
   }
-  try {
-    return await run(parse(rest, KNOWN[cmd]));
-  } catch (e) {
-    if (e instanceof UsageError) {
-      console.error(`portcullis ledger ${cmd}: ${e.message}\n(portcullis ledger ${cmd} --help for the options)`);
-      return 2;
-    }
-    if (e instanceof FetchError) {
-      console.error(`portcullis ledger ${cmd}: ${e.message}`);
-      return 3;
-    }
-    throw e;
-  }
+  return exitCodeOf(`portcullis ledger ${cmd}`, () => run(parse(rest, KNOWN[cmd])));
 }
 
 if (process.argv[1] && import.meta.url === pathToFileURL(realpathSync(process.argv[1])).href) {

@@ -179,19 +179,17 @@ export async function resolveHoldVia(
   return { ok: true, value: viewOf(cfg, approver, res.hold, deps.now()) };
 }
 
+/** The parameters of a `…Via` function after its HoldsDeps: those of the public operation over the live HoldsDOs. */
+type AfterDeps<F> = F extends (deps: HoldsDeps, ...rest: infer R) => unknown ? R : never;
+
 /** Holds the viewer may see: its own team's (approver, auditor, operator, admin), or `team` for an admin or a resolver of that team; newest first. */
-export async function listHolds(
-  env: Env,
-  cfg: GatewayConfig,
-  viewer: Principal,
-  opts: { state: HoldState | null; team?: string; limit?: number },
-): Promise<HoldsResult<HoldView[]>> {
-  return listHoldsVia(live(env), cfg, viewer, opts);
+export async function listHolds(env: Env, ...args: AfterDeps<typeof listHoldsVia>): Promise<HoldsResult<HoldView[]>> {
+  return listHoldsVia(live(env), ...args);
 }
 
 /** One hold by id (`<team>~<hex>`), if the viewer may see it. */
-export async function getHold(env: Env, cfg: GatewayConfig, viewer: Principal, id: string): Promise<HoldsResult<HoldView>> {
-  return getHoldVia(live(env), cfg, viewer, id);
+export async function getHold(env: Env, ...args: AfterDeps<typeof getHoldVia>): Promise<HoldsResult<HoldView>> {
+  return getHoldVia(live(env), ...args);
 }
 
 /**
@@ -199,15 +197,7 @@ export async function getHold(env: Env, cfg: GatewayConfig, viewer: Principal, i
  * the approver was shown (the console sends it; mismatch → 409). 403 for self-approval or a
  * principal the config does not allow; 409 when not pending or expired; 503 when the ledger did not take the record.
  */
-export async function resolveHold(
-  env: Env,
-  cfg: GatewayConfig,
-  approver: Principal,
-  id: string,
-  decision: "approve" | "reject",
-  reason: string,
-  expectHash: string | null,
-  waitUntil: (p: Promise<unknown>) => void,
-): Promise<HoldsResult<HoldView>> {
-  return resolveHoldVia(live(env), env, cfg, approver, id, decision, reason, expectHash, waitUntil);
+export async function resolveHold(...args: AfterDeps<typeof resolveHoldVia>): Promise<HoldsResult<HoldView>> {
+  const [env] = args;
+  return resolveHoldVia(live(env), ...args);
 }

@@ -16,15 +16,15 @@
 import { existsSync, mkdirSync } from "node:fs";
 import { createServer, type Server } from "node:http";
 import { join } from "node:path";
-import { Client, StreamableHTTPClientTransport } from "@modelcontextprotocol/client";
+import type { Client } from "@modelcontextprotocol/client";
 import { exportJWK, generateKeyPair, SignJWT } from "jose";
 import { type Browser, chromium, type Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Role } from "../../src/config/roles.ts";
 import { generateSigningKey } from "../../src/identity/keys.ts";
-import { mintGrant, parseKeySet } from "../../src/identity/tokens.ts";
 import { LONG_TOOL, startModernOnlyUpstream } from "../fixtures/modern-only-upstream.ts";
 import { freePort, type Proc, root, startPortcullis } from "./harness.ts";
+import { connect, grantFor, ledgerKinds, texts } from "./mcp.ts";
 
 // biome-ignore lint/suspicious/noExplicitAny: JSON answers are read loosely in tests
 type Any = any;
@@ -86,32 +86,13 @@ policy:
       reason: attestations are signed off by a person
 `;
 
-async function grant(sub: string, roles: Role[]): Promise<{ token: string; jti: string }> {
-  return mintGrant(await parseKeySet(jwk), { iss: origin, aud: origin, sub, team: "ops", roles, tools: ["*"], ttlSeconds: 900 }, { maxLifetimeSeconds: 3600 });
-}
+const grant = (sub: string, roles: Role[]): Promise<{ token: string; jti: string }> =>
+  grantFor(jwk, origin, { sub, team: "ops", roles, tools: ["*"], ttlSeconds: 900 });
 
 const str = (t: string | null): string => t ?? "";
-const texts = (r: Any): string =>
-  Array.isArray(r?.content)
-    ? r.content
-        .filter((c: Any) => c.type === "text")
-        .map((c: Any) => c.text)
-        .join("\n")
-    : "";
 const upstreamCalls = () => rec.log.filter((s) => s.method === "tools/call" && s.name === LONG_TOOL).length;
 
-async function agentClient(token: string): Promise<{ client: Client; close(): Promise<void> }> {
-  const client = new Client({ name: "console-e2e-agent", version: "1" }, { versionNegotiation: { mode: "legacy" } });
-  const transport = new StreamableHTTPClientTransport(new URL(gw.url), { requestInit: { headers: { authorization: `Bearer ${token}` } } });
-  await client.connect(transport);
-  return {
-    client,
-    close: async () => {
-      await transport.terminateSession().catch(() => undefined);
-      await client.close().catch(() => undefined);
-    },
-  };
-}
+const agentClient = (token: string): Promise<{ client: Client; close(): Promise<void> }> => connect("console-e2e-agent", gw.url, token);
 
 async function shot(page: Page, name: string): Promise<void> {
   const path = join(ARTIFACTS, `${name}.png`);
@@ -151,16 +132,7 @@ async function signIn(page: Page, base: string, token: string): Promise<void> {
 }
 
 /** The team's ledger entries of `kind` (D1 is filled by the LedgerDO's flush: poll, bounded). */
-async function ledger(auditor: string, kind: string, want: (e: Any[]) => boolean): Promise<Any[]> {
-  let entries: Any[] = [];
-  for (let i = 0; i < 60; i++) {
-    const r = await fetch(`${origin}/v1/ledger?kind=${encodeURIComponent(kind)}&limit=500`, { headers: { authorization: `Bearer ${auditor}` } });
-    entries = ((await r.json()) as Any).entries ?? [];
-    if (want(entries)) return entries;
-    await new Promise((res) => setTimeout(res, 500));
-  }
-  return entries;
-}
+const ledger = (auditor: string, kind: string, want: (e: Any[]) => boolean): Promise<Any[]> => ledgerKinds(origin, auditor, kind, want);
 
 describe.skipIf(!hasChromium)("the approver console in Chromium", () => {
   let agent: { token: string; jti: string };

@@ -11,12 +11,12 @@
  * decide; the 2020-12 tool validates; unmapped tools follow the baseline. Owns the gateways and
  * upstreams it starts. Must never: leave them running, or reach beyond 127.0.0.1.
  */
-import { Client, StreamableHTTPClientTransport } from "@modelcontextprotocol/client";
+import type { Client } from "@modelcontextprotocol/client";
 import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from "vitest";
 import { generateSigningKey } from "../../src/identity/keys.ts";
-import { mintGrant, parseKeySet } from "../../src/identity/tokens.ts";
 import { startModernOnlyUpstream } from "../fixtures/modern-only-upstream.ts";
 import { freePort, type Proc, startPortcullis } from "./harness.ts";
+import { closeSessions, grantFor, sessionClient, modern as sharedModern } from "./mcp.ts";
 
 type Upstream = Awaited<ReturnType<typeof startModernOnlyUpstream>>;
 type Gateway = Proc & { url: string; origin: string };
@@ -89,61 +89,17 @@ policy:
 
 async function grant(gw: Gateway, sub: string, extra: { tools?: string[]; budget?: { calls: number } } = {}): Promise<string> {
   const { tools = ["*"], budget } = extra;
-  return (
-    await mintGrant(
-      await parseKeySet(jwk),
-      { iss: gw.origin, aud: gw.origin, sub, team: "gov", roles: ["agent"], tools, ttlSeconds: 900, ...(budget ? { budget } : {}) },
-      { maxLifetimeSeconds: 3600 },
-    )
-  ).token;
+  return (await grantFor(jwk, gw.origin, { sub, team: "gov", roles: ["agent"], tools, ttlSeconds: 900, ...(budget ? { budget } : {}) })).token;
 }
 
-let nextId = 1;
 /** One 2026-07-28 request (no session, its own connection); the JSON-RPC answer, from JSON or SSE. */
-async function modern(gw: Gateway, bearer: string, method: string, params: Record<string, unknown>): Promise<Any> {
-  const id = nextId++;
-  const meta = { "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {} };
-  const r = await fetch(gw.url, {
-    method: "POST",
-    headers: {
-      "content-type": "application/json",
-      accept: "application/json, text/event-stream",
-      authorization: `Bearer ${bearer}`,
-      "mcp-protocol-version": "2026-07-28",
-      "mcp-method": method,
-      ...(typeof params.name === "string" ? { "mcp-name": params.name } : {}),
-    },
-    body: JSON.stringify({ jsonrpc: "2.0", id, method, params: { ...params, _meta: meta } }),
-    signal: AbortSignal.timeout(60_000),
-  });
-  const body = await r.text();
-  if (!(r.headers.get("content-type") ?? "").includes("text/event-stream")) return JSON.parse(body);
-  const messages = body
-    .split("\n")
-    .filter((l) => l.startsWith("data:"))
-    .map((l) => l.slice(5).trim())
-    .filter((l) => l !== "")
-    .map((l) => JSON.parse(l));
-  return messages.find((m) => m.id === id) ?? { error: { message: `no answer in ${body.slice(0, 300)}` } };
-}
+const modern = (gw: Gateway, bearer: string, method: string, params: Record<string, unknown>): Promise<Any> => sharedModern(gw.url, bearer, method, params);
 const call = async (gw: Gateway, bearer: string, name: string, args: Record<string, unknown> = {}) =>
   (await modern(gw, bearer, "tools/call", { name, arguments: args })).result;
 
-const open: { client: Client; transport: StreamableHTTPClientTransport }[] = [];
 /** A legacy (2025-11-25) SDK v2 client: its own session (ended after each test). */
-async function legacyClient(gw: Gateway, bearer: string): Promise<Client> {
-  const client = new Client({ name: "governance-e2e", version: "1" }, { versionNegotiation: { mode: "legacy" } });
-  const transport = new StreamableHTTPClientTransport(new URL(gw.url), { requestInit: { headers: { authorization: `Bearer ${bearer}` } } });
-  await client.connect(transport);
-  open.push({ client, transport });
-  return client;
-}
-afterEach(async () => {
-  for (const { client, transport } of open.splice(0)) {
-    await transport.terminateSession().catch(() => undefined);
-    await client.close().catch(() => undefined);
-  }
-});
+const legacyClient = (gw: Gateway, bearer: string): Promise<Client> => sessionClient("governance-e2e", gw.url, bearer);
+afterEach(closeSessions);
 
 const calls = (u: Upstream) => u.log.filter((s) => s.method === "tools/call").length;
 const texts = (r: Any): string[] => (Array.isArray(r?.content) ? r.content.filter((c: Any) => c.type === "text").map((c: Any) => c.text) : []);

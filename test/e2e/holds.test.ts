@@ -13,13 +13,13 @@
 import { execFile } from "node:child_process";
 import { resolve } from "node:path";
 import { promisify } from "node:util";
-import { Client, StreamableHTTPClientTransport } from "@modelcontextprotocol/client";
+import type { Client } from "@modelcontextprotocol/client";
 import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from "vitest";
 import { generateSigningKey } from "../../src/identity/keys.ts";
-import { mintGrant, parseKeySet } from "../../src/identity/tokens.ts";
 import type { Role } from "../../src/config/roles.ts";
 import { startModernOnlyUpstream } from "../fixtures/modern-only-upstream.ts";
 import { freePort, type Proc, root, startPortcullis } from "./harness.ts";
+import { closeSessions, grantFor, api as sharedApi, ledgerKinds as sharedLedgerKinds, modernRaw as sharedModernRaw, sessionClient, texts } from "./mcp.ts";
 
 type Upstream = Awaited<ReturnType<typeof startModernOnlyUpstream>>;
 type Gateway = Proc & { url: string; origin: string };
@@ -69,80 +69,20 @@ policy:
       reason: sums are audited
 `;
 
-async function grant(g: Gateway, sub: string, roles: Role[] = ["agent"], team = "ops"): Promise<string> {
-  return (
-    await mintGrant(await parseKeySet(jwk), { iss: g.origin, aud: g.origin, sub, team, roles, tools: ["*"], ttlSeconds: 900 }, { maxLifetimeSeconds: 3600 })
-  ).token;
-}
+const grant = async (g: Gateway, sub: string, roles: Role[] = ["agent"], team = "ops"): Promise<string> =>
+  (await grantFor(jwk, g.origin, { sub, team, roles, tools: ["*"], ttlSeconds: 900 })).token;
 
-let nextId = 1;
 /** One 2026-07-28 request; the JSON-RPC answer (from JSON or SSE) and every message the stream carried. */
-async function modernRaw(
-  g: Gateway,
-  bearer: string,
-  method: string,
-  params: Record<string, unknown>,
-  meta: Record<string, unknown> = {},
-): Promise<{ answer: Any; messages: Any[]; body: string }> {
-  const id = nextId++;
-  const r = await fetch(g.url, {
-    method: "POST",
-    headers: {
-      "content-type": "application/json",
-      accept: "application/json, text/event-stream",
-      authorization: `Bearer ${bearer}`,
-      "mcp-protocol-version": "2026-07-28",
-      "mcp-method": method,
-      ...(typeof params.name === "string" ? { "mcp-name": params.name } : typeof params.taskId === "string" ? { "mcp-name": params.taskId } : {}),
-    },
-    body: JSON.stringify({
-      jsonrpc: "2.0",
-      id,
-      method,
-      params: { ...params, _meta: { "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}, ...meta } },
-    }),
-    signal: AbortSignal.timeout(90_000),
-  });
-  const body = await r.text();
-  if (!(r.headers.get("content-type") ?? "").includes("text/event-stream")) {
-    const answer = JSON.parse(body);
-    return { answer, messages: [answer], body };
-  }
-  const messages = body
-    .split("\n")
-    .filter((l) => l.startsWith("data:"))
-    .map((l) => l.slice(5).trim())
-    .filter((l) => l !== "")
-    .map((l) => JSON.parse(l));
-  return { answer: messages.find((m) => m.id === id) ?? { error: { message: `no answer in ${body.slice(0, 300)}` } }, messages, body };
-}
+const modernRaw = (g: Gateway, bearer: string, method: string, params: Record<string, unknown>, meta: Record<string, unknown> = {}) =>
+  sharedModernRaw(g.url, bearer, method, params, { meta, timeoutMs: 90_000 });
 const modern = async (g: Gateway, bearer: string, method: string, params: Record<string, unknown>, meta: Record<string, unknown> = {}) =>
   (await modernRaw(g, bearer, method, params, meta)).answer;
 const callModern = async (g: Gateway, bearer: string, name: string, args: Record<string, unknown> = {}) =>
   (await modern(g, bearer, "tools/call", { name, arguments: args })).result;
 
-const open: { client: Client; transport: StreamableHTTPClientTransport }[] = [];
-async function legacyClient(g: Gateway, bearer: string): Promise<Client> {
-  const client = new Client({ name: "holds-e2e", version: "1" }, { versionNegotiation: { mode: "legacy" } });
-  const transport = new StreamableHTTPClientTransport(new URL(g.url), { requestInit: { headers: { authorization: `Bearer ${bearer}` } } });
-  await client.connect(transport);
-  open.push({ client, transport });
-  return client;
-}
-afterEach(async () => {
-  for (const { client, transport } of open.splice(0)) {
-    await transport.terminateSession().catch(() => undefined);
-    await client.close().catch(() => undefined);
-  }
-});
+const legacyClient = (g: Gateway, bearer: string): Promise<Client> => sessionClient("holds-e2e", g.url, bearer);
+afterEach(closeSessions);
 
-const texts = (r: Any): string =>
-  Array.isArray(r?.content)
-    ? r.content
-        .filter((c: Any) => c.type === "text")
-        .map((c: Any) => c.text)
-        .join("\n")
-    : "";
 const bumps = (u: Upstream) => u.log.filter((s) => s.method === "tools/call").length;
 /** The hold id a held call's refusal names. */
 function heldAs(r: Any): string {
@@ -152,36 +92,12 @@ function heldAs(r: Any): string {
   return m![1]!;
 }
 
-async function api(g: Gateway, bearer: string, path: string, init: { method?: string; body?: unknown } = {}): Promise<{ status: number; json: Any }> {
-  const r = await fetch(`${g.origin}${path}`, {
-    method: init.method ?? "GET",
-    headers: { authorization: `Bearer ${bearer}`, ...(init.body !== undefined ? { "content-type": "application/json" } : {}) },
-    ...(init.body !== undefined ? { body: JSON.stringify(init.body) } : {}),
-    signal: AbortSignal.timeout(30_000),
-  });
-  const text = await r.text();
-  let json: Any = null;
-  try {
-    json = JSON.parse(text);
-  } catch {
-    json = { text };
-  }
-  return { status: r.status, json };
-}
+const api = (g: Gateway, bearer: string, path: string, init: { method?: string; body?: unknown } = {}) => sharedApi(g.origin, bearer, path, init);
 const resolveHold = (g: Gateway, bearer: string, id: string, decision: "approve" | "reject", reason = "looked at it") =>
   api(g, bearer, `/v1/holds/${encodeURIComponent(id)}/resolve`, { method: "POST", body: { decision, reason } });
 
 /** The team's ledger entries of `kind` (D1 is filled by the LedgerDO's flush: poll, bounded). */
-async function ledgerKinds(g: Gateway, auditor: string, kind: string, want: (n: Any[]) => boolean): Promise<Any[]> {
-  let entries: Any[] = [];
-  for (let i = 0; i < 60; i++) {
-    const r = await api(g, auditor, `/v1/ledger?kind=${encodeURIComponent(kind)}&limit=500`);
-    entries = r.json?.entries ?? [];
-    if (want(entries)) return entries;
-    await new Promise((res) => setTimeout(res, 500));
-  }
-  return entries;
-}
+const ledgerKinds = (g: Gateway, auditor: string, kind: string, want: (n: Any[]) => boolean) => sharedLedgerKinds(g.origin, auditor, kind, want);
 
 beforeAll(async () => {
   jwk = JSON.stringify((await generateSigningKey("holds-e2e")).privateJwk);

@@ -12,18 +12,17 @@
  * `_global` and the export verifies; and the CLI's halt / status / resume round trip. Owns the
  * gateway and upstreams it starts. Must never: leave them running, or reach beyond 127.0.0.1.
  */
-import { spawn } from "node:child_process";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
 import type { AddressInfo } from "node:net";
 import { join } from "node:path";
-import { Client, StreamableHTTPClientTransport } from "@modelcontextprotocol/client";
+import type { Client } from "@modelcontextprotocol/client";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { generateSigningKey } from "../../src/identity/keys.ts";
-import { mintGrant, parseKeySet } from "../../src/identity/tokens.ts";
 import { verifyExport } from "../../src/ledger/verify.ts";
 import { startModernOnlyUpstream } from "../fixtures/modern-only-upstream.ts";
 import { type SlowLegacyUpstream, startSlowLegacyUpstream } from "../fixtures/slow-legacy-upstream.ts";
 import { freePort, type Proc, root, startPortcullis } from "./harness.ts";
+import { api, closeSessions, grantFor, type Run, runScript, sessionClient, modern as sharedModern, texts } from "./mcp.ts";
 
 // biome-ignore lint/suspicious/noExplicitAny: JSON answers are read loosely in tests
 type Any = any;
@@ -152,76 +151,25 @@ mappings:
       wait: { effect: read_only }
 `;
 
-async function grant(sub: string, team: string, roles: string[]): Promise<string> {
-  return (
-    await mintGrant(
-      await parseKeySet(jwk),
-      { iss: gw.origin, aud: gw.origin, sub, team, roles: roles as never, tools: ["*"], ttlSeconds: 1800 },
-      { maxLifetimeSeconds: 3600 },
-    )
-  ).token;
-}
+const grant = async (sub: string, team: string, roles: string[]): Promise<string> =>
+  (await grantFor(jwk, gw.origin, { sub, team, roles: roles as never, tools: ["*"], ttlSeconds: 1800 })).token;
 
-let nextId = 1;
 /** One 2026-07-28 request (no session, its own connection); the JSON-RPC answer, from JSON or SSE. */
-async function modern(bearer: string, method: string, params: Record<string, unknown>): Promise<Any> {
-  const id = nextId++;
-  const meta = { "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {} };
-  const r = await fetch(gw.url, {
-    method: "POST",
-    headers: {
-      "content-type": "application/json",
-      accept: "application/json, text/event-stream",
-      authorization: `Bearer ${bearer}`,
-      "mcp-protocol-version": "2026-07-28",
-      "mcp-method": method,
-      ...(typeof params.name === "string" ? { "mcp-name": params.name } : {}),
-    },
-    body: JSON.stringify({ jsonrpc: "2.0", id, method, params: { ...params, _meta: meta } }),
-    signal: AbortSignal.timeout(60_000),
-  });
-  const body = await r.text();
-  if (!(r.headers.get("content-type") ?? "").includes("text/event-stream")) return JSON.parse(body);
-  const messages = body
-    .split("\n")
-    .filter((l) => l.startsWith("data:"))
-    .map((l) => l.slice(5).trim())
-    .filter((l) => l !== "")
-    .map((l) => JSON.parse(l));
-  return messages.find((m) => m.id === id) ?? { error: { message: `no answer in ${body.slice(0, 300)}` } };
-}
+const modern = (bearer: string, method: string, params: Record<string, unknown>): Promise<Any> => sharedModern(gw.url, bearer, method, params);
 const modernCall = async (bearer: string, name: string, args: Record<string, unknown> = {}) => {
   const a = await modern(bearer, "tools/call", { name, arguments: args });
   return a.result ?? { error: a.error };
 };
 
-const open: { client: Client; transport: StreamableHTTPClientTransport }[] = [];
 /** A legacy (2025-11-25) SDK v2 client on its own session (ended after each test). */
-async function legacyClient(bearer: string): Promise<Client> {
-  const client = new Client({ name: "killswitch-e2e", version: "1" }, { versionNegotiation: { mode: "legacy" } });
-  const transport = new StreamableHTTPClientTransport(new URL(gw.url), { requestInit: { headers: { authorization: `Bearer ${bearer}` } } });
-  await client.connect(transport);
-  open.push({ client, transport });
-  return client;
-}
+const legacyClient = (bearer: string): Promise<Client> => sessionClient("killswitch-e2e", gw.url, bearer);
 
-const texts = (r: Any): string => (Array.isArray(r?.content) ? r.content.filter((c: Any) => c.type === "text").map((c: Any) => c.text) : []).join("\n");
 /** Whether `r` is the kill switch's refusal. */
 const haltedAnswer = (r: Any) => r?.isError === true && /^Blocked by Portcullis: halted \(/.test(texts(r)) && /check: kill_switch/.test(texts(r));
 
 async function rest(method: "GET" | "POST", path: string, bearer: string, body?: unknown): Promise<{ status: number; body: Any }> {
-  const r = await fetch(`${gw.origin}${path}`, {
-    method,
-    headers: { authorization: `Bearer ${bearer}`, ...(body === undefined ? {} : { "content-type": "application/json" }) },
-    ...(body === undefined ? {} : { body: typeof body === "string" ? body : JSON.stringify(body) }),
-    signal: AbortSignal.timeout(30_000),
-  });
-  const text = await r.text();
-  let parsed: Any = text;
-  try {
-    parsed = JSON.parse(text);
-  } catch {}
-  return { status: r.status, body: parsed };
+  const r = await api(gw.origin, bearer, path, { method, body });
+  return { status: r.status, body: r.json };
 }
 /** Halts (or resumes) as the admin; the moment the gateway acknowledged it (performance.now()). */
 async function change(action: "halt" | "resume", scope: string, target: string | null, reason: string): Promise<{ at: number; body: Any }> {
@@ -283,10 +231,7 @@ afterAll(async () => {
   if (measured.length) console.log(`kill switch e2e — measured:\n  ${measured.join("\n  ")}`);
 });
 afterEach(async () => {
-  for (const { client, transport } of open.splice(0)) {
-    await transport.terminateSession().catch(() => undefined);
-    await client.close().catch(() => undefined);
-  }
+  await closeSessions();
   // No test leaves a halt behind for the next.
   const s = await rest("GET", "/v1/killswitch", auditor);
   for (const h of s.body?.halts ?? [])
@@ -472,31 +417,7 @@ describe("who may change it, and the record of every change", () => {
   });
 });
 
-interface Run {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
-function cli(args: string[], token?: string): Promise<Run> {
-  return new Promise((done, fail) => {
-    const { PORTCULLIS_TOKEN: _drop, ...base } = process.env;
-    const child = spawn(process.execPath, [join(root, "bin/portcullis.mjs"), ...args], {
-      cwd: root,
-      env: { ...base, ...(token ? { PORTCULLIS_TOKEN: token } : {}) },
-      stdio: ["ignore", "pipe", "pipe"],
-    });
-    let stdout = "";
-    let stderr = "";
-    child.stdout.on("data", (d) => (stdout += d));
-    child.stderr.on("data", (d) => (stderr += d));
-    const timer = setTimeout(() => child.kill("SIGKILL"), 60_000);
-    child.on("error", fail);
-    child.on("close", (code) => {
-      clearTimeout(timer);
-      done({ code, stdout, stderr });
-    });
-  });
-}
+const cli = (args: string[], token?: string): Promise<Run> => runScript(join(root, "bin/portcullis.mjs"), args, token ? { PORTCULLIS_TOKEN: token } : {});
 
 describe("the CLI", () => {
   it("halt, status and resume round trip; usage is exit 2, refused or unreachable exit 3; the token is never printed", async () => {

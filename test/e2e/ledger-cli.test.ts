@@ -6,7 +6,6 @@
  * stderr; and the `--url` forms (verify, export, trace) fetch from a loopback stand-in for the
  * gateway with the token from PORTCULLIS_TOKEN, never printing it.
  */
-import { spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
@@ -17,35 +16,15 @@ import { generateSigningKey } from "../../src/identity/keys.ts";
 import { chainEntries, EMPTY_HEAD } from "../../src/ledger/chain.ts";
 import { checkpointOrigin, signCheckpoint, signingKeyFrom } from "../../src/ledger/checkpoint.ts";
 import type { EntryDraft, LedgerEntry } from "../../src/ledger/records.ts";
+import { type Run, runScript } from "./mcp.ts";
 
 const ROOT = resolve(import.meta.dirname, "../..");
 const CLI = join(ROOT, "bin/ledger-cli.mjs");
 const GW = "https://gw.example.com";
 const TOKEN = "auditor-token-not-for-printing";
 
-interface Run {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
-
 /** Runs the CLI with Node 22 (this process's), a clean token environment, and a time limit. */
-function cli(args: string[], env: Record<string, string> = {}): Promise<Run> {
-  return new Promise((done, fail) => {
-    const { PORTCULLIS_TOKEN: _drop, ...base } = process.env;
-    const child = spawn(process.execPath, [CLI, ...args], { cwd: ROOT, env: { ...base, ...env }, stdio: ["ignore", "pipe", "pipe"] });
-    let stdout = "";
-    let stderr = "";
-    child.stdout.on("data", (d) => (stdout += d));
-    child.stderr.on("data", (d) => (stderr += d));
-    const timer = setTimeout(() => child.kill("SIGKILL"), 60_000);
-    child.on("error", fail);
-    child.on("close", (code) => {
-      clearTimeout(timer);
-      done({ code, stdout, stderr });
-    });
-  });
-}
+const cli = (args: string[], env: Record<string, string> = {}): Promise<Run> => runScript(CLI, args, env);
 
 /** A seeded export: team-a (110 entries, checkpoints at 32/64/96 — 14 unanchored), team-b (90, anchored at its head), `_global`. */
 async function seededExport(pair: { privateJwk: JsonWebKey }, sizes: Record<string, number> = { "team-a": 110, "team-b": 90 }) {

@@ -6,11 +6,11 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { generateSigningKey } from "../../src/identity/keys.ts";
-import { mintGrant, parseKeySet } from "../../src/identity/tokens.ts";
 import type { LedgerEntry } from "../../src/ledger/records.ts";
 import { verifyExport, verifyReceipt } from "../../src/ledger/verify.ts";
 import { startModernOnlyUpstream } from "../fixtures/modern-only-upstream.ts";
 import { freePort, type Proc, startPortcullis } from "./harness.ts";
+import { grantFor, modern } from "./mcp.ts";
 
 type Upstream = Awaited<ReturnType<typeof startModernOnlyUpstream>>;
 let upstream: Upstream;
@@ -20,32 +20,10 @@ let jwk: string;
 const CALLS = 500;
 
 const token = async (sub: string, team: string, roles: string[], tools: string[] = []) =>
-  (
-    await mintGrant(
-      await parseKeySet(jwk),
-      { iss: origin, aud: origin, sub, team, roles: roles as never, tools, ttlSeconds: 900 },
-      { maxLifetimeSeconds: 3600 },
-    )
-  ).token;
+  (await grantFor(jwk, origin, { sub, team, roles: roles as never, tools, ttlSeconds: 900 })).token;
 
-// biome-ignore lint/suspicious/noExplicitAny: JSON answers are read loosely in tests
-async function call(bearer: string, name: string, id: number): Promise<any> {
-  const meta = { "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {} };
-  const r = await fetch(`${origin}/mcp`, {
-    method: "POST",
-    headers: {
-      "content-type": "application/json",
-      accept: "application/json, text/event-stream",
-      authorization: `Bearer ${bearer}`,
-      "mcp-protocol-version": "2026-07-28",
-      "mcp-method": "tools/call",
-      "mcp-name": name,
-    },
-    body: JSON.stringify({ jsonrpc: "2.0", id, method: "tools/call", params: { name, arguments: {}, _meta: meta } }),
-    signal: AbortSignal.timeout(120_000),
-  });
-  return r.json();
-}
+/** One governed 2026-07-28 tools/call with JSON-RPC id `id`; its answer. */
+const call = (bearer: string, name: string, id: number) => modern(`${origin}/mcp`, bearer, "tools/call", { name, arguments: {} }, { id, timeoutMs: 120_000 });
 
 beforeAll(async () => {
   upstream = await startModernOnlyUpstream();

@@ -9,14 +9,14 @@
  * extensions being exactly the served ones, and a grant that cannot reach an upstream seeing none
  * of its skills. Starts its own upstreams and gateways; all on loopback.
  */
-import { Client, StreamableHTTPClientTransport } from "@modelcontextprotocol/client";
+import type { Client } from "@modelcontextprotocol/client";
 import { type Skill, SkillsClient } from "@modelcontextprotocol/client/ext/skills";
 import { afterAll, afterEach, beforeAll, describe, expect, inject, it } from "vitest";
 import * as z from "zod/v4";
 import { generateSigningKey } from "../../src/identity/keys.ts";
-import { mintGrant, parseKeySet } from "../../src/identity/tokens.ts";
 import { type SkillsUpstream, startSkillsUpstream } from "../fixtures/skills-upstream.ts";
 import { freePort, startPortcullis } from "./harness.ts";
+import { closeSessions, type Era, grantFor, sessionClient } from "./mcp.ts";
 
 const SKILLS = "io.modelcontextprotocol/skills";
 const TASKS = "io.modelcontextprotocol/tasks";
@@ -79,13 +79,8 @@ upstreams:
     soloPort,
   );
   const origin = new URL(gw.url).origin;
-  const keys = await parseKeySet(signingKey);
   alphaOnlyToken = (
-    await mintGrant(
-      keys,
-      { iss: origin, aud: origin, sub: "agent:alpha-only", team: "e2e", roles: ["agent"], tools: ["alpha__*", "conf__*"], ttlSeconds: 900 },
-      { maxLifetimeSeconds: 86400 },
-    )
+    await grantFor(signingKey, origin, { sub: "agent:alpha-only", team: "e2e", roles: ["agent"], tools: ["alpha__*", "conf__*"], ttlSeconds: 900 }, 86400)
   ).token;
 });
 
@@ -93,23 +88,9 @@ afterAll(async () => {
   await Promise.all([gw?.stop(), solo?.stop(), alpha?.close(), beta?.close()]);
 });
 
-type Mode = "legacy" | { pin: "2026-07-28" };
-const open: { client: Client; transport: StreamableHTTPClientTransport }[] = [];
-
-async function connect(url: string, mode: Mode, token?: string) {
-  const client = new Client({ name: "skills-e2e", version: "1" }, { versionNegotiation: { mode } });
-  const transport = new StreamableHTTPClientTransport(new URL(url), { requestInit: { headers: token ? { authorization: `Bearer ${token}` } : {} } });
-  await client.connect(transport);
-  open.push({ client, transport });
-  return client;
-}
-
-afterEach(async () => {
-  for (const { client, transport } of open.splice(0)) {
-    await transport.terminateSession().catch(() => undefined);
-    await client.close().catch(() => undefined);
-  }
-});
+type Mode = Era;
+const connect = (url: string, mode: Mode, token?: string): Promise<Client> => sessionClient("skills-e2e", url, token, mode);
+afterEach(closeSessions);
 
 /** An upstream's entry as the namespaced gateway shows it: the entry's uri and every resource uri prefixed. */
 function namespaced(prefix: string, e: Skill): Skill {
