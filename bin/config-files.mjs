@@ -5,9 +5,12 @@
  * (PORTCULLIS_CONFIG) and never reads files. Owns that resolution and its error messages. Must
  * never: follow a path outside what the config names, or let a file that fails to parse through
  * (every problem is reported, and the caller refuses to start).
+ * Run as `node bin/config-files.mjs FILE`, it prints FILE's inlined text (what a deploy passes as
+ * PORTCULLIS_CONFIG), or every problem on stderr and exits 1.
  */
-import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, realpathSync, statSync } from "node:fs";
 import { basename, dirname, extname, isAbsolute, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
 import { parse, stringify } from "yaml";
 
 /** `text` with `policy`/`mappings_dir` files inlined; `problems` lists every file that could not be read or parsed. */
@@ -69,4 +72,25 @@ function readYaml(file, what, problems) {
     problems.push(`${what}: ${String(e.message).split("\n")[0]}`);
     return undefined;
   }
+}
+
+if (process.argv[1] && realpathSync(process.argv[1]) === realpathSync(fileURLToPath(import.meta.url))) {
+  const file = process.argv[2];
+  if (!file || process.argv.length > 3 || file.startsWith("-")) {
+    console.error("usage: node bin/config-files.mjs FILE   print FILE with its policy and mappings_dir files inlined (the PORTCULLIS_CONFIG text)");
+    process.exit(2);
+  }
+  let text;
+  try {
+    text = readFileSync(file, "utf8");
+  } catch {
+    console.error(`cannot read ${file}`);
+    process.exit(1);
+  }
+  const out = inlineConfigFiles(text, file);
+  if (out.problems.length) {
+    for (const p of out.problems) console.error(`  - ${p}`);
+    process.exit(1);
+  }
+  process.stdout.write(out.text);
 }

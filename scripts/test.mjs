@@ -1,14 +1,15 @@
 #!/usr/bin/env node
 /**
- * `npm test`: format and lint check (Biome), typecheck, unit tests in workerd, then the end-to-end suite on the production
- * build. Prints one closing line "N passed, M failed" summing every suite, and exits non-zero
+ * `npm test`: format and lint check (Biome), typecheck, the deploy bundle (`wrangler deploy --dry-run`, offline, its size
+ * against the budget), unit tests in workerd, then the end-to-end suite on the production build. Prints one closing line "N passed, M failed" summing every suite, and exits non-zero
  * if anything failed. Runs on the project's Node 22 (npm scripts put it first on PATH).
  */
 import { spawnSync } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
+import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
+import { gzipSync } from "node:zlib";
 
 const root = resolve(fileURLToPath(import.meta.url), "../..");
 const bin = (n) => join(root, "node_modules/.bin", n);
@@ -17,12 +18,12 @@ let passed = 0;
 let failed = 0;
 let ok = true;
 
-function step(name, cmd, args) {
+function step(name, cmd, args, env = {}) {
   console.log(`\n=== ${name} ===`);
   const r = spawnSync(cmd, args, {
     cwd: root,
     stdio: "inherit",
-    env: { ...process.env, CLOUDFLARE_CF_FETCH_ENABLED: "false", WRANGLER_SEND_METRICS: "false" },
+    env: { ...process.env, CLOUDFLARE_CF_FETCH_ENABLED: "false", WRANGLER_SEND_METRICS: "false", ...env },
   });
   if (r.status !== 0) ok = false;
   return r.status === 0;
@@ -46,6 +47,49 @@ function vitest(name, config) {
   }
 }
 
+/** Gzipped size budget of the deployed Worker bundle (what `wrangler deploy` uploads). */
+const BUNDLE_BUDGET_GZIP = 1024 * 1024;
+const kib = (n) => `${(n / 1024).toFixed(1)} KiB`;
+
+/**
+ * The deploy build, offline: `wrangler deploy --dry-run --outdir` bundles the Worker exactly as a
+ * deploy would (no account, no upload; CLOUDFLARE_CF_FETCH_ENABLED=false keeps it off the network),
+ * then the modules it wrote (source maps and wrangler's README aside) are measured raw and gzipped.
+ * Fails when the dry run fails, writes no module, or the gzipped bundle is over budget.
+ */
+function bundle() {
+  const dir = join(out, "bundle");
+  // WRANGLER_LOG=warn: the binding table is noise here; errors and warnings still show.
+  if (!step("bundle (wrangler deploy --dry-run)", bin("wrangler"), ["deploy", "--dry-run", "--outdir", dir], { WRANGLER_LOG: "warn" })) return false;
+  let files = [];
+  try {
+    files = readdirSync(dir, { recursive: true })
+      .map(String)
+      .filter((f) => !f.endsWith(".map") && f !== "README.md" && statSync(join(dir, f)).isFile());
+  } catch {
+    /* no output directory: reported below */
+  }
+  if (!files.some((f) => /\.(m?js)$/.test(f))) {
+    console.error(`bundle: wrangler wrote no worker module to ${dir}`);
+    ok = false;
+    return false;
+  }
+  let raw = 0;
+  let gzip = 0;
+  for (const f of files) {
+    const bytes = readFileSync(join(dir, f));
+    raw += bytes.length;
+    gzip += gzipSync(bytes).length;
+  }
+  const over = gzip > BUNDLE_BUDGET_GZIP;
+  console.log(`bundle: ${kib(raw)}, gzip ${kib(gzip)} (budget ${BUNDLE_BUDGET_GZIP / 1024} KiB gzip)${files.length > 1 ? ` — ${files.join(", ")}` : ""}`);
+  if (over) {
+    console.error(`bundle: ${kib(gzip - BUNDLE_BUDGET_GZIP)} gzip over budget`);
+    ok = false;
+  }
+  return !over;
+}
+
 const only = process.argv[2];
 if (!only || only === "lint") {
   // Formatting and lint rules (biome.json); `npm run format` applies the fixes.
@@ -55,6 +99,7 @@ if (!only || only === "typecheck") {
   if (!step("typecheck (Worker + unit tests)", bin("tsc"), ["--noEmit", "-p", "."])) failed += 1;
   if (!step("typecheck (e2e + fixtures, Node)", bin("tsc"), ["--noEmit", "-p", "tsconfig.node.json"])) failed += 1;
 }
+if ((!only || only === "bundle") && !bundle()) failed += 1;
 if (!only || only === "unit") vitest("unit", "vitest.config.ts");
 if (!only || only === "e2e") vitest("e2e", "vitest.e2e.config.ts");
 rmSync(out, { recursive: true, force: true });

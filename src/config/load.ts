@@ -1,6 +1,6 @@
 /**
  * Config loading: YAML text → validated, resolved `GatewayConfig`.
- * Owns: YAML parsing, reporting every validation error at once, `${NAME}` expansion from
+ * Owns: YAML parsing, reporting every validation error at once, `${NAME}` / `${NAME:-fallback}` expansion from
  * Worker secrets/vars, duration parsing and namespace defaults. Must never: include a secret's
  * value in an error message, or return a config that failed any check.
  */
@@ -118,10 +118,17 @@ function durationMs(v: number | string | undefined, fallback: number): number {
   return m[2] === "ms" ? n : m[2] === "s" ? n * 1000 : m[2] === "m" ? n * 60000 : n * 3_600_000;
 }
 
-/** Expands `${NAME}` from `vars`; a missing name is a problem reported by name, never by value. */
+/** A `${NAME}` or `${NAME:-fallback}` reference in a header value (the fallback runs to the first `}`). */
+const SECRET_REFERENCE = /\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}/g;
+
+/**
+ * Expands `${NAME}` and `${NAME:-fallback}` from `vars`. The fallback stands in when NAME is
+ * unset or empty; a bare `${NAME}` that is unset is a problem reported by name, never by value.
+ */
 function expand(value: string, vars: Record<string, unknown>, where: string, problems: string[]): string {
-  return value.replace(/\$\{([A-Za-z_][A-Za-z0-9_]*)\}/g, (_, name: string) => {
+  return value.replace(SECRET_REFERENCE, (_, name: string, fallback: string | undefined) => {
     const v = vars[name];
+    if (fallback !== undefined) return typeof v === "string" && v !== "" ? v : fallback;
     if (typeof v !== "string") {
       problems.push(`${where}: \${${name}} is not set as a Worker secret or var`);
       return "";
@@ -160,7 +167,11 @@ export function loadConfig(yamlText: string, vars: Record<string, unknown>): Gat
   const single = c.upstreams.length === 1;
   const upstreams = c.upstreams.map((u, i): UpstreamConfig => {
     const headers: Record<string, string> = {};
-    for (const [k, val] of Object.entries(u.headers ?? {})) headers[k] = expand(val, vars, `upstreams[${i}].headers.${k}`, problems);
+    // A header whose whole value expands empty is not sent (`Authorization: "${TOKEN:-}"` with TOKEN unset).
+    for (const [k, val] of Object.entries(u.headers ?? {})) {
+      const expanded = expand(val, vars, `upstreams[${i}].headers.${k}`, problems);
+      if (expanded !== "") headers[k] = expanded;
+    }
     const out: UpstreamConfig = {
       name: u.name,
       url: u.url,
