@@ -1,0 +1,362 @@
+/**
+ * `portcullis import | restore | doctor --clients` in Node, as an operator runs them (no gateway
+ * needed): the sample client configs under test/fixtures/clients (Claude Code, Claude Desktop,
+ * Cursor, VS Code) are copied into a temporary HOME / working directory, imported through
+ * bin/portcullis.mjs run as a child process, and checked on disk: the upstreams created in the
+ * config (comments kept, and `portcullis doctor --config` accepts it), no inline secret copied
+ * anywhere (the written config, the rewritten client file, stdout, stderr), the backup written
+ * once, `restore` returning the client file byte for byte, and `doctor --clients` finding a server
+ * added back directly. Owns only its temporary directories; touches no real client config.
+ */
+import { spawn } from "node:child_process";
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+import { afterAll, describe, expect, it } from "vitest";
+import { parse, parseDocument } from "yaml";
+
+// biome-ignore lint/suspicious/noExplicitAny: JSON read loosely in tests
+type Any = any;
+
+// biome-ignore-start lint/suspicious/noTemplateCurlyInString: the expected headers quote the ${NAME} reference syntax literally
+const ROOT = resolve(import.meta.dirname, "../..");
+const CLI = join(ROOT, "bin/portcullis.mjs");
+const FIXTURES = join(ROOT, "test/fixtures/clients");
+const ENTRY_URL = "http://127.0.0.1:8787/mcp";
+/** Every inline secret value in the fixtures: none may appear in anything the commands write or print. */
+const SECRETS = [
+  "sk-live-4f9a2c7e1b8d3a6f0e5c9b2a7d4e1f8c",
+  "sntrys_eyJpYXQiOjE3MDAwMDAwMDB9_k3y",
+  "fs-inline-9d8c7b6a5f4e3d2c1b0a",
+  "ntn_desktop_inline_51823749aa0b9c",
+  "wx-inline-7e6d5c4b3a29f8e7",
+  "ctx7sk-cursor-inline-0f1e2d3c4b5a",
+  "srch-cursor-inline-8a7b6c5d4e3f2a1b",
+  "rogue-inline-secret-123456789abc",
+];
+const CONFIG = `# my gateway: comments must survive an import
+actor: local:me
+upstreams:
+  - name: github   # already here: an imported "GitHub" must get another name
+    url: https://example.com/mcp
+`;
+
+interface Run {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+const dirs: string[] = [];
+afterAll(() => {
+  for (const d of dirs) rmSync(d, { recursive: true, force: true });
+});
+
+/** A sandbox: `dir` (the working directory) with `home` inside it, and the starting portcullis.yaml unless `config` is false. */
+function sandbox(config = true) {
+  const dir = mkdtempSync(join(tmpdir(), "portcullis-import-"));
+  dirs.push(dir);
+  const home = join(dir, "home");
+  mkdirSync(home);
+  if (config) writeFileSync(join(dir, "portcullis.yaml"), CONFIG);
+  return { dir, home };
+}
+
+/** `portcullis ARGS` with this process's Node, in `cwd`, HOME = `home`, no token in the environment, killed after 60 s. */
+function portcullis(args: string[], { cwd, home }: { cwd: string; home: string }): Promise<Run> {
+  return new Promise((done, fail) => {
+    const { PORTCULLIS_TOKEN: _t, XDG_CONFIG_HOME: _x, ...base } = process.env;
+    const child = spawn(process.execPath, [CLI, ...args], { cwd, env: { ...base, HOME: home }, stdio: ["ignore", "pipe", "pipe"] });
+    let stdout = "";
+    let stderr = "";
+    child.stdout.on("data", (d) => (stdout += d));
+    child.stderr.on("data", (d) => (stderr += d));
+    const timer = setTimeout(() => child.kill("SIGKILL"), 60_000);
+    child.on("error", fail);
+    child.on("close", (code) => {
+      clearTimeout(timer);
+      done({ code, stdout, stderr });
+    });
+  });
+}
+
+/** No fixture secret in any of `texts`. */
+function expectNoSecret(...texts: string[]) {
+  for (const t of texts) for (const s of SECRETS) expect(t).not.toContain(s);
+}
+
+const upstreamsOf = (file: string): Any[] => parse(readFileSync(file, "utf8")).upstreams;
+const byName = (ups: Any[], name: string) => ups.find((u) => u.name === name);
+
+describe("portcullis import --client claude-code (~/.claude.json)", () => {
+  it("imports the HTTP servers by reference, backs up once, is audited by doctor --clients, and restores byte for byte", async () => {
+    const { dir, home } = sandbox();
+    const file = join(home, ".claude.json");
+    copyFileSync(join(FIXTURES, "claude-code.json"), file);
+    const original = readFileSync(file);
+    const opts = { cwd: dir, home };
+
+    const r = await portcullis(["import", "--client", "claude-code"], opts);
+    expect(r.stderr).toBe("");
+    expect(r.code).toBe(0);
+
+    // Upstreams: every HTTP server (user and project scope), named and deduped, secrets by reference.
+    const configFile = join(dir, "portcullis.yaml");
+    const configText = readFileSync(configFile, "utf8");
+    const ups = upstreamsOf(configFile);
+    expect(ups.map((u) => u.name)).toEqual(["github", "github-2", "linear", "sentry-mcp"]);
+    expect(byName(ups, "github").url).toBe("https://example.com/mcp");
+    expect(byName(ups, "github-2")).toMatchObject({ url: "https://api.githubcopilot.com/mcp/", headers: { Authorization: "Bearer ${GITHUB_2_TOKEN}" } });
+    expect(byName(ups, "linear").headers).toEqual({ Authorization: "Bearer ${LINEAR_API_KEY}", "X-Workspace": "acme" });
+    expect(byName(ups, "sentry-mcp")).toMatchObject({ url: "https://mcp.sentry.dev/mcp", headers: { "X-Api-Key": "${SENTRY_MCP_X_API_KEY}" } });
+    for (const u of ups) expect(u.name).toMatch(/^[a-z][a-z0-9-]{0,30}$/);
+    expect(configText).toContain("# my gateway: comments must survive an import");
+    expect(configText).toContain('# already here: an imported "GitHub" must get another name');
+
+    // What to set, and what was skipped; the connect-by-hand line.
+    expect(r.stdout).toContain("export GITHUB_2_TOKEN=…");
+    expect(r.stdout).toContain("npx wrangler secret put GITHUB_2_TOKEN");
+    expect(r.stdout).toContain("npx wrangler secret put SENTRY_MCP_X_API_KEY");
+    expect(r.stdout).toContain("npx wrangler secret put LINEAR_API_KEY");
+    expect(r.stdout).toMatch(/skipped filesystem \(mcpServers\.filesystem\): a stdio server/);
+    expect(r.stdout).toContain(`claude mcp add --transport http portcullis ${ENTRY_URL} --header 'Authorization: Bearer \${PORTCULLIS_TOKEN}'`);
+
+    // The client file: one gateway entry; project servers emptied; every other key as it was.
+    const text = readFileSync(file, "utf8");
+    expectNoSecret(configText, text, r.stdout, r.stderr);
+    const before = JSON.parse(original.toString("utf8"));
+    const after = JSON.parse(text);
+    expect(after.mcpServers).toEqual({ portcullis: { type: "http", url: ENTRY_URL, headers: { Authorization: "Bearer ${PORTCULLIS_TOKEN}" } } });
+    expect(after.projects["/home/dev/app"].mcpServers).toEqual({});
+    const { mcpServers: _a, projects: pa, ...restAfter } = after;
+    const { mcpServers: _b, projects: pb, ...restBefore } = before;
+    expect(restAfter).toEqual(restBefore);
+    expect(Object.keys(after)).toEqual(Object.keys(before));
+    for (const p of Object.keys(pb)) expect({ ...pa[p], mcpServers: null }).toEqual({ ...pb[p], mcpServers: null });
+    const o = original.toString("utf8");
+    expect(text.startsWith(o.slice(0, o.indexOf('"mcpServers"')))).toBe(true);
+    expect(text).toContain('      "allowedTools": ["Bash(npm test)"],\n');
+    expect(text.endsWith('  "userID": "0a1b2c3d"\n}\n')).toBe(true);
+
+    // The backup: the original bytes.
+    const backup = `${file}.portcullis-backup`;
+    expect(readFileSync(backup).equals(original)).toBe(true);
+
+    // The written config is a sound Portcullis config.
+    const d = await portcullis(["doctor", "--config", "portcullis.yaml"], opts);
+    expect(d.stderr).toBe("");
+    expect(d.code).toBe(0);
+
+    // The imported file goes through the gateway only.
+    const ok = await portcullis(["doctor", "--clients", "--client", "claude-code"], opts);
+    expect(ok.code).toBe(0);
+    expect(ok.stdout).toMatch(/claude-code: .*\.claude\.json: ok \(mcpServers\.portcullis\)/);
+
+    // A server added back directly is an ungoverned path: exit 1, named.
+    after.mcpServers.rogue = { type: "http", url: "https://rogue.example.com/mcp", headers: { Authorization: "Bearer rogue-inline-secret-123456789abc" } };
+    writeFileSync(file, `${JSON.stringify(after, null, 2)}\n`);
+    const bad = await portcullis(["doctor", "--clients", "--client", "claude-code"], opts);
+    expect(bad.code).toBe(1);
+    expect(bad.stdout).toMatch(/UNGOVERNED rogue \(mcpServers\.rogue, http https:\/\/rogue\.example\.com\/mcp\)/);
+    const badAll = await portcullis(["doctor", "--clients", "--json"], opts);
+    expect(badAll.code).toBe(1);
+    const j = JSON.parse(badAll.stdout);
+    expect(j.ok).toBe(false);
+    expect(j.clients.map((c: Any) => c.client)).toEqual(["claude-code"]);
+    expect(j.clients[0].ungoverned.map((u: Any) => u.server)).toEqual(["rogue"]);
+    expect(j.clients[0].gateway.map((g: Any) => g.server)).toEqual(["portcullis"]);
+    expectNoSecret(bad.stdout, badAll.stdout);
+
+    // A second import takes the new server in, and leaves the first backup as it was.
+    const r2 = await portcullis(["import", "--client", "claude-code"], opts);
+    expect(r2.code).toBe(0);
+    expect(r2.stdout).toContain("kept as it was (from the first import; never overwritten)");
+    expect(readFileSync(backup).equals(original)).toBe(true);
+    expect(byName(upstreamsOf(configFile), "rogue")).toMatchObject({
+      url: "https://rogue.example.com/mcp",
+      headers: { Authorization: "Bearer ${ROGUE_TOKEN}" },
+    });
+    expect(upstreamsOf(configFile).map((u) => u.name)).toEqual(["github", "github-2", "linear", "sentry-mcp", "rogue"]);
+    expectNoSecret(readFileSync(configFile, "utf8"), readFileSync(file, "utf8"), r2.stdout, r2.stderr);
+    expect((await portcullis(["doctor", "--clients", "--client", "claude-code"], opts)).code).toBe(0);
+
+    // restore: the original bytes back, the backup gone; a second restore has nothing to restore.
+    const back = await portcullis(["restore", "--client", "claude-code"], opts);
+    expect(back.code).toBe(0);
+    expect(readFileSync(file).equals(original)).toBe(true);
+    expect(existsSync(backup)).toBe(false);
+    const again = await portcullis(["restore", "--client", "claude-code"], opts);
+    expect(again.code).toBe(1);
+    expect(again.stderr).toContain("no backup");
+    // The original, restored, reaches servers directly again.
+    const direct = await portcullis(["doctor", "--clients", "--client", "claude-code"], opts);
+    expect(direct.code).toBe(1);
+    expect(direct.stdout).toContain("UNGOVERNED filesystem");
+    expect(direct.stdout).toContain('MISSING no "portcullis" entry');
+    expectNoSecret(direct.stdout);
+  });
+});
+
+describe("portcullis import: the other clients", () => {
+  it("claude-desktop (--path, --json): the mcp-remote bridge is an HTTP server, its inline env secret is not copied, the gateway entry is a bridge", async () => {
+    const { dir, home } = sandbox();
+    const file = join(dir, "claude_desktop_config.json");
+    copyFileSync(join(FIXTURES, "claude-desktop.json"), file);
+    const original = readFileSync(file);
+    const opts = { cwd: dir, home };
+    const r = await portcullis(["import", "--client", "claude-desktop", "--path", file, "--gateway", "https://gw.example.com/mcp", "--json"], opts);
+    expect(r.code).toBe(0);
+    const j = JSON.parse(r.stdout);
+    expect(j.upstreams).toEqual([
+      {
+        name: "notion",
+        url: "https://mcp.notion.com/mcp",
+        description: "notion, imported from claude-desktop (mcpServers.notion)",
+        headers: { Authorization: "Bearer ${NOTION_TOKEN}" },
+      },
+    ]);
+    expect(j.secrets.map((s: Any) => [s.name, s.deploy])).toEqual([["NOTION_TOKEN", "npx wrangler secret put NOTION_TOKEN"]]);
+    expect(j.skipped.map((s: Any) => s.server)).toEqual(["weather"]);
+    expect(j.backup).toEqual({ path: `${file}.portcullis-backup`, written: true, existed: false });
+    const after = JSON.parse(readFileSync(file, "utf8"));
+    expect(after.globalShortcut).toBe("Ctrl+Space");
+    expect(Object.keys(after.mcpServers)).toEqual(["portcullis"]);
+    expect(after.mcpServers.portcullis.args).toEqual([
+      "-y",
+      "mcp-remote",
+      "https://gw.example.com/mcp",
+      "--header",
+      "Authorization:Bearer ${PORTCULLIS_TOKEN}",
+    ]);
+    expectNoSecret(r.stdout, r.stderr, readFileSync(file, "utf8"), readFileSync(join(dir, "portcullis.yaml"), "utf8"));
+    expect(byName(upstreamsOf(join(dir, "portcullis.yaml")), "notion")).toBeDefined();
+    const ok = await portcullis(["doctor", "--clients", "--client", "claude-desktop", "--path", file, "--gateway", "https://gw.example.com/mcp"], opts);
+    expect(ok.code).toBe(0);
+    expect((await portcullis(["restore", "--client", "claude-desktop", "--path", file], opts)).code).toBe(0);
+    expect(readFileSync(file).equals(original)).toBe(true);
+  });
+
+  it("cursor (~/.cursor/mcp.json): ${env:X} becomes ${X}, inline keys become references, the entry uses ${env:PORTCULLIS_TOKEN}", async () => {
+    const { dir, home } = sandbox();
+    mkdirSync(join(home, ".cursor"));
+    const file = join(home, ".cursor", "mcp.json");
+    copyFileSync(join(FIXTURES, "cursor.json"), file);
+    const original = readFileSync(file);
+    const opts = { cwd: dir, home };
+    const r = await portcullis(["import", "--client", "cursor"], opts);
+    expect(r.code).toBe(0);
+    const ups = upstreamsOf(join(dir, "portcullis.yaml"));
+    expect(ups.map((u) => u.name)).toEqual(["github", "context7", "search", "internal-docs"]);
+    // A header name Portcullis cannot send is left out (and said so), never copied.
+    expect(byName(ups, "context7").headers).toBeUndefined();
+    expect(r.stdout).toContain('header "CONTEXT7_API_KEY" not imported');
+    expect(byName(ups, "search").headers).toEqual({ "X-Api-Key": "${SEARCH_X_API_KEY}" });
+    expect(byName(ups, "internal-docs").headers).toEqual({ Authorization: "Bearer ${DOCS_TOKEN}", "X-Team": "platform" });
+    expect(r.stdout).toContain("npx wrangler secret put SEARCH_X_API_KEY");
+    expect(r.stdout).toContain("npx wrangler secret put DOCS_TOKEN");
+    expect(JSON.parse(readFileSync(file, "utf8")).mcpServers).toEqual({
+      portcullis: { url: ENTRY_URL, headers: { Authorization: "Bearer ${env:PORTCULLIS_TOKEN}" } },
+    });
+    expectNoSecret(r.stdout, r.stderr, readFileSync(file, "utf8"), readFileSync(join(dir, "portcullis.yaml"), "utf8"));
+    expect(readFileSync(`${file}.portcullis-backup`).equals(original)).toBe(true);
+    expect((await portcullis(["doctor", "--clients", "--client", "cursor"], opts)).code).toBe(0);
+    expect((await portcullis(["restore", "--client", "cursor"], opts)).code).toBe(0);
+    expect(readFileSync(file).equals(original)).toBe(true);
+  });
+
+  it("vscode (./.vscode/mcp.json, JSONC): servers with type http, an ${input:…} header becomes a secret, comments and inputs kept, a missing config is created", async () => {
+    const { dir, home } = sandbox(false);
+    mkdirSync(join(dir, ".vscode"));
+    const file = join(dir, ".vscode", "mcp.json");
+    copyFileSync(join(FIXTURES, "vscode.jsonc"), file);
+    const original = readFileSync(file);
+    const opts = { cwd: dir, home };
+    const r = await portcullis(["import", "--client", "vscode", "--config", "gw.yaml"], opts);
+    expect(r.code).toBe(0);
+    const configText = readFileSync(join(dir, "gw.yaml"), "utf8");
+    expect(parseDocument(configText).errors).toEqual([]);
+    expect(upstreamsOf(join(dir, "gw.yaml"))).toEqual([
+      {
+        name: "github",
+        url: "https://api.githubcopilot.com/mcp/",
+        description: "github, imported from vscode (servers.github)",
+        headers: { Authorization: "Bearer ${GITHUB_TOKEN}" },
+      },
+    ]);
+    expect(r.stdout).toContain("GITHUB_TOKEN: upstreams.github.headers.Authorization; the client filled it in itself");
+    expect(r.stdout).toMatch(/skipped fetch \(servers\.fetch\): a stdio server/);
+    const text = readFileSync(file, "utf8");
+    const o = original.toString("utf8");
+    expect(text.startsWith(o.slice(0, o.indexOf('"servers"')))).toBe(true); // the comment and inputs, byte for byte
+    expect(text).toContain('"Authorization": "Bearer ${env:PORTCULLIS_TOKEN}"');
+    expect(text).not.toContain('"fetch"');
+    const d = await portcullis(["doctor", "--config", "gw.yaml"], opts);
+    expect(d.code).toBe(0);
+    expect((await portcullis(["doctor", "--clients", "--client", "vscode"], opts)).code).toBe(0);
+    expect((await portcullis(["restore", "--client", "vscode"], opts)).code).toBe(0);
+    expect(readFileSync(file).equals(original)).toBe(true);
+  });
+});
+
+describe("portcullis import: dry run, help and usage", () => {
+  it("--dry-run writes nothing", async () => {
+    const { dir, home } = sandbox();
+    const file = join(home, ".claude.json");
+    copyFileSync(join(FIXTURES, "claude-code.json"), file);
+    const original = readFileSync(file);
+    const r = await portcullis(["import", "--client", "claude-code", "--dry-run"], { cwd: dir, home });
+    expect(r.code).toBe(0);
+    expect(r.stdout).toContain("(dry run: nothing written)");
+    expect(r.stdout).toContain("would add 3 upstreams");
+    expect(readFileSync(file).equals(original)).toBe(true);
+    expect(existsSync(`${file}.portcullis-backup`)).toBe(false);
+    expect(readFileSync(join(dir, "portcullis.yaml"), "utf8")).toBe(CONFIG);
+    expectNoSecret(r.stdout, r.stderr);
+  });
+
+  it("every command has --help (exit 0); a wrong call exits 2 and says what to do", async () => {
+    const { dir, home } = sandbox();
+    const opts = { cwd: dir, home };
+    for (const args of [
+      ["import", "--help"],
+      ["restore", "--help"],
+      ["doctor", "--clients", "--help"],
+    ]) {
+      const r = await portcullis(args, opts);
+      expect(r.code).toBe(0);
+      expect(r.stdout).toMatch(/^usage: portcullis /);
+    }
+    const cases: [string[], string][] = [
+      [["import"], "give --client"],
+      [["import", "--client", "emacs"], "--client must be one of"],
+      [["import", "--client", "cursor", "--bogus"], "unknown option --bogus"],
+      [["restore"], "give --client"],
+      [["doctor", "--clients", "--path", "x.json"], "--path needs --client"],
+      [["import", "--client", "cursor", "--gateway", "ftp://x"], "--gateway must be"],
+    ];
+    for (const [args, says] of cases) {
+      const r = await portcullis(args, opts);
+      expect(r.code, args.join(" ")).toBe(2);
+      expect(r.stderr).toContain(says);
+    }
+  });
+
+  it("doctor --clients: no client config found, or a client without the gateway entry, is exit 1", async () => {
+    const { dir, home } = sandbox();
+    const opts = { cwd: dir, home };
+    const none = await portcullis(["doctor", "--clients"], opts);
+    expect(none.code).toBe(1);
+    expect(none.stdout).toContain("no client config found");
+    const missing = await portcullis(["doctor", "--clients", "--client", "cursor"], opts);
+    expect(missing.code).toBe(1);
+    expect(missing.stdout).toContain("MISSING no config file");
+    writeFileSync(join(dir, ".mcp.json"), `${JSON.stringify({ mcpServers: { docs: { type: "http", url: "https://docs.example.com/mcp" } } }, null, 2)}\n`);
+    const direct = await portcullis(["doctor", "--clients", "--json"], opts);
+    expect(direct.code).toBe(1);
+    const j = JSON.parse(direct.stdout);
+    expect(j.clients).toHaveLength(1);
+    expect(j.clients[0]).toMatchObject({ client: "claude-code", file: join(dir, ".mcp.json"), ungoverned: [{ server: "docs" }] });
+    expect(j.clients[0].problems[0]).toContain('no "portcullis" entry');
+  });
+});
+// biome-ignore-end lint/suspicious/noTemplateCurlyInString: see biome-ignore-start
