@@ -2,7 +2,8 @@
 /**
  * The `portcullis` command. Owns argument parsing and process orchestration for local use:
  * `dev --config FILE [--port N]` (a local gateway on workerd via wrangler), `start` (the demo:
- * a bundled upstream plus a gateway in front of it), `demo-upstream` (that upstream alone, pinned
+ * a bundled upstream plus a governed gateway in front of it; once up it prints the console URL, an
+ * approver grant to paste there — on the terminal only — and a try-it recipe), `demo-upstream` (that upstream alone, pinned
  * to 127.0.0.1), `check --config FILE` (validate a config), `token mint` (a grant for one gateway);
  * `classify` and `suggest-manifest` are bin/governance-cli.mjs's, as is the classification banner
  * `dev` and `start` print once their gateway is up.
@@ -44,6 +45,12 @@ function usage(code = 1) {
   portcullis doctor --config FILE [--local|--deployed]
                         check the config statically, egress rules included: exit 1 naming each
                         refused upstream and its reason (all at once), 0 when sound
+  portcullis doctor --clients [--client C] [--path FILE]  servers a client reaches directly (ungoverned)
+                        and a missing gateway entry: exit 1 when found (portcullis doctor --clients --help)
+  portcullis import --client claude-code|claude-desktop|cursor|vscode [--path FILE] [--config FILE] [--dry-run]
+                        a client's HTTP servers become upstreams (secrets by reference), the client file is
+                        backed up once and points at the gateway alone (portcullis import --help)
+  portcullis restore --client C [--path FILE]  put the client file back from that backup
   portcullis token mint --sub PRINCIPAL [--team T] [--role R,...] [--tools GLOB,...] [--ttl 1h]
                         [--port N | --gateway URL | --aud URL] [--iss ISS] [--key FILE]
                         locally, with the dev key, for one gateway:
@@ -395,7 +402,8 @@ export function startGateway({
  * The vars `startGateway` sets itself are left out.
  */
 function secretsFromEnv(text, cfg) {
-  const names = new Set([...text.matchAll(/\$\{([A-Za-z_][A-Za-z0-9_]*)\}/g)].map((m) => m[1]));
+  // `${NAME}` and `${NAME:-fallback}` (the syntax of src/config/load.ts): NAME goes along when set; unset, the Worker falls back.
+  const names = new Set([...text.matchAll(/\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-[^}]*)?\}/g)].map((m) => m[1]));
   if (cfg?.credentialsKeySecret) names.add(cfg.credentialsKeySecret);
   const out = {};
   for (const name of names) {
@@ -503,6 +511,74 @@ function classificationBanner(opts) {
     .catch((e) => console.log(`portcullis: no classification banner (${e?.message ?? e})`));
 }
 
+/**
+ * The demo's approver sign-in for `start`: a grant minted with the dev key (as `token mint
+ * --port N` does) for the gateway on `port`, sub `human:demo-approver`, roles approver and
+ * auditor, in team "local" — the team of the unauthenticated loopback actor (src/identity/auth.ts),
+ * whose holds are that team's, so they reach this approver (who, being another principal, may
+ * resolve them). Its auditor role reads the same team's ledger (`ledger verify --url`).
+ */
+export async function demoApproverGrant(port, ttlSeconds = 8 * 3600) {
+  const { parseKeySet, mintGrant } = await import(resolve(root, "src/identity/tokens.ts"));
+  const target = mintTarget({ port: String(port) });
+  const claims = { ...target, sub: "human:demo-approver", team: "local", roles: ["approver", "auditor"], tools: [], ttlSeconds };
+  return mintGrant(await parseKeySet(await devSigningKey()), claims, { maxLifetimeSeconds: 86400 });
+}
+
+/**
+ * For `start`, once the gateway at `origin` answers /healthz: what the demo policy does, the
+ * console URL with the approver grant to paste at /console/login (printed to this terminal only —
+ * never a log file, never a command line), and a three-step "try it" recipe. Never fails the command.
+ */
+async function demoGuide({ origin, port, print = (s) => console.log(s) }) {
+  try {
+    let up = false;
+    for (let i = 0; i < 240 && !up; i++) {
+      up = await fetch(`${origin}/healthz`, { signal: AbortSignal.timeout(2000) })
+        .then(async (r) => {
+          await r.body?.cancel();
+          return r.ok;
+        })
+        .catch(() => false);
+      if (!up) await new Promise((r) => setTimeout(r, 500).unref());
+    }
+    if (!up) return print(`portcullis: the gateway did not come up at ${origin}; no approver sign-in printed`);
+    const grant = await demoApproverGrant(port);
+    const hours = Math.round((grant.exp - Math.floor(Date.now() / 1000)) / 3600);
+    const call = (a, b) =>
+      `curl -s ${origin}/mcp -H 'content-type: application/json' -H 'accept: application/json, text/event-stream' -H 'mcp-protocol-version: 2026-07-28' -H 'mcp-method: tools/call' -H 'mcp-name: get-sum' -d '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"get-sum","arguments":{"a":${a},"b":${b}},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}'`;
+    print(`
+portcullis: the demo is governed (portcullis.yaml, mode enforce, mappings/everything.yaml):
+  held     get-sum when a + b > 100 (rule demo-big-sums): it runs once an approver approves it
+  denied   get-env (rule demo-no-env): not listed, and a call is refused with the reason
+  allowed  every other mapped tool; an MCP client without a grant is the agent local:demo (team local)
+
+Console: ${origin}/console
+  Sign in at ${origin}/console/login by pasting this approver grant (human:demo-approver,
+  team local, roles approver + auditor, ${hours}h, signed with the dev key). It is shown here only:
+  paste it, never put it on a command line.
+
+${grant.token}
+
+Try it:
+  1. Call the held tool as the agent (or in \`npx @modelcontextprotocol/inspector\`: Streamable HTTP,
+     ${origin}/mcp, tool get-sum, a = 60, b = 50):
+       ${call(60, 50)}
+     → "Blocked by Portcullis: this call needs approval … It is held as local~<id> …"
+  2. Approve it in the console: ${origin}/console → the hold → Approve.
+  3. Send the identical call again: it runs once ("The sum of 60 and 50 is 110."; later retries get
+     that answer replayed). Then verify the ledger with the same grant (an auditor), read from the
+     terminal so it stays out of argv and shell history:
+       read -rs PORTCULLIS_TOKEN && export PORTCULLIS_TOKEN    # paste the grant, then Enter
+       npx portcullis ledger verify --url ${origin}
+`);
+  } catch (e) {
+    print(
+      `portcullis: no approver sign-in (${e?.message ?? e}); mint one: npx portcullis token mint --sub human:me --team local --role approver,auditor --port ${port}`,
+    );
+  }
+}
+
 async function main() {
   const a = args(process.argv.slice(2));
   const cmd = a._[0];
@@ -527,7 +603,16 @@ async function main() {
     process.exitCode = await governanceCommand(cmd, process.argv.slice(3));
     return;
   }
+  if (cmd === "import" || cmd === "restore") {
+    // bin/clients-cli.mjs owns the client-config commands, their flags and their output.
+    const { clientsCommand } = await import("./clients-cli.mjs");
+    process.exit(await clientsCommand(cmd, process.argv.slice(3)));
+  }
   if (cmd === "doctor") {
+    if (a.clients) {
+      const { clientsCommand } = await import("./clients-cli.mjs");
+      process.exit(await clientsCommand("doctor", process.argv.slice(3)));
+    }
     if (typeof a.config !== "string") usage();
     // Where will it run? --local: on loopback (portcullis dev); --deployed: on a public hostname.
     // Default: a config that allows unauthenticated use is a local one.
@@ -594,7 +679,9 @@ async function main() {
       process.exit(code ?? 0);
     });
     demo.on("exit", () => gw.kill());
-    void classificationBanner({ configText, origin: gatewayOrigin("127.0.0.1", port) });
+    const origin = gatewayOrigin("127.0.0.1", port);
+    // The banner first, then the demo guide (console URL, approver sign-in, try-it recipe) last on screen.
+    void classificationBanner({ configText, origin }).then(() => demoGuide({ origin, port }));
     return;
   }
   usage(cmd ? 1 : 0);

@@ -8,7 +8,7 @@
  * addresses.
  */
 import { Client, StreamableHTTPClientTransport } from "@modelcontextprotocol/client";
-import { spawn, type ChildProcess } from "node:child_process";
+import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
 import { request } from "node:http";
 import { connect } from "node:net";
@@ -125,6 +125,130 @@ afterAll(() => {
   rmSync(tmp, { recursive: true, force: true });
 });
 
+/** One 2026-07-28 tools/call to `origin`/mcp with no grant (the loopback actor), as the curl line `start` prints; the JSON-RPC result. */
+async function actorCall(origin: string, name: string, args: Record<string, unknown>): Promise<{ isError?: boolean; content: { text?: string }[] }> {
+  const r = await fetch(`${origin}/mcp`, {
+    method: "POST",
+    headers: { ...MCP_H, "mcp-protocol-version": "2026-07-28", "mcp-method": "tools/call", "mcp-name": name },
+    body: JSON.stringify({
+      jsonrpc: "2.0",
+      id: 1,
+      method: "tools/call",
+      params: { name, arguments: args, _meta: { "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {} } },
+    }),
+    signal: AbortSignal.timeout(30_000),
+  });
+  const body = await r.text();
+  const json = (r.headers.get("content-type") ?? "").includes("text/event-stream")
+    ? JSON.parse(
+        body
+          .split("\n")
+          .filter((l) => l.startsWith("data:"))
+          .map((l) => l.slice(5).trim())
+          .filter((l) => l.includes('"id":1'))
+          .at(-1) ?? "{}",
+      )
+    : JSON.parse(body);
+  expect(json.result, `tools/call ${name}: ${body.slice(0, 300)}`).toBeDefined();
+  return json.result;
+}
+
+/**
+ * What `start` prints once its gateway is up, followed step by step against that gateway: the demo
+ * policy (get-sum over 100 held, get-env denied, the rest allowed), the approver grant (for this
+ * gateway, team local, never on a command line) signing in to the console (POST /console/login with
+ * the gateway's Origin) where the loopback actor's hold is listed, approval through
+ * POST /v1/holds/:id/resolve with that grant, the retry running once, and `ledger verify --url`.
+ */
+async function expectDemoGuideWorks(origin: string, logs: () => string) {
+  // The guide follows the classification banner (bounded wait: both come once /healthz answers).
+  const TOKEN = /^(eyJ[\w-]+\.[\w-]+\.[\w-]+)$/m;
+  for (let i = 0; i < 240 && !(TOKEN.test(logs()) && logs().includes("ledger verify --url")); i++) await new Promise((r) => setTimeout(r, 500));
+  const out = logs();
+  const token = TOKEN.exec(out)?.[1];
+  expect(token, `no approver grant in start's output:\n${out}`).toBeDefined();
+  if (!token) return;
+  expect(out).toContain(`Console: ${origin}/console`);
+  expect(out).toContain(`Sign in at ${origin}/console/login by pasting this approver grant`);
+  expect(out).toContain(`npx portcullis ledger verify --url ${origin}`);
+  expect(out).toContain("npx @modelcontextprotocol/inspector");
+  // Shown on the terminal only: no process on this machine carries it in its argv.
+  expect(execFileSync("ps", ["-A", "-o", "args="], { encoding: "utf8" })).not.toContain(token.slice(-40));
+  const claims = JSON.parse(Buffer.from(token.split(".")[1]!, "base64url").toString()) as Record<string, unknown>;
+  expect(claims).toMatchObject({ iss: origin, aud: origin, sub: "human:demo-approver", team: "local", roles: ["approver", "auditor"] });
+
+  // The policy: get-env denied with its reason (and not listed), a small sum allowed, a big one held.
+  const denied = await actorCall(origin, "get-env", {});
+  expect(denied.isError).toBe(true);
+  expect(denied.content[0]?.text).toMatch(/^Blocked by Portcullis: rule demo-no-env: get-env returns the demo server's whole environment, secrets included/);
+  const list = await fetch(`${origin}/mcp`, {
+    method: "POST",
+    headers: { ...MCP_H, "mcp-protocol-version": "2026-07-28", "mcp-method": "tools/list" },
+    body: JSON.stringify({
+      jsonrpc: "2.0",
+      id: 1,
+      method: "tools/list",
+      params: { _meta: { "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {} } },
+    }),
+  }).then((r) => r.text());
+  expect(list).toContain('"get-sum"');
+  expect(list).not.toContain('"get-env"');
+  expect((await actorCall(origin, "get-sum", { a: 1, b: 2 })).content[0]?.text).toBe("The sum of 1 and 2 is 3.");
+  const held = await actorCall(origin, "get-sum", { a: 60, b: 50 });
+  expect(held.isError).toBe(true);
+  expect(held.content[0]?.text).toContain("this call needs approval (rule demo-big-sums");
+  const holdId = /held as (local~[0-9a-f]+)/.exec(held.content[0]?.text ?? "")?.[1];
+  expect(holdId, held.content[0]?.text).toBeDefined();
+  expect((await actorCall(origin, "get-sum", { a: 60, b: 50 })).content[0]?.text).toContain(`held as ${holdId}`);
+
+  // The printed grant signs in to the console, whose pending holds show the actor's hold.
+  const login = await fetch(`${origin}/console/login`, {
+    method: "POST",
+    redirect: "manual",
+    headers: { origin, "content-type": "application/x-www-form-urlencoded" },
+    body: new URLSearchParams({ token }).toString(),
+  });
+  expect(login.status).toBe(303);
+  expect(login.headers.get("location")).toBe("/console");
+  const cookie = /^(__Host-portcullis=[^;]+)/.exec(login.headers.get("set-cookie") ?? "")?.[1];
+  expect(cookie).toBeDefined();
+  const page = await fetch(`${origin}/console`, { headers: { cookie: cookie ?? "" }, redirect: "manual" });
+  expect(page.status).toBe(200);
+  const html = await page.text();
+  expect(html).toContain(holdId);
+  expect(html).toContain("get-sum");
+  expect(html).toContain("human:demo-approver");
+
+  // Approve with the same grant (another principal than the actor, so not self-approval), then the retry runs once.
+  const bearer = { authorization: `Bearer ${token}` };
+  const hold = (await (await fetch(`${origin}/v1/holds/${encodeURIComponent(holdId ?? "")}`, { headers: bearer })).json()) as {
+    hold: { principal: string; actionHash: string };
+  };
+  expect(hold.hold.principal).toBe("local:demo");
+  const resolved = await fetch(`${origin}/v1/holds/${encodeURIComponent(holdId ?? "")}/resolve`, {
+    method: "POST",
+    headers: { ...bearer, "content-type": "application/json" },
+    body: JSON.stringify({ decision: "approve", reason: "cli e2e: the demo recipe", action_hash: hold.hold.actionHash }),
+  });
+  expect(resolved.status, await resolved.clone().text()).toBe(200);
+  const ran = await actorCall(origin, "get-sum", { a: 60, b: 50 });
+  expect(ran.isError).toBeFalsy();
+  expect(ran.content[0]?.text).toBe("The sum of 60 and 50 is 110.");
+  const ranMeta = (ran as { _meta?: Record<string, { seq: number }> })._meta?.["portcullis/receipt"];
+  const again = await actorCall(origin, "get-sum", { a: 60, b: 50 });
+  expect(again.content[0]?.text).toBe("The sum of 60 and 50 is 110.");
+  // Replayed, not run again: the same receipt.
+  expect((again as { _meta?: Record<string, { seq: number }> })._meta?.["portcullis/receipt"]).toEqual(ranMeta);
+  const approved = (await (await fetch(`${origin}/v1/holds/${encodeURIComponent(holdId ?? "")}`, { headers: bearer })).json()) as { hold: { state?: string } };
+  expect(approved.hold.state).toBe("consumed");
+
+  // Step 3's last line: the ledger verifies with that grant, given in PORTCULLIS_TOKEN.
+  const verify = await cli(["ledger", "verify", "--url", origin], { PORTCULLIS_TOKEN: token });
+  expect(verify.code, `${verify.stdout}\n${verify.stderr}`).toBe(0);
+  expect(verify.stdout).toMatch(/VALID/);
+  expect(verify.stdout).toMatch(/\blocal\s+\d+/);
+}
+
 describe("the demo upstream listens on loopback only", () => {
   it("startDemoUpstream (what `start` runs): 127.0.0.1 answers; no own non-loopback address does", async () => {
     const port = await freePort();
@@ -155,7 +279,7 @@ describe("the demo upstream listens on loopback only", () => {
     }
   });
 
-  it("`portcullis start`: the gateway reaches its demo upstream, and neither listens beyond loopback", async () => {
+  it("`portcullis start`: the gateway reaches its demo upstream, neither listens beyond loopback, and the printed demo guide works as it says", async () => {
     const [port, upPort] = [await freePort(), await freePort()];
     const persist = mkdtempSync(join(tmp, "start-state-"));
     const start = spawn(process.execPath, [CLI, "start", "--port", String(port), "--upstream-port", String(upPort), "--persist-to", persist], {
@@ -179,6 +303,7 @@ describe("the demo upstream listens on loopback only", () => {
       expect(ready).toEqual({ ok: true, upstreams: [{ name: "everything", ok: true }] });
       await expectLoopbackOnly(upPort);
       await expectLoopbackOnly(port);
+      await expectDemoGuideWorks(`http://127.0.0.1:${port}`, () => logs);
     } finally {
       await stopChild(start, true);
     }
@@ -191,7 +316,7 @@ describe("the demo upstream listens on loopback only", () => {
       }
       expect(state, `127.0.0.1:${p} after stop`).toBe("refused");
     }
-  });
+  }, 300_000);
 });
 
 describe("token mint for the gateway it names", () => {
