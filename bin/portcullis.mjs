@@ -6,7 +6,9 @@
  * approver grant to paste there — on the terminal only — and a try-it recipe), `demo-upstream` (that upstream alone, pinned
  * to 127.0.0.1), `check --config FILE` (validate a config), `token mint` (a grant for one gateway);
  * `classify` and `suggest-manifest` are bin/governance-cli.mjs's, as is the classification banner
- * `dev` and `start` print once their gateway is up.
+ * `dev` and `start` print once their gateway is up; `token revoke`, `keys generate | rotate`,
+ * `check --self-probe` and `doctor --live` are bin/operator-cli.mjs's (given `startGateway` and
+ * `validate` from here).
  * Must never: print secret values (config errors name variables, not values), put one on a
  * command line (a gateway gets its vars through a private env file, see `startGateway`), or let
  * the demo upstream listen beyond loopback.
@@ -42,9 +44,15 @@ function usage(code = 1) {
   portcullis dev --config FILE [--port N]  local gateway with that config (prints the classification
                         banner once it is up, as start does)
   portcullis check --config FILE           validate a config and report every problem
+  portcullis check --self-probe [--json]   fail-closed self-probe: a local gateway whose ledger cannot be
+                        written must refuse a real tools/call before it reaches the upstream: exit 0 PASS,
+                        1 FAIL (portcullis check --help)
   portcullis doctor --config FILE [--local|--deployed]
                         check the config statically, egress rules included: exit 1 naming each
                         refused upstream and its reason (all at once), 0 when sound
+  portcullis doctor --config FILE --live [--timeout 5s] [--json]
+                        also contact each upstream (tools/list) and report its reachability: exit 1
+                        when one is unreachable (portcullis doctor --help)
   portcullis doctor --clients [--client C] [--path FILE]  servers a client reaches directly (ungoverned)
                         and a missing gateway entry: exit 1 when found (portcullis doctor --clients --help)
   portcullis import --client claude-code|claude-desktop|cursor|vscode [--path FILE] [--config FILE] [--dry-run]
@@ -60,6 +68,13 @@ function usage(code = 1) {
                         default: --port 8787; --iss overrides the issuer in every case;
                         the dev key is .portcullis/dev-signing-key.json (PORTCULLIS_DEV_KEY_FILE overrides)
   portcullis token mint --url GATEWAY --token ADMIN_GRANT --sub ...  through POST /v1/grants
+  portcullis token revoke JTI --url GATEWAY [--exp SECONDS] [--json]
+                        revoke a grant (admin token in PORTCULLIS_TOKEN; portcullis token revoke --help)
+  portcullis keys generate [--out FILE] [--kid KID] [--stdout] [--json]
+                        a new Ed25519 signing key in FILE (mode 0600, never overwritten), its public
+                        JWKS and the wrangler secret put line (portcullis keys --help)
+  portcullis keys rotate --key FILE [--out FILE] [--kid KID] [--json]
+                        a key set: a new key signs, the old ones keep verifying
   portcullis ledger verify|export|trace ...  the ledger: verify an export offline, export or trace
                         from a gateway (portcullis ledger --help)
   portcullis classify --config FILE [--json] [--live]
@@ -607,6 +622,19 @@ async function main() {
     // bin/clients-cli.mjs owns the client-config commands, their flags and their output.
     const { clientsCommand } = await import("./clients-cli.mjs");
     process.exit(await clientsCommand(cmd, process.argv.slice(3)));
+  }
+  if (cmd === "token" && a._[1] === "revoke") {
+    const { operatorCommand } = await import("./operator-cli.mjs");
+    process.exit(await operatorCommand("token revoke", process.argv.slice(4)));
+  }
+  if (cmd === "keys") {
+    const { operatorCommand } = await import("./operator-cli.mjs");
+    process.exit(await operatorCommand("keys", process.argv.slice(3)));
+  }
+  if ((cmd === "check" && (a["self-probe"] || a.help)) || (cmd === "doctor" && !a.clients && (a.live || a.help))) {
+    // bin/operator-cli.mjs owns check --self-probe and doctor --live (and their --help).
+    const { operatorCommand } = await import("./operator-cli.mjs");
+    process.exit(await operatorCommand(cmd, process.argv.slice(3), { startGateway, validate }));
   }
   if (cmd === "doctor") {
     if (a.clients) {
