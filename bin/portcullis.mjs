@@ -90,7 +90,10 @@ function usage(code = 1) {
   portcullis halt --scope S [--target T] --reason R --url GATEWAY
   portcullis resume --scope S [--target T] --reason R --url GATEWAY
   portcullis status --url GATEWAY [--json]
-                        the kill switch: scopes global | team | upstream | tool | principal | grant`);
+                        the kill switch: scopes global | team | upstream | tool | principal | grant
+  portcullis reload --config FILE --url GATEWAY [--json]
+                        hot-reload upstreams, mappings and policy into a running gateway (validated whole;
+                        a refused config keeps the old one serving; portcullis reload --help)`);
   process.exit(code);
 }
 
@@ -611,6 +614,11 @@ async function main() {
     // bin/killswitch-cli.mjs owns the kill-switch commands and their flags.
     const { killSwitchCommand } = await import("./killswitch-cli.mjs");
     process.exit(await killSwitchCommand(cmd, process.argv.slice(3)));
+  }
+  if (cmd === "reload") {
+    // bin/reload-cli.mjs owns the reload command and its flags.
+    const { reloadCommand } = await import("./reload-cli.mjs");
+    process.exit(await reloadCommand(process.argv.slice(3)));
   }
   if (cmd === "classify" || cmd === "suggest-manifest") {
     // bin/governance-cli.mjs owns these commands, their flags and their output.

@@ -7,7 +7,7 @@
  */
 import type { Env } from "../src/env.ts";
 import { GLOBAL_CHAIN } from "../src/ledger/records.ts";
-import type { CredentialsApi, HistoryApi, HoldsApi, KillSwitchApi, LedgerApi, RevocationsApi, SessionApi, TasksApi } from "./records.ts";
+import type { ConfigApi, CredentialsApi, HistoryApi, HoldsApi, KillSwitchApi, LedgerApi, RevocationsApi, SessionApi, TasksApi } from "./records.ts";
 
 /** Legacy session ids the gateway issues: 192 random bits as 48 lowercase hex characters. */
 export const SESSION_ID = /^[0-9a-f]{48}$/;
@@ -97,4 +97,9 @@ export function holdsObject(env: Env, team: string): HoldsApi | null {
 /** The gateway's one kill switch (read through a per-isolate cache of at most one second, src/mcp/killswitch.ts). */
 export function killSwitchObject(env: Env): KillSwitchApi {
   return objectFor<KillSwitchApi>(env.KILLSWITCH, "global");
+}
+
+/** The gateway's one stored config (read through a per-isolate cache of at most one second, src/mcp/live-config.ts). */
+export function configObject(env: Env): ConfigApi {
+  return objectFor<ConfigApi>(env.CONFIG, "global");
 }

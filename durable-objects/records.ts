@@ -388,3 +388,43 @@ export interface KillSwitchApi {
   halt(scope: HaltScopeName, target: string | null, reason: string, by: string, signing: LedgerSigning): Promise<KillSwitchChange>;
   resume(scope: HaltScopeName, target: string | null, reason: string, by: string, signing: LedgerSigning): Promise<KillSwitchChange>;
 }
+
+// ---- stored config (ConfigDO, one for the gateway) -----------------------------------------
+
+/** Version of the StoredConfig shape. */
+export const STORED_CONFIG_VERSION = 1;
+/** One stored gateway config: the YAML text (mappings and policy inlined), by version (1, 2, …). */
+export interface StoredConfig {
+  /** Record shape version (STORED_CONFIG_VERSION). */
+  v: number;
+  version: number;
+  text: string;
+  /** SHA-256 (hex) of `text`: what the ledger names (never the text, which may name secrets). */
+  sha256: string;
+  /** Who stored it (the admin's principal, from its token). */
+  by: string;
+  /** When it was stored (ms since the epoch). */
+  at: number;
+  /**
+   * SHA-256 of the deployed `PORTCULLIS_CONFIG` var this version was stored over (null: none): a
+   * later deploy of a different var supersedes every version stored before it.
+   */
+  base: string | null;
+}
+/** The stored config's identity without its text (what readers poll). */
+export interface StoredConfigHead {
+  version: number;
+  sha256: string;
+  base: string | null;
+}
+export type ConfigPut = { ok: true; changed: boolean; stored: StoredConfigHead } | { ok: false; message: string };
+/**
+ * The ConfigDO RPC surface (one object, `global`). Every change is recorded as `config.changed`
+ * on the `_global` chain, durable before the change answers ok (no record, no change).
+ */
+export interface ConfigApi {
+  current(): Promise<StoredConfig | null>;
+  head(): Promise<StoredConfigHead | null>;
+  /** `detail`: what the record says of the config besides its hash (upstream names, mode, …; never secrets). */
+  put(text: string, sha256: string, by: string, signing: LedgerSigning, detail?: JsonObject, base?: string | null): Promise<ConfigPut>;
+}

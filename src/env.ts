@@ -15,6 +15,8 @@ export interface Env {
   HOLDS: DurableObjectNamespace;
   /** KillSwitchDO: the gateway's halts (durable-objects/killswitch.ts). */
   KILLSWITCH: DurableObjectNamespace;
+  /** ConfigDO: the gateway's stored, hot-reloadable config (durable-objects/config.ts). */
+  CONFIG: DurableObjectNamespace;
   /** The shared ledger store all teams' auditors query (migrations/). */
   LEDGER_DB: D1Database;
   /** portcullis.yaml text, delivered as a var at deploy (or by `portcullis dev`). */

@@ -9,7 +9,8 @@ import { checkOrigin } from "./identity/origin.ts";
 import { canonicalUrl, protectedResourceMetadata } from "./identity/metadata.ts";
 import { publicJwks } from "./identity/tokens.ts";
 import { readiness, summary } from "./mcp/health.ts";
-import { configOr503, requestConfig, servableConfig } from "./routes/config-view.ts";
+import { liveConfigOr503, requestConfig, servableConfig } from "./routes/config-view.ts";
+import { configRoutes } from "./routes/config-admin.ts";
 import { deleteCredentialRoute, putCredentialRoute } from "./routes/credentials.ts";
 import { type AppEnv, gate } from "./routes/gate.ts";
 import { mintGrantRoute, revokeGrantRoute } from "./routes/grants.ts";
@@ -31,6 +32,7 @@ export { TasksDO } from "../durable-objects/tasks.ts";
 export { HistoryDO } from "../durable-objects/history.ts";
 export { HoldsDO } from "../durable-objects/holds.ts";
 export { KillSwitchDO } from "../durable-objects/killswitch.ts";
+export { ConfigDO } from "../durable-objects/config.ts";
 
 const app = new Hono<AppEnv>();
 
@@ -40,7 +42,7 @@ const app = new Hono<AppEnv>();
 app.use("*", async (c, next) => {
   // Refusals of console pages carry the console's security headers too (no framing, no caching).
   const page = (r: Response) => (c.req.path === "/console" || c.req.path.startsWith("/console/") ? withSecurityHeaders(r) : r);
-  const cfg = configOr503(c.env);
+  const cfg = await liveConfigOr503(c.env);
   if (cfg instanceof Response) return c.req.path === "/healthz" ? next() : page(cfg);
   const bad = checkOrigin(c.req.raw, cfg);
   if (bad) return page(bad);
@@ -57,8 +59,8 @@ for (const path of [
   "/.well-known/oauth-protected-resource/mcp",
   "/.well-known/oauth-protected-resource/operator/mcp",
 ]) {
-  app.get(path, (c) => {
-    const cfg = configOr503(c.env);
+  app.get(path, async (c) => {
+    const cfg = await liveConfigOr503(c.env);
     if (cfg instanceof Response) return cfg;
     const resource = path.slice("/.well-known/oauth-protected-resource".length) || "/";
     return c.json(protectedResourceMetadata(cfg, resource));
@@ -66,7 +68,7 @@ for (const path of [
 }
 
 app.get("/.well-known/jwks.json", async (c) => {
-  const cfg = configOr503(c.env);
+  const cfg = await liveConfigOr503(c.env);
   if (cfg instanceof Response) return cfg;
   const keys = signingKeys(c.env, cfg);
   return c.json(keys ? publicJwks(await keys) : { keys: [] }, 200, { "cache-control": "public, max-age=300" });
@@ -90,6 +92,8 @@ app.get("/v1/ledger/:id/trace", auditor, (c) => traceRoute(c.env, c.var.principa
 app.route("/", holdsRoutes);
 app.route("/", killSwitchRoutes);
 app.route("/", consoleRoutes);
+// Hot reload: PUT /v1/config (admin) stores a new version of the config.
+app.route("/", configRoutes);
 
 app.all("/operator/mcp", gate({ path: "/operator/mcp", role: ["auditor", "approver", "operator", "admin"], allowActor: false }), (c) =>
   operatorMcp(c.req.raw, c.env, c.var.cfg, c.var.principal),
@@ -101,7 +105,7 @@ app.get("/healthz", (c) => c.json({ ok: true }));
 // operator, auditor or admin) and for the loopback actor of an unauthenticated dev gateway.
 app.get("/readyz", async (c) => {
   const req = c.req.raw;
-  const shared = servableConfig(c.env, req);
+  const shared = await servableConfig(c.env, req);
   if (shared instanceof Response) return shared;
   let detail = !shared.auth.required && isLoopbackRequest(req) && req.headers.get("authorization") === null;
   if (req.headers.get("authorization") !== null) {

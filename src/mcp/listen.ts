@@ -11,6 +11,7 @@ import { type JsonObject, type JsonRpcNotification, type JsonRpcRequest, isNotif
 import type { FrontContext } from "./context.ts";
 import { listChangeFlags, modernLegFor } from "./legs.ts";
 import { noteNotification } from "./catalog-store.ts";
+import { watchConfigVersion } from "./live-config.ts";
 import { exposeUri, splitUri } from "./names.ts";
 
 import { holdOpen, sseStream } from "./streams.ts";
@@ -44,6 +45,8 @@ export async function listen(fc: FrontContext, req: Request, msg: JsonRpcRequest
     perUpstreamSubs.set(t.up.name, [...(perUpstreamSubs.get(t.up.name) ?? []), t.uri]);
   }
   if (agreedSubs.length) agreed.resourceSubscriptions = agreedSubs;
+  // A hot reload of the config changes tool lists whatever the upstreams can announce (live-config.ts).
+  if (asked.toolsListChanged === true) agreed.toolsListChanged = true;
 
   const s = sseStream();
   const abort = new AbortController();
@@ -103,6 +106,11 @@ export async function listen(fc: FrontContext, req: Request, msg: JsonRpcRequest
     } catch {
       // upstream stream ended or the client left
     }
+  });
+  // A hot reload (a new live config version) changes the tool list: tell the client once acked.
+  watchConfigVersion(fc.env, abort.signal, async () => {
+    await acked;
+    await send({ jsonrpc: "2.0", method: "notifications/tools/list_changed" });
   });
   holdOpen(fc, s, abort, pumps);
   return new Response(s.readable, { status: 200, headers: SSE_HEADERS });

@@ -17,6 +17,7 @@ import type { SessionApi, SessionRecord } from "../../durable-objects/records.ts
 import { encodeComment, encodeEvent } from "../wire/sse.ts";
 import { listChangeFlags } from "./legs.ts";
 import { endWithGrant } from "./grant-watch.ts";
+import { watchConfigVersion } from "./live-config.ts";
 import { relayServerRequest } from "./relay.ts";
 import { openGetStream, requestUpstream, type Frame, upstreamRequestId } from "./upstream.ts";
 import type { Leg } from "../../durable-objects/records.ts";
@@ -243,6 +244,11 @@ export async function relayGetStream(
         backoff = 1000;
       }
     }
+  });
+  // A hot reload (a new live config version) changes the tool list: tell the client.
+  watchConfigVersion(fc.env, abort.signal, async () => {
+    await primed;
+    await send({ jsonrpc: "2.0", method: "notifications/tools/list_changed" });
   });
   holdOpen(fc, s, abort, pumps);
   return new Response(s.readable, { status: 200, headers: SSE_HEADERS });

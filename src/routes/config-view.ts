@@ -1,5 +1,6 @@
 /**
- * The config as the Worker serves it: parsed once per isolate from the PORTCULLIS_CONFIG var,
+ * The config as the Worker serves it: the live config (src/mcp/live-config.ts: the version stored
+ * by a hot reload, else the PORTCULLIS_CONFIG var, parsed once per isolate and version),
  * checked against the egress rules from each request's vantage (loopback or not), and the
  * per-request view a handler gets — each upstream marked with whether the gateway is on
  * loopback and, for `per_principal` upstreams, carrying the caller's own credential; upstreams
@@ -7,49 +8,81 @@
  * failed validation or the egress rules (503 naming every problem), mutate the shared config,
  * or let a resolved credential outlive the request.
  */
-import { ConfigError, type GatewayConfig, loadConfig } from "../config/load.ts";
+import { ConfigError, type GatewayConfig } from "../config/load.ts";
 import type { Principal } from "../config/principal.ts";
 import { egressProblems } from "../egress/config-check.ts";
 import { upstreamsFor } from "../egress/credentials.ts";
 import type { Env } from "../env.ts";
-import { compiledPolicy } from "../governance/engine.ts";
 import { grantReachesUpstream } from "../governance/grant-scope.ts";
-import { PolicyError } from "../governance/policy.ts";
 import { isLoopbackRequest } from "../identity/auth.ts";
 import { ownUrlProblem } from "../identity/metadata.ts";
+import { liveConfig, parseConfigText } from "../mcp/live-config.ts";
 import { jsonResponse } from "../wire/http.ts";
 
 let cached: { text: string; config: GatewayConfig } | null = null;
 
-/** The parsed config of this Worker; throws ConfigError naming every problem. */
-function currentConfig(env: Env): GatewayConfig {
+/** The parsed config of the PORTCULLIS_CONFIG var; throws ConfigError naming every problem. */
+function varConfig(env: Env): GatewayConfig {
   const text = env.PORTCULLIS_CONFIG;
   if (typeof text !== "string" || text.trim() === "") {
     throw new ConfigError(["PORTCULLIS_CONFIG is not set: start with `portcullis dev --config FILE` or set it at deploy"]);
   }
   if (cached && cached.text === text) return cached.config;
-  const config = loadConfig(text, env as Record<string, unknown>);
-  // A policy that does not compile (CEL, globs, windows) refuses the config, every problem named.
-  try {
-    compiledPolicy(config);
-  } catch (e) {
-    if (e instanceof PolicyError) throw new ConfigError(e.problems);
-    throw e;
-  }
+  const config = parseConfigText(text, env);
   cached = { text, config };
   return config;
 }
 
-/** The config, or 503 naming every problem — a gateway that does not know its own URL (auth.audience) serves nothing. */
-export function configOr503(env: Env): GatewayConfig | Response {
+function servedOr503(load: () => GatewayConfig): GatewayConfig | Response {
   try {
-    const cfg = currentConfig(env);
+    const cfg = load();
     const ownUrl = ownUrlProblem(cfg);
     return ownUrl ? jsonResponse({ ok: false, error: "configuration invalid", problems: [ownUrl] }, 503) : cfg;
   } catch (e) {
     const problems = e instanceof ConfigError ? e.problems : [String(e)];
     return jsonResponse({ ok: false, error: "configuration invalid", problems }, 503);
   }
+}
+
+/**
+ * The PORTCULLIS_CONFIG var's config alone, or 503 naming every problem — a gateway that does not
+ * know its own URL (auth.audience) serves nothing. Routes use liveConfigOr503 (a hot reload wins).
+ */
+export function configOr503(env: Env): GatewayConfig | Response {
+  return servedOr503(() => varConfig(env));
+}
+
+/** The live config (stored version, else the var), or 503 naming every problem. */
+export async function liveConfigOr503(env: Env): Promise<GatewayConfig | Response> {
+  let cfg: GatewayConfig;
+  try {
+    cfg = await liveConfig(env, varConfig);
+  } catch (e) {
+    return servedOr503(() => {
+      throw e;
+    });
+  }
+  return servedOr503(() => cfg);
+}
+
+/**
+ * Every problem a candidate config text has for this Worker: the loader (against this env's
+ * secrets and vars), the policy compile, the gateway's own URL and the egress rules from this
+ * request's vantage — the checks a served config passes. Problems name fields and secret names,
+ * never a secret's value. The parsed config when there are none.
+ */
+export function candidateProblems(text: string, env: Env, req: Request): { ok: true; config: GatewayConfig } | { ok: false; problems: string[] } {
+  let cfg: GatewayConfig;
+  try {
+    cfg = parseConfigText(text, env);
+  } catch (e) {
+    return { ok: false, problems: e instanceof ConfigError ? e.problems : [String((e as Error)?.message ?? e)] };
+  }
+  const problems: string[] = [];
+  const ownUrl = ownUrlProblem(cfg);
+  if (ownUrl) problems.push(ownUrl);
+  problems.push(...egressProblems(cfg, isLoopbackRequest(req)));
+  return problems.length ? { ok: false, problems } : { ok: true, config: cfg };
 }
 
 const checked = new WeakMap<GatewayConfig, Map<boolean, string[]>>();
@@ -66,8 +99,8 @@ export function egressRefusal(cfg: GatewayConfig, req: Request): Response | null
 }
 
 /** Config that parsed and passes the egress rules from this request's vantage, or the refusal. */
-export function servableConfig(env: Env, req: Request): GatewayConfig | Response {
-  const shared = configOr503(env);
+export async function servableConfig(env: Env, req: Request): Promise<GatewayConfig | Response> {
+  const shared = await liveConfigOr503(env);
   if (shared instanceof Response) return shared;
   return egressRefusal(shared, req) ?? shared;
 }

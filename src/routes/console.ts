@@ -79,7 +79,7 @@ consoleRoutes.use("/console/*", async (c, next) => {
 
 /** The gate of every signed-in page: config, then the session (re-verified now), then the typed vars. */
 const signedIn = createMiddleware<ConsoleEnv>(async (c, next) => {
-  const cfg = servableConfig(c.env, c.req.raw);
+  const cfg = await servableConfig(c.env, c.req.raw);
   if (cfg instanceof Response) return cfg;
   const s = await consoleSession(c.env, cfg, c.req.raw);
   if (!s.ok) {
@@ -125,14 +125,14 @@ async function postedForm(c: C, cfg: GatewayConfig, session: ConsoleSession | nu
 
 // ---- sign-in ---------------------------------------------------------------------------------
 
-consoleRoutes.get("/console/login", (c) => {
-  const cfg = servableConfig(c.env, c.req.raw);
+consoleRoutes.get("/console/login", async (c) => {
+  const cfg = await servableConfig(c.env, c.req.raw);
   if (cfg instanceof Response) return cfg;
   return htmlResponse(LoginPage({ access: cfg.auth.access !== undefined }));
 });
 
 consoleRoutes.post("/console/login", async (c) => {
-  const cfg = servableConfig(c.env, c.req.raw);
+  const cfg = await servableConfig(c.env, c.req.raw);
   if (cfg instanceof Response) return cfg;
   const form = await postedForm(c, cfg, null);
   if (form instanceof Response) return form;

@@ -15,7 +15,8 @@ import type { Env } from "../env.ts";
 import { authenticate, isLoopbackRequest } from "../identity/auth.ts";
 import { canonicalUrl } from "../identity/metadata.ts";
 import { recordConfigOnce } from "../mcp/ledger-writer.ts";
-import { configOr503, egressRefusal, requestConfig } from "./config-view.ts";
+import { storedVersionOf } from "../mcp/live-config.ts";
+import { egressRefusal, liveConfigOr503, requestConfig } from "./config-view.ts";
 
 /** The Hono environment of every route: Worker bindings, and what the gate established. */
 export type AppEnv = { Bindings: Env; Variables: { cfg: GatewayConfig; principal: Principal } };
@@ -34,7 +35,7 @@ export interface GateOptions {
 export function gate(opts: GateOptions) {
   return createMiddleware<AppEnv>(async (c, next) => {
     const req = c.req.raw;
-    const shared = configOr503(c.env);
+    const shared = await liveConfigOr503(c.env);
     if (shared instanceof Response) return shared;
     // Host/Origin were checked for every route before this (src/index.ts), so a rebinding
     // attempt learns nothing, not even whether the config is servable; then the egress rules.
@@ -46,7 +47,8 @@ export function gate(opts: GateOptions) {
       guardedFetch(url, init, { rules: shared.egress, gatewayOnLoopback: onLoopback, maxRedirects: 0, timeoutMs: 5000, maxBytes: 1024 * 1024 });
     const auth = await authenticate(req, c.env, shared, { path: opts.path, role: opts.role, allowActor: opts.allowActor, fetcher });
     if (!auth.ok) return auth.response;
-    recordConfigOnce(c.env, shared, canonicalUrl(shared), waitUntilOf(c));
+    // A stored (hot-reloaded) version was recorded by ConfigDO when it was stored; the var's is recorded here.
+    if (!storedVersionOf(shared)) recordConfigOnce(c.env, shared, canonicalUrl(shared), waitUntilOf(c));
     c.set("principal", auth.principal);
     c.set("cfg", await requestConfig(c.env, shared, req, opts.scoped ? auth.principal : undefined));
     await next();

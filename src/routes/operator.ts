@@ -16,6 +16,7 @@ import { operatorTool, operatorToolsFor } from "./operator-registry.ts";
 import "./operator-tools.ts";
 import "./operator-hold-tools.ts";
 import "./operator-killswitch-tools.ts";
+import "./operator-config-tools.ts";
 import { jsonResponse, refuse } from "../wire/http.ts";
 import { canonicalUrl } from "../identity/metadata.ts";
 

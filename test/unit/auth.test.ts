@@ -184,6 +184,7 @@ describe("roles and the operator endpoint", () => {
       "portcullis.ledger_trace",
       "portcullis.list_holds",
       "portcullis.preview_impact",
+      "portcullis.reload",
       "portcullis.resolve_hold",
       "portcullis.resume",
       "portcullis.revoke_grant",

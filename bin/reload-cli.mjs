@@ -1,0 +1,83 @@
+#!/usr/bin/env node
+/**
+ * `portcullis reload --config FILE --url GATEWAY`: hot-reloads a running gateway's config
+ * (upstreams, mappings, policy) without a redeploy, over its JSON API (`PUT /v1/config`). Owns
+ * the command's flags, reading FILE with its policy and mappings_dir files inlined
+ * (bin/config-files.mjs), the request, output and exit codes (0 stored, 1 the gateway refused the
+ * config — every problem printed, the previous one keeps serving — 2 usage or a file problem, 3
+ * the gateway refused otherwise or could not be reached). The token comes from PORTCULLIS_TOKEN
+ * or --token (an admin grant); the actor recorded is its principal. Must never: print or log a
+ * token or the config text, or send either anywhere but the gateway named by --url.
+ */
+import { readFileSync, realpathSync } from "node:fs";
+import { pathToFileURL } from "node:url";
+import { parseOptions, UsageError } from "./cli-args.mjs";
+import { inlineConfigFiles } from "./config-files.mjs";
+import { answerOf, exitCodeOf, FetchError, gatewayOf, Refused, refusal, send, tokenOf } from "./gateway-http.mjs";
+
+const HELP = `usage: portcullis reload --config FILE --url GATEWAY [--json]
+  stores FILE (its policy and mappings_dir files inlined) as the next version of the gateway's
+  config: upstreams, mappings and policy change without a redeploy, every isolate serves it within
+  seconds, and open sessions are told their tool list changed. The gateway validates it whole
+  against its own secrets and egress rules; a config with any problem is refused (each one
+  printed) and the previous one keeps serving. The change is a ledger record naming the version
+  and you. Needs an admin token.
+Give the token in PORTCULLIS_TOKEN (a --token on the command line is visible to other processes on this machine).
+exit: 0 stored (or already current), 1 the config was refused, 2 usage or an unreadable file, 3 refused otherwise or unreachable`;
+
+const KNOWN = ["config", "url", "token", "json", "help"];
+const BOOLEAN = new Set(["json", "help"]);
+
+/** FILE's text with its policy and mappings inlined; a UsageError naming every file problem. */
+function configText(file) {
+  let text;
+  try {
+    text = readFileSync(file, "utf8");
+  } catch {
+    throw new UsageError(`cannot read --config ${file}`);
+  }
+  const out = inlineConfigFiles(text, file);
+  if (out.problems.length) throw new UsageError(`the config's files could not be read:\n  - ${out.problems.join("\n  - ")}`);
+  return out.text;
+}
+
+async function reload(a) {
+  if (typeof a.config !== "string") throw new UsageError("give --config FILE");
+  const base = gatewayOf(a.url);
+  const token = tokenOf(a);
+  const text = configText(a.config);
+  const { res, where } = await send(base, "PUT", "/v1/config", token, { body: { config: text }, timeoutMs: 30_000 });
+  const answer = await answerOf(res);
+  const json = answer.json;
+  if (res.status === 400 && Array.isArray(json?.problems)) {
+    if (a.json) console.log(JSON.stringify({ ok: false, problems: json.problems }, null, 2));
+    else console.error(`${where} → 400: the config was refused; the previous one keeps serving:\n  - ${json.problems.join("\n  - ")}`);
+    throw new Refused(`${json.problems.length} problem${json.problems.length === 1 ? "" : "s"} in ${a.config}`);
+  }
+  if (!res.ok) throw new FetchError(refusal(where, res.status, answer));
+  if (!json || typeof json.version !== "number" || typeof json.sha256 !== "string") throw new FetchError(`${where}: the answer is not a stored config version`);
+  if (a.json) console.log(JSON.stringify(json, null, 2));
+  else
+    console.log(
+      json.changed === false
+        ? `already current: config version ${json.version} (sha256 ${json.sha256})`
+        : `reloaded: config version ${json.version} (sha256 ${json.sha256})`,
+    );
+  return 0;
+}
+
+/** Runs `portcullis reload <argv…>`; the exit code. */
+export async function reloadCommand(argv) {
+  return exitCodeOf("portcullis reload", async () => {
+    const a = parseOptions(argv, { known: KNOWN, boolean: BOOLEAN, positionals: false });
+    if (a.help) {
+      console.log(HELP);
+      return 0;
+    }
+    return await reload(a);
+  });
+}
+
+if (process.argv[1] && import.meta.url === pathToFileURL(realpathSync(process.argv[1])).href) {
+  process.exitCode = await reloadCommand(process.argv.slice(2));
+}
