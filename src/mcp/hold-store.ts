@@ -11,6 +11,7 @@
  * Must never: let a call proceed without a `consumed` claim, take a hold of another principal's
  * action (the hash covers the principal), or keep a call open longer than `holds.wait`.
  */
+import { ledgerSigning } from "./ledger-writer.ts";
 import type { HoldClaim, HoldRecord, HoldsApi, LedgerSigning, NewHold } from "../../durable-objects/records.ts";
 import { newHoldId } from "../../durable-objects/names.ts";
 import type { Classification, Decision, HoldStore, HoldVerdict, Refusal, Target, ToolCall } from "../governance/steps.ts";
@@ -34,10 +35,6 @@ export function holdUrl(ctx: Pick<CallContext, "cfg">, id: string): string {
   return `${canonicalUrl(ctx.cfg)}/console/holds/${encodeURIComponent(id)}`;
 }
 
-export function ledgerSigning(ctx: Pick<CallContext, "cfg">): LedgerSigning {
-  return { secret: ctx.cfg.auth.signingKeySecret, gateway: canonicalUrl(ctx.cfg) };
-}
-
 /** Whether the client can take a task for this call: a legacy client that asked for one (`params.task`), a modern one that declared the tasks extension. */
 export function wantsTask(call: ToolCall): boolean {
   const params = call.request.params;
@@ -50,7 +47,7 @@ export function wantsTask(call: ToolCall): boolean {
 const WAIT_SLICE_MS = 10_000;
 
 export function holdStore(ctx: CallContext, api: HoldsApi): HoldStore {
-  const signing = ledgerSigning(ctx);
+  const signing = ledgerSigning(ctx.cfg);
   const body = (h: HoldRecord, reason: string | null): HoldBody => ({
     hold_id: h.id,
     decision_id: null,

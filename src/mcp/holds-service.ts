@@ -11,13 +11,13 @@
  * config does not allow, take the approver's identity from a request body, or say "approved"
  * before the `hold.approved` record is durable (HoldsApi.resolve answers ok only after it is).
  */
+import { ledgerSigning } from "./ledger-writer.ts";
 import type { HoldRecord, HoldsApi, HoldState, LedgerSigning } from "../../durable-objects/records.ts";
 import { holdsObject, holdTeam } from "../../durable-objects/names.ts";
 import type { GatewayConfig } from "../config/load.ts";
 import type { Principal } from "../config/principal.ts";
 import type { Env } from "../env.ts";
 import { mayResolve, maySeeTeam } from "../governance/approvers.ts";
-import { canonicalUrl } from "../identity/metadata.ts";
 import { holdPageUrl, notifyHold } from "./webhooks.ts";
 
 /** A hold as approvers see it (the record, plus what the viewer may do with it). */
@@ -153,7 +153,7 @@ export async function resolveHoldVia(
   if (!found.ok) return found;
   const may = mayResolve(cfg.holds, approver, found.hold);
   if (!may.ok) return fail(403, may.why);
-  const signing: LedgerSigning = { secret: cfg.auth.signingKeySecret, gateway: canonicalUrl(cfg) };
+  const signing: LedgerSigning = ledgerSigning(cfg);
   let res: Awaited<ReturnType<HoldsApi["resolve"]>>;
   try {
     res = await found.api.resolve(id, decision, approver.sub, why, expectHash, signing, deps.now());

@@ -11,13 +11,13 @@
  * Decision: a kill switch that cannot be read while a call is already running does not cancel
  * it (the call was admitted under a state that was read); only a halt that is read does.
  */
+import { ledgerSigning } from "./ledger-writer.ts";
 import { killSwitchObject } from "../../durable-objects/names.ts";
 import type { HaltRecord, HaltScopeName, KillSwitchSnapshot } from "../../durable-objects/records.ts";
 import type { GatewayConfig, UpstreamConfig } from "../config/load.ts";
 import { type Principal, principalHas } from "../config/principal.ts";
 import type { Env } from "../env.ts";
 import { type Halt, haltFor, type KillSwitchReader, type KillSwitchState, type LegResult, type Refusal, type ToolCall } from "../governance/steps.ts";
-import { canonicalUrl } from "../identity/metadata.ts";
 import type { CallContext } from "./context.ts";
 import { postUpstream } from "./upstream.ts";
 
@@ -225,7 +225,7 @@ export async function changeKillSwitch(
   const t = scope === "global" ? null : target;
   let signing: { secret: string; gateway: string };
   try {
-    signing = { secret: cfg.auth.signingKeySecret, gateway: canonicalUrl(cfg) };
+    signing = ledgerSigning(cfg);
   } catch (e) {
     return { ok: false, status: 503, message: `the kill switch cannot record a change: ${(e as Error).message}` };
   }

@@ -6,6 +6,7 @@
  * a hash, never a secret or a token. Must never: report a receipt for a record that was not
  * stored, or swallow a failed decision/outcome append (the governed path refuses on a throw).
  */
+import { canonicalUrl } from "../identity/metadata.ts";
 import { GLOBAL_CHAIN, ledgerObject } from "../../durable-objects/names.ts";
 import type { LedgerApi, LedgerSigning } from "../../durable-objects/records.ts";
 import type { GatewayConfig } from "../config/load.ts";
@@ -25,6 +26,11 @@ const policyVersion = (cfg: GatewayConfig): string => {
     return "uncompiled";
   }
 };
+
+/** How this gateway's LedgerDOs sign checkpoints: its signing key secret and its canonical URL (one place for every writer). */
+export function ledgerSigning(cfg: GatewayConfig): LedgerSigning {
+  return { secret: cfg.auth.signingKeySecret, gateway: canonicalUrl(cfg) };
+}
 
 /** Where and how a caller's records are written. */
 export interface LedgerTarget {

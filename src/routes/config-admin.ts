@@ -11,13 +11,13 @@
  * secret's value or the config text in an answer or a log, or take the actor from anything but
  * the verified grant.
  */
+import { ledgerSigning } from "../mcp/ledger-writer.ts";
 import { Hono } from "hono";
 import { configObject } from "../../durable-objects/names.ts";
 import type { GatewayConfig } from "../config/load.ts";
 import { principalHas, type Principal } from "../config/principal.ts";
 import type { Env } from "../env.ts";
 import { policyEngine } from "../governance/engine.ts";
-import { canonicalUrl } from "../identity/metadata.ts";
 import { sha256Hex } from "../wire/canonical.ts";
 import { readBodyText } from "../wire/body.ts";
 import { jsonResponse } from "../wire/http.ts";
@@ -58,7 +58,7 @@ export async function reloadConfig(env: Env, served: GatewayConfig, req: Request
   if (!checked.ok) return { ok: false, status: 400, message: "the config was refused; the previous one keeps serving", problems: checked.problems };
   const sha256 = sha256Hex(text);
   try {
-    const signing = { secret: served.auth.signingKeySecret, gateway: canonicalUrl(served) };
+    const signing = ledgerSigning(served);
     // The deployed var this version is stored over: a later deploy of another var supersedes it.
     const base = typeof env.PORTCULLIS_CONFIG === "string" ? sha256Hex(env.PORTCULLIS_CONFIG) : null;
     const r = await configObject(env).put(text, sha256, by.sub, signing, detailOf(checked.config), base);

@@ -14,7 +14,7 @@ import { canonicalUrl, issuerOf } from "../identity/metadata.ts";
 import type { Principal } from "../config/principal.ts";
 import { revocationObject } from "../../durable-objects/names.ts";
 import { MAX_CLOCK_SKEW_SECONDS, mintGrant } from "../identity/tokens.ts";
-import { appendRecord } from "../mcp/ledger-writer.ts";
+import { appendRecord, ledgerSigning } from "../mcp/ledger-writer.ts";
 import { readJsonBody } from "../wire/body.ts";
 import { jsonResponse } from "../wire/http.ts";
 
@@ -30,8 +30,6 @@ const mintBody = z.strictObject({
 function bad(message: string, status = 400): Response {
   return jsonResponse({ error: "invalid_request", error_description: message }, status);
 }
-
-const signingOf = (cfg: GatewayConfig) => ({ secret: cfg.auth.signingKeySecret, gateway: canonicalUrl(cfg) });
 
 /** Mints a grant; the `grant.minted` record (never the token) is durable in the grant team's chain before the token is returned. */
 export async function mintGrantRoute(req: Request, env: Env, cfg: GatewayConfig, by: Principal): Promise<Response> {
@@ -62,7 +60,7 @@ export async function mintGrantRoute(req: Request, env: Env, cfg: GatewayConfig,
   };
   const minted = await mintGrant(await keysP, claims, { maxLifetimeSeconds: cfg.auth.maxTokenLifetimeS });
   try {
-    await appendRecord(env, signingOf(cfg), b.team, "grant.minted", {
+    await appendRecord(env, ledgerSigning(cfg), b.team, "grant.minted", {
       jti: minted.jti,
       sub: b.sub,
       team: b.team,
