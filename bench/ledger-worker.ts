@@ -1,13 +1,14 @@
 /**
  * Bench only (`npm run bench`): the production LedgerDO (durable-objects/ledger.ts, unchanged) on
  * the production runtime (workerd via wrangler dev), driven from inside this Worker so that the
- * numbers are the chain's and not wrangler's HTTP plumbing. `POST /appends?chain=C&n=N&c=K` makes
- * N one-draft appends to chain C with K in flight and answers the elapsed time and the chain's
+ * numbers are the chain's and not wrangler's HTTP plumbing. `POST /appends?chain=C&n=N&c=K&via=V` makes
+ * N one-draft appends to chain C with K in flight — `via=gateway` (default) through the gateway's
+ * own append path (src/mcp/ledger-batch.ts), `via=rpc` one RPC per append — and answers the elapsed time and the chain's
  * counters from `status()` before and after (its transaction counter gives the group-commit
  * factor); `POST /floor?n=N&c=K` runs the same loop against EchoDO, whose `append` hands the
  * drafts back and stores nothing (the Durable Object RPC floor under the chain's number);
  * `POST /pairs?chain=C&n=N` makes N sequential decision + outcome pairs (what one governed call
- * writes) and answers each pair's latency; `POST /status?chain=C` the counters. Owns nothing of
+ * writes, through the gateway's append path) and answers each pair's latency; `POST /status?chain=C` the counters. Owns nothing of
  * the gateway; must never be deployed, be bound to a real D1 database, or grow endpoints into
  * src/ (the production Worker).
  */
@@ -15,7 +16,9 @@ import { DurableObject } from "cloudflare:workers";
 import { ledgerObject } from "../durable-objects/names.ts";
 import type { LedgerApi, LedgerSigning, LedgerStatus } from "../durable-objects/records.ts";
 import type { Env } from "../src/env.ts";
-import type { EntryDraft } from "../src/ledger/records.ts";
+import type { EntryDraft, LedgerEntry } from "../src/ledger/records.ts";
+import { batchedAppend } from "../src/mcp/ledger-batch.ts";
+import { LEDGER_WRITE_TIMEOUT_MS } from "../src/mcp/ledger-writer.ts";
 
 export { LedgerDO } from "../durable-objects/ledger.ts";
 
@@ -25,8 +28,6 @@ export class EchoDO extends DurableObject {
     return drafts;
   }
 }
-
-type Appender = Pick<LedgerApi, "append">;
 
 /** Bounds of one request (the bench asks for far less). */
 const MAX_APPENDS = 20_000;
@@ -85,42 +86,51 @@ const counters = (s: LedgerStatus) => ({
   seq: s.head.seq,
   transactions: s.transactions,
   appends: s.appends,
+  rpcs: s.rpcs,
   checkpointSize: s.checkpointSize,
   flushedSeq: s.flushedSeq,
   checkpointProblem: s.checkpointProblem,
 });
 
-/** N one-draft appends to `target` with `inFlight` of them in flight: elapsed ms and failures. */
-async function drive(target: Appender, signing: LedgerSigning, n: number, inFlight: number) {
+type AppendOne = (d: EntryDraft) => Promise<LedgerEntry[] | EntryDraft[]>;
+
+/** N one-draft appends through `append` with `inFlight` of them in flight: elapsed ms and failures. */
+async function drive(append: AppendOne, n: number, inFlight: number) {
   let next = 0;
   let failed = 0;
   const t0 = performance.now();
   await Promise.all(
     Array.from({ length: Math.min(inFlight, n) }, async () => {
       while (next++ < n) {
-        const [entry] = await target.append([decision()], signing).catch(() => []);
-        if (!entry) failed++;
+        const d = decision();
+        const [entry] = await append(d).catch(() => []);
+        if (!entry || entry.id !== d.id) failed++;
       }
     }),
   );
   return { ms: performance.now() - t0, failed };
 }
 
-async function appends(ledger: LedgerApi, signing: LedgerSigning, n: number, inFlight: number) {
+/**
+ * `via=gateway`: the path every gateway append takes (src/mcp/ledger-batch.ts, this isolate's group
+ * commit in front of the object's); `via=rpc`: one `append` RPC per draft straight to the object.
+ */
+async function appends(env: Env, chain: string, ledger: LedgerApi, signing: LedgerSigning, n: number, inFlight: number, via: string) {
+  const one: AppendOne = via === "rpc" ? (d) => ledger.append([d], signing) : (d) => batchedAppend(env, chain, signing, [d], LEDGER_WRITE_TIMEOUT_MS);
   const before = counters(await ledger.status());
-  const run = await drive(ledger, signing, n, inFlight);
+  const run = await drive(one, n, inFlight);
   return { ...run, before, after: counters(await ledger.status()) };
 }
 
-async function pairs(ledger: LedgerApi, signing: LedgerSigning, n: number) {
+async function pairs(env: Env, chain: string, signing: LedgerSigning, n: number) {
   const ms: number[] = [];
   const start = performance.now();
   for (let i = 0; i < n; i++) {
     const t0 = performance.now();
     const d = decision();
-    const [entry] = await ledger.append([d], signing);
+    const [entry] = await batchedAppend(env, chain, signing, [d], LEDGER_WRITE_TIMEOUT_MS);
     if (!entry || entry.id !== d.id) throw new Error("the decision was not confirmed");
-    const [out] = await ledger.append([outcome(d.id)], signing);
+    const [out] = await batchedAppend(env, chain, signing, [outcome(d.id)], LEDGER_WRITE_TIMEOUT_MS);
     if (!out) throw new Error("the outcome was not confirmed");
     ms.push(performance.now() - t0);
   }
@@ -135,15 +145,28 @@ export default {
     try {
       if (url.pathname === "/floor") {
         const echo = env.ECHO as DurableObjectNamespace;
-        const stub = echo.get(echo.idFromName("echo")) as unknown as Appender;
-        return Response.json(await drive(stub, { secret: "NONE", gateway: url.origin }, intParam(url, "n", MAX_APPENDS), intParam(url, "c", MAX_IN_FLIGHT)));
+        const stub = echo.get(echo.idFromName("echo")) as unknown as Pick<LedgerApi, "append">;
+        const signing = { secret: "NONE", gateway: url.origin };
+        return Response.json(await drive((d) => stub.append([d], signing), intParam(url, "n", MAX_APPENDS), intParam(url, "c", MAX_IN_FLIGHT)));
       }
-      const ledger = ledgerObject(env, url.searchParams.get("chain") ?? "");
+      const chain = url.searchParams.get("chain") ?? "";
+      const ledger = ledgerObject(env, chain);
       if (!ledger) throw new Error("chain must be a chain name");
       const signing: LedgerSigning = { secret: "PORTCULLIS_SIGNING_KEY", gateway: url.origin };
-      if (url.pathname === "/appends") return Response.json(await appends(ledger, signing, intParam(url, "n", MAX_APPENDS), intParam(url, "c", MAX_IN_FLIGHT)));
+      if (url.pathname === "/appends")
+        return Response.json(
+          await appends(
+            env,
+            chain,
+            ledger,
+            signing,
+            intParam(url, "n", MAX_APPENDS),
+            intParam(url, "c", MAX_IN_FLIGHT),
+            url.searchParams.get("via") ?? "gateway",
+          ),
+        );
       if (url.pathname === "/status") return Response.json(counters(await ledger.status()));
-      if (url.pathname === "/pairs") return Response.json(await pairs(ledger, signing, intParam(url, "n", MAX_APPENDS)));
+      if (url.pathname === "/pairs") return Response.json(await pairs(env, chain, signing, intParam(url, "n", MAX_APPENDS)));
       return Response.json({ error: "not found" }, { status: 404 });
     } catch (err) {
       return Response.json({ error: err instanceof Error ? err.message : String(err) }, { status: 500 });

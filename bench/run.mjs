@@ -12,7 +12,8 @@
  * (bench/policy.mjs in a child Node with code generation from strings refused, run first, before
  * any Worker loads the machine): classification + validation + policy evaluation (50 rules), p50
  * and p99 in µs, side by side with the same steps as pass-throughs. Prints ratios, never asserts
- * a time. Every Worker is built once up front (`wrangler deploy --dry-run`) and served with
+ * a time. `BENCH_ONLY=ledger` runs part (2) alone: only the ledger Worker is built and started, and
+ * only its tables are printed. Every Worker is built once up front (`wrangler deploy --dry-run`) and served with
  * `wrangler dev --no-bundle`, so edits to the tree during a run change nothing. Bounded: fixed counts, every request with a timeout; all
  * processes stopped at the end, each with its whole tree: every child leads its own process
  * group (the wrangler shim, the real wrangler and workerd share it), stopped by SIGTERM to the
@@ -40,6 +41,9 @@ const PAIRS = Number(process.env.BENCH_PAIRS ?? 400);
 const TARGET_APPENDS_PER_S = 2000;
 /** Governance in-process: timed calls per row (bench/policy.mjs). */
 const GOV_N = Number(process.env.BENCH_GOV_N ?? 20_000);
+/** `BENCH_ONLY=ledger`: only the ledger part (2); unset: every part. */
+const ONLY = process.env.BENCH_ONLY ?? "";
+if (ONLY !== "" && ONLY !== "ledger") throw new Error(`BENCH_ONLY must be "ledger" or unset, not ${JSON.stringify(ONLY)}`);
 /** The no-op ledger's receipts carry this hash (bench/no-ledger-worker.ts); a real chain's never do. */
 const ZERO_HASH = "0".repeat(64);
 // Vars reach each Worker through a private env file only (never argv; no .dev.vars, nothing from this environment).
@@ -325,6 +329,13 @@ async function ledgerBench(base) {
       throw new Error(`ledger level ${inFlight}: ${r.failed} failed, ${appends} counted, ${stored} stored of ${APPENDS}`);
     const flushS = await flushWait(base, chain);
     const after = await ledgerCall(base, "/status", { chain });
+    // The same appends with one RPC each, straight to the object (what the chain did before the Worker's group commit).
+    const rpcChain = `bench-${run}-r${inFlight}`;
+    await ledgerCall(base, "/appends", { chain: rpcChain, n: 50, c: Math.min(inFlight, 50), via: "rpc" });
+    await flushWait(base, rpcChain);
+    const rpc = await ledgerCall(base, "/appends", { chain: rpcChain, n: APPENDS, c: inFlight, via: "rpc" });
+    if (rpc.failed > 0) throw new Error(`ledger level ${inFlight}, one RPC per append: ${rpc.failed} failed`);
+    await flushWait(base, rpcChain);
     // The same loop against a Durable Object method that does nothing: what RPC alone allows here.
     await ledgerCall(base, "/floor", { n: 50, c: Math.min(inFlight, 50) });
     const floor = await ledgerCall(base, "/floor", { n: APPENDS, c: inFlight });
@@ -334,6 +345,8 @@ async function ledgerBench(base) {
       inFlight,
       ms: r.ms,
       perS: (APPENDS * 1000) / r.ms,
+      rpcPerS: (APPENDS * 1000) / rpc.ms,
+      perRpc: APPENDS / (r.after.rpcs - r.before.rpcs),
       transactions,
       perTx: APPENDS / transactions,
       flushS,
@@ -383,6 +396,31 @@ function machine() {
   return `${c[0]?.model ?? "?"} × ${c.length} cores, ${(totalmem() / 2 ** 30).toFixed(0)} GiB, ${process.platform} ${process.arch}; Node ${process.version}, wrangler ${wrangler}, ${workerd}`;
 }
 
+/** The ledger part's tables (appends/s per level beside the RPC floor, the decision + outcome pair's latency, the last chain's checkpoints). */
+function printLedger(ledger) {
+  console.log(
+    `\nledger: one chain (LedgerDO in workerd), ${APPENDS} one-entry appends per level through the gateway's append path (src/mcp/ledger-batch.ts), timed inside the Worker; target ≥ ${TARGET_APPENDS_PER_S} appends/s`,
+  );
+  console.log(
+    "in flight   appends/s   ms total   appends/RPC   transactions   appends/transaction   D1 flushed after   vs target   one RPC per append/s   ×   RPC floor calls/s   ÷ floor",
+  );
+  for (const l of ledger.levels) {
+    const flushed = l.flushS === null ? "> 30 s" : `${l.flushS.toFixed(1)} s`;
+    console.log(
+      `${String(l.inFlight).padStart(9)}   ${l.perS.toFixed(0).padStart(9)}   ${l.ms.toFixed(0).padStart(8)}   ${l.perRpc.toFixed(1).padStart(11)}   ${String(l.transactions).padStart(12)}   ${l.perTx.toFixed(1).padStart(19)}   ${flushed.padStart(16)}   ${`×${(l.perS / TARGET_APPENDS_PER_S).toFixed(2)}`.padStart(9)}   ${l.rpcPerS.toFixed(0).padStart(20)}   ${`×${(l.perS / l.rpcPerS).toFixed(2)}`.padStart(5)}   ${l.floorPerS.toFixed(0).padStart(17)}   ×${(l.perS / l.floorPerS).toFixed(2)}`,
+    );
+  }
+  console.log(
+    "(one RPC per append: the same loop, each append its own RPC to the object; × = gateway path ÷ that. RPC floor: one RPC per call to EchoDO, whose append stores nothing; the driving Worker and the objects share one workerd)",
+  );
+
+  const last = ledger.levels[ledger.levels.length - 1];
+  if (last)
+    console.log(
+      `checkpoints: the last chain (${last.seq} entries) is signed up to ${last.checkpointSize}${last.checkpointProblem ? ` (problem: ${last.checkpointProblem})` : ""}`,
+    );
+}
+
 async function main() {
   const procs = [];
   const dirs = [];
@@ -412,6 +450,23 @@ async function main() {
     return d;
   };
   try {
+    if (ONLY === "ledger") {
+      // Only part (2): the ledger Worker, with a throwaway checkpoint signing key (never the developer's .portcullis key).
+      const signingKey = await devSigningKey(join(tmp("bench-key-"), "signing-key.json"));
+      const ldDir = tmp("bench-ledger-");
+      const ldConfig = bundled(join(root, "bench/ledger.wrangler.toml"), ldDir);
+      const ldPort = await freePort();
+      procs.push(wranglerDev(ldConfig, ldPort, join(ldDir, "state"), { PORTCULLIS_SIGNING_KEY: signingKey }));
+      await waitHttp(`http://127.0.0.1:${ldPort}/`);
+      const ledger = await ledgerBench(`http://127.0.0.1:${ldPort}`);
+      console.log(`\nmachine: ${machine()}`);
+      const pr = ledger.pairs;
+      console.log(
+        `\ndecision + outcome appends, sequential, from a Worker (${PAIRS} pairs; workerd's timer ticks in ms): mean ${pr.mean.toFixed(2)} ms  p50 ${pr.p50.toFixed(2)} ms  p99 ${pr.p99.toFixed(2)} ms`,
+      );
+      printLedger(ledger);
+      return;
+    }
     // Governance in-process first, while no Worker loads the machine.
     const governance = governanceBench();
     // A throwaway checkpoint signing key (never the developer's .portcullis key).
@@ -508,23 +563,7 @@ async function main() {
       `added per call: p50 +${(total.governed.p50 - total.baseline.p50).toFixed(2)} µs, p99 +${(total.governed.p99 - total.baseline.p99).toFixed(2)} µs (against portcullis's own modern p50 of ${results["modern/portcullis"].p50.toFixed(2)} ms)`,
     );
 
-    console.log(
-      `\nledger: one chain (LedgerDO in workerd), ${APPENDS} one-entry appends per level, timed inside the Worker; target ≥ ${TARGET_APPENDS_PER_S} appends/s`,
-    );
-    console.log("in flight   appends/s   ms total   transactions   appends/transaction   D1 flushed after   vs target   RPC floor calls/s   ÷ floor");
-    for (const l of ledger.levels) {
-      const flushed = l.flushS === null ? "> 30 s" : `${l.flushS.toFixed(1)} s`;
-      console.log(
-        `${String(l.inFlight).padStart(9)}   ${l.perS.toFixed(0).padStart(9)}   ${l.ms.toFixed(0).padStart(8)}   ${String(l.transactions).padStart(12)}   ${l.perTx.toFixed(1).padStart(19)}   ${flushed.padStart(16)}   ${`×${(l.perS / TARGET_APPENDS_PER_S).toFixed(2)}`.padStart(9)}   ${l.floorPerS.toFixed(0).padStart(17)}   ×${(l.perS / l.floorPerS).toFixed(2)}`,
-      );
-    }
-    console.log("(RPC floor: the same loop against EchoDO, whose append stores nothing; the driving Worker and the objects share one workerd)");
-
-    const last = ledger.levels[ledger.levels.length - 1];
-    if (last)
-      console.log(
-        `checkpoints: the last chain (${last.seq} entries) is signed up to ${last.checkpointSize}${last.checkpointProblem ? ` (problem: ${last.checkpointProblem})` : ""}`,
-      );
+    printLedger(ledger);
   } finally {
     await stopAll();
   }

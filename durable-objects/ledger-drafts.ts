@@ -18,6 +18,8 @@ export const CHECKPOINT_EVERY = 256;
 export const CHECKPOINT_WITHIN_MS = 10_000;
 /** Entries reach D1 this long (at most) after their append. */
 export const FLUSH_DELAY_MS = 1_000;
+/** An alarm this late when a commit finishes has lost its turn to the load: the commit starts the background pass itself. */
+export const ALARM_OVERDUE_MS = 500;
 /** Rows one alarm run flushes before it re-arms (bounds the D1 queries of one invocation). */
 export const FLUSH_MAX_ROWS = 1_000;
 /** Drafts one transaction chains (bounds the synchronous work; a call is never split). */
@@ -26,8 +28,6 @@ export const MAX_TRANSACTION_DRAFTS = 2_000;
 export const MAX_CALL_DRAFTS = 1_000;
 /** Longest body (canonical JSON, UTF-16 units) an entry may have: well inside the 2 MB row limits of DO SQLite and D1. */
 export const MAX_BODY_CHARS = 256 * 1024;
-/** A chain whose last commit (of several calls) is this recent is busy: its next batch waits one turn to gather more appends. */
-export const BUSY_MS = 10;
 /** How long a read waits for a checkpoint being signed right now. */
 export const SETTLE_MS = 2_000;
 /** Retry backoff for D1 and for anchoring: 1 s, 2 s, 4 s … at most 5 min. */

@@ -1,11 +1,13 @@
 /**
  * The LedgerDO's rows, as pure code: the DDL and row shapes of its own SQLite tables (`meta`,
- * `entries`, `checkpoints`), how a stored row becomes a LedgerEntry or a Checkpoint, how an entry
- * becomes its `ledger_entries` row in D1 (facts from ./ledger-schema.ts `rowFacts`), and the D1
- * INSERT OR IGNORE statements of one flush batch, within D1's bounds on parameters and text. Takes
- * every input as arguments (the object looks rows up and runs the statements). Must never: run a
- * query, hold state, build a statement that is not idempotent, or reorder an entry's columns
- * away from ENTRY_COLUMNS.
+ * `entries`, `checkpoints`), the multi-row statements one commit writes them with (entries, and
+ * the meta rows of the transaction, within DO SQLite's 100 bound parameters), how a stored row
+ * becomes a LedgerEntry or a Checkpoint, how an entry becomes its `ledger_entries` row in D1
+ * (facts from ./ledger-schema.ts `rowFacts`), and the D1 INSERT OR IGNORE statements of one flush
+ * batch, within D1's bounds on parameters and text. Takes every input as arguments (the object
+ * looks rows up and runs the statements). Must never: run a query, hold state, build a D1
+ * statement that is not idempotent, or reorder an entry's columns away from ENTRY_COLUMNS /
+ * OBJECT_ENTRY_COLUMNS.
  */
 import type { Checkpoint } from "../src/ledger/checkpoint.ts";
 import type { EntryKind, LedgerEntry } from "../src/ledger/records.ts";
@@ -20,6 +22,36 @@ export const OBJECT_SCHEMA = `
       CREATE INDEX IF NOT EXISTS entries_decision ON entries (decision_id);
       CREATE TABLE IF NOT EXISTS checkpoints (size INTEGER PRIMARY KEY, hash TEXT NOT NULL, at TEXT NOT NULL, note TEXT NOT NULL);
     `;
+
+/** The columns of the object's `entries` table, in the order a commit binds them. */
+export const OBJECT_ENTRY_COLUMNS = ["seq", "v", "id", "kind", "at", "body", "prev", "hash", "decision_id"] as const;
+/** Entry rows one INSERT into the object's `entries` carries at most (DO SQLite binds ≤ 100 parameters per statement). */
+export const OBJECT_INSERT_ROWS = Math.floor(100 / OBJECT_ENTRY_COLUMNS.length);
+/** Body text one such INSERT carries at most (a larger body goes alone): bounds one statement's size. */
+export const OBJECT_INSERT_CHARS = 1024 * 1024;
+const objectRow = `(${OBJECT_ENTRY_COLUMNS.map(() => "?").join(", ")})`;
+const OBJECT_INSERTS = Array.from(
+  { length: OBJECT_INSERT_ROWS + 1 },
+  (_, n) => `INSERT INTO entries (${OBJECT_ENTRY_COLUMNS.join(", ")}) VALUES ${Array.from({ length: n }, () => objectRow).join(", ")}`,
+);
+/** The INSERT of `rows` (1..OBJECT_INSERT_ROWS) entry rows into the object's `entries`, OBJECT_ENTRY_COLUMNS per row (a plain INSERT: a seq already there aborts the transaction). */
+export function objectEntryInsert(rows: number): string {
+  const sql = rows >= 1 ? OBJECT_INSERTS[rows] : undefined;
+  if (sql === undefined) throw new Error(`ledger: an entries INSERT holds 1..${OBJECT_INSERT_ROWS} rows, not ${rows}`);
+  return sql;
+}
+/** Meta rows one transaction writes at most in one statement (k, v per row; 100 bound parameters). */
+export const META_UPSERT_ROWS = 50;
+const META_UPSERTS = Array.from(
+  { length: META_UPSERT_ROWS + 1 },
+  (_, n) => `INSERT OR REPLACE INTO meta (k, v) VALUES ${Array.from({ length: n }, () => "(?, ?)").join(", ")}`,
+);
+/** The INSERT OR REPLACE of `rows` (1..META_UPSERT_ROWS) meta rows, k and v per row. */
+export function metaUpsert(rows: number): string {
+  const sql = rows >= 1 ? META_UPSERTS[rows] : undefined;
+  if (sql === undefined) throw new Error(`ledger: a meta upsert holds 1..${META_UPSERT_ROWS} rows, not ${rows}`);
+  return sql;
+}
 
 /** Rows per D1 `batch()`; each statement of it inserts at most D1_ROWS_PER_STATEMENT rows (D1 binds ≤ 100 parameters per statement). */
 export const FLUSH_BATCH_ROWS = 100;

@@ -35,6 +35,8 @@ export interface SessionRecord {
   clientCapabilities: JsonObject;
   clientInfo?: JsonObject;
   logLevel?: string;
+  /** The `/mcp/<upstream>` route that opened the session (absent: /mcp); it is served on that route only. */
+  route?: string;
   upstreams: Record<string, UpstreamLegRecord>;
   /** Resource subscriptions held by the gateway for upstreams reached in 2026-07-28 (upstream URIs). */
   subscriptions?: Record<string, string[]>;
@@ -61,6 +63,8 @@ export interface SessionApi {
   /** Where client request `downId` went; `upstreamId` is null for requests recorded without one. */
   lookupRequest(principal: string, downId: string): Promise<{ upstream: string; upstreamId: string | null } | null>;
   update(principal: string, patch: Partial<Pick<SessionRecord, "logLevel" | "upstreams" | "subscriptions">>): Promise<SessionRecord | null>;
+  /** Stores `leg` as the leg to `upstream` unless the session has one already (the first stored wins); the leg kept and whether it is `leg`; null when the session is gone. */
+  adoptLeg(principal: string, upstream: string, leg: UpstreamLegRecord): Promise<{ rec: UpstreamLegRecord; stored: boolean } | null>;
   end(principal: string): Promise<SessionRecord | null>;
   addPending(principal: string, p: PendingRelay): Promise<void>;
   takePending(principal: string, id: string): Promise<PendingRelay | null>;
@@ -110,6 +114,42 @@ export interface CredentialsApi {
   remove(upstream: string): Promise<boolean>;
 }
 
+/** Who opened a legacy HTTP+SSE session (GET /sse): the principal's `sub` and its grant's `jti` (null for the loopback actor). */
+export interface SseOwner {
+  sub: string;
+  jti: string | null;
+}
+
+/** What the front asks SseDO to open (its fetch, `POST /open` with this JSON): the stream's owner, the endpoint event's URL, the keep-alive period. */
+export interface SseOpenRequest {
+  owner: SseOwner;
+  endpoint: string;
+  keepAliveMs: number;
+}
+
+/** How binding the initialized legacy session to an SSE session went: bound, already bound (a second initialize), or the stream is gone. */
+export type SseBind = "bound" | "already" | "gone";
+
+/**
+ * The SseDO surface: one object per legacy HTTP+SSE session, holding its open stream in memory.
+ * Every call names the owner; a call from anyone else, or after the stream closed, is refused
+ * (null / false / "gone") and changes nothing.
+ */
+export interface SseApi {
+  /** `POST /open` with an SseOpenRequest: the stream (endpoint event first); 409 when this object was opened before. */
+  fetch(req: Request): Promise<Response>;
+  /** The open session's wrapped Mcp-Session-Id (null before initialize); null when not open or not the owner's. */
+  session(owner: SseOwner): Promise<{ sid: string | null } | null>;
+  /** Binds the legacy session `sid` and writes `answer` (the initialize response) to the stream, before anything pushed later. */
+  bind(owner: SseOwner, sid: string, answer: string): Promise<SseBind>;
+  /** Resolves with the bound session id once initialize bound one; null when the stream closes first or for anyone but the owner. */
+  waitBound(owner: SseOwner): Promise<string | null>;
+  /** Writes one `message` event (a JSON-RPC message as text); false when the stream is gone or the caller is not the owner. */
+  push(owner: SseOwner, data: string): Promise<boolean>;
+  /** Ends the stream (idempotent for the owner); the bound session id, so the caller can end it too. */
+  close(owner: SseOwner): Promise<string | null>;
+}
+
 /** The RevocationsDO RPC surface. */
 export interface RevocationsApi {
   isRevoked(jti: string): Promise<boolean>;
@@ -131,6 +171,11 @@ export interface LedgerApi {
    * every append that arrived at the same time (group commit); the entries as chained.
    */
   append(drafts: EntryDraft[], signing: LedgerSigning): Promise<LedgerEntry[]>;
+  /**
+   * Several callers' appends in one RPC (src/mcp/ledger-batch.ts): each is checked, chained and
+   * refused on its own, exactly as if it had come in its own `append`; answers in the same order.
+   */
+  appendEach(calls: EntryDraft[][], signing: LedgerSigning): Promise<AppendOutcome[]>;
   head(): Promise<Head>;
   /** Entries with seq > `afterSeq`, oldest first, at most `limit`. */
   read(afterSeq: number, limit: number): Promise<LedgerEntry[]>;
@@ -144,6 +189,9 @@ export interface LedgerApi {
   /** The object's own account: head, checkpoint, D1 flush and global anchoring state, group-commit counters. */
   status(): Promise<LedgerStatus>;
 }
+
+/** One caller's answer inside `appendEach`: its entries as stored, or why it was refused. */
+export type AppendOutcome = { entries: LedgerEntry[] } | { error: string };
 
 /** What a LedgerDO reports about itself (`LedgerApi.status`), for operators and tests. */
 export interface LedgerStatus {
@@ -166,6 +214,8 @@ export interface LedgerStatus {
   /** Storage transactions that committed appends, and the append calls they held (group commit: transactions ≤ appends). */
   transactions: number;
   appends: number;
+  /** RPCs (`append`, `appendEach`) that brought appends to this instance since it started; not stored (appends ÷ rpcs: the Worker side's group commit). */
+  rpcs: number;
 }
 
 /** Version of the TaskOwnership shape (the `v` column of TasksDO's `owned` table). */

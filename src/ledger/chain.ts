@@ -38,11 +38,13 @@ export function chainEntries(chain: string, head: Head, drafts: EntryDraft[]): L
  * RFC 8785 of `draft.body`): the same entry and hash as chainEntries, without canonicalising
  * the body a second time. The envelope's members are written in their canonical order (at, body,
  * chain, id, kind, prev, seq, v); strings are serialised as RFC 8785 does (JSON.stringify).
+ * `sha256` must be SHA-256 of the UTF-8 text as lowercase hex (as sha256Hex); a runtime may pass
+ * a native one (the LedgerDO passes node:crypto's).
  */
-export function nextEntry(chain: string, head: Head, draft: EntryDraft, bodyText: string): LedgerEntry {
+export function nextEntry(chain: string, head: Head, draft: EntryDraft, bodyText: string, sha256: (text: string) => string = sha256Hex): LedgerEntry {
   const seq = head.seq + 1;
   const text = `{"at":${JSON.stringify(draft.at)},"body":${bodyText},"chain":${JSON.stringify(chain)},"id":${JSON.stringify(draft.id)},"kind":${JSON.stringify(draft.kind)},"prev":${JSON.stringify(head.hash)},"seq":${seq},"v":${ENTRY_VERSION}}`;
-  return { v: ENTRY_VERSION, chain, seq, prev: head.hash, kind: draft.kind, id: draft.id, at: draft.at, body: draft.body, hash: sha256Hex(text) };
+  return { v: ENTRY_VERSION, chain, seq, prev: head.hash, kind: draft.kind, id: draft.id, at: draft.at, body: draft.body, hash: sha256(text) };
 }
 
 export type ChainVerdict = { ok: true; head: Head; count: number } | { ok: false; seq: number; reason: string };

@@ -8,7 +8,7 @@
  */
 import { canonicalUrl } from "../identity/metadata.ts";
 import { GLOBAL_CHAIN, ledgerObject } from "../../durable-objects/names.ts";
-import type { LedgerApi, LedgerSigning } from "../../durable-objects/records.ts";
+import type { LedgerSigning } from "../../durable-objects/records.ts";
 import type { GatewayConfig } from "../config/load.ts";
 import type { Principal } from "../config/principal.ts";
 import type { Env } from "../env.ts";
@@ -18,6 +18,7 @@ import type { BlockedBody, ConfigChangedBody, DecisionBody, EntryDraft, EntryKin
 import type { JsonObject } from "../wire/jsonrpc.ts";
 import type { CallLedger, FrontContext } from "./context.ts";
 import { policyEngine } from "../governance/engine.ts";
+import { batchedAppend } from "./ledger-batch.ts";
 
 const policyVersion = (cfg: GatewayConfig): string => {
   try {
@@ -40,12 +41,6 @@ export interface LedgerTarget {
   waitUntil(p: Promise<unknown>): void;
 }
 
-function chainOf(env: Env, team: string): LedgerApi {
-  const chain = ledgerObject(env, team);
-  if (!chain) throw new Error(`team "${team}" is not a valid ledger chain name`);
-  return chain;
-}
-
 const draft = (kind: EntryKind, body: JsonObject, id: string = crypto.randomUUID()): EntryDraft => ({ kind, id, at: new Date().toISOString(), body });
 
 /** A ledger that does not answer within this bound counts as failed (the call is refused or its result held back). */
@@ -62,7 +57,8 @@ function bounded<T>(p: Promise<T>, ms = LEDGER_WRITE_TIMEOUT_MS): Promise<T> {
 }
 
 async function append(env: Env, team: string, signing: LedgerSigning, d: EntryDraft, decisionId: string): Promise<Receipt> {
-  const [entry] = await bounded(chainOf(env, team).append([d], signing));
+  // Through this isolate's group commit for the chain (ledger-batch.ts); bounded there per RPC and here per caller.
+  const [entry] = await bounded(batchedAppend(env, team, signing, [d], LEDGER_WRITE_TIMEOUT_MS));
   if (!entry || entry.id !== d.id || entry.kind !== d.kind) throw new Error("the ledger did not confirm the record");
   return { chain: entry.chain, seq: entry.seq, hash: entry.hash, decision_id: decisionId };
 }
@@ -137,9 +133,9 @@ export function callLedger(t: LedgerTarget): CallLedger {
     listed(shown, hidden) {
       const d = draft("tools.listed", { principal: p.sub, team: p.team, shown, hidden });
       t.waitUntil(
-        chainOf(t.env, p.team)
-          .append([d], t.signing)
-          .catch((e) => console.error("portcullis: tools.listed record not written", String(e))),
+        batchedAppend(t.env, p.team, t.signing, [d], LEDGER_WRITE_TIMEOUT_MS).catch((e) =>
+          console.error("portcullis: tools.listed record not written", String(e)),
+        ),
       );
     },
   };

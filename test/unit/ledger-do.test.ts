@@ -18,6 +18,7 @@ import type { Env } from "../../src/env.ts";
 import { verifyChain } from "../../src/ledger/chain.ts";
 import { checkpointOrigin, verifyCheckpoint } from "../../src/ledger/checkpoint.ts";
 import type { EntryDraft, LedgerEntry } from "../../src/ledger/records.ts";
+import { batchedAppend, MAX_RPC_APPENDS } from "../../src/mcp/ledger-batch.ts";
 
 const migration = Object.values(import.meta.glob("../../migrations/0001_ledger.sql", { query: "?raw", import: "default", eager: true }))[0] as string;
 
@@ -287,6 +288,55 @@ describe("LedgerDO", () => {
       ["outcome", "agent:1", "alpha__t1", "failed", "dec-1"],
       ["blocked", "agent:z", "alpha__x", "blocked", null],
     ]);
+  });
+
+  it("appendEach: several callers in one RPC, each checked and refused alone, all in one transaction", async () => {
+    const { name, api } = chain("team-each");
+    await api.append([decision(name, "first")], SIGNING);
+    const before = await api.status();
+    const bad: EntryDraft = { kind: "decision", id: "bad", at: now(), body: { x: Number.NaN } };
+    const out = await api.appendEach([[decision(name, "e-0")], [bad], [decision(name, "e-1"), outcome("o-1", "e-1")], []], SIGNING);
+    expect(out).toHaveLength(4);
+    expect("entries" in out[0]! && out[0].entries.map((e) => [e.id, e.seq])).toEqual([["e-0", 2]]);
+    expect("error" in out[1]! && out[1].error).toMatch(/cannot be canonicalised/);
+    expect("entries" in out[2]! && out[2].entries.map((e) => [e.id, e.seq])).toEqual([
+      ["e-1", 3],
+      ["o-1", 4],
+    ]);
+    expect(out[3]).toEqual({ entries: [] });
+    const after = await api.status();
+    expect(after.transactions - before.transactions).toBe(1);
+    expect(after.appends - before.appends).toBe(2);
+    expect(verifyChain(name, await readAll(api))).toMatchObject({ ok: true, count: 4 });
+  });
+
+  it("500 concurrent appends through the Worker's group commit (ledger-batch.ts): each caller gets its own entry, the chain verifies, far fewer RPCs than appends", async () => {
+    const { name, api } = chain("team-batch");
+    const calls: number[] = [];
+    // Count the RPCs the batcher makes by wrapping the namespace's stub.
+    const counting = {
+      ...env,
+      LEDGER: {
+        idFromName: (n: string) => env.LEDGER.idFromName(n),
+        get: (id: DurableObjectId) => {
+          const stub = env.LEDGER.get(id) as unknown as LedgerApi;
+          return {
+            appendEach: (c: EntryDraft[][], s: LedgerSigning) => {
+              calls.push(c.length);
+              return stub.appendEach(c, s);
+            },
+          };
+        },
+      },
+    } as unknown as Env;
+    const results = await Promise.all(Array.from({ length: 500 }, (_, i) => batchedAppend(counting, name, SIGNING, [decision(name, `b-${i}`, i)], 5000)));
+    for (const [i, r] of results.entries()) expect(r.map((e) => e.id)).toEqual([`b-${i}`]);
+    const stored = await readAll(api);
+    expect(stored.map((e) => e.seq)).toEqual(Array.from({ length: 500 }, (_, i) => i + 1));
+    expect(verifyChain(name, stored)).toMatchObject({ ok: true, count: 500 });
+    expect(calls.reduce((a, b) => a + b, 0)).toBe(500);
+    expect(calls.length).toBeLessThan(50);
+    expect(Math.max(...calls)).toBeLessThanOrEqual(MAX_RPC_APPENDS);
   });
 
   it("a draft that cannot be hashed is refused alone; a failed transaction refuses every append in it and leaves the chain unchanged", async () => {

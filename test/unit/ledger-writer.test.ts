@@ -30,7 +30,18 @@ function fakeLedger(faultAt: number, fault: Fault) {
   const entries: LedgerEntry[] = [];
   let head: Head = EMPTY_HEAD;
   let calls = 0;
-  const api: Pick<LedgerApi, "append"> = {
+  const api: Pick<LedgerApi, "append" | "appendEach"> = {
+    // What the Worker's group commit (src/mcp/ledger-batch.ts) calls: each call as its own append, one fault each.
+    async appendEach(calls: EntryDraft[][]) {
+      return Promise.all(
+        calls.map((drafts) =>
+          api.append(drafts, { secret: "", gateway: "" }).then(
+            (entries) => ({ entries }),
+            (e: Error) => ({ error: e.message }),
+          ),
+        ),
+      );
+    },
     async append(drafts: EntryDraft[]) {
       calls++;
       if (calls === faultAt) {
