@@ -7,7 +7,7 @@
  */
 import type { Env } from "../src/env.ts";
 import { GLOBAL_CHAIN } from "../src/ledger/records.ts";
-import type { ConfigApi, CredentialsApi, HistoryApi, HoldsApi, KillSwitchApi, LedgerApi, RevocationsApi, SessionApi, TasksApi } from "./records.ts";
+import type { ConfigApi, CredentialsApi, HistoryApi, HoldsApi, KillSwitchApi, LedgerApi, RevocationsApi, SessionApi, SseApi, TasksApi } from "./records.ts";
 
 /** Legacy session ids the gateway issues: 192 random bits as 48 lowercase hex characters. */
 export const SESSION_ID = /^[0-9a-f]{48}$/;
@@ -28,6 +28,15 @@ function objectFor<T>(ns: DurableObjectNamespace, name: string): T {
 /** A legacy session's object; null when `id` is not a session id this gateway could have issued. */
 export function sessionObject(env: Env, id: string): SessionApi | null {
   return SESSION_ID.test(id) ? objectFor<SessionApi>(env.SESSIONS, `session:${id}`) : null;
+}
+
+/**
+ * A legacy HTTP+SSE session's stream object (SseDO, `sse:<id>`); null when `id` is not an id this
+ * gateway could have issued. Ids are made like session ids (newSessionId) but live in their own
+ * namespace and kind, so an SSE session id never opens a SessionDO, nor the reverse.
+ */
+export function sseObject(env: Env, id: string): SseApi | null {
+  return SESSION_ID.test(id) ? objectFor<SseApi>(env.SSE, `sse:${id}`) : null;
 }
 
 /** A modern run's object (`Portcullis-Run-Id`); null when the id is malformed. */

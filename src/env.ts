@@ -17,6 +17,8 @@ export interface Env {
   KILLSWITCH: DurableObjectNamespace;
   /** ConfigDO: the gateway's stored, hot-reloadable config (durable-objects/config.ts). */
   CONFIG: DurableObjectNamespace;
+  /** SseDO: one legacy HTTP+SSE session's open stream, in memory (durable-objects/sse.ts; `gateway.legacy_sse`). */
+  SSE: DurableObjectNamespace;
   /** The shared ledger store all teams' auditors query (migrations/). */
   LEDGER_DB: D1Database;
   /** portcullis.yaml text, delivered as a var at deploy (or by `portcullis dev`). */

@@ -16,6 +16,7 @@ import { type AppEnv, gate } from "./routes/gate.ts";
 import { mintGrantRoute, revokeGrantRoute } from "./routes/grants.ts";
 import { exportRoute, searchRoute, traceRoute } from "./routes/ledger.ts";
 import { mcpRoutes } from "./routes/mcp.ts";
+import { sseRoutes } from "./routes/sse.ts";
 import { previewRoute } from "./routes/preview.ts";
 import { holdsRoutes } from "./routes/holds.ts";
 import { killSwitchRoutes } from "./routes/killswitch.ts";
@@ -33,6 +34,7 @@ export { HistoryDO } from "../durable-objects/history.ts";
 export { HoldsDO } from "../durable-objects/holds.ts";
 export { KillSwitchDO } from "../durable-objects/killswitch.ts";
 export { ConfigDO } from "../durable-objects/config.ts";
+export { SseDO } from "../durable-objects/sse.ts";
 
 const app = new Hono<AppEnv>();
 
@@ -120,6 +122,7 @@ app.get("/readyz", async (c) => {
 // What the caller can see: the same gate as /mcp, so counts follow the grant and the upstreams' allow/deny.
 app.get("/summary", gate({ path: "/mcp", role: "agent", allowActor: true, scoped: true }), async (c) => c.json(await summary(c.var.cfg, c.var.principal)));
 
+app.route("/", sseRoutes);
 app.route("/", mcpRoutes);
 
 app.notFound(() => jsonResponse({ error: "not found" }, 404));

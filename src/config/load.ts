@@ -91,6 +91,8 @@ export interface GatewayConfig {
   mappings: Record<string, Record<string, ToolMapping>>;
   /** Whether `portcullis.preview_impact` is offered to agents on /mcp. */
   agentTools: boolean;
+  /** Whether the legacy HTTP+SSE endpoint (`GET /sse`, `POST /messages`) is served (`gateway.legacy_sse`). */
+  legacySse: boolean;
   allowedHosts: string[];
   allowedOrigins: string[];
   sseRetryMs: number;
@@ -244,6 +246,7 @@ export function loadConfig(yamlText: string, vars: Record<string, unknown>): Gat
     policy: governance.policy,
     mappings: governance.mappings,
     agentTools: c.gateway.agent_tools,
+    legacySse: c.gateway.legacy_sse,
     allowedHosts: c.gateway.allowed_hosts.map((h) => h.toLowerCase()),
     allowedOrigins: c.gateway.allowed_origins,
     sseRetryMs: c.gateway.sse_retry_ms,

@@ -169,6 +169,13 @@ export const configSchema = z
           .default(86400),
         /** The gateway's own agent tools on /mcp (`portcullis.preview_impact`); false hides them. */
         agent_tools: z.boolean().default(true),
+        /**
+         * The deprecated HTTP+SSE transport (MCP 2024-11-05) for clients that speak nothing else:
+         * `GET /sse` opens the stream, its `endpoint` event names `/messages?sessionId=…`, each POST
+         * there gets 202 and its answer comes back on the stream (src/mcp/sse-legacy.ts). The same
+         * gate and governance as /mcp. Off (the default): both paths are 404 like any unknown route.
+         */
+        legacy_sse: z.boolean().default(false),
         /** Worker secret holding the AES-256 key (base64) that seals per-principal upstream credentials. */
         credentials_key_secret: z
           .string()
