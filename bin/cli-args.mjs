@@ -1,8 +1,10 @@
 /**
- * The option parser of the `portcullis` subcommands that validate their flags (ledger,
- * classify, suggest-manifest): `--name value`, `--name=value`, boolean flags, repeatable ones,
- * and a UsageError naming an unknown option, a missing value or (unless positionals are
- * allowed) an unexpected argument. Must never: accept an option the command did not declare.
+ * The option parser of every `portcullis` command: `--name value`, `--name=value`, boolean flags,
+ * repeatable ones, `-h` for `--help`, and a UsageError naming an unknown option (`--x` or `-x`),
+ * a missing value or (unless positionals are allowed) an unexpected argument. The conventions
+ * every command follows: `--help` / `-h` prints its usage on stdout and exits 0; a UsageError
+ * exits 2 with its message and "(<command> --help for the options)" on stderr.
+ * Must never: accept an option the command did not declare.
  */
 
 /** A mistake in how a command was called: its message says what to do instead. */
@@ -17,6 +19,11 @@ export function parseOptions(argv, { known, boolean = new Set(), repeatable = ne
   for (const k of repeatable) out[k] = [];
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
+    if (a === "-h" && known.includes("help")) {
+      out.help = true;
+      continue;
+    }
+    if (/^-[^-]/.test(a)) throw new UsageError(`unknown option ${a}`);
     if (!a.startsWith("--")) {
       out._.push(a);
       continue;

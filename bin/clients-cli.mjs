@@ -10,7 +10,8 @@
  * a rewrite change only the servers key, and their output and exit codes (0 ok, 1 problems found,
  * 2 usage). Must never: copy a credential out of a client file (an inline secret becomes a
  * `${NAME}` reference and the command names the secret to set, never its value), print one,
- * overwrite an existing backup, or write anything on --dry-run.
+ * overwrite an existing backup, or write anything on --dry-run. bin/add-cli.mjs reuses its
+ * inline-secret rule (looksLikeCredential, secretName), urlProblem and writeAtomic.
  */
 import { copyFileSync, constants, existsSync, readFileSync, realpathSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { homedir, platform } from "node:os";
@@ -56,7 +57,7 @@ exit: 0 restored, 1 no backup (or it could not be restored), 2 usage`,
 exit: 0 every client goes through the gateway only, 1 an ungoverned server or a missing gateway entry, 2 usage`,
 };
 
-const KNOWN = {
+export const KNOWN = {
   import: ["client", "path", "config", "gateway", "dry-run", "json", "help"],
   restore: ["client", "path", "json", "help"],
   doctor: ["clients", "client", "path", "gateway", "json", "help"],
@@ -351,11 +352,11 @@ const isGatewayEntry = (s, gateway) => s.name === ENTRY || (s.url !== undefined 
 // Secrets: what looks like a credential, and the references that replace it.
 
 const SENSITIVE_HEADER = /^(authorization|proxy-authorization|cookie)$|token|secret|key|auth|password|passwd|session|credential|signature/i;
-const SCHEME = /^\s*(bearer|basic|token|apikey|api-key|digest)\s+/i;
+export const SCHEME = /^\s*(bearer|basic|token|apikey|api-key|digest)\s+/i;
 const KNOWN_PREFIX = /(sk-|sk_live_|sk_test_|ghp_|gho_|ghu_|ghs_|github_pat_|glpat-|xox[abposr]-|AKIA|AIza|pat_|eyJ)[A-Za-z0-9_-]/;
 
 /** True when `literal` (a header value without its `${…}` references) carries credential material. */
-function looksLikeCredential(header, literal) {
+export function looksLikeCredential(header, literal) {
   const rest = literal.replace(SCHEME, "").trim();
   if (!rest) return false;
   if (SENSITIVE_HEADER.test(header)) return true;
@@ -390,7 +391,7 @@ const upperSnake = (s) =>
     .replace(/^_+|_+$/g, "");
 
 /** A secret name for upstream `up`'s `header` not in `taken`: GITHUB_TOKEN for Authorization, GITHUB_X_API_KEY otherwise. */
-function secretName(up, header, taken) {
+export function secretName(up, header, taken) {
   const base = `${upperSnake(up)}_${/^(proxy-)?authorization$/i.test(header) ? "TOKEN" : upperSnake(header) || "SECRET"}`.replace(/^(\d)/, "_$1");
   let name = base;
   for (let n = 2; taken.has(name); n++) name = `${base}_${n}`;
@@ -439,7 +440,7 @@ function upstreamHeaders(up, server, taken) {
 }
 
 /** Why a URL cannot be copied as it is (credentials in it), or null. */
-function urlProblem(url) {
+export function urlProblem(url) {
   let u;
   try {
     u = new URL(url);
@@ -504,7 +505,7 @@ function configWith(file, doc, added, client) {
 }
 
 /** Writes `text` to `file` by a rename in its directory, keeping the file's mode. */
-function writeAtomic(file, text) {
+export function writeAtomic(file, text) {
   const mode = existsSync(file) ? statSync(file).mode & 0o777 : 0o644;
   const tmp = join(dirname(file), `.${basename(file)}.portcullis-${process.pid}.tmp`);
   try {

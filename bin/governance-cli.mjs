@@ -81,7 +81,7 @@ const isObject = (v) => typeof v === "object" && v !== null && !Array.isArray(v)
 const plural = (n, word) => `${n} ${word}${n === 1 ? "" : "s"}`;
 
 const BOOLEAN = new Set(["json", "live", "force", "help"]);
-const KNOWN = {
+export const KNOWN = {
   classify: ["config", "json", "live", "timeout", "help"],
   "suggest-manifest": ["config", "upstream", "out", "force", "timeout", "help"],
 };

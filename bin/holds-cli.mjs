@@ -47,15 +47,17 @@ exit: 0 rejected (the ledger record is durable), 1 refused, 2 usage, 3 unreachab
 };
 
 const BOOLEAN = new Set(["json", "help"]);
-const KNOWN = {
+export const KNOWN = {
   list: ["url", "token", "status", "team", "limit", "json", "help"],
   show: ["url", "token", "json", "help"],
   approve: ["url", "token", "reason", "action-hash", "json", "help"],
   reject: ["url", "token", "reason", "action-hash", "json", "help"],
 };
 
+const TOKEN_NOTE = "Give the token in PORTCULLIS_TOKEN (a --token on the command line is visible to other processes on this machine).";
+
 function help(cmd) {
-  console.log(HELP[cmd]);
+  console.log(cmd === "holds" ? HELP[cmd] : `${HELP[cmd]}\n${TOKEN_NOTE}`);
   return 0;
 }
 
@@ -182,7 +184,7 @@ const COMMANDS = { list: listCommand, show: showCommand, approve: resolveCommand
 /** Runs `portcullis holds <argv…>`; the exit code. */
 export async function holdsCommand(argv) {
   const [cmd, ...rest] = argv;
-  if (cmd === "--help" || cmd === "help") return help("holds");
+  if (cmd === "--help" || cmd === "-h" || cmd === "help") return help("holds");
   const run = COMMANDS[cmd];
   if (!run) {
     console.error(`${cmd ? `portcullis holds: unknown command ${cmd}\n` : ""}${HELP.holds}`);

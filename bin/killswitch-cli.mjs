@@ -32,7 +32,7 @@ exit: 0 read, 2 usage, 3 refused, unreachable or the kill switch could not be re
 };
 const TOKEN_NOTE = "Give the token in PORTCULLIS_TOKEN (a --token on the command line is visible to other processes on this machine).";
 
-const KNOWN = {
+export const KNOWN = {
   halt: ["scope", "target", "reason", "url", "token", "json", "help"],
   resume: ["scope", "target", "reason", "url", "token", "json", "help"],
   status: ["url", "token", "json", "help"],

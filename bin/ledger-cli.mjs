@@ -56,7 +56,7 @@ function help(cmd) {
 
 const REPEATABLE = new Set(["checkpoint"]);
 const BOOLEAN = new Set(["json", "help", "quiet"]);
-const KNOWN = {
+export const KNOWN = {
   verify: ["file", "url", "token", "team", "key", "checkpoint", "receipt", "json", "quiet", "help"],
   export: ["url", "token", "team", "out", "json", "help"],
   trace: ["url", "token", "team", "json", "help"],
@@ -258,7 +258,7 @@ const COMMANDS = { verify: verifyCommand, export: exportCommand, trace: traceCom
 /** Runs `portcullis ledger <argv…>`; the exit code. */
 export async function ledgerCommand(argv) {
   const [cmd, ...rest] = argv;
-  if (cmd === "--help" || cmd === "help") return help("ledger");
+  if (cmd === "--help" || cmd === "-h" || cmd === "help") return help("ledger");
   const run = COMMANDS[cmd];
   if (!run) {
     console.error(`${cmd ? `portcullis ledger: unknown command ${cmd}\n` : ""}${HELP.ledger}`);

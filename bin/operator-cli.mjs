@@ -64,9 +64,10 @@ exit: 0 written, 1 the file exists or cannot be written, 2 usage`,
   signatures against the published JWKS, not while you still verify exports it signed.
   --kid KID, --secret NAME, --stdout, --json  as for keys generate
 exit: 0 written, 1 FILE is not a usable key, or the output exists or cannot be written, 2 usage`,
-  check: `usage: portcullis check --config FILE
+  check: `usage: portcullis check --config FILE [--json]
        portcullis check --self-probe [--timeout 180s] [--verbose] [--json]
-  --config FILE   validate a config and report every problem (exit 0 ok, 1 invalid)
+  --config FILE   validate a config and report every problem (exit 0 ok, 1 invalid); with --json,
+                  print {ok, config, problems}
   --self-probe    prove that this build fails closed: starts a recording upstream and a local gateway
                   (wrangler dev on a free 127.0.0.1 port, a fresh signing key, its state in a temporary
                   directory) and sends a real tools/call as a grant whose team is not a valid ledger
@@ -88,7 +89,7 @@ exit: 0 PASS, 1 FAIL (or an invalid config), 2 usage, 3 the probe could not be r
   credential (401/403) counts as reachable.
   --local / --deployed  where the gateway will run (default: local unless auth.required is true)
   --timeout             per upstream, with --live (default 5s)
-  --json                print {ok, config, where, problems, upstreams} (with --live)
+  --json                print {ok, config, where, problems} (and upstreams, with --live)
 exit: 0 sound (and every upstream reachable), 1 a problem or an unreachable upstream, 2 usage`,
 };
 
@@ -689,7 +690,7 @@ async function doctorCommand(a, deps) {
 // ---- dispatch ----------------------------------------------------------------------------------
 
 const BOOLEAN = new Set(["json", "help", "stdout", "self-probe", "verbose", "live", "local", "deployed"]);
-const KNOWN = {
+export const KNOWN = {
   "token revoke": ["url", "token", "exp", "json", "help"],
   "keys generate": ["out", "kid", "secret", "stdout", "json", "help"],
   "keys rotate": ["key", "out", "kid", "secret", "stdout", "json", "help"],
@@ -709,7 +710,7 @@ export async function operatorCommand(cmd, argv, deps = {}) {
   let rest = argv;
   if (cmd === "keys") {
     const [sub, ...more] = argv;
-    if (sub === undefined || sub === "--help" || sub === "help") return help("keys");
+    if (sub === undefined || sub === "--help" || sub === "-h" || sub === "help") return help("keys");
     if (sub !== "generate" && sub !== "rotate") {
       console.error(`portcullis keys: unknown command ${sub}\n${HELP.keys}`);
       return 2;

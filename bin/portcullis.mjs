@@ -8,7 +8,9 @@
  * `classify` and `suggest-manifest` are bin/governance-cli.mjs's, as is the classification banner
  * `dev` and `start` print once their gateway is up; `token revoke`, `keys generate | rotate`,
  * `check --self-probe` and `doctor --live` are bin/operator-cli.mjs's (given `startGateway` and
- * `validate` from here).
+ * `validate` from here), and `add` is bin/add-cli.mjs's (given `validate`). Owns the help
+ * conventions every command follows (see USAGE): `--help` / `-h` prints the usage on stdout, exit
+ * 0; an unknown or missing option exits 2 pointing at the command's --help.
  * Must never: print secret values (config errors name variables, not values), put one on a
  * command line (a gateway gets its vars through a private env file, see `startGateway`), or let
  * the demo upstream listen beyond loopback.
@@ -19,35 +21,28 @@ import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, realpathSy
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
+import { parseOptions, UsageError } from "./cli-args.mjs";
 import { inlineConfigFiles } from "./config-files.mjs";
+import { tokenOf } from "./gateway-http.mjs";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const bin = (name) => resolve(root, "node_modules", ".bin", name);
 
-function args(argv) {
-  const out = { _: [] };
-  for (let i = 0; i < argv.length; i++) {
-    const a = argv[i];
-    if (a.startsWith("--")) {
-      const [k, v] = a.slice(2).split("=", 2);
-      out[k] = v ?? (argv[i + 1] && !argv[i + 1].startsWith("--") ? argv[++i] : true);
-    } else out._.push(a);
-  }
-  return out;
-}
-
-function usage(code = 1) {
-  console.error(`usage:
+/**
+ * The usage of every command, printed by `portcullis --help` (stdout) and by `portcullis` alone
+ * (stderr). Each command's own `--help` / `-h` prints its full usage.
+ */
+export const USAGE = `usage: portcullis <command> [options]     (portcullis <command> --help, or -h, for each one's options)
   portcullis start [--port N] [--upstream-port N] [--persist-to DIR]
                         demo upstream (127.0.0.1 only) + gateway on http://127.0.0.1:8787/mcp
   portcullis demo-upstream [--port N]      the bundled demo upstream alone, on 127.0.0.1:3001 only
   portcullis dev --config FILE [--port N]  local gateway with that config (prints the classification
                         banner once it is up, as start does)
-  portcullis check --config FILE           validate a config and report every problem
+  portcullis check --config FILE [--json]  validate a config and report every problem
   portcullis check --self-probe [--json]   fail-closed self-probe: a local gateway whose ledger cannot be
                         written must refuse a real tools/call before it reaches the upstream: exit 0 PASS,
                         1 FAIL (portcullis check --help)
-  portcullis doctor --config FILE [--local|--deployed]
+  portcullis doctor --config FILE [--local|--deployed] [--json]
                         check the config statically, egress rules included: exit 1 naming each
                         refused upstream and its reason (all at once), 0 when sound
   portcullis doctor --config FILE --live [--timeout 5s] [--json]
@@ -59,6 +54,9 @@ function usage(code = 1) {
                         a client's HTTP servers become upstreams (secrets by reference), the client file is
                         backed up once and points at the gateway alone (portcullis import --help)
   portcullis restore --client C [--path FILE]  put the client file back from that backup
+  portcullis add --config FILE --name NAME --url URL [--header "K: V"]... [--gateway URL] [--dry-run]
+                        register an upstream in FILE (comments kept, validated whole, inline secrets
+                        refused) and, with --gateway, hot-add it to that gateway (portcullis add --help)
   portcullis token mint --sub PRINCIPAL [--team T] [--role R,...] [--tools GLOB,...] [--ttl 1h]
                         [--port N | --gateway URL | --aud URL] [--iss ISS] [--key FILE]
                         locally, with the dev key, for one gateway:
@@ -67,7 +65,7 @@ function usage(code = 1) {
                           --aud URL      aud = URL, iss = --iss or the same URL
                         default: --port 8787; --iss overrides the issuer in every case;
                         the dev key is .portcullis/dev-signing-key.json (PORTCULLIS_DEV_KEY_FILE overrides)
-  portcullis token mint --url GATEWAY --token ADMIN_GRANT --sub ...  through POST /v1/grants
+  portcullis token mint --url GATEWAY --sub ...  through POST /v1/grants (admin token in PORTCULLIS_TOKEN)
   portcullis token revoke JTI --url GATEWAY [--exp SECONDS] [--json]
                         revoke a grant (admin token in PORTCULLIS_TOKEN; portcullis token revoke --help)
   portcullis keys generate [--out FILE] [--kid KID] [--stdout] [--json]
@@ -93,7 +91,106 @@ function usage(code = 1) {
                         the kill switch: scopes global | team | upstream | tool | principal | grant
   portcullis reload --config FILE --url GATEWAY [--json]
                         hot-reload upstreams, mappings and policy into a running gateway (validated whole;
-                        a refused config keeps the old one serving; portcullis reload --help)`);
+                        a refused config keeps the old one serving; portcullis reload --help)
+Every command answers --help (or -h) with its usage on stdout (exit 0). An unknown option, a missing
+required one or an unexpected argument exits 2, naming it and pointing at the command's --help.`;
+
+/** The usage of the commands this file runs itself (the others are their modules'). */
+export const HELP = {
+  start: `usage: portcullis start [--port N] [--upstream-port N] [--persist-to DIR]
+  the demo: the bundled upstream (server-everything, 127.0.0.1 only) and a governed gateway in front of
+  it (portcullis.yaml: mode enforce, mappings/everything.yaml, the demo policy). Once it is up it prints
+  the classification banner, the console URL, an approver grant to paste there (this terminal only)
+  and a three-step try-it recipe. Ctrl-C stops both.
+  --port N           the gateway's port on 127.0.0.1 (default 8787)
+  --upstream-port N  the demo upstream's port on 127.0.0.1 (default 3001)
+  --persist-to DIR   keep the gateway's state (ledger, holds, sessions) in DIR across restarts
+exit: the gateway's exit code once it stops; 2 usage`,
+  "demo-upstream": `usage: portcullis demo-upstream [--port N]
+  the bundled demo upstream (server-everything, Streamable HTTP) alone, listening on 127.0.0.1 only
+  --port N  its port (default 3001); its endpoint is http://127.0.0.1:N/mcp
+exit: 2 usage; otherwise it runs until stopped`,
+  dev: `usage: portcullis dev --config FILE [--port N]
+  a local gateway (wrangler dev on workerd, local D1 and Durable Objects) with that config, on
+  http://127.0.0.1:N/mcp; policy and mappings_dir are relative to FILE; every \${NAME} the config
+  names goes to the gateway from this environment. Prints the classification banner once it is up.
+  --config FILE  the portcullis.yaml (validated first: every problem printed, exit 1)
+  --port N       its port on 127.0.0.1 (default 8787)
+exit: 1 an invalid config, 2 usage; otherwise the gateway's exit code once it stops`,
+  token: `usage: portcullis token <command> [options]
+  mint     a grant: locally with the dev key (or --key), or through a gateway's POST /v1/grants (--url)
+  revoke   revoke a grant on a gateway (POST /v1/grants/JTI/revoke)
+Each command takes --help.`,
+  "token mint": `usage: portcullis token mint --sub PRINCIPAL [--team T] [--role R,...] [--tools GLOB,...] [--ttl 1h]
+                             [--port N | --gateway URL | --aud URL] [--iss ISS] [--key FILE] [--max-lifetime 24h] [--json]
+       portcullis token mint --url GATEWAY --sub PRINCIPAL [--team T] [--role R,...] [--tools GLOB,...] [--ttl 1h] [--json]
+  prints a grant token (an EdDSA JWT) for one gateway on stdout.
+  --sub PRINCIPAL    who the grant is for (e.g. agent:ci, human:alice)
+  --team T           its team (default "default"): its holds, ledger chain and kill-switch scope
+  --role R,...       roles: agent (default), approver, auditor, operator, admin
+  --tools GLOB,...   the tools it may see and call (exposed names, globs; default none)
+  --ttl 1h           lifetime: seconds, or 30m / 1h / 1d (default 1h)
+  locally, signed with the dev key (.portcullis/dev-signing-key.json; PORTCULLIS_DEV_KEY_FILE overrides):
+  --port N           for the local gateway on port N: iss = aud = http://127.0.0.1:N (the default, 8787)
+  --gateway URL      for the gateway at URL (its /mcp endpoint will do): iss = aud = URL
+  --aud URL          aud = URL, iss = --iss or the same URL (give one of --port, --gateway, --aud)
+  --iss ISS          the issuer, overriding the one above
+  --key FILE         sign with this private key (or key set) instead of the dev key
+  --max-lifetime D   refuse a --ttl above D (default 1d; a gateway refuses grants above its
+                     auth.max_token_lifetime)
+  through a gateway, which signs for itself (a grant.minted record on the ledger):
+  --url GATEWAY      POST GATEWAY/v1/grants; needs an admin token. Give the token in PORTCULLIS_TOKEN (a
+                     --token on the command line is visible to other processes on this machine)
+  --json             print {token, jti, exp, iss, aud, sub, team, roles, tools} (through --url: the gateway's answer)
+exit: 0 minted, 1 refused (conflicting gateway flags, a ttl above the maximum, or the gateway refused), 2 usage`,
+};
+
+const BOOLEAN = new Set(["help", "json", "local", "deployed"]);
+/** The options each command this file runs accepts (help.test.ts checks its --help names them all). */
+export const KNOWN = {
+  start: ["port", "upstream-port", "persist-to", "help"],
+  "demo-upstream": ["port", "help"],
+  dev: ["config", "port", "help"],
+  check: ["config", "json", "help"],
+  doctor: ["config", "local", "deployed", "json", "help"],
+  "token mint": ["sub", "team", "role", "tools", "ttl", "max-lifetime", "port", "gateway", "aud", "iss", "key", "url", "token", "json", "help"],
+};
+
+/** `--help`, `-h` or `help` as the only word after a command (group): print its usage. */
+const isHelp = (w) => w === "--help" || w === "-h" || w === "help";
+
+/** A usage mistake in a command this file runs: its message and the pointer to --help on stderr, exit 2. */
+function usageError(name, message) {
+  console.error(`portcullis ${name}: ${message}\n(portcullis ${name} --help for the options)`);
+  process.exit(2);
+}
+
+/** `argv` parsed for command `name` (KNOWN); --help prints its usage and exits 0; a usage mistake exits 2. */
+function options(name, argv) {
+  let a;
+  try {
+    a = parseOptions(argv, { known: KNOWN[name], boolean: BOOLEAN, positionals: false });
+  } catch (e) {
+    if (e instanceof UsageError) usageError(name, e.message);
+    throw e;
+  }
+  if (a.help) {
+    console.log(HELP[name] ?? USAGE);
+    process.exit(0);
+  }
+  return a;
+}
+
+/** `--port`'s value as a port number (1-65535), or `fallback` when not given; a usage error otherwise. */
+function portOf(name, v, fallback, flag = "--port") {
+  if (v === undefined) return fallback;
+  const n = /^\d+$/.test(v) ? Number(v) : Number.NaN;
+  if (!(n >= 1 && n <= 65535)) usageError(name, `${flag}: use a port number (1-65535), not ${v}`);
+  return n;
+}
+
+function usage(code = 1) {
+  console.error(USAGE);
   process.exit(code);
 }
 
@@ -112,9 +209,9 @@ export async function devSigningKey(file = process.env.PORTCULLIS_DEV_KEY_FILE |
   return JSON.stringify(privateJwk);
 }
 
-function seconds(ttl) {
+function seconds(ttl, flag = "--ttl") {
   const m = /^(\d+)(s|m|h|d)?$/.exec(String(ttl));
-  if (!m) throw new Error(`--ttl: use a number of seconds or 30m / 1h / 1d, not ${ttl}`);
+  if (!m || Number(m[1]) === 0) throw new UsageError(`${flag}: use a number of seconds or 30m / 1h / 1d, not ${ttl}`);
   return Number(m[1]) * { s: 1, m: 60, h: 3600, d: 86400 }[m[2] ?? "s"];
 }
 
@@ -170,7 +267,7 @@ export function mintTarget(a) {
 }
 
 async function tokenMint(a) {
-  if (typeof a.sub !== "string") usage();
+  if (typeof a.sub !== "string") throw new UsageError("give --sub PRINCIPAL (who the grant is for)");
   const body = {
     sub: a.sub,
     team: typeof a.team === "string" ? a.team : "default",
@@ -179,38 +276,52 @@ async function tokenMint(a) {
   };
   const ttl = seconds(a.ttl ?? "1h");
   if (typeof a.url === "string") {
-    if (typeof a.token !== "string") usage();
-    const named = ["aud", "gateway", "port", "iss"].filter((k) => a[k] !== undefined);
+    const named = ["aud", "gateway", "port", "iss", "key", "max-lifetime"].filter((k) => a[k] !== undefined);
     if (named.length) fail(`--url mints through that gateway, which signs for itself: drop ${named.map((k) => `--${k}`).join(", ")}`);
+    const token = tokenOf(a);
     const res = await fetch(new URL("/v1/grants", a.url), {
       method: "POST",
-      headers: { "content-type": "application/json", authorization: `Bearer ${a.token}` },
+      headers: { "content-type": "application/json", authorization: `Bearer ${token}` },
       body: JSON.stringify({ ...body, ttl_seconds: ttl }),
-    });
+      signal: AbortSignal.timeout(30_000),
+    }).catch((e) => fail(`POST ${new URL("/v1/grants", a.url).origin}/v1/grants: ${e.cause?.code ?? e.cause?.message ?? e.message}`));
     const j = await res.json().catch(() => ({}));
     if (!res.ok) {
       console.error(`mint refused (${res.status}): ${j.error_description ?? j.error ?? "unknown error"}`);
       process.exit(1);
     }
-    console.log(j.token);
+    console.log(a.json ? JSON.stringify(j, null, 2) : j.token);
     return;
   }
   const target = mintTarget(a);
   if (typeof target === "string") fail(target);
   const { parseKeySet, mintGrant } = await import(resolve(root, "src/identity/tokens.ts"));
-  const keyText = typeof a.key === "string" ? readFileSync(a.key, "utf8") : await devSigningKey();
-  const maxLifetimeSeconds = a["max-lifetime"] ? seconds(a["max-lifetime"]) : 86400;
-  const minted = await mintGrant(await parseKeySet(keyText), { ...target, ...body, ttlSeconds: ttl }, { maxLifetimeSeconds });
-  console.log(minted.token);
+  let keyText;
+  if (typeof a.key === "string") {
+    try {
+      keyText = readFileSync(a.key, "utf8");
+    } catch (e) {
+      fail(`--key: cannot read ${a.key} (${e.code ?? e.message})`);
+    }
+  } else keyText = await devSigningKey();
+  const maxLifetimeSeconds = a["max-lifetime"] ? seconds(a["max-lifetime"], "--max-lifetime") : 86400;
+  let minted;
+  try {
+    minted = await mintGrant(await parseKeySet(keyText), { ...target, ...body, ttlSeconds: ttl }, { maxLifetimeSeconds });
+  } catch (e) {
+    fail(`cannot mint: ${e?.message ?? e}`);
+  }
+  console.log(a.json ? JSON.stringify({ token: minted.token, jti: minted.jti, exp: minted.exp, ...target, ...body }, null, 2) : minted.token);
 }
 
 /**
- * Validates a config file: schema, secrets named in it, and the egress rules for every upstream
- * from the given vantage (`onLoopback`: the gateway serves on 127.0.0.1, as `dev` does).
+ * Validates a config file (or `text`, a config meant for `file`'s place, as `add` does before it
+ * writes): schema, secrets named in it, and the egress rules for every upstream from the given
+ * vantage (`onLoopback`: the gateway serves on 127.0.0.1, as `dev` does).
  */
-async function validate(file, { onLoopback = true, secrets = "env" } = {}) {
+async function validate(file, { onLoopback = true, secrets = "env", text: given } = {}) {
   // `policy: <path>` and `mappings_dir: <dir>` are inlined: the Worker gets one config text.
-  const inlined = inlineConfigFiles(readFileSync(file, "utf8"), file);
+  const inlined = inlineConfigFiles(given ?? readFileSync(file, "utf8"), file);
   const text = inlined.text;
   if (inlined.problems.length) return { ok: false, problems: inlined.problems, text };
   const { loadConfig, ConfigError } = await import(resolve(root, "src/config/load.ts"));
@@ -597,65 +708,111 @@ Try it:
   }
 }
 
+/** The config file's text for `name` (check, doctor, dev); a refusal naming the file when it cannot be read. */
+function configFileText(name, file) {
+  try {
+    return readFileSync(file, "utf8");
+  } catch (e) {
+    console.error(`portcullis ${name}: cannot read --config ${file} (${e.code ?? e.message})`);
+    process.exit(1);
+  }
+}
+
 async function main() {
-  const a = args(process.argv.slice(2));
-  const cmd = a._[0];
+  const [cmd, ...rest] = process.argv.slice(2);
+  // `portcullis` alone: the usage on stderr, exit 0 (as before); --help / -h / help: on stdout.
+  if (cmd === undefined) usage(0);
+  if (isHelp(cmd)) {
+    console.log(USAGE);
+    return;
+  }
+  const has = (...flags) => rest.some((w) => flags.includes(w) || flags.some((f) => w.startsWith(`${f}=`)));
   if (cmd === "ledger") {
     // verify | export | trace: bin/ledger-cli.mjs owns the ledger commands and their flags.
     const { ledgerCommand } = await import("./ledger-cli.mjs");
-    process.exit(await ledgerCommand(process.argv.slice(3)));
+    process.exit(await ledgerCommand(rest));
   }
   if (cmd === "holds") {
-    // list | approve | reject: bin/holds-cli.mjs owns the hold commands and their flags.
+    // list | show | approve | reject: bin/holds-cli.mjs owns the hold commands and their flags.
     const { holdsCommand } = await import("./holds-cli.mjs");
-    process.exit(await holdsCommand(process.argv.slice(3)));
+    process.exit(await holdsCommand(rest));
   }
   if (cmd === "halt" || cmd === "resume" || cmd === "status") {
     // bin/killswitch-cli.mjs owns the kill-switch commands and their flags.
     const { killSwitchCommand } = await import("./killswitch-cli.mjs");
-    process.exit(await killSwitchCommand(cmd, process.argv.slice(3)));
+    process.exit(await killSwitchCommand(cmd, rest));
   }
   if (cmd === "reload") {
     // bin/reload-cli.mjs owns the reload command and its flags.
     const { reloadCommand } = await import("./reload-cli.mjs");
-    process.exit(await reloadCommand(process.argv.slice(3)));
+    process.exit(await reloadCommand(rest));
+  }
+  if (cmd === "add") {
+    // bin/add-cli.mjs owns the add command, its flags and its output; the validation is this file's.
+    const { addCommand } = await import("./add-cli.mjs");
+    process.exit(await addCommand(rest, { validate }));
   }
   if (cmd === "classify" || cmd === "suggest-manifest") {
     // bin/governance-cli.mjs owns these commands, their flags and their output.
     const { governanceCommand } = await import("./governance-cli.mjs");
-    process.exitCode = await governanceCommand(cmd, process.argv.slice(3));
+    process.exitCode = await governanceCommand(cmd, rest);
     return;
   }
   if (cmd === "import" || cmd === "restore") {
     // bin/clients-cli.mjs owns the client-config commands, their flags and their output.
     const { clientsCommand } = await import("./clients-cli.mjs");
-    process.exit(await clientsCommand(cmd, process.argv.slice(3)));
+    process.exit(await clientsCommand(cmd, rest));
   }
-  if (cmd === "token" && a._[1] === "revoke") {
-    const { operatorCommand } = await import("./operator-cli.mjs");
-    process.exit(await operatorCommand("token revoke", process.argv.slice(4)));
+  if (cmd === "token") {
+    const [sub, ...more] = rest;
+    if (sub !== undefined && isHelp(sub)) {
+      console.log(HELP.token);
+      return;
+    }
+    if (sub === "revoke") {
+      const { operatorCommand } = await import("./operator-cli.mjs");
+      process.exit(await operatorCommand("token revoke", more));
+    }
+    if (sub === "mint") {
+      const a = options("token mint", more);
+      try {
+        await tokenMint(a);
+      } catch (e) {
+        if (e instanceof UsageError) usageError("token mint", e.message);
+        throw e;
+      }
+      return;
+    }
+    console.error(`${sub === undefined ? "portcullis token: give a command" : `portcullis token: unknown command ${sub}`}\n${HELP.token}`);
+    process.exit(2);
   }
   if (cmd === "keys") {
     const { operatorCommand } = await import("./operator-cli.mjs");
-    process.exit(await operatorCommand("keys", process.argv.slice(3)));
+    process.exit(await operatorCommand("keys", rest));
   }
-  if ((cmd === "check" && (a["self-probe"] || a.help)) || (cmd === "doctor" && !a.clients && (a.live || a.help))) {
-    // bin/operator-cli.mjs owns check --self-probe and doctor --live (and their --help).
+  if (cmd === "doctor" && has("--clients")) {
+    const { clientsCommand } = await import("./clients-cli.mjs");
+    process.exit(await clientsCommand("doctor", rest));
+  }
+  if ((cmd === "check" && has("--self-probe", "--help", "-h")) || (cmd === "doctor" && has("--live", "--help", "-h"))) {
+    // bin/operator-cli.mjs owns check --self-probe and doctor --live (and both commands' --help).
     const { operatorCommand } = await import("./operator-cli.mjs");
-    process.exit(await operatorCommand(cmd, process.argv.slice(3), { startGateway, validate }));
+    process.exit(await operatorCommand(cmd, rest, { startGateway, validate }));
   }
   if (cmd === "doctor") {
-    if (a.clients) {
-      const { clientsCommand } = await import("./clients-cli.mjs");
-      process.exit(await clientsCommand("doctor", process.argv.slice(3)));
-    }
-    if (typeof a.config !== "string") usage();
+    const a = options("doctor", rest);
+    if (typeof a.config !== "string") usageError("doctor", "give --config FILE (or --clients, for the MCP clients on this machine)");
+    if (a.local && a.deployed) usageError("doctor", "--local and --deployed: give one");
     // Where will it run? --local: on loopback (portcullis dev); --deployed: on a public hostname.
     // Default: a config that allows unauthenticated use is a local one.
-    const text = readFileSync(a.config, "utf8");
+    const text = configFileText("doctor", a.config);
     const local = a.local === true ? true : a.deployed === true ? false : !/^\s*required:\s*true\b/m.test(text);
-    const v = await validate(a.config, { onLoopback: local, secrets: "static" });
+    const v = await validate(a.config, { onLoopback: local, secrets: "static", text });
     const where = local ? "served on loopback" : "deployed";
+    if (a.json) {
+      console.log(JSON.stringify({ ok: v.ok, config: a.config, where, problems: v.ok ? [] : v.problems }, null, 2));
+      process.exit(v.ok ? 0 : 1);
+    }
     if (v.ok) {
       console.log(`${a.config}: sound (${where}; ${v.cfg.upstreams.length} upstream${v.cfg.upstreams.length === 1 ? "" : "s"})`);
       return;
@@ -664,8 +821,13 @@ async function main() {
     process.exit(1);
   }
   if (cmd === "check") {
-    if (typeof a.config !== "string") usage();
-    const v = await validate(a.config);
+    const a = options("check", rest);
+    if (typeof a.config !== "string") usageError("check", "give --config FILE (or --self-probe)");
+    const v = await validate(a.config, { text: configFileText("check", a.config) });
+    if (a.json) {
+      console.log(JSON.stringify({ ok: v.ok, config: a.config, problems: v.ok ? [] : v.problems }, null, 2));
+      process.exit(v.ok ? 0 : 1);
+    }
     if (v.ok) {
       console.log(`${a.config}: ok`);
       return;
@@ -673,18 +835,15 @@ async function main() {
     console.error(`${a.config}: invalid\n${v.problems.map((p) => `  - ${p}`).join("\n")}`);
     process.exit(1);
   }
-  if (cmd === "token" && a._[1] === "mint") {
-    await tokenMint(a);
-    return;
-  }
   if (cmd === "dev") {
-    if (typeof a.config !== "string") usage();
-    const v = await validate(a.config);
+    const a = options("dev", rest);
+    if (typeof a.config !== "string") usageError("dev", "give --config FILE");
+    const port = portOf("dev", a.port, 8787);
+    const v = await validate(a.config, { text: configFileText("dev", a.config) });
     if (!v.ok) {
       console.error(`${a.config}: invalid\n${v.problems.map((p) => `  - ${p}`).join("\n")}`);
       process.exit(1);
     }
-    const port = a.port ? Number(a.port) : 8787;
     const child = startGateway({ configText: v.text, port, signingKey: await devSigningKey(), extraVars: secretsFromEnv(v.text, v.cfg) });
     console.log(`portcullis: gateway on http://127.0.0.1:${port}/mcp`);
     stopChildrenOnSignal([child]);
@@ -693,11 +852,14 @@ async function main() {
     return;
   }
   if (cmd === "demo-upstream") {
-    await demoUpstream(Number(a.port ?? 3001));
+    const a = options("demo-upstream", rest);
+    await demoUpstream(portOf("demo-upstream", a.port, 3001));
     return;
   }
   if (cmd === "start") {
-    const upPort = Number(a["upstream-port"] ?? 3001);
+    const a = options("start", rest);
+    const upPort = portOf("start", a["upstream-port"], 3001, "--upstream-port");
+    const port = portOf("start", a.port, 8787);
     const demo = startDemoUpstream({ port: upPort });
     const children = [demo];
     stopChildrenOnSignal(children);
@@ -705,7 +867,6 @@ async function main() {
     const inlined = inlineConfigFiles(readFileSync(demoConfig, "utf8").replaceAll("127.0.0.1:3001/", `127.0.0.1:${upPort}/`), demoConfig);
     if (inlined.problems.length) fail(`${demoConfig}: invalid\n${inlined.problems.map((p) => `  - ${p}`).join("\n")}`);
     const configText = inlined.text;
-    const port = a.port ? Number(a.port) : 8787;
     const persistTo = typeof a["persist-to"] === "string" ? a["persist-to"] : undefined;
     const gw = startGateway({ configText, port, persistTo, signingKey: await devSigningKey() });
     console.log(`portcullis: demo upstream on http://127.0.0.1:${upPort}/mcp, gateway on http://127.0.0.1:${port}/mcp`);
@@ -720,7 +881,8 @@ async function main() {
     void classificationBanner({ configText, origin }).then(() => demoGuide({ origin, port }));
     return;
   }
-  usage(cmd ? 1 : 0);
+  console.error(`portcullis: unknown command ${cmd}\n(portcullis --help for the commands)`);
+  process.exit(2);
 }
 
 // Run as a command (directly, or through the node_modules/.bin symlink npx uses), not when imported.

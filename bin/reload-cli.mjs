@@ -5,7 +5,8 @@
  * the command's flags, reading FILE with its policy and mappings_dir files inlined
  * (bin/config-files.mjs), the request, output and exit codes (0 stored, 1 the gateway refused the
  * config — every problem printed, the previous one keeps serving — 2 usage or a file problem, 3
- * the gateway refused otherwise or could not be reached). The token comes from PORTCULLIS_TOKEN
+ * the gateway refused otherwise or could not be reached), and putConfig, the request itself, which
+ * `add --gateway` (bin/add-cli.mjs) reuses. The token comes from PORTCULLIS_TOKEN
  * or --token (an admin grant); the actor recorded is its principal. Must never: print or log a
  * token or the config text, or send either anywhere but the gateway named by --url.
  */
@@ -25,7 +26,7 @@ const HELP = `usage: portcullis reload --config FILE --url GATEWAY [--json]
 Give the token in PORTCULLIS_TOKEN (a --token on the command line is visible to other processes on this machine).
 exit: 0 stored (or already current), 1 the config was refused, 2 usage or an unreadable file, 3 refused otherwise or unreachable`;
 
-const KNOWN = ["config", "url", "token", "json", "help"];
+export const KNOWN = ["config", "url", "token", "json", "help"];
 const BOOLEAN = new Set(["json", "help"]);
 
 /** FILE's text with its policy and mappings inlined; a UsageError naming every file problem. */
@@ -41,28 +42,53 @@ function configText(file) {
   return out.text;
 }
 
+/** The gateway refused the config itself (400 with its problems): `problems` lists each one, `where` the request. */
+export class ConfigRefused extends Refused {
+  constructor(where, problems) {
+    super(`${problems.length} problem${problems.length === 1 ? "" : "s"}`);
+    this.where = where;
+    this.problems = problems;
+  }
+}
+
+/**
+ * Stores config `text` (its files already inlined) as the next version of the config of the
+ * gateway at `base` (a URL), with admin `token`: the gateway's answer `{ version, sha256, changed }`.
+ * Throws ConfigRefused when the gateway refuses the config (the previous one keeps serving),
+ * FetchError when it refuses otherwise or cannot be reached. Used by `reload` and `add --gateway`.
+ */
+export async function putConfig(base, token, text) {
+  const { res, where } = await send(base, "PUT", "/v1/config", token, { body: { config: text }, timeoutMs: 30_000 });
+  const answer = await answerOf(res);
+  const json = answer.json;
+  if (res.status === 400 && Array.isArray(json?.problems)) throw new ConfigRefused(where, json.problems.map(String));
+  if (!res.ok) throw new FetchError(refusal(where, res.status, answer));
+  if (!json || typeof json.version !== "number" || typeof json.sha256 !== "string") throw new FetchError(`${where}: the answer is not a stored config version`);
+  return json;
+}
+
+/** The line `reload` and `add --gateway` print for a stored version. */
+export const versionLine = (json) =>
+  json.changed === false
+    ? `already current: config version ${json.version} (sha256 ${json.sha256})`
+    : `reloaded: config version ${json.version} (sha256 ${json.sha256})`;
+
 async function reload(a) {
   if (typeof a.config !== "string") throw new UsageError("give --config FILE");
   const base = gatewayOf(a.url);
   const token = tokenOf(a);
   const text = configText(a.config);
-  const { res, where } = await send(base, "PUT", "/v1/config", token, { body: { config: text }, timeoutMs: 30_000 });
-  const answer = await answerOf(res);
-  const json = answer.json;
-  if (res.status === 400 && Array.isArray(json?.problems)) {
-    if (a.json) console.log(JSON.stringify({ ok: false, problems: json.problems }, null, 2));
-    else console.error(`${where} → 400: the config was refused; the previous one keeps serving:\n  - ${json.problems.join("\n  - ")}`);
-    throw new Refused(`${json.problems.length} problem${json.problems.length === 1 ? "" : "s"} in ${a.config}`);
+  let json;
+  try {
+    json = await putConfig(base, token, text);
+  } catch (e) {
+    if (!(e instanceof ConfigRefused)) throw e;
+    if (a.json) console.log(JSON.stringify({ ok: false, problems: e.problems }, null, 2));
+    else console.error(`${e.where} → 400: the config was refused; the previous one keeps serving:\n  - ${e.problems.join("\n  - ")}`);
+    throw new Refused(`${e.message} in ${a.config}`);
   }
-  if (!res.ok) throw new FetchError(refusal(where, res.status, answer));
-  if (!json || typeof json.version !== "number" || typeof json.sha256 !== "string") throw new FetchError(`${where}: the answer is not a stored config version`);
   if (a.json) console.log(JSON.stringify(json, null, 2));
-  else
-    console.log(
-      json.changed === false
-        ? `already current: config version ${json.version} (sha256 ${json.sha256})`
-        : `reloaded: config version ${json.version} (sha256 ${json.sha256})`,
-    );
+  else console.log(versionLine(json));
   return 0;
 }
 

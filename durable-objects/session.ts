@@ -250,6 +250,22 @@ export class SessionDO extends DurableObject {
     return rec;
   }
 
+  /**
+   * Stores `leg` as the session's leg to `upstream` unless the session has one already: the first
+   * leg stored wins (src/mcp/legs.ts sessionLeg opens a leg lazily for an upstream a hot reload
+   * added after initialize; a concurrent opener elsewhere gets the kept one back and closes its own).
+   * The leg the session now keeps and whether it is `leg`; null when the session is gone.
+   */
+  async adoptLeg(principal: string, upstream: string, leg: UpstreamLegRecord): Promise<{ rec: UpstreamLegRecord; stored: boolean } | null> {
+    const rec = await this.open(principal);
+    if (!rec) return null;
+    const have = rec.upstreams[upstream];
+    if (have) return { rec: have, stored: false };
+    rec.upstreams = { ...rec.upstreams, [upstream]: leg };
+    this.save(rec);
+    return { rec: leg, stored: true };
+  }
+
   /** Ends the session; later requests with its id get 404. Returns the record that ended (its storage is gone). */
   async end(principal: string): Promise<SessionRecord | null> {
     const rec = await this.open(principal);

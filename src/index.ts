@@ -59,6 +59,8 @@ const auditor = gate({ path: "/", role: ["auditor", "admin"], allowActor: false 
 for (const path of [
   "/.well-known/oauth-protected-resource",
   "/.well-known/oauth-protected-resource/mcp",
+  // Every name answers alike (metadata.ts: a per-upstream route names /mcp as its resource).
+  "/.well-known/oauth-protected-resource/mcp/:upstream",
   "/.well-known/oauth-protected-resource/operator/mcp",
 ]) {
   app.get(path, async (c) => {

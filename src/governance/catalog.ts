@@ -13,7 +13,7 @@ import { isObject, type JsonObject } from "../wire/jsonrpc.ts";
 export interface CatalogTool {
   /** The upstream's own tool name. */
   name: string;
-  /** The name clients see (prefixed, or aliased when over 64 characters). */
+  /** The governed name: what /mcp shows (prefixed, or aliased when over 64 characters), also on a `/mcp/<upstream>` route, whose clients see `name`. */
   exposedName: string;
   inputSchema: JsonObject;
   outputSchema?: JsonObject;

@@ -102,11 +102,26 @@ function metadataUrl(cfg: GatewayConfig, path: string): string {
   return path === "/" ? `${origin}/.well-known/oauth-protected-resource` : `${origin}/.well-known/oauth-protected-resource${path}`;
 }
 
+/**
+ * The resource a metadata document names for `path`. `/mcp/<upstream>` (any name, the route
+ * pattern included: the unauthenticated document must not tell which upstreams exist) names /mcp
+ * itself. A per-upstream route is a view of the one resource server /mcp is, not a resource server
+ * of its own: grants are audience-bound to the gateway (acceptedAudiences: its canonical URL or its
+ * /mcp endpoint), one grant reaches every route and its tool globs decide what each route shows,
+ * and the same gate (and WWW-Authenticate challenge, which points at /mcp's document) guards both.
+ * Naming `/mcp/<upstream>` here would lead RFC 8707 clients to ask for tokens with an audience no
+ * grant carries; /mcp is a path prefix of every route, which MCP clients accept as the resource of
+ * a server URL below it (the SDK's checkResourceAllowed).
+ */
+function resourcePath(path: string): string {
+  return path.startsWith("/mcp/") ? "/mcp" : path;
+}
+
 export function protectedResourceMetadata(cfg: GatewayConfig, path: string): Record<string, unknown> {
   const origin = canonicalOrigin(cfg);
   const servers = [issuerOf(cfg), ...cfg.auth.externalIssuers.map((e) => e.issuer)];
   return {
-    resource: path === "/" ? canonicalUrl(cfg) : `${origin}${path}`,
+    resource: path === "/" ? canonicalUrl(cfg) : `${origin}${resourcePath(path)}`,
     authorization_servers: [...new Set(servers)],
     bearer_methods_supported: ["header"],
     scopes_supported: [...ROLES],

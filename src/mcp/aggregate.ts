@@ -12,7 +12,7 @@ import type { CallContext, Outcome } from "./context.ts";
 import { forward } from "./forward.ts";
 import { type Json, type JsonObject, type JsonRpcRequest, isObject } from "../wire/jsonrpc.ts";
 import { grantAllowsTool, grantReachesUpstream } from "../governance/grant-scope.ts";
-import { exposeName, exposeUri } from "./names.ts";
+import { exposeName, exposeUri, governedName } from "./names.ts";
 import { toolAllowed } from "../governance/grant-scope.ts";
 import { rememberTools } from "./catalog.ts";
 import { agentTools } from "./agent-tools.ts";
@@ -33,8 +33,10 @@ function renameItem(ctx: CallContext, kind: ListKind, up: UpstreamConfig, item: 
   if (kind.key === "tools") {
     if (typeof item.name !== "string" || !toolAllowed(up, item.name)) return null;
     const exposed = exposeName(up, item.name);
-    if (!grantAllowsTool(ctx.principal, exposed)) return null;
-    if (!policyLists(ctx, up, item, exposed)) return null;
+    // The grant and the policy judge the governed name (on /mcp/<upstream>: the one /mcp shows).
+    const governed = governedName(up, item.name, ctx.route);
+    if (!grantAllowsTool(ctx.principal, governed)) return null;
+    if (!policyLists(ctx, up, item, governed)) return null;
     return exposed === item.name ? item : { ...item, name: exposed };
   }
   if (!grantReachesUpstream(ctx.principal, up)) return null;
@@ -50,10 +52,10 @@ function renameItem(ctx: CallContext, kind: ListKind, up: UpstreamConfig, item: 
  * condition, history, magnitude or window, in enforce) is not listed; anything whose outcome
  * depends on the call is listed and decided at call time. Classified only when the policy can hide.
  */
-function policyLists(ctx: CallContext, up: UpstreamConfig, item: JsonObject, exposed: string): boolean {
+function policyLists(ctx: CallContext, up: UpstreamConfig, item: JsonObject, governed: string): boolean {
   const policy = policyEngine(ctx.cfg);
   if (!policy.mayHide) return true;
-  const tool = catalogEntry(item, exposed);
+  const tool = catalogEntry(item, governed);
   if (!tool) return true;
   const target = { upstream: up, tool };
   return policy.listed(ctx.principal, target, classifyTool(target, mappingsOf(ctx.cfg)));
@@ -126,13 +128,21 @@ export async function allPages(
   return pages;
 }
 
-/** One `tools.listed` record per tools/list: the exposed names shown, and those the grant or the upstream's allow/deny hid. */
+/**
+ * One `tools.listed` record per tools/list: the names shown, and those the grant, the policy or the
+ * upstream's allow/deny hid — governed names (on /mcp/<upstream> the ones /mcp would show), so the
+ * record reads the same whichever path listed.
+ */
 function recordListing(ctx: CallContext, listedBy: (readonly [UpstreamConfig, Json[]])[], shownItems: Json[]): void {
-  const shown = shownItems.flatMap((t) => (isObject(t) && typeof t.name === "string" ? [t.name] : []));
-  const seen = new Set(shown);
-  const hidden = listedBy.flatMap(([up, raw]) =>
-    raw.flatMap((t) => (isObject(t) && typeof t.name === "string" && !seen.has(exposeName(up, t.name)) ? [exposeName(up, t.name)] : [])),
-  );
+  const seen = new Set(shownItems.flatMap((t) => (isObject(t) && typeof t.name === "string" ? [t.name] : [])));
+  const shown: string[] = [];
+  const hidden: string[] = [];
+  for (const [up, raw] of listedBy) {
+    for (const t of raw) {
+      if (!isObject(t) || typeof t.name !== "string") continue;
+      (seen.has(exposeName(up, t.name)) ? shown : hidden).push(governedName(up, t.name, ctx.route));
+    }
+  }
   ctx.ledger.listed(shown, hidden);
 }
 

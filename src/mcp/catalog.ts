@@ -5,8 +5,10 @@
  * Entries live per isolate for CATALOG_TTL_MS and are dropped when the upstream says its tool
  * list changed. Keyed by upstream, URL, client era and — for `per_principal` credentials, which
  * can change what an upstream lists — the principal, so one principal's tools never resolve for
- * another. Must never: resolve a name from another credential scope's list, or serve an entry
- * past its TTL.
+ * another. Entries are keyed by governed name (names.ts: the name /mcp exposes), so /mcp and
+ * `/mcp/<upstream>` share one catalog and governance resolves the same name on both.
+ * Must never: resolve a name from another credential scope's list, resolve a name of an upstream
+ * the request does not serve, or serve an entry past its TTL.
  */
 import type { UpstreamConfig } from "../config/load.ts";
 import { type CatalogTool, catalogEntry, type ToolCatalog } from "../governance/catalog.ts";
@@ -14,7 +16,7 @@ import { CatalogUnreadable } from "../governance/steps.ts";
 import { type Json, type JsonObject, isObject } from "../wire/jsonrpc.ts";
 import type { CallContext } from "./context.ts";
 import { callLeg } from "./forward.ts";
-import { exposeName, splitName } from "./names.ts";
+import { governedName, type RouteView, splitGoverned } from "./names.ts";
 import { cached, type Entry, store } from "./catalog-store.ts";
 import { modernMeta } from "./upstream.ts";
 
@@ -30,11 +32,11 @@ function keyOf(ctx: CallContext, up: UpstreamConfig): string {
   return `${up.name}\u0000${up.url}\u0000${ctx.era}\u0000${scope}`;
 }
 
-function build(up: UpstreamConfig, listed: Json[]): Map<string, CatalogTool> {
+function build(up: UpstreamConfig, listed: Json[], route: RouteView | undefined): Map<string, CatalogTool> {
   const tools = new Map<string, CatalogTool>();
   for (const t of listed) {
     if (!isObject(t) || typeof t.name !== "string") continue;
-    const entry = catalogEntry(t, exposeName(up, t.name));
+    const entry = catalogEntry(t, governedName(up, t.name, route));
     if (entry) tools.set(entry.exposedName, entry);
   }
   return tools;
@@ -64,7 +66,7 @@ async function fetchTools(ctx: CallContext, up: UpstreamConfig): Promise<Json[]>
 function fill(ctx: CallContext, up: UpstreamConfig, key: string): Promise<Entry> {
   let p = filling.get(key);
   if (!p) {
-    p = (async () => store(key, { at: Date.now(), tools: build(up, await fetchTools(ctx, up)) }))();
+    p = (async () => store(key, { at: Date.now(), tools: build(up, await fetchTools(ctx, up), ctx.route) }))();
     filling.set(key, p);
     const done = () => filling.delete(key);
     p.then(done, done);
@@ -78,19 +80,19 @@ async function current(ctx: CallContext, up: UpstreamConfig, key: string): Promi
   return fill(ctx, up, key);
 }
 
-/** The catalog as this caller sees it: its upstreams, its era, its credentials. */
+/** The catalog as this caller sees it: its upstreams, its era, its credentials; names are governed names. */
 export function toolCatalog(ctx: CallContext): ToolCatalog {
   return {
-    async resolve(exposedName) {
-      const target = splitName(ctx.cfg.upstreams, exposedName);
+    async resolve(governed) {
+      const target = splitGoverned(ctx.cfg.upstreams, governed, ctx.route);
       if (!target) return null;
       const up = target.up;
       const key = keyOf(ctx, up);
       let e = await current(ctx, up, key);
-      let tool = e.tools.get(exposedName);
+      let tool = e.tools.get(governed);
       if (!tool && Date.now() - e.at >= MISS_REFILL_MS) {
         e = await fill(ctx, up, key);
-        tool = e.tools.get(exposedName);
+        tool = e.tools.get(governed);
       }
       return tool ? { upstream: up, tool } : null;
     },
@@ -99,5 +101,5 @@ export function toolCatalog(ctx: CallContext): ToolCatalog {
 
 /** A complete tools/list the gateway just read from `up` for this caller refreshes its catalog entry. */
 export function rememberTools(ctx: CallContext, up: UpstreamConfig, listed: Json[]): void {
-  store(keyOf(ctx, up), { at: Date.now(), tools: build(up, listed) });
+  store(keyOf(ctx, up), { at: Date.now(), tools: build(up, listed, ctx.route) });
 }

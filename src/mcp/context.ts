@@ -10,6 +10,7 @@ import type { JsonObject, JsonRpcNotification, JsonRpcRequest } from "../wire/js
 import type { Era, HoldRecord, HoldsApi, Leg, TasksApi } from "../../durable-objects/records.ts";
 import type { HistoryStore, KillSwitchReader, LedgerWriter } from "../governance/steps.ts";
 import type { HoldBody } from "../ledger/records.ts";
+import type { RouteView } from "./names.ts";
 
 /** What a front knows about one HTTP request once the gate let it through. */
 export interface FrontContext {
@@ -20,6 +21,11 @@ export interface FrontContext {
   /** The gateway's canonical URL (grant audience, ledger checkpoint origins). */
   gateway: string;
   waitUntil(p: Promise<unknown>): void;
+  /**
+   * Set on `/mcp/<upstream>` (route-view.ts): `cfg` is then the view holding that upstream alone,
+   * and a legacy session belongs to the route that opened it. Absent on /mcp.
+   */
+  route?: RouteView;
 }
 
 export interface Relay {
@@ -50,6 +56,8 @@ export interface CallLedger extends LedgerWriter {
 
 export interface CallContext {
   cfg: GatewayConfig;
+  /** The `/mcp/<upstream>` route this request came in on (names.ts: edge vs governed names); absent on /mcp. */
+  route?: RouteView;
   /** The client's era. */
   era: Era;
   /** The caller and its grant: which tools and upstreams it may see; `principal.sub` owns what it opens. */

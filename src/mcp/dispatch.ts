@@ -5,7 +5,9 @@
  * collaborators, prompts, resources, completion, logging fan-out, tasks by id and the verbatim
  * pass-through of unknown methods to a single transparent upstream — both through
  * governedPassThrough; a task reaches its upstream only for the principal that created it,
- * task-owners.ts). Must never: forward a tools/call itself, route a name to an upstream that
+ * task-owners.ts). On `/mcp/<upstream>` a tools/call is governed under the name /mcp gives the
+ * tool (names.ts governedFromEdge), and answered under the name the client used.
+ * Must never: forward a tools/call itself, route a name to an upstream that
  * does not own it, or forward a task-addressed request for a task the caller does not own.
  */
 import type { UpstreamConfig } from "../config/load.ts";
@@ -21,7 +23,7 @@ import { aggregateList, LISTS } from "./aggregate.ts";
 import type { CallContext, Outcome } from "./context.ts";
 import { callLeg, forward } from "./forward.ts";
 import { ErrorCode, type JsonObject, type JsonRpcRequest, errorResponse, isObject } from "../wire/jsonrpc.ts";
-import { exposeHandle, splitHandle, splitName, splitUri } from "./names.ts";
+import { exposeHandle, governedFromEdge, splitHandle, splitName, splitUri } from "./names.ts";
 import { directoryRead, skillsGet, skillsList } from "./skills.ts";
 import { forOwnerOnly, ownTasksOnly, recordCreatedTasks, unknownTask } from "./task-owners.ts";
 import { PREVIEW_TOOL_NAME, previewArgs } from "./agent-tools.ts";
@@ -121,9 +123,18 @@ async function toolsCall(ctx: CallContext, msg: JsonRpcRequest): Promise<Outcome
   const name = msg.params?.name;
   if (typeof name !== "string") return fail(msg, ErrorCode.InvalidParams, "Invalid params: tools/call needs a string name", ctx.era === "modern" ? 400 : 200);
   if (name === PREVIEW_TOOL_NAME && ctx.cfg.agentTools) return previewImpact(ctx, msg);
-  const answer = await governToolCall(governance(ctx), toolCallOf(ctx, msg, name));
+  const governed = governedFromEdge(ctx.cfg.upstreams, name, ctx.route);
+  const answer = await governToolCall(governance(ctx), toolCallOf(ctx, msg, governed));
   const target = splitName(ctx.cfg.upstreams, name);
-  return target ? exposeTask(target.up, answer) : answer;
+  const out = target ? exposeTask(target.up, answer) : answer;
+  return governed === name ? out : unknownAsSent(out, governed, name);
+}
+
+/** On a route, an unknown tool is named as the client sent it (the governed name is /mcp's spelling of it). */
+function unknownAsSent(out: Outcome, governed: string, name: string): Outcome {
+  const err = out.response.error;
+  if (!err || err.code !== ErrorCode.InvalidParams || err.message !== `Unknown tool: ${governed}`) return out;
+  return { ...out, response: { ...out.response, error: { ...err, message: `Unknown tool: ${name}` } } };
 }
 
 /** Requests that reach a tool without naming it go through governedPassThrough (kill switch first). */

@@ -1,7 +1,8 @@
 /**
  * The legacy front (2025-11-25, 2025-06-18, 2025-03-26): initialize, Mcp-Session-Id sessions in
  * SessionDO, POST with JSON or SSE answers, the GET stream, resumption by Last-Event-ID, DELETE.
- * Owns: session creation and lookup by principal, routing client notifications and answers
+ * Owns: session creation and lookup by principal (and by route: a session opened on
+ * `/mcp/<upstream>` lives on that route only, one opened on /mcp on /mcp only), routing client notifications and answers
  * (cancellation via the id map, relayed server→client answers back to their upstream), and the
  * legacy CallContext. Must never: serve a session to a principal that did not open it (404),
  * or accept a JSON-RPC batch.
@@ -22,7 +23,7 @@ import {
   isRequest,
 } from "../wire/jsonrpc.ts";
 import { grantReachesUpstream } from "../governance/grant-scope.ts";
-import { mergeCapabilities, mergeInstructions, openLegacyClientLeg } from "./legs.ts";
+import { mergeCapabilities, mergeInstructions, openLegacyClientLeg, sessionLeg } from "./legs.ts";
 import { splitUri } from "./names.ts";
 import { relayServerRequest } from "./relay.ts";
 import { respond, type Resumable, type StreamControl } from "./respond.ts";
@@ -43,6 +44,11 @@ const SESSION_HDR = "mcp-session-id";
 /** How long a POST stream may run before its events are kept for resumption (see legacyPost). */
 const PERSIST_AFTER_MS = 250;
 const BRIDGE = "__bridge__";
+
+/** A session is served only on the route that opened it: /mcp, or the `/mcp/<upstream>` it names (elsewhere it is not found). */
+function onThisRoute(fc: FrontContext, rec: SessionRecord): boolean {
+  return (rec.route ?? null) === (fc.route?.upstream ?? null);
+}
 
 function notFound(id: JsonRpcMessage | null = null): Response {
   const rid = id && "id" in id && (typeof id.id === "string" || typeof id.id === "number") ? id.id : null;
@@ -102,6 +108,7 @@ async function initialize(fc: FrontContext, req: JsonRpcRequest): Promise<Respon
     ttlS: fc.cfg.sessionTtlS,
   };
   if (clientInfo) rec.clientInfo = clientInfo;
+  if (fc.route) rec.route = fc.route.upstream;
   await sessionObject(fc.env, id)!.create(rec);
   const result: JsonObject = { protocolVersion: version, capabilities: mergeCapabilities(fc.cfg, upstreams), serverInfo: { ...GATEWAY_INFO } };
   const instructions = mergeInstructions(fc.cfg, upstreams);
@@ -119,6 +126,7 @@ function legacyContext(
 ): CallContext {
   return {
     cfg: fc.cfg,
+    ...(fc.route ? { route: fc.route } : {}),
     era: "legacy",
     principal: fc.principal,
     signal,
@@ -126,14 +134,15 @@ function legacyContext(
     callerFiltered: fc.principal.tools !== null,
     runId: rec.id,
     ledger: frontLedger(fc),
-    leg: async (up) => legOf(rec, up),
+    // An upstream a hot reload added after initialize gets its leg on first use (legs.ts sessionLeg).
+    leg: async (up) => ((await sessionLeg(store, rec, up)) ? legOf(rec, up) : null),
     renewLeg: async (up) => {
       const fresh = await openLegacyClientLeg(up, rec.protocolVersion, rec.clientCapabilities, rec.clientInfo);
       rec.upstreams[up.name] = fresh;
       await store.update(fc.principal.sub, { upstreams: { [up.name]: fresh } });
       return legOf(rec, up);
     },
-    capabilities: async (up) => rec.upstreams[up.name]?.capabilities,
+    capabilities: async (up) => (await sessionLeg(store, rec, up))?.capabilities,
     taskStore: () => taskObject(fc.env, fc.principal.sub),
     history: () => historyStore(fc.env),
     killSwitch: () => killSwitchReader(fc.env),
@@ -243,7 +252,7 @@ export async function legacyPost(fc: FrontContext, req: Request, msg: JsonRpcMes
   if (bad) return bad;
   const store = sessionObject(fc.env, sid);
   const rec = store && (await store.open(fc.principal.sub));
-  if (!store || !rec) return notFound(msg);
+  if (!store || !rec || !onThisRoute(fc, rec)) return notFound(msg);
   if (!isRequest(msg)) return clientMessage(fc, store, rec, msg);
   const held = await heldSubscription(fc, store, rec, msg);
   if (held) return held;
@@ -315,7 +324,7 @@ export async function legacyGet(fc: FrontContext, req: Request): Promise<Respons
   if (bad) return bad;
   const store = sessionObject(fc.env, sid);
   const rec = store && (await store.open(fc.principal.sub));
-  if (!store || !rec) return notFound();
+  if (!store || !rec || !onThisRoute(fc, rec)) return notFound();
   const last = req.headers.get("last-event-id");
   if (last) return replayStream(fc, store, last, req.signal);
   return relayGetStream(fc, store, rec, req.signal, (up) => legOf(rec, up));
@@ -325,7 +334,10 @@ export async function legacyDelete(fc: FrontContext, req: Request): Promise<Resp
   const sid = req.headers.get(SESSION_HDR);
   if (!sid) return refuse(400, ErrorCode.ServerError, "Bad Request: Mcp-Session-Id header is required to end a session");
   const store = sessionObject(fc.env, sid);
-  const rec = store && (await store.end(fc.principal.sub));
+  // Ended only from the route that opened it: a DELETE on another route leaves it running.
+  const open = store && (await store.open(fc.principal.sub));
+  if (!store || !open || !onThisRoute(fc, open)) return notFound();
+  const rec = await store.end(fc.principal.sub);
   if (!rec) return notFound();
   for (const up of fc.cfg.upstreams) {
     const leg = rec.upstreams[up.name]?.leg;

@@ -1,15 +1,18 @@
 /**
  * Upstream legs: which era the gateway speaks to each upstream for a given client, and the
  * capabilities the client is shown. Owns: opening legacy upstream sessions for a legacy client
- * session, falling back to a 2026-07-28 leg for modern-only upstreams, the per-principal legacy
- * sessions modern clients need with legacy-only upstreams, and merging capabilities.
- * Must never: advertise upstream a client capability the gateway cannot route back.
+ * session, falling back to a 2026-07-28 leg for modern-only upstreams, the lazy legs of a legacy
+ * session to upstreams a hot reload added after it initialized (sessionLeg), the per-principal
+ * legacy sessions modern clients need with legacy-only upstreams, and merging capabilities.
+ * Must never: advertise upstream a client capability the gateway cannot route back, or keep two
+ * legs of one session to one upstream.
  */
 import type { GatewayConfig, UpstreamConfig } from "../config/load.ts";
 import { type JsonObject, isObject } from "../wire/jsonrpc.ts";
 import type { Env } from "../env.ts";
 import { legObject } from "../../durable-objects/names.ts";
-import type { Leg, UpstreamLegRecord } from "../../durable-objects/records.ts";
+import type { Leg, SessionApi, SessionRecord, UpstreamLegRecord } from "../../durable-objects/records.ts";
+import { guardedFetch } from "../egress/guarded-fetch.ts";
 import { callUpstream, initializeLegacy, modernDiscovery, modernMeta } from "./upstream.ts";
 import { LATEST_LEGACY } from "./versions.ts";
 import { mergeExtensions } from "./skills.ts";
@@ -41,6 +44,61 @@ export async function openLegacyClientLeg(up: UpstreamConfig, version: string, c
     if (isObject(si)) rec.serverInfo = si;
     return rec;
   }
+}
+
+/** Ends an upstream session the gateway opened (DELETE with its session id); never throws. */
+export async function closeLegacyLeg(up: UpstreamConfig, leg: Leg): Promise<void> {
+  if (leg.era !== "legacy" || !leg.sessionId) return;
+  const h = new Headers(up.headers);
+  h.set("mcp-session-id", leg.sessionId);
+  h.set("mcp-protocol-version", leg.protocolVersion);
+  await guardedFetch(up.url, { method: "DELETE", headers: h }, { rules: up.egress, gatewayOnLoopback: up.onLoopback, maxRedirects: 0, timeoutMs: 5000 })
+    .then((r) => r.body?.cancel())
+    .catch(() => undefined);
+}
+
+/** Lazy legs being opened in this isolate, by session, upstream and URL: concurrent first uses share one opening. */
+const opening = new Map<string, Promise<UpstreamLegRecord | null>>();
+
+/**
+ * The leg record of legacy client session `rec` (read from `store`) for `up`. A session opens its
+ * legs at initialize; an upstream a hot reload added afterwards has none there, so its leg is
+ * opened on first use — tools/list, tools/call, anything that reaches it — with the session's own
+ * protocol version, client capabilities and client info, and kept in the session record (and in
+ * `rec`, for the rest of this request). Concurrent first uses in one isolate share one opening;
+ * a use whose `rec` was read before another stored the leg finds it in the session record; and
+ * across isolates SessionDO.adoptLeg keeps the first leg stored, while a later opener closes its
+ * own upstream session and uses the kept one. An upstream that cannot be reached now is not stored
+ * (undefined: unavailable for this request), so the next use tries again.
+ */
+export async function sessionLeg(store: SessionApi, rec: SessionRecord, up: UpstreamConfig): Promise<UpstreamLegRecord | undefined> {
+  const have = rec.upstreams[up.name];
+  if (have) return have;
+  const key = `${rec.id}\u0000${up.name}\u0000${up.url}`;
+  let p = opening.get(key);
+  if (!p) {
+    p = (async () => {
+      // Another request (this isolate's, now settled, or another isolate's) may have stored it since `rec` was read.
+      const now = await store.open(rec.principal).catch(() => null);
+      if (!now) return null;
+      const kept = now.upstreams[up.name];
+      if (kept) return kept;
+      const opened = await openLegacyClientLeg(up, rec.protocolVersion, rec.clientCapabilities, rec.clientInfo);
+      if (!opened.leg) return null;
+      const adopted = await store.adoptLeg(rec.principal, up.name, opened).catch(() => null);
+      // Another isolate stored a leg first (or the session is gone): ours is not kept, so it is closed.
+      if (!adopted?.stored) await closeLegacyLeg(up, opened.leg);
+      return adopted?.rec ?? null;
+    })();
+    opening.set(key, p);
+    p.then(
+      () => opening.delete(key),
+      () => opening.delete(key),
+    );
+  }
+  const got = await p.catch(() => null);
+  if (got) rec.upstreams[up.name] = got;
+  return got ?? undefined;
 }
 
 interface ModernClientLeg {

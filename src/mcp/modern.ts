@@ -104,6 +104,7 @@ export function modernContext(
   };
   return {
     cfg: fc.cfg,
+    ...(fc.route ? { route: fc.route } : {}),
     era: "modern",
     principal: fc.principal,
     signal: req.signal,

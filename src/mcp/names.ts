@@ -1,9 +1,14 @@
 /**
  * Exposed names: how upstream tool/prompt names, resource URIs and task ids appear to clients
- * when several upstreams are aggregated, and how to map them back.
- * Owns: the `<upstream>__<name>` and `<upstream>+<uri>` conventions, and the 64-character tool-name
- * budget. Must never: map one exposed name to two upstreams
- * (upstream names contain no `_`, so the first `__` is always the split point).
+ * when several upstreams are aggregated, and how to map them back; and, on a `/mcp/<upstream>`
+ * route (route-view.ts), the split between the edge name (what that route's client sees: the
+ * upstream's own name, since the view's upstream is not namespaced) and the governed name (what
+ * grants, policy, rate limits and history, the ledger, holds and the kill switch see: the name
+ * /mcp exposes, so a rule or grant written for /mcp governs the route identically).
+ * Owns: the `<upstream>__<name>` and `<upstream>+<uri>` conventions, the 64-character tool-name
+ * budget and the edge ↔ governed mapping. Must never: map one exposed name to two upstreams
+ * (upstream names contain no `_`, so the first `__` is always the split point), or give
+ * governance a name other than the one /mcp would have given the same tool.
  */
 import type { UpstreamConfig } from "../config/load.ts";
 
@@ -58,4 +63,44 @@ export function exposeHandle(up: UpstreamConfig, handle: string): string {
 }
 export function splitHandle(upstreams: UpstreamConfig[], exposed: string) {
   return splitName(upstreams, exposed);
+}
+
+/**
+ * A `/mcp/<upstream>` route: that upstream served alone (the view's copy of it is not namespaced,
+ * so the edge shows its own names), while governance keeps the name /mcp exposes. Absent on /mcp.
+ */
+export interface RouteView {
+  /** The upstream the route serves. */
+  upstream: string;
+  /** Whether /mcp prefixes that upstream's names (its `namespaced` in the served config). */
+  prefixed: boolean;
+}
+
+/** `up` as /mcp names it: on a route, the route's upstream with the namespacing /mcp gives it; otherwise `up` itself. */
+export function governedUpstream(up: UpstreamConfig, route: RouteView | undefined): UpstreamConfig {
+  return route && route.upstream === up.name && up.namespaced !== route.prefixed ? { ...up, namespaced: route.prefixed } : up;
+}
+
+/** The governed name of `up`'s own tool `name`: what /mcp exposes it as (aliased within 64 characters like there). */
+export function governedName(up: UpstreamConfig, name: string, route: RouteView | undefined): string {
+  return exposeName(governedUpstream(up, route), name);
+}
+
+/** The governed name of a tool name as this route's client sent it (on /mcp the two are the same). */
+export function governedFromEdge(upstreams: UpstreamConfig[], edge: string, route: RouteView | undefined): string {
+  if (!route) return edge;
+  const t = splitName(upstreams, edge);
+  return t ? governedName(t.up, t.name, route) : edge;
+}
+
+/**
+ * Splits a governed name into (upstream, name after the prefix) among this request's upstreams —
+ * the upstream as the request serves it (so its edge names stay as they are), or null when none
+ * of them owns the name (on a route: a name of another upstream).
+ */
+export function splitGoverned(upstreams: UpstreamConfig[], governed: string, route: RouteView | undefined): { up: UpstreamConfig; name: string } | null {
+  if (!route) return splitName(upstreams, governed);
+  const as = upstreams.map((u) => governedUpstream(u, route));
+  const t = splitName(as, governed);
+  return t ? { up: upstreams[as.indexOf(t.up)]!, name: t.name } : null;
 }

@@ -1,9 +1,14 @@
 /**
- * The /mcp route: the gate (role agent, loopback actor allowed, config scoped to the grant),
- * then era routing (REFERENCE §1.1) — a body with `_meta[protocolVersion]`, or a 2026-07-28
- * header without a session, is modern; `initialize` and `Mcp-Session-Id` are legacy; GET and
- * DELETE without a session from a modern client get 405 — and the front that serves it.
- * Must never: look at anything but the parsed body and the protocol headers to pick the era.
+ * The /mcp route and the per-upstream routes `/mcp/<upstream>`: the gate (role agent, loopback
+ * actor allowed, config scoped to the grant — the same gate for both, so a grant minted for the
+ * gateway works on every route), then era routing (REFERENCE §1.1) — a body with
+ * `_meta[protocolVersion]`, or a 2026-07-28 header without a session, is modern; `initialize` and
+ * `Mcp-Session-Id` are legacy; GET and DELETE without a session from a modern client get 405 —
+ * and the front that serves it. `/mcp/<upstream>` serves the view of that one upstream
+ * (src/mcp/route-view.ts: its own names at the edge, /mcp's names for governance); an upstream
+ * that does not exist and one the grant cannot reach both get the same 404.
+ * Must never: look at anything but the parsed body and the protocol headers to pick the era, or
+ * tell a caller which upstreams exist beyond its grant.
  */
 import { Hono } from "hono";
 import { canonicalUrl } from "../identity/metadata.ts";
@@ -11,6 +16,7 @@ import type { FrontContext } from "../mcp/context.ts";
 import { readPost } from "../mcp/edge.ts";
 import { legacyDelete, legacyGet, legacyPost } from "../mcp/legacy.ts";
 import { modernPost } from "../mcp/modern.ts";
+import { noSuchRoute, routeView } from "../mcp/route-view.ts";
 import { META, MODERN_VERSION } from "../mcp/versions.ts";
 import { refuse } from "../wire/http.ts";
 import { ErrorCode, isObject } from "../wire/jsonrpc.ts";
@@ -42,3 +48,18 @@ mcpRoutes.on(["POST", "GET", "DELETE"], "/mcp", gate({ path: "/mcp", role: "agen
 );
 
 mcpRoutes.all("/mcp", () => refuse(405, ErrorCode.InvalidRequest, "Method Not Allowed: use POST, GET or DELETE", null, { allow: "POST, GET, DELETE" }));
+
+// One upstream alone, in both eras, under the same gate as /mcp (c.var.cfg holds only the upstreams the grant reaches).
+mcpRoutes.on(["POST", "GET", "DELETE"], "/mcp/:upstream", gate({ path: "/mcp", role: "agent", allowActor: true, scoped: true }), (c) => {
+  const name = c.req.param("upstream");
+  const view = routeView(c.var.cfg, name);
+  if (!view) return refuse(404, ErrorCode.ServerError, noSuchRoute(name));
+  return serve(
+    { env: c.env, cfg: view.cfg, route: view.route, principal: c.var.principal, gateway: canonicalUrl(c.var.cfg), waitUntil: waitUntilOf(c) },
+    c.req.raw,
+  );
+});
+
+mcpRoutes.all("/mcp/:upstream", () =>
+  refuse(405, ErrorCode.InvalidRequest, "Method Not Allowed: use POST, GET or DELETE", null, { allow: "POST, GET, DELETE" }),
+);

@@ -1,17 +1,20 @@
 /**
  * The official conformance suites (0.1.16 --suite all; 0.2.0-alpha.12 --requirements 2025-11-25
  * and 2026-07-28), first directly against the conformance upstream, then through Portcullis in
- * transparent mode. Each run must exit 0 with its baseline, every scenario that passes directly
- * must pass through the gateway, and the gateway must run as many checks to SUCCESS as the
- * upstream does (in total and per scenario), with no more failures or warnings: a scenario that
- * "passes" by running fewer checks (JSON where the upstream streams, say) is a transparency loss.
+ * transparent mode, then through `/mcp/conf` of a gateway that fronts two upstreams (the
+ * conformance upstream and server-everything, namespaced on /mcp): the per-upstream route must be
+ * exactly as transparent as a single-upstream gateway. Each run must exit 0 with its baseline,
+ * every scenario that passes directly must pass through the gateway, and the gateway must run as
+ * many checks to SUCCESS as the upstream does (in total and per scenario), with no more failures
+ * or warnings: a scenario that "passes" by running fewer checks (JSON where the upstream streams,
+ * say) is a transparency loss. Owns the two-upstream gateway it starts.
  */
 import { spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, inject, it } from "vitest";
-import { root } from "./harness.ts";
+import { freePort, type Proc, root, startPortcullis } from "./harness.ts";
 
 type Counts = Record<"SUCCESS" | "FAILURE" | "WARNING" | "SKIPPED" | "INFO" | "OTHER", number>;
 type Report = Record<string, { exit: number; scenarios: number; clean: string[]; failing: string[]; counts: Counts; perScenario: Record<string, Counts> }>;
@@ -56,8 +59,35 @@ function checkDiff(d: Report[string], t: Report[string]): string {
   return rows.length ? rows.join("; ") : "none differ";
 }
 
+/** A run through the gateway matches the direct run: exit 0, no scenario lost, the same passing checks (in total and per scenario), no more failures or warnings. */
+function expectAsDirect(direct: Awaited<ReturnType<typeof runSuites>>, through: Awaited<ReturnType<typeof runSuites>>, via: string): void {
+  for (const [run, d] of Object.entries(direct.report)) {
+    const t = through.report[run]!;
+    expect(t, `${via} ${run}`).toBeDefined();
+    expect(t.exit, `${via} ${run}`).toBe(0);
+    const lost = d.clean.filter((s) => !t.clean.includes(s));
+    expect(lost, `${via} ${run}: scenarios passing directly but not through the gateway`).toEqual([]);
+    expect(t.clean.length, `${via} ${run}`).toBeGreaterThan(25);
+    // Check counts: every directly passing check passes through the gateway too, nothing more fails.
+    expect(t.scenarios, `${via} ${run}: scenario results`).toBe(d.scenarios);
+    const differ = checkDiff(d, t);
+    console.log(`${via} ${run}: direct ${JSON.stringify(d.counts)}; through ${JSON.stringify(t.counts)}`);
+    expect(t.counts.SUCCESS, `${via} ${run}: passing checks through the gateway vs directly; per scenario (direct → through): ${differ}`).toBe(d.counts.SUCCESS);
+    expect(t.counts.FAILURE, `${via} ${run}: failing checks; ${differ}`).toBeLessThanOrEqual(d.counts.FAILURE);
+    expect(t.counts.WARNING, `${via} ${run}: warnings; ${differ}`).toBeLessThanOrEqual(d.counts.WARNING);
+    expect(t.counts.OTHER, `${via} ${run}: checks with an unknown status`).toBe(0);
+    expect(d.counts.SUCCESS, `${run}: the direct run passes checks at all`).toBeGreaterThan(40);
+    const perScenario = Object.keys(d.perScenario).filter((s) => t.perScenario[s]?.SUCCESS !== d.perScenario[s]!.SUCCESS);
+    expect(perScenario, `${via} ${run}: scenarios with fewer or more passing checks through the gateway: ${differ}`).toEqual([]);
+  }
+}
+
 describe("official conformance suites", () => {
   let direct: Awaited<ReturnType<typeof runSuites>>;
+  let twoUpstreams: (Proc & { url: string }) | undefined;
+  afterAll(async () => {
+    await twoUpstreams?.stop();
+  });
 
   it("pass directly against the conformance upstream", async () => {
     direct = await runSuites("direct", inject("conformanceUrl"), join(root, "conformance"));
@@ -71,24 +101,31 @@ describe("official conformance suites", () => {
     const through = await runSuites("through", inject("transparentUrl"), join(root, "conformance/gateway"));
     console.log(through.output.slice(through.output.lastIndexOf("== summary")));
     expect(through.code, through.output.slice(-3000)).toBe(0);
-    for (const [run, d] of Object.entries(direct.report)) {
-      const t = through.report[run]!;
-      expect(t, run).toBeDefined();
-      expect(t.exit, run).toBe(0);
-      const lost = d.clean.filter((s) => !t.clean.includes(s));
-      expect(lost, `${run}: scenarios passing directly but not through the gateway`).toEqual([]);
-      expect(t.clean.length, run).toBeGreaterThan(25);
-      // Check counts: every directly passing check passes through the gateway too, nothing more fails.
-      expect(t.scenarios, `${run}: scenario results`).toBe(d.scenarios);
-      const differ = checkDiff(d, t);
-      console.log(`${run}: direct ${JSON.stringify(d.counts)}; through ${JSON.stringify(t.counts)}`);
-      expect(t.counts.SUCCESS, `${run}: passing checks through the gateway vs directly; per scenario (direct → through): ${differ}`).toBe(d.counts.SUCCESS);
-      expect(t.counts.FAILURE, `${run}: failing checks; ${differ}`).toBeLessThanOrEqual(d.counts.FAILURE);
-      expect(t.counts.WARNING, `${run}: warnings; ${differ}`).toBeLessThanOrEqual(d.counts.WARNING);
-      expect(t.counts.OTHER, `${run}: checks with an unknown status`).toBe(0);
-      expect(d.counts.SUCCESS, `${run}: the direct run passes checks at all`).toBeGreaterThan(40);
-      const perScenario = Object.keys(d.perScenario).filter((s) => t.perScenario[s]?.SUCCESS !== d.perScenario[s]!.SUCCESS);
-      expect(perScenario, `${run}: scenarios with fewer or more passing checks through the gateway: ${differ}`).toEqual([]);
-    }
+    expectAsDirect(direct, through, "transparent");
+  }, 900_000);
+
+  it("pass through /mcp/conf of a gateway fronting two upstreams exactly as through the transparent gateway", async () => {
+    expect(direct, "the direct run must come first").toBeDefined();
+    const port = await freePort();
+    twoUpstreams = await startPortcullis(
+      `
+actor: local:e2e
+egress:
+  allow_loopback: true
+upstreams:
+  - name: conf
+    url: ${inject("conformanceUrl")}
+    timeout: 30s
+  - name: everything
+    url: ${inject("everythingUrl")}
+    timeout: 30s
+`,
+      port,
+    );
+    const routed = await runSuites("route", `http://127.0.0.1:${port}/mcp/conf`, join(root, "conformance/gateway"));
+    console.log(routed.output.slice(routed.output.lastIndexOf("== summary")));
+    expect(routed.code, routed.output.slice(-3000)).toBe(0);
+    expect(Object.keys(routed.report).sort()).toEqual(["alpha-2025", "alpha-2026", "stable"]);
+    expectAsDirect(direct, routed, "/mcp/conf");
   }, 900_000);
 });

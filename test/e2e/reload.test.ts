@@ -4,8 +4,9 @@
  * denied; an SDK client on a legacy session (its GET stream open) and an SDK client pinned to
  * 2026-07-28 on a `subscriptions/listen` stream. `portcullis reload` stores a config that lifts
  * the deny and adds a second (modern-only) upstream: both clients receive
- * `notifications/tools/list_changed` and then list the un-hidden tool (the modern one the new
- * upstream's tools too); the time from the reload's answer to the tool being listed is printed.
+ * `notifications/tools/list_changed` and then list the un-hidden tool and the new upstream's tools,
+ * and call one (the legacy session through a leg opened on first use: it had none to the new
+ * upstream at initialize); the time from the reload's answer to the tool being listed is printed.
  * A broken config is refused whole (400, every problem, the CLI exits 1) and the old tools keep
  * serving; the operator tool `portcullis.reload` stores a version too; each stored version is a
  * `config.changed` record naming the version and the actor. All on loopback.
@@ -138,7 +139,7 @@ describe("hot reload", () => {
       const listed = await within(SERVE_BOUND_MS, async () => {
         legacyNames = await names(legacy.client);
         modernNames = await names(modern.client);
-        return legacyNames.includes(HIDDEN) && modernNames.includes(HIDDEN) && modernNames.includes("modern__bump");
+        return legacyNames.includes(HIDDEN) && modernNames.includes(HIDDEN) && modernNames.includes("modern__bump") && legacyNames.includes("modern__bump");
       });
       const sinceAnswer = performance.now() - answered;
       expect(listed, `legacy ${legacyNames.join(",")} | modern ${modernNames.join(",")}`).not.toBeNull();
@@ -146,8 +147,9 @@ describe("hot reload", () => {
         `hot reload: list_changed on both streams ${Math.round(notified as number)} ms and the new tool listed by both ${Math.round(sinceAnswer)} ms after the reload's answer`,
       );
       expect(sinceAnswer).toBeLessThan(SERVE_BOUND_MS * 2);
-      // The new upstream's tool is callable through the modern session.
+      // The new upstream's tool is callable through both sessions (the legacy one over a 2026-07-28 leg it opened lazily).
       expect((await modern.client.callTool({ name: "modern__bump", arguments: {} })).isError ?? false).toBe(false);
+      expect((await legacy.client.callTool({ name: "modern__bump", arguments: {} })).isError ?? false).toBe(false);
 
       // A broken config: refused whole, every problem named (no secret value), the old one keeps serving.
       const bad = join(dir, "broken.yaml");
