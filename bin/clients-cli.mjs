@@ -522,7 +522,8 @@ export function writeAtomic(file, text) {
 
 const connectLine = (gateway) => `claude mcp add --transport http ${ENTRY} ${gateway} --header 'Authorization: Bearer \${PORTCULLIS_TOKEN}'`;
 
-const mintLine = (gateway) => `portcullis token mint --sub you@example.com --gateway ${new URL(gateway).origin}`;
+// A grant that reaches every tool (--tools '*'); narrow it with globs for a real agent.
+const mintLine = (gateway) => `portcullis token mint --sub you@example.com --tools '*' --gateway ${new URL(gateway).origin}`;
 
 async function importCommand(a) {
   if (a.help) return help("import");

@@ -123,7 +123,9 @@ function printHold(v) {
   console.log(`hold ${h.id}: ${h.state}`);
   console.log(`  requester  ${h.principal} (team ${h.team})`);
   console.log(`  tool       ${h.exposedName} (upstream ${h.upstream}, tool ${h.tool})`);
-  console.log(`  rule       ${h.rule ?? "(mapping)"}: ${h.reason}`);
+  // The reason a rule gives is recorded as "rule <id>: …": print the id once.
+  const reason = h.rule && h.reason.startsWith(`rule ${h.rule}: `) ? h.reason.slice(`rule ${h.rule}: `.length) : h.reason;
+  console.log(`  rule       ${h.rule ?? "(mapping)"}: ${reason}`);
   console.log(`  created    ${new Date(h.createdAt).toISOString()}; expires ${new Date(h.expiresAt).toISOString()}`);
   if (h.approver) console.log(`  ${h.state === "rejected" ? "rejected" : "approved"} by ${h.approver}${h.resolveReason ? `: ${h.resolveReason}` : ""}`);
   console.log(`  action     ${h.actionHash}`);
