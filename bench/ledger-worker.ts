@@ -166,6 +166,14 @@ export default {
           ),
         );
       if (url.pathname === "/status") return Response.json(counters(await ledger.status()));
+      // One append per request, as a governed call makes it: the driver sends many at once, so the
+      // Worker's group commit batches across requests (status().rpcs against appends shows it).
+      if (url.pathname === "/append-one") {
+        const d = decision();
+        const [entry] = await batchedAppend(env, chain, signing, [d], LEDGER_WRITE_TIMEOUT_MS);
+        if (!entry || entry.id !== d.id) throw new Error("the append was not confirmed");
+        return Response.json({ seq: entry.seq });
+      }
       if (url.pathname === "/pairs") return Response.json(await pairs(env, chain, signing, intParam(url, "n", MAX_APPENDS)));
       return Response.json({ error: "not found" }, { status: 404 });
     } catch (err) {

@@ -10,7 +10,7 @@
 import type { LedgerEntry } from "../src/ledger/records.ts";
 import app from "../src/index.ts";
 
-export { CredentialsDO, HistoryDO, LedgerDO, RevocationsDO, SessionDO, TasksDO } from "../src/index.ts";
+export { ConfigDO, CredentialsDO, HistoryDO, HoldsDO, KillSwitchDO, LedgerDO, RevocationsDO, SessionDO, SseDO, TasksDO } from "../src/index.ts";
 
 const ZERO_HASH = "0".repeat(64);
 
@@ -20,6 +20,10 @@ class NoLedgerChain {
   constructor(private readonly chain: string) {}
   async append(drafts: { kind: string; id: string; at: string; body: Record<string, unknown> }[]): Promise<LedgerEntry[]> {
     return drafts.map((d) => ({ v: 1, chain: this.chain, seq: ++this.seq, prev: ZERO_HASH, hash: ZERO_HASH, ...d }) as LedgerEntry);
+  }
+  /** What the Worker's group commit (src/mcp/ledger-batch.ts) calls: each call answered as `append` would. */
+  async appendEach(calls: { kind: string; id: string; at: string; body: Record<string, unknown> }[][]): Promise<{ entries: LedgerEntry[] }[]> {
+    return Promise.all(calls.map(async (c) => ({ entries: await this.append(c) })));
   }
 }
 

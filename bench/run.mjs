@@ -39,6 +39,9 @@ const APPENDS = Number(process.env.BENCH_APPENDS ?? 5000);
 const LEVELS = (process.env.BENCH_LEVELS ?? "1,50,500").split(",").map(Number);
 const PAIRS = Number(process.env.BENCH_PAIRS ?? 400);
 const TARGET_APPENDS_PER_S = 2000;
+/** Appends made one per HTTP request (across requests, as governed calls make them), and how many requests at once. */
+const CROSS_APPENDS = Number(process.env.BENCH_CROSS_APPENDS ?? 2000);
+const CROSS_CONCURRENCY = 50;
 /** Governance in-process: timed calls per row (bench/policy.mjs). */
 const GOV_N = Number(process.env.BENCH_GOV_N ?? 20_000);
 /** `BENCH_ONLY=ledger`: only the ledger part (2); unset: every part. */
@@ -355,11 +358,34 @@ async function ledgerBench(base) {
       checkpointProblem: after.checkpointProblem,
     });
   }
+  // Across requests, as governed calls append: one append per HTTP request, many requests at once.
+  const xChain = `bench-${run}-x`;
+  await ledgerCall(base, "/append-one", { chain: xChain });
+  const xBefore = await ledgerCall(base, "/status", { chain: xChain });
+  let xNext = 0;
+  const xT0 = performance.now();
+  await Promise.all(
+    Array.from({ length: CROSS_CONCURRENCY }, async () => {
+      while (xNext++ < CROSS_APPENDS) {
+        const r = await post(`${base}/append-one?${new URLSearchParams({ chain: xChain })}`, {}, "", 30_000);
+        if (r.status !== 200) throw new Error(`append-one: ${r.status} ${r.body}`);
+      }
+    }),
+  );
+  const xMs = performance.now() - xT0;
+  const xAfter = await ledgerCall(base, "/status", { chain: xChain });
+  await flushWait(base, xChain);
+  const cross = {
+    perS: (CROSS_APPENDS * 1000) / xMs,
+    appends: xAfter.appends - xBefore.appends,
+    rpcs: xAfter.rpcs - xBefore.rpcs,
+    transactions: xAfter.transactions - xBefore.transactions,
+  };
   const chain = `bench-${run}-pairs`;
   await ledgerCall(base, "/pairs", { chain, n: 20 });
   const p = await ledgerCall(base, "/pairs", { chain, n: PAIRS });
   await flushWait(base, chain);
-  return { levels, pairs: { mean: p.total / PAIRS, p50: pct(p.ms, 50), p99: pct(p.ms, 99) } };
+  return { levels, cross, pairs: { mean: p.total / PAIRS, p50: pct(p.ms, 50), p99: pct(p.ms, 99) } };
 }
 
 /**
@@ -414,6 +440,10 @@ function printLedger(ledger) {
     "(one RPC per append: the same loop, each append its own RPC to the object; × = gateway path ÷ that. RPC floor: one RPC per call to EchoDO, whose append stores nothing; the driving Worker and the objects share one workerd)",
   );
 
+  const x = ledger.cross;
+  console.log(
+    `across requests: ${CROSS_APPENDS} appends, one per HTTP request, ${CROSS_CONCURRENCY} requests at once: ${x.perS.toFixed(0)} appends/s (bounded by wrangler dev's HTTP path), ${x.appends} appends in ${x.rpcs} RPCs (${(x.appends / x.rpcs).toFixed(1)} per RPC) and ${x.transactions} transactions`,
+  );
   const last = ledger.levels[ledger.levels.length - 1];
   if (last)
     console.log(

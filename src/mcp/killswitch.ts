@@ -70,8 +70,11 @@ export function stateOf(s: KillSwitchSnapshot): KillSwitchState {
 /**
  * A reader over `load` that serves one read for at most `maxAgeMs`, counted from when that read
  * started (so a halt committed before a read began is seen by every call once `maxAgeMs` has
- * passed); concurrent callers share one read in flight. A failed read throws to each of its
- * callers and is not kept. `now` is the clock (tests drive it).
+ * passed). A caller that finds no fresh state reads for itself: no read in flight is shared,
+ * because Workers cancels the continuations of a promise whose request has ended, and a request
+ * that awaited another request's read (a finished call's kill-switch poll, say) would never get
+ * an answer. The newest read to land is kept. A failed read throws to its caller and is not kept.
+ * `now` is the clock (tests drive it).
  */
 export function cachedKillSwitchReader(
   load: () => Promise<KillSwitchSnapshot>,
@@ -79,26 +82,14 @@ export function cachedKillSwitchReader(
   maxAgeMs = KILLSWITCH_MAX_AGE_MS,
 ): KillSwitchReader {
   let fresh: { startedAt: number; state: KillSwitchState } | null = null;
-  let inflight: { startedAt: number; p: Promise<KillSwitchState> } | null = null;
   return {
-    read(): Promise<KillSwitchState> {
+    async read(): Promise<KillSwitchState> {
       const t = now();
-      if (fresh && t - fresh.startedAt < maxAgeMs && t >= fresh.startedAt) return Promise.resolve(fresh.state);
-      if (inflight && t - inflight.startedAt < maxAgeMs) return inflight.p;
+      if (fresh && t - fresh.startedAt < maxAgeMs && t >= fresh.startedAt) return fresh.state;
       const startedAt = t;
-      const p = (async () => stateOf(await bounded(load(), KILLSWITCH_READ_TIMEOUT_MS, "the kill switch")))();
-      const mine = { startedAt, p };
-      inflight = mine;
-      p.then(
-        (state) => {
-          if (!fresh || fresh.startedAt <= startedAt) fresh = { startedAt, state };
-          if (inflight === mine) inflight = null;
-        },
-        () => {
-          if (inflight === mine) inflight = null;
-        },
-      );
-      return p;
+      const state = stateOf(await bounded(load(), KILLSWITCH_READ_TIMEOUT_MS, "the kill switch"));
+      if (!fresh || fresh.startedAt <= startedAt) fresh = { startedAt, state };
+      return state;
     },
   };
 }

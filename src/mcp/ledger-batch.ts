@@ -9,7 +9,7 @@
  * with it, so every RPC is sent by one of the callers whose drafts it carries, from its own
  * request, while it waits for its own answer; a caller that was not chosen to send only waits for
  * its answer or its turn. Owns the per-isolate queues (keyed by the Env, the chain and the signing
- * settings). Must never: answer a caller with an entry that is not its own (entries are matched by
+ * settings, under the isolate's LEDGER binding). Must never: answer a caller with an entry that is not its own (entries are matched by
  * position, then checked by id and kind in ledger-writer.ts), let one caller's refused draft refuse
  * the others, send an RPC from a request that is not waiting for it, or let a sender that never
  * comes back (its request cancelled) stall the queue: a batch older than the bound no longer
@@ -48,10 +48,11 @@ interface Queue {
 const queues = new WeakMap<object, Map<string, Queue>>();
 
 function queueOf(env: Env, team: string, signing: LedgerSigning, timeoutMs: number): Queue {
-  let byChain = queues.get(env);
+  // Keyed by the LEDGER binding, which every request of an isolate shares (a test's fake Env has its own).
+  let byChain = queues.get(env.LEDGER);
   if (!byChain) {
     byChain = new Map();
-    queues.set(env, byChain);
+    queues.set(env.LEDGER, byChain);
   }
   const key = JSON.stringify([team, signing.secret, signing.gateway]);
   let q = byChain.get(key);

@@ -90,7 +90,6 @@ export class LiveConfigCache {
   /** Whether any read succeeded. */
   private readOnce = false;
   private readAt = Number.NEGATIVE_INFINITY;
-  private inflight: Promise<void> | null = null;
 
   constructor(opts: LiveConfigOptions = {}) {
     this.now = opts.now ?? Date.now;
@@ -102,13 +101,15 @@ export class LiveConfigCache {
 
   /** The version in force and, when stored, its text. */
   async live(source: () => LiveConfigSource): Promise<{ live: Live; text: string | null }> {
-    if (this.now() - this.readAt >= this.maxAgeMs && !this.inflight) {
+    // The caller that finds the cache stale refreshes it and waits for its own read; callers
+    // meanwhile serve what is cached. No read is shared between requests: Workers cancels the
+    // continuations of a promise whose request has ended, and a request awaiting another's read
+    // would never get an answer.
+    // Until one read succeeded, every caller reads: nothing cached may stand in for a stored config.
+    if (!this.readOnce || this.now() - this.readAt >= this.maxAgeMs) {
       this.readAt = this.now();
-      this.inflight = this.refresh(source).finally(() => {
-        this.inflight = null;
-      });
+      await this.refresh(source);
     }
-    if (this.inflight) await this.inflight;
     const g = this.good;
     return g
       ? { live: { version: g.version, sha256: g.sha256, source: "stored", base: g.base ?? null }, text: g.text }
@@ -116,14 +117,21 @@ export class LiveConfigCache {
   }
 
   private async refresh(source: () => LiveConfigSource): Promise<void> {
-    const before = this.good?.version ?? 0;
+    // Reads may overlap (see live): a change is the version this read replaced at the moment it landed.
+    let change: [number, number] | null = null;
+    const take = (next: StoredConfig | null) => {
+      const was = this.good?.version ?? 0;
+      this.good = next;
+      if ((next?.version ?? 0) !== was) change = [was, next?.version ?? 0];
+    };
     try {
       const s = source();
       const head = await bounded(s.head(), this.readTimeoutMs);
-      if (head === null) this.good = null;
+      if (head === null) take(null);
       else if (!this.good || this.good.version !== head.version || this.good.sha256 !== head.sha256 || (this.good.base ?? null) !== (head.base ?? null)) {
         const cur = await bounded(s.current(), this.readTimeoutMs);
-        this.good = cur;
+        // An overlapping read that landed first with this version already took it.
+        if (!(this.good && this.good.version === cur?.version && this.good.sha256 === cur?.sha256)) take(cur);
       }
       this.readOnce = true;
     } catch (e) {
@@ -131,8 +139,7 @@ export class LiveConfigCache {
         `portcullis: the stored config could not be read (${(e as Error)?.message ?? String(e)}); serving ${this.good ? `the last good version ${this.good.version}` : this.readOnce ? "the PORTCULLIS_CONFIG var" : "the PORTCULLIS_CONFIG var (nothing read yet)"}`,
       );
     }
-    const after = this.good?.version ?? 0;
-    if (after !== before && this.onChange) this.onChange(before, after);
+    if (change && this.onChange) this.onChange(change[0], change[1]);
   }
 }
 

@@ -3,7 +3,7 @@
  * object per test, so no test sees another's halts), one `killswitch.changed` record on the
  * `_global` chain per change (read back from its LedgerDO) and none for a change that changes
  * nothing, a refused change when the ledger append fails (nothing changes); the reader's cache
- * (≤ 1 s, counted from when a read started, one read in flight shared, failures thrown and not
+ * (≤ 1 s, counted from when a read started, no read in flight shared (Workers cancels a promise's continuations when its request ends), failures thrown and not
  * kept) on a controllable clock; an unreadable kill switch throws through the isolate's reader;
  * haltableLeg with a fake leg and a fake reader (a halt covering the call aborts it, posts
  * `notifications/cancelled` under the upstream id to a legacy upstream, reports uncertain; a
@@ -208,24 +208,26 @@ describe("cachedKillSwitchReader", () => {
     expect(loads).toBe(2);
   });
 
-  it("shares one read in flight among concurrent callers", async () => {
+  it("shares no read in flight: concurrent callers without fresh state each read, and then the newest read serves", async () => {
     let loads = 0;
-    let release: (s: KillSwitchSnapshot) => void = () => undefined;
+    const releases: ((s: KillSwitchSnapshot) => void)[] = [];
     const r = cachedKillSwitchReader(
       () => {
         loads++;
-        return new Promise<KillSwitchSnapshot>((res) => (release = res));
+        return new Promise<KillSwitchSnapshot>((res) => releases.push(res));
       },
       () => 0,
     );
-    const all = Promise.all(Array.from({ length: 20 }, () => r.read()));
-    release(snap(7, [{ v: 1, scope: "global", target: null, reason: "g", by: "a", at: 1 }]));
+    const all = Promise.all(Array.from({ length: 5 }, () => r.read()));
+    expect(loads).toBe(5);
+    for (const release of releases) release(snap(7, [{ v: 1, scope: "global", target: null, reason: "g", by: "a", at: 1 }]));
     const states = await all;
-    expect(loads).toBe(1);
     for (const s of states) expect(s).toEqual({ version: 7, halts: [{ scope: "global", reason: "g" }] });
+    expect((await r.read()).version).toBe(7);
+    expect(loads).toBe(5);
   });
 
-  it("throws a failed read to every caller of it and does not keep it; the next read loads again", async () => {
+  it("throws a failed read to its caller and does not keep it; the next read loads again", async () => {
     let fail = true;
     let loads = 0;
     const r = cachedKillSwitchReader(
@@ -238,10 +240,10 @@ describe("cachedKillSwitchReader", () => {
     );
     const both = await Promise.allSettled([r.read(), r.read()]);
     expect(both.map((b) => b.status)).toEqual(["rejected", "rejected"]);
-    expect(loads).toBe(1);
+    expect(loads).toBe(2);
     fail = false;
     expect((await r.read()).version).toBe(3);
-    expect(loads).toBe(2);
+    expect(loads).toBe(3);
   });
 
   it("turns records into halts (a null target is absent) and refuses what is not a state", async () => {

@@ -4,7 +4,7 @@
  * one `config.changed` record per version on the `_global` chain (from/to hashes, actor,
  * version; never the text), and a put whose ledger record cannot be written changes nothing; the
  * per-isolate cache on a controllable clock with a fake source (the var while nothing is stored,
- * a stored version served at most 1 s stale, one read in flight shared, the last good config
+ * a stored version served at most 1 s stale, no read shared between callers (Workers cancels a promise's continuations when its request ends), the last good config
  * kept — and logged — when the object cannot be read, the var before any read succeeded); and
  * PUT /v1/config refusing a broken config whole (400, every problem, no secret value) for an
  * admin, and anyone else (403).
@@ -164,8 +164,9 @@ describe("LiveConfigCache", () => {
     ]);
   });
 
-  it("shares one read in flight among concurrent callers", async () => {
-    const cache = new LiveConfigCache({ now: () => 1, log: () => undefined });
+  it("concurrent first callers each read for themselves (no read is shared across requests), the change is reported once, and callers within 1 s use the cache", async () => {
+    const changes: [number, number][] = [];
+    const cache = new LiveConfigCache({ now: () => 1, log: () => undefined, onChange: (a, b) => changes.push([a, b]) });
     const f = fakeSource();
     f.store(3, TEXT_A);
     let open!: () => void;
@@ -176,7 +177,10 @@ describe("LiveConfigCache", () => {
     open();
     const out = await Promise.all(many);
     expect(out.every((o) => o.live.version === 3)).toBe(true);
-    expect([f.state.heads, f.state.currents]).toEqual([1, 1]);
+    expect(f.state.heads).toBe(10);
+    expect(changes).toEqual([[0, 3]]);
+    expect((await cache.live(f.source)).live.version).toBe(3);
+    expect(f.state.heads).toBe(10);
   });
 
   it("keeps the last good config when the object cannot be read (logged), and serves the var before any read succeeded", async () => {
