@@ -17,6 +17,7 @@ import type { ConfigChangedBody, EntryDraft } from "../src/ledger/records.ts";
 import type { JsonObject } from "../src/wire/jsonrpc.ts";
 import { GLOBAL_CHAIN, ledgerObject } from "./names.ts";
 import { type ConfigApi, type ConfigPut, type LedgerSigning, STORED_CONFIG_VERSION, type StoredConfig, type StoredConfigHead } from "./records.ts";
+import { bounded } from "../src/wire/bounded.ts";
 
 /** The ledger append gets this long; past it the change is refused (well inside blockConcurrencyWhile's 30 s). */
 export const CONFIG_APPEND_TIMEOUT_MS = 10_000;
@@ -47,16 +48,6 @@ export function putProblem(text: unknown, sha256: unknown, by: unknown): string 
   if (typeof sha256 !== "string" || !/^[0-9a-f]{64}$/.test(sha256)) return "sha256 must be 64 lowercase hex characters";
   if (typeof by !== "string" || by === "" || by.length > 256) return "the actor (by) must be 1-256 characters";
   return null;
-}
-
-function bounded<T>(p: Promise<T>, ms: number): Promise<T> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const late = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`the ledger did not answer within ${ms} ms`)), ms);
-  });
-  return Promise.race([p, late]).finally(() => {
-    if (timer !== undefined) clearTimeout(timer);
-  });
 }
 
 async function sha256Of(text: string): Promise<string> {

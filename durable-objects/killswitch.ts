@@ -23,6 +23,7 @@ import {
   type KillSwitchSnapshot,
   type LedgerSigning,
 } from "./records.ts";
+import { bounded } from "../src/wire/bounded.ts";
 
 /** Every scope a halt may have, in the order the docs list them. */
 export const HALT_SCOPES: readonly HaltScopeName[] = ["global", "team", "upstream", "tool", "principal", "grant"];
@@ -61,16 +62,6 @@ interface HaltRow {
   at: number;
   v: number;
   [k: string]: SqlStorageValue;
-}
-
-function bounded<T>(p: Promise<T>, ms: number): Promise<T> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const late = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`the ledger did not answer within ${ms} ms`)), ms);
-  });
-  return Promise.race([p, late]).finally(() => {
-    if (timer !== undefined) clearTimeout(timer);
-  });
 }
 
 export class KillSwitchDO extends DurableObject<Env> implements KillSwitchApi {

@@ -20,6 +20,7 @@ import type { Env } from "../env.ts";
 import { type Halt, haltFor, type KillSwitchReader, type KillSwitchState, type LegResult, type Refusal, type ToolCall } from "../governance/steps.ts";
 import type { CallContext } from "./context.ts";
 import { postUpstream } from "./upstream.ts";
+import { bounded } from "../wire/bounded.ts";
 
 /** Longest an isolate serves a kill-switch state it read (ms). */
 export const KILLSWITCH_MAX_AGE_MS = 1000;
@@ -44,16 +45,6 @@ export function killSwitchChangeProblem(scope: unknown, target: unknown, reason:
   if (typeof reason !== "string" || reason.trim() === "") return "a reason is required";
   if (reason.length > MAX_REASON_CHARS) return `reason must be at most ${MAX_REASON_CHARS} characters`;
   return null;
-}
-
-function bounded<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const late = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`${what} did not answer within ${ms} ms`)), ms);
-  });
-  return Promise.race([p, late]).finally(() => {
-    if (timer !== undefined) clearTimeout(timer);
-  });
 }
 
 /** A snapshot as the governed path reads it (HaltRecord → Halt: a null target is absent); a malformed one throws. */

@@ -19,6 +19,7 @@ import { ledgerObject } from "../../durable-objects/names.ts";
 import type { AppendOutcome, LedgerSigning } from "../../durable-objects/records.ts";
 import type { Env } from "../env.ts";
 import type { EntryDraft, LedgerEntry } from "../ledger/records.ts";
+import { bounded } from "../wire/bounded.ts";
 
 /** Appends one RPC carries at most (the object takes up to 1,000 calls per appendEach and 2,000 drafts per transaction). */
 export const MAX_RPC_APPENDS = 128;
@@ -65,16 +66,6 @@ function queueOf(env: Env, team: string, signing: LedgerSigning, timeoutMs: numb
 }
 
 const sizeOf = (drafts: EntryDraft[]): number => drafts.reduce((n, d) => n + JSON.stringify(d.body).length, 0);
-
-function bounded<T>(p: Promise<T>, ms: number): Promise<T> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const late = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`the ledger did not answer within ${ms} ms`)), ms);
-  });
-  return Promise.race([p, late]).finally(() => {
-    if (timer !== undefined) clearTimeout(timer);
-  });
-}
 
 /** Batches in flight that may still answer (one older than the bound has lost its sender). */
 function live(q: Queue): number {

@@ -19,6 +19,7 @@ import type { JsonObject } from "../wire/jsonrpc.ts";
 import type { CallLedger, FrontContext } from "./context.ts";
 import { policyEngine } from "../governance/engine.ts";
 import { batchedAppend } from "./ledger-batch.ts";
+import { bounded } from "../wire/bounded.ts";
 
 const policyVersion = (cfg: GatewayConfig): string => {
   try {
@@ -46,19 +47,10 @@ const draft = (kind: EntryKind, body: JsonObject, id: string = crypto.randomUUID
 /** A ledger that does not answer within this bound counts as failed (the call is refused or its result held back). */
 export const LEDGER_WRITE_TIMEOUT_MS = 5000;
 
-function bounded<T>(p: Promise<T>, ms = LEDGER_WRITE_TIMEOUT_MS): Promise<T> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const late = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`the ledger did not answer within ${ms} ms`)), ms);
-  });
-  return Promise.race([p, late]).finally(() => {
-    if (timer !== undefined) clearTimeout(timer);
-  });
-}
 
 async function append(env: Env, team: string, signing: LedgerSigning, d: EntryDraft, decisionId: string): Promise<Receipt> {
   // Through this isolate's group commit for the chain (ledger-batch.ts); bounded there per RPC and here per caller.
-  const [entry] = await bounded(batchedAppend(env, team, signing, [d], LEDGER_WRITE_TIMEOUT_MS));
+  const [entry] = await bounded(batchedAppend(env, team, signing, [d], LEDGER_WRITE_TIMEOUT_MS), LEDGER_WRITE_TIMEOUT_MS);
   if (!entry || entry.id !== d.id || entry.kind !== d.kind) throw new Error("the ledger did not confirm the record");
   return { chain: entry.chain, seq: entry.seq, hash: entry.hash, decision_id: decisionId };
 }
@@ -184,7 +176,7 @@ export function recordConfigOnce(env: Env, cfg: GatewayConfig, gateway: string, 
   const global = ledgerObject(env, GLOBAL_CHAIN);
   if (!global) return;
   waitUntil(
-    bounded(global.append([d], { secret: cfg.auth.signingKeySecret, gateway })).catch((e) => {
+    bounded(global.append([d], { secret: cfg.auth.signingKeySecret, gateway }), LEDGER_WRITE_TIMEOUT_MS).catch((e) => {
       recordedConfigs.delete(cfg); // try again on a later request
       console.error("portcullis: config.changed record not written", String(e));
     }),

@@ -18,6 +18,7 @@ import type { Env } from "../env.ts";
 import { compiledPolicy } from "../governance/engine.ts";
 import { PolicyError } from "../governance/policy.ts";
 import { clearCatalog } from "./catalog-store.ts";
+import { bounded } from "../wire/bounded.ts";
 
 /** A stored version is served by every isolate at most this long after it was stored (plus one read). */
 export const LIVE_CONFIG_MAX_AGE_MS = 1000;
@@ -62,16 +63,6 @@ export interface LiveConfigOptions {
   log?: (message: string) => void;
   /** Called when the served version changes (after the first read). */
   onChange?: (from: number, to: number) => void;
-}
-
-function bounded<T>(p: Promise<T>, ms: number): Promise<T> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const late = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`no answer within ${ms} ms`)), ms);
-  });
-  return Promise.race([p, late]).finally(() => {
-    if (timer !== undefined) clearTimeout(timer);
-  });
 }
 
 /**
@@ -126,10 +117,10 @@ export class LiveConfigCache {
     };
     try {
       const s = source();
-      const head = await bounded(s.head(), this.readTimeoutMs);
+      const head = await bounded(s.head(), this.readTimeoutMs, "the config object");
       if (head === null) take(null);
       else if (!this.good || this.good.version !== head.version || this.good.sha256 !== head.sha256 || (this.good.base ?? null) !== (head.base ?? null)) {
-        const cur = await bounded(s.current(), this.readTimeoutMs);
+        const cur = await bounded(s.current(), this.readTimeoutMs, "the config object");
         // An overlapping read that landed first with this version already took it.
         if (!(this.good && this.good.version === cur?.version && this.good.sha256 === cur?.sha256)) take(cur);
       }

@@ -217,7 +217,7 @@ describe("LiveConfigCache", () => {
     const f = fakeSource();
     f.state.gate = new Promise<void>(() => undefined);
     expect((await cache.live(f.source)).live.source).toBe("var");
-    expect(logs.at(-1)).toMatch(/no answer within 50 ms/);
+    expect(logs.at(-1)).toMatch(/did not answer within 50 ms/);
   });
 });
 
