@@ -72,7 +72,9 @@ function expectAsDirect(direct: Awaited<ReturnType<typeof runSuites>>, through: 
     expect(t.scenarios, `${via} ${run}: scenario results`).toBe(d.scenarios);
     const differ = checkDiff(d, t);
     console.log(`${via} ${run}: direct ${JSON.stringify(d.counts)}; through ${JSON.stringify(t.counts)}`);
-    expect(t.counts.SUCCESS, `${via} ${run}: passing checks through the gateway vs directly; per scenario (direct → through): ${differ}`).toBe(d.counts.SUCCESS);
+    expect(t.counts.SUCCESS, `${via} ${run}: passing checks through the gateway vs directly; per scenario (direct → through): ${differ}`).toBe(
+      d.counts.SUCCESS,
+    );
     expect(t.counts.FAILURE, `${via} ${run}: failing checks; ${differ}`).toBeLessThanOrEqual(d.counts.FAILURE);
     expect(t.counts.WARNING, `${via} ${run}: warnings; ${differ}`).toBeLessThanOrEqual(d.counts.WARNING);
     expect(t.counts.OTHER, `${via} ${run}: checks with an unknown status`).toBe(0);

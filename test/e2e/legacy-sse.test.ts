@@ -300,7 +300,10 @@ describe("the HTTP+SSE wire", () => {
     await evil.text();
     for (const [path, init] of [
       ["/sse", { headers: { accept: "text/event-stream" } }],
-      [`/messages?sessionId=${"2".repeat(48)}`, { method: "POST", headers: { "content-type": "application/json" }, body: '{"jsonrpc":"2.0","id":1,"method":"tools/list"}' }],
+      [
+        `/messages?sessionId=${"2".repeat(48)}`,
+        { method: "POST", headers: { "content-type": "application/json" }, body: '{"jsonrpc":"2.0","id":1,"method":"tools/list"}' },
+      ],
     ] as const) {
       const r = await fetch(`${origin}${path}`, init);
       expect(r.status, path).toBe(401);

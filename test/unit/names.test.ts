@@ -254,7 +254,7 @@ describe("dispatch through a /mcp/<upstream> view", () => {
     const outside = await dispatch(ctx(v.cfg, v.route, ["alpha__read"]), rpc("tools/call", { name: "write", arguments: {} }));
     expect(outside.response.result?.isError).toBe(true);
     const denied = await dispatch(ctx(v.cfg, v.route, ["alpha__*"]), rpc("tools/call", { name: "wipe", arguments: {} }));
-    expect(String((denied.response.result?.content as JsonObject[])[0]?.text)).toContain("rule: no-wipe");
+    expect(String(((denied.response.result?.content ?? []) as JsonObject[])[0]?.text)).toContain("rule: no-wipe");
     const deniedOnMcp = await dispatch(ctx(shared, undefined, ["alpha__*"]), rpc("tools/call", { name: "alpha__wipe", arguments: {} }));
     expect(deniedOnMcp.response.result).toEqual(denied.response.result);
     expect(blocked).toEqual([
