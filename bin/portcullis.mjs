@@ -85,6 +85,9 @@ export const USAGE = `usage: portcullis <command> [options]     (portcullis <com
   portcullis holds list|show|approve|reject ... --url GATEWAY
                         held calls: list (pending by default), show one, approve or reject it
                         (portcullis holds --help); the token in PORTCULLIS_TOKEN
+  portcullis runs list|show|rollback ... --url GATEWAY
+                        runs (a session or Portcullis-Run-Id): list, show steps and the rollback plan,
+                        roll back newest first (a dry run unless --confirm; portcullis runs --help)
   portcullis halt --scope S [--target T] --reason R --url GATEWAY
   portcullis resume --scope S [--target T] --reason R --url GATEWAY
   portcullis status --url GATEWAY [--json]
@@ -736,6 +739,11 @@ async function main() {
     // list | show | approve | reject: bin/holds-cli.mjs owns the hold commands and their flags.
     const { holdsCommand } = await import("./holds-cli.mjs");
     process.exit(await holdsCommand(rest));
+  }
+  if (cmd === "runs") {
+    // list | show | rollback: bin/runs-cli.mjs owns the run commands and their flags.
+    const { runsCommand } = await import("./runs-cli.mjs");
+    process.exit(await runsCommand(rest));
   }
   if (cmd === "halt" || cmd === "resume" || cmd === "status") {
     // bin/killswitch-cli.mjs owns the kill-switch commands and their flags.

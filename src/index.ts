@@ -20,6 +20,7 @@ import { sseRoutes } from "./routes/sse.ts";
 import { previewRoute } from "./routes/preview.ts";
 import { holdsRoutes } from "./routes/holds.ts";
 import { killSwitchRoutes } from "./routes/killswitch.ts";
+import { runsRoutes } from "./routes/runs.ts";
 import { consoleRoutes } from "./routes/console.ts";
 import { operatorMcp } from "./routes/operator.ts";
 import { jsonResponse } from "./wire/http.ts";
@@ -95,6 +96,7 @@ app.get("/v1/ledger/:id/trace", auditor, (c) => traceRoute(c.env, c.var.principa
 // Holds (approvers), the kill switch (admin; status for operators) and the web console.
 app.route("/", holdsRoutes);
 app.route("/", killSwitchRoutes);
+app.route("/", runsRoutes);
 app.route("/", consoleRoutes);
 // Hot reload: PUT /v1/config (admin) stores a new version of the config.
 app.route("/", configRoutes);

@@ -7,8 +7,11 @@
  * the type is declared here and a unit test keeps the two assignable). `parseMappings` reads the
  * config's inline `mappings: { <upstream>: <file contents> }` section and reports every problem at
  * once, each with its path. Owns: field names, types, bounds, defaults and the load-time rules
- * (retries only for read_only and idempotent tools). Must never: accept an unknown field, do I/O
- * (reading the files is the loader's job), or interpret `compensation` (that is [R]'s).
+ * (retries only for read_only and idempotent tools; a compensation's shape and the syntax of its
+ * `$args.<path>` / `$result.<path>` references, which may not reach arguments the ledger is told
+ * to redact). Must never: accept an unknown field, do I/O (reading the files is the loader's job),
+ * or resolve a compensation (that is src/governance/rollback.ts's; whether its tools exist is
+ * checked where the upstream's tools are known: plan time and `portcullis.validate_mapping`).
  */
 import { z } from "zod";
 import { isObject, type Json, type JsonObject } from "../wire/jsonrpc.ts";
@@ -37,7 +40,45 @@ export interface ToolMapping {
   /** Lowercase hex SHA-256 (governance/catalog.ts schemaHash) the mapping was reviewed against. */
   schemaHash?: string;
   arguments: "full" | "hashed" | "redacted";
-  compensation?: JsonObject;
+  compensation?: CompensationSpec;
+}
+
+/**
+ * How a tool's effect is undone ([R]): another tool of the same upstream, called with `arguments`
+ * whose strings `$args.<path>` / `$result.<path>` (a whole string, nothing around it) stand for a
+ * value of the original call's arguments or result; `verification` reads back through the
+ * upstream and `expect` maps paths of its structured result to the values they must have.
+ */
+export interface CompensationSpec {
+  tool: string;
+  arguments: JsonObject;
+  approval: "none" | "required";
+  verification?: { tool: string; arguments: JsonObject; expect: JsonObject };
+}
+
+/** A reference inside a compensation: `$args`, `$args.a.b`, `$result`, `$result.items.0.id`. */
+export const REFERENCE = /^\$(args|result)(\.[^.\s]+)*$/;
+/** Strings starting with `$args` / `$result` that are meant as references (then they must parse). */
+const LOOKS_LIKE_REFERENCE = /^\$(args|result)\b/;
+
+/** Every reference string in a JSON value (object keys are not references). */
+export function referencesIn(v: Json, out: { source: "args" | "result"; path: string[] }[] = []): { source: "args" | "result"; path: string[] }[] {
+  if (typeof v === "string") {
+    if (REFERENCE.test(v)) {
+      const [head, ...path] = v.slice(1).split(".");
+      out.push({ source: head === "args" ? "args" : "result", path });
+    }
+  } else if (Array.isArray(v)) for (const x of v) referencesIn(x, out);
+  else if (isObject(v)) for (const x of Object.values(v)) referencesIn(x as Json, out);
+  return out;
+}
+
+/** Strings that look like references but do not parse (`$args.`, `$result..x`, `$args.a b`), each with its path. */
+function badReferences(v: Json, path: (string | number)[], out: { path: (string | number)[]; text: string }[]): void {
+  if (typeof v === "string") {
+    if (LOOKS_LIKE_REFERENCE.test(v) && !REFERENCE.test(v)) out.push({ path, text: v });
+  } else if (Array.isArray(v)) for (const [i, x] of v.entries()) badReferences(x, [...path, i], out);
+  else if (isObject(v)) for (const [k, x] of Object.entries(v)) badReferences(x as Json, [...path, k], out);
 }
 
 const MAX_TIMEOUT_MS = 60 * 60_000;
@@ -73,6 +114,43 @@ function isJson(v: unknown, depth = 0): v is Json {
 
 const jsonObject = z.custom<JsonObject>((v) => isObject(v) && isJson(v), "must be a mapping of plain JSON values");
 
+const TOOL_NAME = z.string().min(1, "a tool name cannot be empty").max(128, "tool names are at most 128 characters");
+
+const compensationSchema = z
+  .strictObject({
+    /** The upstream's own name of the tool that undoes this one. */
+    tool: TOOL_NAME,
+    arguments: jsonObject.default({}),
+    /** `required`: an operator must also approve this compensation (`approve_compensations: true`). */
+    approval: z.enum(["none", "required"]).default("none"),
+    verification: z
+      .strictObject({
+        tool: TOOL_NAME,
+        arguments: jsonObject.default({}),
+        expect: z
+          .record(
+            z.string().regex(DOTTED_PATH, 'must be a dotted path of the read-back\'s structured result such as "exists" or "note.title"'),
+            z.custom<Json>((v) => isJson(v), "must be a JSON value"),
+          )
+          .refine((e) => Object.keys(e).length > 0, "name at least one path and the value it must have"),
+      })
+      .optional(),
+  })
+  .superRefine((c, ctx) => {
+    const bad: { path: (string | number)[]; text: string }[] = [];
+    badReferences(c.arguments, ["arguments"], bad);
+    if (c.verification) {
+      badReferences(c.verification.arguments, ["verification", "arguments"], bad);
+      badReferences(c.verification.expect as JsonObject, ["verification", "expect"], bad);
+    }
+    for (const b of bad)
+      ctx.addIssue({
+        code: "custom",
+        path: b.path,
+        message: `${JSON.stringify(b.text)} is not a reference: write $args.<path> or $result.<path> (dotted, e.g. $result.note.id)`,
+      });
+  });
+
 export const toolMappingSchema = z
   .strictObject({
     effect: z.enum(EFFECTS),
@@ -102,17 +180,32 @@ export const toolMappingSchema = z
       .transform((h) => h.toLowerCase())
       .optional(),
     arguments: z.enum(["full", "hashed", "redacted"]).default("hashed"),
-    /** Kept verbatim for rollback ([R]); not interpreted here. */
-    compensation: jsonObject.optional(),
+    /** How the tool is undone ([R], src/governance/rollback.ts). */
+    compensation: compensationSchema.optional(),
   })
   .superRefine((m, ctx) => {
     if (m.retry && !RETRYABLE.has(m.effect)) {
       ctx.addIssue({ code: "custom", path: ["retry"], message: `retries only for read_only and idempotent tools (this tool's effect is ${m.effect})` });
     }
+    if (m.compensation && m.effect === "read_only") {
+      ctx.addIssue({ code: "custom", path: ["compensation"], message: "a read_only tool changes nothing: it has nothing to compensate" });
+    }
+    // The ledger keeps exactly the values a compensation references (docs/ledger.md): it cannot keep what it is told to redact.
+    if (m.compensation && m.arguments === "redacted") {
+      const c = m.compensation;
+      const all = [c.arguments, ...(c.verification ? [c.verification.arguments, c.verification.expect as JsonObject] : [])];
+      if (all.some((v) => referencesIn(v).some((r) => r.source === "args"))) {
+        ctx.addIssue({
+          code: "custom",
+          path: ["compensation"],
+          message: "references $args of a tool whose arguments are redacted: the ledger would have to keep them to roll back (use arguments: hashed)",
+        });
+      }
+    }
   });
 
 export const mappingFileSchema = z.strictObject({
-  tools: z.record(z.string().min(1, "a tool name cannot be empty").max(128, "tool names are at most 128 characters"), toolMappingSchema),
+  tools: z.record(TOOL_NAME, toolMappingSchema),
 });
 
 export type ParsedToolMapping = z.output<typeof toolMappingSchema>;
@@ -134,7 +227,12 @@ export function toToolMapping(parsed: ParsedToolMapping): ToolMapping {
   if (parsed.timeout !== undefined) m.timeoutMs = parsed.timeout;
   if (parsed.retry) m.retry = { attempts: parsed.retry.attempts, backoffMs: parsed.retry.backoff };
   if (parsed.schema_hash !== undefined) m.schemaHash = parsed.schema_hash;
-  if (parsed.compensation !== undefined) m.compensation = parsed.compensation;
+  if (parsed.compensation !== undefined) {
+    const c = parsed.compensation;
+    m.compensation = { tool: c.tool, arguments: c.arguments, approval: c.approval };
+    if (c.verification)
+      m.compensation.verification = { tool: c.verification.tool, arguments: c.verification.arguments, expect: c.verification.expect as JsonObject };
+  }
   return m;
 }
 

@@ -30,6 +30,7 @@ export type EntryKind =
   | "grant.minted"
   | "grant.revoked"
   | "config.changed"
+  | "rollback.step"
   | "checkpoint";
 
 /** Every kind above, in documentation order. */
@@ -47,6 +48,7 @@ export const ENTRY_KINDS: readonly EntryKind[] = [
   "grant.minted",
   "grant.revoked",
   "config.changed",
+  "rollback.step",
   "checkpoint",
 ];
 
@@ -114,6 +116,9 @@ export interface OutcomeBody extends JsonObject {
   /** Where the result's structuredContent broke the tool's outputSchema (empty when it did not; absent before [G]). */
   output_problems: string[];
   reason: string | null;
+  // `compensation` (only when the tool's mapping declares one; [R], src/governance/rollback.ts):
+  // the compensation resolved against this call — `{v, status: "planned", tool, arguments, approval,
+  // verification}`, only the values its references name — or `{v, status: "unavailable" | "not_needed", reason}`.
 }
 
 export interface BlockedBody extends JsonObject {

@@ -93,6 +93,8 @@ export interface CallContext {
   holds?(): HoldsApi | null;
   /** Tells the configured webhooks a hold was created (not awaited; src/mcp/webhooks.ts). */
   holdCreated?(hold: HoldRecord): void;
+  /** The bindings the run agent tools read the caller's team ledger through (src/mcp/runs.ts agentRunTool); absent: they answer that runs cannot be read here. */
+  ledgerEnv?(): Env;
 }
 
 export interface Outcome {

@@ -26,7 +26,8 @@ import { ErrorCode, type JsonObject, type JsonRpcRequest, errorResponse, isObjec
 import { exposeHandle, governedFromEdge, splitHandle, splitName, splitUri } from "./names.ts";
 import { directoryRead, skillsGet, skillsList } from "./skills.ts";
 import { forOwnerOnly, ownTasksOnly, recordCreatedTasks, unknownTask } from "./task-owners.ts";
-import { PREVIEW_TOOL_NAME, previewArgs } from "./agent-tools.ts";
+import { PREVIEW_TOOL_NAME, previewArgs, RUN_TOOL_NAMES } from "./agent-tools.ts";
+import { agentRunTool } from "./runs.ts";
 
 function fail(msg: JsonRpcRequest, code: number, message: string, status = 200, data?: JsonObject): Outcome {
   return { response: errorResponse(msg.id, code, message, data), status };
@@ -123,6 +124,7 @@ async function toolsCall(ctx: CallContext, msg: JsonRpcRequest): Promise<Outcome
   const name = msg.params?.name;
   if (typeof name !== "string") return fail(msg, ErrorCode.InvalidParams, "Invalid params: tools/call needs a string name", ctx.era === "modern" ? 400 : 200);
   if (name === PREVIEW_TOOL_NAME && ctx.cfg.agentTools) return previewImpact(ctx, msg);
+  if (RUN_TOOL_NAMES.has(name) && ctx.cfg.agentTools) return agentRunTool(ctx, msg);
   const governed = governedFromEdge(ctx.cfg.upstreams, name, ctx.route);
   const answer = await governToolCall(governance(ctx), toolCallOf(ctx, msg, governed));
   const target = splitName(ctx.cfg.upstreams, name);

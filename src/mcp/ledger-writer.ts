@@ -3,7 +3,10 @@
  * record per tools/list — appended to the caller's team chain in its LedgerDO, which makes them
  * durable before the append returns (the write-ahead point). Owns turning governance's records
  * into ledger bodies: arguments kept hashed until mappings say otherwise ([G]), results only as
- * a hash, never a secret or a token. Must never: report a receipt for a record that was not
+ * a hash, never a secret or a token — except, for a tool whose mapping declares a compensation,
+ * the compensation resolved against the call (exactly the argument and result values its
+ * references name, src/governance/rollback.ts), kept on the outcome so a run can be rolled back
+ * from the ledger alone. Must never: report a receipt for a record that was not
  * stored, or swallow a failed decision/outcome append (the governed path refuses on a throw).
  */
 import { canonicalUrl } from "../identity/metadata.ts";
@@ -19,6 +22,8 @@ import type { JsonObject } from "../wire/jsonrpc.ts";
 import type { CallLedger, FrontContext } from "./context.ts";
 import { policyEngine } from "../governance/engine.ts";
 import { batchedAppend } from "./ledger-batch.ts";
+import type { CompensationSpec } from "../config/mapping-schema.ts";
+import { compensationFor } from "../governance/rollback.ts";
 import { bounded } from "../wire/bounded.ts";
 
 const policyVersion = (cfg: GatewayConfig): string => {
@@ -40,13 +45,14 @@ export interface LedgerTarget {
   principal: Principal;
   signing: LedgerSigning;
   waitUntil(p: Promise<unknown>): void;
+  /** The mapped compensation of an upstream's tool, if any (its outcome then keeps the resolved compensation). */
+  compensationOf?(upstream: string, tool: string): CompensationSpec | undefined;
 }
 
 const draft = (kind: EntryKind, body: JsonObject, id: string = crypto.randomUUID()): EntryDraft => ({ kind, id, at: new Date().toISOString(), body });
 
 /** A ledger that does not answer within this bound counts as failed (the call is refused or its result held back). */
 export const LEDGER_WRITE_TIMEOUT_MS = 5000;
-
 
 async function append(env: Env, team: string, signing: LedgerSigning, d: EntryDraft, decisionId: string): Promise<Receipt> {
   // Through this isolate's group commit for the chain (ledger-batch.ts); bounded there per RPC and here per caller.
@@ -59,6 +65,8 @@ async function append(env: Env, team: string, signing: LedgerSigning, d: EntryDr
 export function callLedger(t: LedgerTarget): CallLedger {
   const p = t.principal;
   const write = (d: EntryDraft, decisionId: string) => append(t.env, p.team, t.signing, d, decisionId);
+  // Decisions of compensable tools, until their outcome: the spec and the arguments it resolves against (never written).
+  const compensable = new Map<string, { spec: CompensationSpec; args: JsonObject | undefined }>();
   return {
     async decision(r) {
       const id = crypto.randomUUID();
@@ -88,7 +96,10 @@ export function callLedger(t: LedgerTarget): CallLedger {
         would_block: r.decision.wouldBlock ? { ...r.decision.wouldBlock } : null,
         unverified_read: r.decision.unverifiedRead === true,
       };
-      return write(draft("decision", body, id), id);
+      const spec = t.compensationOf?.(r.upstream, r.tool);
+      const receipt = await write(draft("decision", body, id), id);
+      if (spec) compensable.set(id, { spec, args: r.arguments });
+      return receipt;
     },
     async outcome(r) {
       const answer = r.answer ? (r.answer.error ? { error: r.answer.error } : { result: r.answer.result ?? {} }) : null;
@@ -101,6 +112,11 @@ export function callLedger(t: LedgerTarget): CallLedger {
         output_problems: r.outputProblems ?? [],
         reason: r.reason ?? null,
       };
+      const pending = r.decision ? compensable.get(r.decision.decision_id) : undefined;
+      if (pending && r.decision) {
+        compensable.delete(r.decision.decision_id);
+        body.compensation = compensationFor(pending.spec, pending.args, r.status, r.answer?.result ?? null, r.outputProblems ?? []) as unknown as JsonObject;
+      }
       return write(draft("outcome", body), r.decision?.decision_id ?? "");
     },
     async blocked(call: ToolCall, refusal) {
@@ -141,7 +157,14 @@ export async function appendRecord(env: Env, signing: LedgerSigning, team: strin
 
 /** The ledger of a front's caller. */
 export function frontLedger(fc: FrontContext): CallLedger {
-  return callLedger({ env: fc.env, principal: fc.principal, signing: { secret: fc.cfg.auth.signingKeySecret, gateway: fc.gateway }, waitUntil: fc.waitUntil });
+  const mappings = fc.cfg.mappings;
+  return callLedger({
+    env: fc.env,
+    principal: fc.principal,
+    signing: { secret: fc.cfg.auth.signingKeySecret, gateway: fc.gateway },
+    waitUntil: fc.waitUntil,
+    compensationOf: (upstream, tool) => mappings[upstream]?.[tool]?.compensation,
+  });
 }
 
 const recordedConfigs = new WeakSet<object>();

@@ -148,6 +148,7 @@ function legacyContext(
     killSwitch: () => killSwitchReader(fc.env),
     holds: () => holdsObject(fc.env, fc.principal.team),
     holdCreated: (h) => notifyHold(fc.env, fc.cfg, "created", h, fc.waitUntil),
+    ledgerEnv: () => fc.env,
     recordRequest: async (id, up, upstreamId) => {
       await store.begin(fc.principal.sub, JSON.stringify(id), up.name, upstreamId);
     },

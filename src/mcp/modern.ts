@@ -129,6 +129,7 @@ export function modernContext(
     killSwitch: () => killSwitchReader(fc.env),
     holds: () => holdsObject(fc.env, fc.principal.team),
     holdCreated: (h) => notifyHold(fc.env, fc.cfg, "created", h, fc.waitUntil),
+    ledgerEnv: () => fc.env,
     relay: {
       send: async (m) => {
         if (isRequest(m)) return; // never on a modern request stream

@@ -17,6 +17,7 @@ import "./operator-tools.ts";
 import "./operator-hold-tools.ts";
 import "./operator-killswitch-tools.ts";
 import "./operator-config-tools.ts";
+import "./operator-runs-tools.ts";
 import { jsonResponse, refuse } from "../wire/http.ts";
 import { canonicalUrl } from "../identity/metadata.ts";
 

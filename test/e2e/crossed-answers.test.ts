@@ -159,15 +159,33 @@ describe("answers go to the request that caused them", () => {
     const h = await legacySession();
     // Warm the tool catalog, so the call reaches the upstream while the next listing still runs.
     const warm = await legacyRequest(h, 1, "tools/list", {});
-    // (the gateway's own agent tool comes last: gateway.agent_tools)
-    expect(warm.msg.result?.tools?.map((t) => t.name)).toEqual(["slow__slow_echo", "portcullis.preview_impact"]);
+    // (the gateway's own agent tools come last, preview_impact the very last: gateway.agent_tools)
+    expect(warm.msg.result?.tools?.map((t) => t.name)).toEqual([
+      "slow__slow_echo",
+      "portcullis.list_runs",
+      "portcullis.get_run",
+      "portcullis.get_action_trace",
+      "portcullis.plan_rollback",
+      "portcullis.dry_run_rollback",
+      "portcullis.validate_mapping",
+      "portcullis.preview_impact",
+    ]);
     const before = upstream.log.length;
     const list = legacyRequest(h, 9, "tools/list", {});
     await sleep(200);
     const call = legacyRequest(h, "9:slow:0", "tools/call", { name: "slow__slow_echo", arguments: { tag: "the-call", ms: 2500 } });
     const [l, c] = await Promise.all([list, call]);
     expect(l.msg.id).toBe(9);
-    expect(l.msg.result?.tools?.map((t) => t.name)).toEqual(["slow__slow_echo", "portcullis.preview_impact"]);
+    expect(l.msg.result?.tools?.map((t) => t.name)).toEqual([
+      "slow__slow_echo",
+      "portcullis.list_runs",
+      "portcullis.get_run",
+      "portcullis.get_action_trace",
+      "portcullis.plan_rollback",
+      "portcullis.dry_run_rollback",
+      "portcullis.validate_mapping",
+      "portcullis.preview_impact",
+    ]);
     expect(c.msg.id).toBe("9:slow:0");
     expect(textOf(c.msg)).toBe("the-call");
     expect(l.ms).toBeLessThan(10_000);

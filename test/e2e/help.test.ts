@@ -22,6 +22,7 @@ const { KNOWN: RELOAD } = await bin<{ KNOWN: string[] }>("reload-cli.mjs");
 const { KNOWN: CLIENTS } = await bin<{ KNOWN: Table }>("clients-cli.mjs");
 const { KNOWN: GOVERNANCE } = await bin<{ KNOWN: Table }>("governance-cli.mjs");
 const { KNOWN: HOLDS } = await bin<{ KNOWN: Table }>("holds-cli.mjs");
+const { KNOWN: RUNS } = await bin<{ KNOWN: Table }>("runs-cli.mjs");
 const { KNOWN: KILLSWITCH } = await bin<{ KNOWN: Table }>("killswitch-cli.mjs");
 const { KNOWN: LEDGER } = await bin<{ KNOWN: Table }>("ledger-cli.mjs");
 const { KNOWN: OPERATOR } = await bin<{ KNOWN: Table }>("operator-cli.mjs");
@@ -69,13 +70,16 @@ const COMMANDS: Command[] = [
   { words: ["holds", "show"], flags: union(HOLDS.show), missing: ["--url", NOWHERE], json: true },
   { words: ["holds", "approve"], flags: union(HOLDS.approve), missing: ["--url", NOWHERE], json: true },
   { words: ["holds", "reject"], flags: union(HOLDS.reject), missing: ["--url", NOWHERE, "some-hold"], json: true },
+  { words: ["runs", "list"], flags: union(RUNS.list), missing: [], json: true },
+  { words: ["runs", "show"], flags: union(RUNS.show), missing: ["--url", NOWHERE], json: true },
+  { words: ["runs", "rollback"], flags: union(RUNS.rollback), missing: ["--url", NOWHERE], json: true },
   { words: ["halt"], flags: union(KILLSWITCH.halt), missing: ["--url", NOWHERE, "--reason", "r"], json: true },
   { words: ["resume"], flags: union(KILLSWITCH.resume), missing: ["--url", NOWHERE, "--reason", "r"], json: true },
   { words: ["status"], flags: union(KILLSWITCH.status), missing: [], json: true },
   { words: ["reload"], flags: union(RELOAD), missing: ["--url", NOWHERE], json: true },
 ];
 /** Command groups: `<group> --help` prints the group's commands. */
-const GROUPS = ["token", "keys", "ledger", "holds"];
+const GROUPS = ["token", "keys", "ledger", "holds", "runs"];
 
 const cli = (args: string[]): Promise<Run> => runScript(CLI, args, { PORTCULLIS_DEV_KEY_FILE: resolve(root, ".portcullis", "help-test-never-written.json") });
 const label = (c: Command) => `portcullis ${c.words.join(" ")}`;

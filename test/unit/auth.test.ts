@@ -148,19 +148,31 @@ describe("roles and the operator endpoint", () => {
       expect(r.status).toBe(200);
       return ((await r.json()) as { result: { tools: { name: string }[] } }).result.tools.map((t) => t.name);
     };
-    // Holds (operator-hold-tools.ts) and the kill switch (operator-killswitch-tools.ts) register theirs by role too.
+    // Holds (operator-hold-tools.ts), the kill switch (operator-killswitch-tools.ts) and runs (operator-runs-tools.ts) register theirs by role too.
     expect(await names(["operator"])).toEqual([
       "portcullis.classify",
+      "portcullis.dry_run_rollback",
+      "portcullis.execute_rollback",
+      "portcullis.get_action_trace",
       "portcullis.get_hold",
+      "portcullis.get_run",
       "portcullis.list_holds",
+      "portcullis.list_runs",
+      "portcullis.plan_rollback",
       "portcullis.preview_impact",
       "portcullis.status",
       "portcullis.upstreams",
+      "portcullis.validate_mapping",
       "portcullis.whoami",
     ]);
     expect(await names(["approver"])).toEqual([
+      "portcullis.dry_run_rollback",
+      "portcullis.get_action_trace",
       "portcullis.get_hold",
+      "portcullis.get_run",
       "portcullis.list_holds",
+      "portcullis.list_runs",
+      "portcullis.plan_rollback",
       "portcullis.preview_impact",
       "portcullis.resolve_hold",
       "portcullis.status",
@@ -168,21 +180,32 @@ describe("roles and the operator endpoint", () => {
     ]);
     expect(await names(["auditor"])).toEqual([
       "portcullis.classify",
+      "portcullis.dry_run_rollback",
+      "portcullis.get_action_trace",
       "portcullis.get_hold",
+      "portcullis.get_run",
       "portcullis.ledger_search",
       "portcullis.ledger_trace",
       "portcullis.list_holds",
+      "portcullis.list_runs",
+      "portcullis.plan_rollback",
       "portcullis.status",
       "portcullis.upstreams",
       "portcullis.whoami",
     ]);
     expect(await names(["admin"])).toEqual([
       "portcullis.classify",
+      "portcullis.dry_run_rollback",
+      "portcullis.execute_rollback",
+      "portcullis.get_action_trace",
       "portcullis.get_hold",
+      "portcullis.get_run",
       "portcullis.halt",
       "portcullis.ledger_search",
       "portcullis.ledger_trace",
       "portcullis.list_holds",
+      "portcullis.list_runs",
+      "portcullis.plan_rollback",
       "portcullis.preview_impact",
       "portcullis.reload",
       "portcullis.resolve_hold",
@@ -190,6 +213,7 @@ describe("roles and the operator endpoint", () => {
       "portcullis.revoke_grant",
       "portcullis.status",
       "portcullis.upstreams",
+      "portcullis.validate_mapping",
       "portcullis.whoami",
     ]);
     const who = await op((await grant({ roles: ["auditor"], sub: "human:leo" })).token, rpc("tools/call", { name: "portcullis.whoami", arguments: {} }));

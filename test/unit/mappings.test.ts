@@ -48,7 +48,7 @@ describe("mapping schema", () => {
       timeoutMs: 30_000,
       schemaHash: HASH,
       arguments: "redacted",
-      compensation: { tool: "refund", arguments: { id: "$result.id" } },
+      compensation: { tool: "refund", arguments: { id: "$result.id" }, approval: "none" },
     });
     expect(toToolMapping(parsed.tools.lookup!)).toEqual({
       effect: "read_only",

@@ -239,7 +239,16 @@ describe("dispatch through a /mcp/<upstream> view", () => {
     expect(toolNames(onRoute)).toEqual(["read"]); // write: outside the grant; wipe: denied unconditionally; no agent tool
     expect(listedRecords.at(-1)).toEqual({ shown: ["alpha__read"], hidden: ["alpha__write", "alpha__wipe"] });
     const onMcp = await dispatch(ctx(shared, undefined, ["alpha__read", "alpha__wipe"]), rpc("tools/list"));
-    expect(toolNames(onMcp)).toEqual(["alpha__read", "portcullis.preview_impact"]);
+    expect(toolNames(onMcp)).toEqual([
+      "alpha__read",
+      "portcullis.list_runs",
+      "portcullis.get_run",
+      "portcullis.get_action_trace",
+      "portcullis.plan_rollback",
+      "portcullis.dry_run_rollback",
+      "portcullis.validate_mapping",
+      "portcullis.preview_impact",
+    ]);
     expect(listedRecords.at(-1)).toEqual(listedRecords.at(-2));
   });
 

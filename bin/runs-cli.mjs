@@ -1,0 +1,185 @@
+#!/usr/bin/env node
+/**
+ * `portcullis runs …` ([R]): list the runs you may see (`list`), show one run with its steps and
+ * rollback plan (`show`), and roll one back (`rollback`: a dry run unless --confirm) on a running
+ * gateway, over its /v1/runs API. Owns argument parsing, the HTTP requests, the text and JSON
+ * output and the exit codes: 0 done (for a rollback: every planned compensation ran), 1 refused by
+ * the gateway (403 not allowed, 404 no such run, 409 ambiguous run) or a rollback that left steps
+ * remaining, 2 usage, 3 the gateway could not be reached or answered anything else. Who may see and
+ * undo what is the gateway's decision; this file only asks. Tokens come from --token or,
+ * preferably, PORTCULLIS_TOKEN. Must never: print or log a token, send it anywhere but the gateway
+ * named by --url, follow a redirect with it, or wait on the gateway without a bound.
+ */
+import { realpathSync } from "node:fs";
+import { pathToFileURL } from "node:url";
+import { parseOptions, UsageError } from "./cli-args.mjs";
+import { answerOf, exitCodeOf, FetchError, gatewayOf, Refused, refusal, send, tokenOf } from "./gateway-http.mjs";
+
+// A rollback calls each compensation up to 3 times and reads it back: give it time.
+const TIMEOUT_MS = 120_000;
+
+const HELP = {
+  runs: `usage: portcullis runs <command> [options]
+  list       the runs you may see (an agent: its own; an operator or auditor: its team's), newest first
+  show       one run: each step's tool and outcome, its compensation, and the rollback plan
+  rollback   roll a run back, newest step first: a dry run unless --confirm (operator role)
+Each command takes --help and --url GATEWAY. Give the token in PORTCULLIS_TOKEN (a --token on the
+command line is visible to other processes on this machine).
+exit: 0 done, 1 refused (403 not allowed, 404 no such run) or steps remain, 2 usage, 3 unreachable or other`,
+  list: `usage: portcullis runs list --url GATEWAY [--principal P] [--team T] [--limit N] [--json]
+  --principal P   only P's runs (an operator or auditor)
+  --team T        another team's runs (admin)
+  --limit N       at most N runs (1-500, default 100)
+  --json          print the gateway's answer {"runs": [...]} as JSON
+exit: 0 listed, 1 refused, 2 usage, 3 unreachable or other`,
+  show: `usage: portcullis runs show RUN --url GATEWAY [--principal P] [--team T] [--json]
+exit: 0 shown, 1 refused or no such run, 2 usage, 3 unreachable or other`,
+  rollback: `usage: portcullis runs rollback RUN --url GATEWAY [--confirm] [--approve-compensations] [--principal P] [--team T] [--json]
+  --confirm                 execute (operator role); without it, a dry run that calls nothing
+  --approve-compensations   also run compensations whose mapping requires approval
+Each compensation runs on its upstream newest first, up to 3 attempts, with an idempotency key per
+step (a repeated rollback never compensates twice), then is read back: verified, verification_failed
+or unverified. Every step is a ledger record.
+exit: 0 every planned compensation ran (or, dry run, the plan was shown), 1 refused or steps remain, 2 usage, 3 unreachable or other`,
+};
+
+const BOOLEAN = new Set(["json", "help", "confirm", "approve-compensations"]);
+export const KNOWN = {
+  list: ["url", "token", "principal", "team", "limit", "json", "help"],
+  show: ["url", "token", "principal", "team", "json", "help"],
+  rollback: ["url", "token", "confirm", "approve-compensations", "principal", "team", "json", "help"],
+};
+
+const TOKEN_NOTE = "Give the token in PORTCULLIS_TOKEN (a --token on the command line is visible to other processes on this machine).";
+
+function help(cmd) {
+  console.log(cmd === "runs" ? HELP[cmd] : `${HELP[cmd]}\n${TOKEN_NOTE}`);
+  return 0;
+}
+
+function oneRun(a, cmd) {
+  if (a._.length !== 1) throw new UsageError(`give one run id: runs ${cmd} RUN --url GATEWAY`);
+  return a._[0];
+}
+
+/** Calls the gateway; the parsed JSON on 2xx, else Refused (403/404/409) or FetchError naming the status and the gateway's reason. */
+async function call(base, method, path, token, { query = {}, body } = {}) {
+  const { res, where } = await send(base, method, path, token, { query, body, timeoutMs: TIMEOUT_MS, redirect: "manual" });
+  const answer = await answerOf(res);
+  if (res.ok && answer.json !== undefined) return answer.json;
+  const msg = refusal(where, res.status, answer);
+  if (res.status === 403 || res.status === 404 || res.status === 409) throw new Refused(msg);
+  throw new FetchError(res.ok ? `${where}: the answer is not JSON` : msg);
+}
+
+function table(head, rows) {
+  const w = head.map((h, i) => Math.max(h.length, ...rows.map((r) => String(r[i]).length)) + 2);
+  const line = (r) =>
+    r
+      .map((c, i) => String(c).padEnd(w[i]))
+      .join("")
+      .trimEnd();
+  console.log(line(head));
+  for (const r of rows) console.log(line(r));
+}
+
+function printPlan(plan) {
+  if (plan.compensations.length === 0) console.log("  nothing to compensate");
+  for (const c of plan.compensations)
+    console.log(
+      `  undo ${c.step_tool} (${c.decision_id}): ${c.upstream} ${c.tool} ${JSON.stringify(c.arguments)}${c.needs_approval ? "  [needs approval]" : ""}`,
+    );
+  for (const n of plan.not_reversible) console.log(`  cannot undo ${n.tool} (${n.decision_id}): ${n.reason}`);
+  if (plan.already_compensated.length) console.log(`  already undone: ${plan.already_compensated.length} step(s)`);
+}
+
+async function listCommand(a) {
+  if (a.help) return help("list");
+  const base = gatewayOf(a.url);
+  if (a.limit !== undefined && !(/^\d+$/.test(a.limit) && Number(a.limit) >= 1 && Number(a.limit) <= 500))
+    throw new UsageError("--limit must be a whole number from 1 to 500");
+  if (a._.length) throw new UsageError(`unexpected argument ${a._[0]}`);
+  const out = await call(base, "GET", "/v1/runs", tokenOf(a), { query: { principal: a.principal, team: a.team, limit: a.limit } });
+  if (a.json) console.log(JSON.stringify(out, null, 2));
+  else if ((out.runs ?? []).length === 0) console.log("no runs");
+  else
+    table(
+      ["run", "principal", "steps", "started", "last"],
+      out.runs.map((r) => [r.run, r.principal, r.steps, r.started_at, r.last_at]),
+    );
+  return 0;
+}
+
+async function showCommand(a) {
+  if (a.help) return help("show");
+  const base = gatewayOf(a.url);
+  const run = oneRun(a, "show");
+  const out = await call(base, "GET", `/v1/runs/${encodeURIComponent(run)}`, tokenOf(a), { query: { principal: a.principal, team: a.team } });
+  if (a.json) {
+    console.log(JSON.stringify(out, null, 2));
+    return 0;
+  }
+  const v = out.run;
+  console.log(`run ${v.run} of ${v.principal} (team ${v.team}), ${v.steps.length} step(s), ${v.started_at} – ${v.last_at}`);
+  table(
+    ["seq", "tool", "outcome", "compensation", "rollback"],
+    v.steps.map((s) => [
+      s.seq,
+      `${s.upstream} ${s.tool}`,
+      s.status,
+      s.compensation ? (s.compensation.status === "planned" ? s.compensation.tool : s.compensation.status) : "-",
+      s.rollback ? `${s.rollback.state}${s.rollback.verification ? ` (${s.rollback.verification})` : ""}` : "-",
+    ]),
+  );
+  console.log("plan (newest first):");
+  printPlan(out.plan);
+  return 0;
+}
+
+async function rollbackCommand(a) {
+  if (a.help) return help("rollback");
+  const base = gatewayOf(a.url);
+  const run = oneRun(a, "rollback");
+  const body = {
+    confirm: a.confirm === true,
+    approve_compensations: a["approve-compensations"] === true,
+    ...(a.principal !== undefined ? { principal: a.principal } : {}),
+    ...(a.team !== undefined ? { team: a.team } : {}),
+  };
+  const out = await call(base, "POST", `/v1/runs/${encodeURIComponent(run)}/rollback`, tokenOf(a), { body });
+  if (a.json) console.log(JSON.stringify(out, null, 2));
+  else {
+    console.log(`run ${out.run} of ${out.principal}: ${out.dry_run ? "dry run (nothing was called; --confirm executes)" : `rollback ${out.rollback_id}`}`);
+    if (out.steps.length === 0) console.log("  nothing to compensate");
+    for (const s of out.steps)
+      console.log(
+        `  ${s.state.padEnd(11)} ${s.upstream} ${s.tool} (${s.decision_id})${s.attempts ? `, ${s.attempts} attempt(s)` : ""}${s.verification ? `, ${s.verification}` : ""}${s.reason ? `: ${s.reason}` : ""}`,
+      );
+    for (const n of out.plan.not_reversible) console.log(`  cannot undo ${n.tool} (${n.decision_id}): ${n.reason}`);
+    if (!out.dry_run && out.remaining.length) console.log(`  remaining: ${out.remaining.join(", ")}`);
+  }
+  return out.dry_run || out.remaining.length === 0 ? 0 : 1;
+}
+
+const COMMANDS = { list: listCommand, show: showCommand, rollback: rollbackCommand };
+
+/** Runs `portcullis runs <argv…>`; the exit code. */
+export async function runsCommand(argv) {
+  const [cmd, ...rest] = argv;
+  if (cmd === "--help" || cmd === "-h" || cmd === "help") return help("runs");
+  const run = COMMANDS[cmd];
+  if (!run) {
+    console.error(`${cmd ? `portcullis runs: unknown command ${cmd}\n` : ""}${HELP.runs}`);
+    return 2;
+  }
+  try {
+    return await exitCodeOf(`portcullis runs ${cmd}`, () => run(parseOptions(rest, { known: KNOWN[cmd], boolean: BOOLEAN })));
+  } catch (e) {
+    console.error(`portcullis runs ${cmd}: ${e?.message ?? e}`);
+    return 3;
+  }
+}
+
+if (process.argv[1] && import.meta.url === pathToFileURL(realpathSync(process.argv[1])).href) {
+  process.exitCode = await runsCommand(process.argv.slice(2));
+}

@@ -1,0 +1,587 @@
+/**
+ * Runs and rollback ([R]), the service every surface calls (REST `src/routes/runs.ts`, the
+ * operator tools, the CLI through REST; the console run page should call `runDetail` and
+ * `rollbackRun` too): a run's records read from the ledger alone — the shared D1 store queried by
+ * team and run, plus the chain's LedgerDO tail not yet flushed to D1 — rebuilt into steps and a
+ * rollback plan by src/governance/rollback.ts; and the execution of a plan: each compensation
+ * called on the upstream that exposes it, newest first, at most 3 attempts with backoff, with
+ * `_meta["portcullis/idempotency_key"]` (a hash of run and step), then its read-back with backoff
+ * (`verified | verification_failed | unverified`), each step recorded on the run's team chain
+ * before and after it runs. Compensations bypass grant globs and upstream allow/deny (an operator
+ * is deliberately undoing), need the operator (or admin) role, and respect the kill switch.
+ * Who may see which run: an agent its own runs only (another principal's run is "not found"); an
+ * operator, auditor or approver its team's; an admin any team's (`team`).
+ * Must never: read a store other than the ledger to build a run, run a compensation without the
+ * operator role or under a halt covering it, call a step's compensation twice under different
+ * keys, or call anything on a dry run.
+ */
+import type { GatewayConfig, UpstreamConfig } from "../config/load.ts";
+import { formatMappingPath, parseMappingFile } from "../config/mapping-schema.ts";
+import { principalHas, type Principal } from "../config/principal.ts";
+import type { Env } from "../env.ts";
+import { ledgerObject } from "../../durable-objects/names.ts";
+import {
+  COMPENSATION_ATTEMPTS,
+  IDEMPOTENCY_META,
+  type PlannedCompensation,
+  planRollback,
+  type RollbackPlan,
+  ROLLBACK_STEP_KIND,
+  rollbackStepBody,
+  type RunEntry,
+  type RunView,
+  runView,
+  resultValue,
+  type VerificationStatus,
+  verificationMet,
+} from "../governance/rollback.ts";
+import { grantAllowsTool, toolAllowed } from "../governance/grant-scope.ts";
+import { haltFor, type LegResult, type ToolCall } from "../governance/steps.ts";
+import type { EntryKind } from "../ledger/records.ts";
+import { isObject, type JsonObject, type JsonRpcRequest } from "../wire/jsonrpc.ts";
+import type { CallContext, Outcome } from "./context.ts";
+import { callLeg } from "./forward.ts";
+import { killSwitchReader } from "./killswitch.ts";
+import { appendRecord, ledgerSigning } from "./ledger-writer.ts";
+import { exposeName } from "./names.ts";
+import { modernMeta } from "./upstream.ts";
+
+export type RunsResult<T> = { ok: true; value: T } | { ok: false; status: 400 | 403 | 404 | 409 | 503; message: string };
+
+const RUN_ID = /^[A-Za-z0-9_-]{1,128}$/;
+const MAX_TAIL_PAGES = 20;
+const TAIL_PAGE = 1000;
+const MAX_RUN_ROWS = 5000;
+/** Backoff before attempt n+1 of a compensation, and before read-back n+1. */
+const ATTEMPT_BACKOFF_MS = [250, 500];
+const VERIFY_BACKOFF_MS = [200, 400];
+
+/** An agent sees only itself; readers of the team (and admins) see the team's principals. */
+function isTeamReader(p: Principal): boolean {
+  return principalHas(p, "operator") || principalHas(p, "auditor") || principalHas(p, "approver");
+}
+
+/** The team whose chain the caller reads: its own, or — for an admin — the one it names. */
+function teamOf(caller: Principal, team: string | undefined): RunsResult<string> {
+  if (team === undefined || team === caller.team) return { ok: true, value: caller.team };
+  if (!principalHas(caller, "admin")) return { ok: false, status: 403, message: `a grant of team ${caller.team} cannot read team ${team}'s runs` };
+  return { ok: true, value: team };
+}
+
+interface Row {
+  seq: number;
+  id: string;
+  kind: string;
+  at: string;
+  body: string;
+}
+
+/**
+ * Every record of the chain's runs that `match` selects: D1 rows (`where` over ledger_entries)
+ * and the LedgerDO's entries after its flushed seq (not in D1 yet), de-duplicated by seq.
+ */
+async function chainEntries(
+  env: Env,
+  team: string,
+  where: string,
+  args: unknown[],
+  tailMatch: (e: RunEntry, decisions: ReadonlySet<string>) => boolean,
+): Promise<RunEntry[]> {
+  const ledger = ledgerObject(env, team);
+  if (!ledger) return [];
+  // The flushed seq first: D1 then holds at least everything up to it, and the tail covers the rest.
+  const flushed = (await ledger.status()).flushedSeq;
+  let rows: Row[];
+  try {
+    rows = (
+      await env.LEDGER_DB.prepare(`SELECT seq, id, kind, at, body FROM ledger_entries WHERE chain = ? AND (${where}) ORDER BY seq LIMIT ${MAX_RUN_ROWS}`)
+        .bind(team, ...args)
+        .all<Row>()
+    ).results;
+  } catch (e) {
+    // Before any LedgerDO's first flush the table does not exist yet: nothing is flushed, the tail holds it all.
+    if (flushed !== 0 || !/no such table/i.test(String((e as Error)?.message ?? e))) throw e;
+    rows = [];
+  }
+  const out = new Map<number, RunEntry>();
+  for (const r of rows) out.set(r.seq, { seq: r.seq, id: r.id, kind: r.kind, at: r.at, body: JSON.parse(r.body) as JsonObject });
+  const tail: RunEntry[] = [];
+  let after = flushed;
+  for (let i = 0; i < MAX_TAIL_PAGES; i++) {
+    const page = await ledger.read(after, TAIL_PAGE);
+    for (const e of page) tail.push({ seq: e.seq, id: e.id, kind: e.kind, at: e.at, body: e.body });
+    if (page.length < TAIL_PAGE) break;
+    after = page.at(-1)!.seq;
+  }
+  // Decisions first (the tail's own, then the rest may name them or one D1 already holds).
+  for (const e of tail) if (e.kind === "decision" && !out.has(e.seq) && tailMatch(e, new Set())) out.set(e.seq, e);
+  const decisions = new Set([...out.values()].filter((e) => e.kind === "decision").map((e) => e.id));
+  for (const e of tail) if (e.kind !== "decision" && !out.has(e.seq) && tailMatch(e, decisions)) out.set(e.seq, e);
+  return [...out.values()].sort((a, b) => a.seq - b.seq);
+}
+
+const RUN_DECISIONS = "SELECT id FROM ledger_entries WHERE chain = ? AND kind = 'decision' AND json_extract(body, '$.run') = ?";
+
+/** The records of run `run` on `team`'s chain: its decisions, and every record naming one of them (outcomes, rollback steps, holds). */
+async function runEntries(env: Env, team: string, run: string): Promise<RunEntry[]> {
+  return chainEntries(
+    env,
+    team,
+    `(kind = 'decision' AND json_extract(body, '$.run') = ?) OR decision_id IN (${RUN_DECISIONS})`,
+    [run, team, run],
+    (e, decisions) => {
+      if (e.kind === "decision") return e.body.run === run;
+      const d = e.body.decision_id;
+      return typeof d === "string" && decisions.has(d);
+    },
+  );
+}
+
+export interface RunSummary {
+  run: string;
+  principal: string;
+  steps: number;
+  started_at: string;
+  last_at: string;
+}
+
+/** GET /v1/runs: the runs the caller may see, newest first (`principal` narrows a team reader's list). */
+export async function listRuns(env: Env, caller: Principal, q: { principal?: string; team?: string; limit?: number }): Promise<RunsResult<RunSummary[]>> {
+  const team = teamOf(caller, q.team);
+  if (!team.ok) return team;
+  const own = !isTeamReader(caller) && !principalHas(caller, "admin");
+  if (own && q.principal !== undefined && q.principal !== caller.sub) return { ok: false, status: 403, message: "an agent grant lists only its own runs" };
+  const who = own ? caller.sub : q.principal;
+  const limit = Math.min(Math.max(q.limit ?? 100, 1), 500);
+  let entries: RunEntry[];
+  try {
+    entries = await chainEntries(
+      env,
+      team.value,
+      `kind = 'decision' AND json_extract(body, '$.run') IS NOT NULL${who !== undefined ? " AND principal = ?" : ""}`,
+      who !== undefined ? [who] : [],
+      (e) => e.kind === "decision" && typeof e.body.run === "string" && (who === undefined || e.body.principal === who),
+    );
+  } catch (e) {
+    return { ok: false, status: 503, message: `the ledger could not be read (${(e as Error).message})` };
+  }
+  const runs = new Map<string, RunSummary>();
+  for (const e of entries) {
+    const run = e.body.run as string;
+    const principal = String(e.body.principal);
+    const key = `${principal}\u0000${run}`;
+    const r = runs.get(key);
+    if (r) {
+      r.steps++;
+      r.last_at = e.at;
+    } else runs.set(key, { run, principal, steps: 1, started_at: e.at, last_at: e.at });
+  }
+  return { ok: true, value: [...runs.values()].sort((a, b) => (a.last_at < b.last_at ? 1 : -1)).slice(0, limit) };
+}
+
+/** The run as the caller may see it: an agent's own only; another principal's run is not found (not forbidden: its existence is not told). */
+async function visibleRun(env: Env, caller: Principal, run: string, q: { principal?: string; team?: string }): Promise<RunsResult<RunView>> {
+  if (!RUN_ID.test(run)) return { ok: false, status: 400, message: "a run id is 1–128 characters of [A-Za-z0-9_-]" };
+  const team = teamOf(caller, q.team);
+  if (!team.ok) return team;
+  let entries: RunEntry[];
+  try {
+    entries = await runEntries(env, team.value, run);
+  } catch (e) {
+    return { ok: false, status: 503, message: `the ledger could not be read (${(e as Error).message})` };
+  }
+  const principals = [...new Set(entries.filter((e) => e.kind === "decision").map((e) => String(e.body.principal)))];
+  const reader = isTeamReader(caller) || principalHas(caller, "admin");
+  const notFound: RunsResult<RunView> = { ok: false, status: 404, message: `no run ${run} ${reader ? `in team ${team.value}'s ledger` : "of yours"}` };
+  let principal: string;
+  if (!reader) {
+    if (!principals.includes(caller.sub)) return notFound;
+    principal = caller.sub;
+  } else if (q.principal !== undefined) {
+    if (!principals.includes(q.principal)) return notFound;
+    principal = q.principal;
+  } else if (principals.length === 1) principal = principals[0]!;
+  else if (principals.length === 0) return notFound;
+  else return { ok: false, status: 409, message: `run ${run} has steps of several principals (${principals.join(", ")}): name one with principal` };
+  const view = runView(run, principal, entries, Date.now());
+  return view ? { ok: true, value: view } : notFound;
+}
+
+export interface RunDetail {
+  run: RunView;
+  plan: RollbackPlan;
+}
+
+/** GET /v1/runs/:id: the run's steps (what each changed, its outcome, its compensation and how far its rollback got) and its rollback plan. */
+export async function runDetail(env: Env, caller: Principal, run: string, q: { principal?: string; team?: string } = {}): Promise<RunsResult<RunDetail>> {
+  const v = await visibleRun(env, caller, run, q);
+  if (!v.ok) return v;
+  return { ok: true, value: { run: v.value, plan: planRollback(v.value) } };
+}
+
+export interface StepReport {
+  decision_id: string;
+  upstream: string;
+  tool: string;
+  idempotency_key: string;
+  state: "compensated" | "failed" | "skipped" | "would_run" | "not_run";
+  attempts: number;
+  verification: VerificationStatus | null;
+  reason: string | null;
+  errors: string[];
+}
+
+export interface RollbackReport {
+  run: string;
+  principal: string;
+  dry_run: boolean;
+  rollback_id: string | null;
+  /** Every step the plan would (or did) compensate, newest first. */
+  steps: StepReport[];
+  /** Steps still not undone after this execution (failed, skipped, not reached), newest first. */
+  remaining: string[];
+  plan: RollbackPlan;
+  complete: boolean;
+}
+
+export interface RollbackOptions {
+  confirm: boolean;
+  approveCompensations: boolean;
+  principal?: string;
+  team?: string;
+}
+
+/**
+ * Where a rollback runs: the gateway's env and config, the caller, and a 2026-07-28 call context
+ * of the caller (its upstream legs; the route builds it: src/routes/runs.ts rollbackContext).
+ */
+export interface RollbackContext {
+  env: Env;
+  cfg: GatewayConfig;
+  caller: Principal;
+  callContext(): CallContext;
+}
+
+const MAX_LIST_PAGES = 20;
+
+/** The tool names `up` offers (every page of its tools/list); null when the list could not be read whole. */
+export async function upstreamToolNames(ctx: CallContext, up: UpstreamConfig): Promise<Set<string> | null> {
+  const names = new Set<string>();
+  let cursor: string | undefined;
+  for (let i = 0; i < MAX_LIST_PAGES; i++) {
+    const leg = await callLeg(ctx, up, {
+      jsonrpc: "2.0",
+      id: `portcullis-tools-${crypto.randomUUID()}`,
+      method: "tools/list",
+      // A 2026-07-28 context's legs take the request's own protocol metadata; a legacy session's legs need none.
+      params: { ...(cursor !== undefined ? { cursor } : {}), ...(ctx.era === "modern" ? { _meta: modernMeta({}) } : {}) },
+    });
+    if (leg.kind !== "answered" || !leg.response.result || !Array.isArray(leg.response.result.tools)) return null;
+    for (const t of leg.response.result.tools) if (isObject(t) && typeof t.name === "string") names.add(t.name);
+    const next = leg.response.result.nextCursor;
+    if (typeof next !== "string" || next === "") return names;
+    cursor = next;
+  }
+  return null;
+}
+
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+function legProblem(leg: LegResult): string | null {
+  if (leg.kind !== "answered") return leg.reason;
+  if (leg.response.error) return `error ${leg.response.error.code}: ${leg.response.error.message}`;
+  if (leg.response.result?.isError === true) {
+    const text = Array.isArray(leg.response.result.content)
+      ? leg.response.result.content
+          .filter((c) => isObject(c) && c.type === "text")
+          .map((c) => String((c as JsonObject).text))
+          .join(" ")
+      : "";
+    return `the tool answered isError${text ? `: ${text.slice(0, 300)}` : ""}`;
+  }
+  return null;
+}
+
+/**
+ * POST /v1/runs/:id/rollback: a dry run (the plan, nothing called) unless `confirm`; executing
+ * needs the operator (or admin) role, and compensations that need approval run only with
+ * `approveCompensations`. Stops at the first compensation that fails: older steps stay
+ * (remaining), since they may depend on it being undone first.
+ */
+export async function rollbackRun(ctx: RollbackContext, run: string, opts: RollbackOptions): Promise<RunsResult<RollbackReport>> {
+  const { env, cfg, caller } = ctx;
+  const operator = principalHas(caller, "operator") || principalHas(caller, "admin");
+  if (opts.confirm && !operator)
+    return { ok: false, status: 403, message: "executing a rollback needs the operator role; without confirm: true it is a dry run" };
+  if (opts.approveCompensations && !operator) return { ok: false, status: 403, message: "approving compensations needs the operator role" };
+  const q = { ...(opts.principal !== undefined ? { principal: opts.principal } : {}), ...(opts.team !== undefined ? { team: opts.team } : {}) };
+  const v = await visibleRun(env, caller, run, q);
+  if (!v.ok) return v;
+  const view = v.value;
+  const plan = planRollback(view);
+  const base = (c: PlannedCompensation): Omit<StepReport, "state"> => ({
+    decision_id: c.decision_id,
+    upstream: c.upstream,
+    tool: c.tool,
+    idempotency_key: c.idempotency_key,
+    attempts: 0,
+    verification: null,
+    reason: null,
+    errors: [],
+  });
+  if (!opts.confirm) {
+    const steps = plan.compensations.map((c) => ({
+      ...base(c),
+      state: c.needs_approval && !opts.approveCompensations ? ("skipped" as const) : ("would_run" as const),
+      reason: c.needs_approval && !opts.approveCompensations ? "needs approval (approve_compensations: true)" : null,
+    }));
+    return {
+      ok: true,
+      value: {
+        run,
+        principal: view.principal,
+        dry_run: true,
+        rollback_id: null,
+        steps,
+        remaining: plan.compensations.map((c) => c.decision_id),
+        plan,
+        complete: false,
+      },
+    };
+  }
+
+  const rollbackId = crypto.randomUUID();
+  const signing = ledgerSigning(cfg);
+  const record = (c: PlannedCompensation, state: "started" | "compensated" | "failed" | "skipped", detail: Parameters<typeof rollbackStepBody>[5] = {}) =>
+    appendRecord(env, signing, view.team, ROLLBACK_STEP_KIND as EntryKind, rollbackStepBody(view, c, state, caller.sub, rollbackId, detail));
+  const callCtx = ctx.callContext();
+  const offered = new Map<string, Set<string> | null>();
+  const toolsOf = async (up: UpstreamConfig): Promise<Set<string> | null> => {
+    if (!offered.has(up.name)) offered.set(up.name, await upstreamToolNames(callCtx, up).catch(() => null));
+    return offered.get(up.name) ?? null;
+  };
+  // Compensations carry their step's key; read-backs none (each must read afresh).
+  const call = async (up: UpstreamConfig, tool: string, args: JsonObject, key: string | null): Promise<LegResult> =>
+    callLeg(callCtx, up, {
+      jsonrpc: "2.0",
+      id: `portcullis-rollback-${crypto.randomUUID()}`,
+      method: "tools/call",
+      params: { name: tool, arguments: args, _meta: modernMeta({}, key === null ? {} : { [IDEMPOTENCY_META]: key }) },
+    });
+
+  const steps: StepReport[] = [];
+  const remaining: string[] = [];
+  let stopped = false;
+  for (const c of plan.compensations) {
+    if (stopped) {
+      steps.push({ ...base(c), state: "not_run", reason: "an earlier (newer) compensation failed" });
+      remaining.push(c.decision_id);
+      continue;
+    }
+    if (c.needs_approval && !opts.approveCompensations) {
+      const reason = "needs approval (approve_compensations: true)";
+      await record(c, "skipped", { reason });
+      steps.push({ ...base(c), state: "skipped", reason });
+      remaining.push(c.decision_id);
+      continue;
+    }
+    const up = cfg.upstreams.find((u) => u.name === c.upstream);
+    const refusal = up ? await haltOf(env, caller, view, up, c) : `upstream ${c.upstream} is no longer configured`;
+    const tools = up && !refusal ? await toolsOf(up) : null;
+    const missing = tools && (!tools.has(c.tool) ? c.tool : c.verification && !tools.has(c.verification.tool) ? c.verification.tool : null);
+    const problem = refusal ?? (missing ? `upstream ${c.upstream} offers no tool ${missing}` : null);
+    if (problem || !up) {
+      const reason = problem ?? "no upstream";
+      await record(c, "failed", { reason });
+      steps.push({ ...base(c), state: "failed", reason });
+      remaining.push(c.decision_id);
+      stopped = true;
+      continue;
+    }
+    // Write-ahead: the step is on the record before the upstream sees the compensation.
+    await record(c, "started");
+    const errors: string[] = [];
+    let attempts = 0;
+    let done = false;
+    while (attempts < COMPENSATION_ATTEMPTS && !done) {
+      if (attempts > 0) await sleep(ATTEMPT_BACKOFF_MS[attempts - 1] ?? 500);
+      attempts++;
+      const p = legProblem(await call(up, c.tool, c.arguments, c.idempotency_key));
+      if (p === null) done = true;
+      else errors.push(`attempt ${attempts}: ${p}`);
+    }
+    if (!done) {
+      const reason = `the compensation failed ${attempts} times`;
+      await record(c, "failed", { attempts, reason, errors });
+      steps.push({ ...base(c), state: "failed", attempts, reason, errors });
+      remaining.push(c.decision_id);
+      stopped = true;
+      continue;
+    }
+    let verification: VerificationStatus = "unverified";
+    let reason: string | null = c.verification ? null : "no read-back is declared";
+    if (c.verification) {
+      verification = "verification_failed";
+      for (let i = 0; i < VERIFY_BACKOFF_MS.length + 1; i++) {
+        if (i > 0) await sleep(VERIFY_BACKOFF_MS[i - 1]!);
+        const leg = await call(up, c.verification.tool, c.verification.arguments, null);
+        const p = legProblem(leg);
+        if (p !== null) {
+          reason = `read-back: ${p}`;
+          continue;
+        }
+        const met = verificationMet(c.verification.expect, leg.kind === "answered" ? resultValue(leg.response.result) : undefined);
+        if (met.ok) {
+          verification = "verified";
+          reason = null;
+          break;
+        }
+        reason = `read-back: ${met.reason}`;
+      }
+    }
+    await record(c, "compensated", { attempts, verification, reason, errors });
+    steps.push({ ...base(c), state: "compensated", attempts, verification, reason, errors });
+  }
+  return {
+    ok: true,
+    value: {
+      run,
+      principal: view.principal,
+      dry_run: false,
+      rollback_id: rollbackId,
+      steps,
+      remaining,
+      plan,
+      complete: remaining.length === 0 && plan.not_reversible.length === 0,
+    },
+  };
+}
+
+/** The halt covering this compensation — for the operator running it or for the run's principal — or null; an unreadable kill switch refuses it. */
+async function haltOf(env: Env, caller: Principal, view: RunView, up: UpstreamConfig, c: PlannedCompensation): Promise<string | null> {
+  let state: Awaited<ReturnType<ReturnType<typeof killSwitchReader>["read"]>>;
+  try {
+    state = await killSwitchReader(env).read();
+  } catch (e) {
+    return `the kill switch could not answer (${(e as Error).message}): refused to fail closed`;
+  }
+  const as = (p: Principal): ToolCall => ({
+    principal: p,
+    era: "modern",
+    request: { jsonrpc: "2.0", id: "portcullis-rollback", method: "tools/call", params: { name: c.tool } },
+    exposedName: exposeName(up, c.tool),
+    arguments: c.arguments,
+    runId: view.run,
+  });
+  const owner: Principal = { sub: view.principal, team: view.team, roles: [], tools: [], authenticated: true };
+  const h = haltFor(state, as(caller), up) ?? haltFor(state, as(owner), up);
+  return h ? h.reason : null;
+}
+
+export interface MappingValidation {
+  upstream: string;
+  valid: boolean;
+  /** Every problem: the schema's (fields, references) and, when the tool list could be read, each unknown tool. */
+  problems: string[];
+  /** Whether the upstream's tools/list was read whole (tool names were checked against it). */
+  tools_checked: boolean;
+}
+
+/**
+ * `portcullis.validate_mapping`: a mapping file's contents for `upstream`, checked as the loader
+ * checks them (src/config/mapping-schema.ts: shape, references), then — the catalog being known
+ * here, unlike at load — each mapped tool, compensation tool and read-back tool against the
+ * upstream's own tools/list. Changes nothing.
+ */
+export async function validateMapping(
+  ctx: CallContext,
+  cfg: GatewayConfig,
+  upstream: string,
+  raw: unknown,
+  /** For an agent: only the tools its grant may see count as offered (it learns nothing of the others). */
+  visibleTo?: Principal,
+): Promise<RunsResult<MappingValidation>> {
+  const up = cfg.upstreams.find((u) => u.name === upstream);
+  if (!up) return { ok: false, status: 404, message: `no upstream is named ${upstream}` };
+  const where = `mappings/${upstream}.yaml`;
+  const parsed = parseMappingFile(raw, where);
+  if (parsed.problems.length) return { ok: true, value: { upstream, valid: false, problems: parsed.problems, tools_checked: false } };
+  const all = await upstreamToolNames(ctx, up).catch(() => null);
+  const names = all && visibleTo ? new Set([...all].filter((n) => toolAllowed(up, n) && grantAllowsTool(visibleTo, exposeName(up, n)))) : all;
+  const problems: string[] = [];
+  if (names) {
+    for (const [tool, m] of Object.entries(parsed.tools)) {
+      const at = formatMappingPath(where, ["tools", tool]);
+      if (!names.has(tool)) problems.push(`${at}: upstream ${upstream} offers no tool ${tool}`);
+      if (m.compensation && !names.has(m.compensation.tool))
+        problems.push(`${at}.compensation.tool: upstream ${upstream} offers no tool ${m.compensation.tool}`);
+      if (m.compensation?.verification && !names.has(m.compensation.verification.tool))
+        problems.push(`${at}.compensation.verification.tool: upstream ${upstream} offers no tool ${m.compensation.verification.tool}`);
+    }
+  }
+  return { ok: true, value: { upstream, valid: problems.length === 0, problems, tools_checked: names !== null } };
+}
+
+const AGENT_ARGS: Record<string, readonly string[]> = {
+  "portcullis.list_runs": ["limit"],
+  "portcullis.get_run": ["run"],
+  "portcullis.get_action_trace": ["id"],
+  "portcullis.plan_rollback": ["run"],
+  "portcullis.dry_run_rollback": ["run"],
+  "portcullis.validate_mapping": ["upstream", "mapping"],
+};
+
+/**
+ * The run agent tools on /mcp (src/mcp/agent-tools.ts RUN_TOOLS): about the caller's own runs
+ * only — whatever its roles, an agent tool never shows another principal's run (it is "not
+ * found") — and nothing executed: plans and dry runs call no upstream; validate_mapping lists tools.
+ */
+export async function agentRunTool(ctx: CallContext, msg: JsonRpcRequest): Promise<Outcome> {
+  const name = String(msg.params?.name);
+  const answer = (result: JsonObject): Outcome => ({ response: { jsonrpc: "2.0", id: msg.id, result }, status: 200 });
+  const fail = (text: string) => answer({ content: [{ type: "text", text: `${name}: ${text}` }], isError: true });
+  const ok = (v: unknown) => answer({ content: [{ type: "text", text: JSON.stringify(v) }], structuredContent: v as JsonObject });
+  const args = msg.params?.arguments ?? {};
+  if (!isObject(args)) return fail("arguments must be an object");
+  const allowed = AGENT_ARGS[name] ?? [];
+  for (const k of Object.keys(args)) if (!allowed.includes(k)) return fail(`unknown argument ${k} (allowed: ${allowed.join(", ") || "none"})`);
+  const env = ctx.ledgerEnv?.();
+  if (!env) return fail("runs cannot be read on this route");
+  const me = ctx.principal;
+  const own = { principal: me.sub };
+  const result = <T>(r: RunsResult<T>, pick: (v: T) => unknown = (v) => v) => (r.ok ? ok(pick(r.value)) : fail(r.message));
+  const run = typeof args.run === "string" ? args.run : null;
+  switch (name) {
+    case "portcullis.list_runs": {
+      if (args.limit !== undefined && (typeof args.limit !== "number" || !Number.isInteger(args.limit) || args.limit < 1 || args.limit > 500))
+        return fail("limit must be a whole number from 1 to 500");
+      return result(await listRuns(env, me, { ...own, ...(typeof args.limit === "number" ? { limit: args.limit } : {}) }), (runs) => ({ runs }));
+    }
+    case "portcullis.get_run":
+      return run === null ? fail("run must be the run id (a string)") : result(await runDetail(env, me, run, own));
+    case "portcullis.plan_rollback":
+      return run === null ? fail("run must be the run id (a string)") : result(await runDetail(env, me, run, own), (d) => d.plan);
+    case "portcullis.dry_run_rollback":
+      return run === null
+        ? fail("run must be the run id (a string)")
+        : result(await rollbackRun({ env, cfg: ctx.cfg, caller: me, callContext: () => ctx }, run, { confirm: false, approveCompensations: false, ...own }));
+    case "portcullis.get_action_trace": {
+      const id = args.id;
+      if (typeof id !== "string" || !/^[A-Za-z0-9-]{8,64}$/.test(id)) return fail("id must be a decision id (the receipt's decision_id)");
+      const ledger = ledgerObject(env, me.team);
+      let records: Awaited<ReturnType<NonNullable<typeof ledger>["traceCall"]>> = [];
+      try {
+        records = ledger ? await ledger.traceCall(id) : [];
+      } catch (e) {
+        return fail(`the ledger could not be read (${(e as Error).message})`);
+      }
+      const decision = records.find((r) => r.kind === "decision" && r.id === id);
+      if (!decision || decision.body.principal !== me.sub) return fail(`no call ${id} of yours`);
+      return ok({ id, records });
+    }
+    case "portcullis.validate_mapping":
+      if (typeof args.upstream !== "string") return fail("upstream must be an upstream's name");
+      return result(await validateMapping(ctx, ctx.cfg, args.upstream, args.mapping, me));
+  }
+  return fail("unknown run tool");
+}

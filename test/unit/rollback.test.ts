@@ -1,0 +1,297 @@
+/**
+ * [R] The pure rollback logic (src/governance/rollback.ts) and the compensation rules of the
+ * mapping schema (src/config/mapping-schema.ts): load-time checks of a compensation's shape and
+ * references; resolving `$args` / `$result` (structuredContent, or one text block of JSON) into
+ * the record an outcome keeps, and refusing to when the result broke its outputSchema, the call
+ * failed or was uncertain, or a reference names nothing; the idempotency key; read-back checks;
+ * rebuilding a run from its records (out of order, duplicated, another principal's decisions
+ * ignored); and the plan — newest first, approval, not reversible with why, already undone.
+ */
+import { describe, expect, it } from "vitest";
+import { parseMappingFile } from "../../src/config/mapping-schema.ts";
+import {
+  compensationFor,
+  idempotencyKey,
+  planRollback,
+  resolveTemplate,
+  resultValue,
+  type RunEntry,
+  runView,
+  verificationMet,
+} from "../../src/governance/rollback.ts";
+import type { CompensationSpec } from "../../src/config/mapping-schema.ts";
+
+const DELETE: CompensationSpec = {
+  tool: "delete_note",
+  arguments: { id: "$result.id", reason: "rollback" },
+  approval: "none",
+  verification: { tool: "read_note", arguments: { id: "$result.id" }, expect: { exists: false } },
+};
+const RESTORE: CompensationSpec = {
+  tool: "update_note",
+  arguments: { id: "$args.id", title: "$result.previous.title" },
+  approval: "required",
+};
+
+describe("compensations in mappings (load time)", () => {
+  it("parses a compensation with defaults (arguments {}, approval none) and a read-back", () => {
+    const r = parseMappingFile(
+      {
+        tools: {
+          create: {
+            effect: "reversible",
+            compensation: { tool: "delete", arguments: { id: "$result.id" }, verification: { tool: "read", expect: { exists: false } } },
+          },
+          bump: { effect: "reversible", compensation: { tool: "unbump" } },
+        },
+      },
+      "mappings/n.yaml",
+    );
+    expect(r.problems).toEqual([]);
+    expect(r.tools.create!.compensation).toEqual({
+      tool: "delete",
+      arguments: { id: "$result.id" },
+      approval: "none",
+      verification: { tool: "read", arguments: {}, expect: { exists: false } },
+    });
+    expect(r.tools.bump!.compensation).toEqual({ tool: "unbump", arguments: {}, approval: "none" });
+  });
+
+  it("refuses malformed references, unknown fields, an empty expect, a read_only compensation and $args of redacted arguments — each with its path", () => {
+    const r = parseMappingFile(
+      {
+        tools: {
+          a: { effect: "reversible", compensation: { tool: "undo", arguments: { id: "$result." } } },
+          b: { effect: "reversible", compensation: { tool: "undo", arguments: { ids: ["$args..x"] } } },
+          c: { effect: "reversible", compensation: { tool: "undo", colour: "red" } },
+          d: { effect: "reversible", compensation: { tool: "undo", verification: { tool: "read", expect: {} } } },
+          e: { effect: "read_only", compensation: { tool: "undo" } },
+          f: { effect: "reversible", arguments: "redacted", compensation: { tool: "undo", arguments: { id: "$args.id" } } },
+          g: { effect: "reversible", compensation: { tool: "", arguments: {} } },
+          h: { effect: "reversible", compensation: { tool: "undo", verification: { tool: "read", expect: { "a..b": 1 } } } },
+        },
+      },
+      "mappings/n.yaml",
+    );
+    const paths = r.problems.map((p) => p.slice(0, p.indexOf(": ")));
+    expect(paths.sort()).toEqual(
+      [
+        "mappings/n.yaml.tools.a.compensation.arguments.id",
+        "mappings/n.yaml.tools.b.compensation.arguments.ids[0]",
+        "mappings/n.yaml.tools.c.compensation",
+        "mappings/n.yaml.tools.d.compensation.verification.expect",
+        "mappings/n.yaml.tools.e.compensation",
+        "mappings/n.yaml.tools.f.compensation",
+        "mappings/n.yaml.tools.g.compensation.tool",
+        'mappings/n.yaml.tools.h.compensation.verification.expect["a..b"]',
+      ].sort(),
+    );
+    expect(r.problems.find((p) => p.includes(".tools.a."))).toMatch(/"\$result\." is not a reference/);
+    expect(r.problems.find((p) => p.includes(".tools.f."))).toMatch(/redacted/);
+    // $result of a redacted tool is fine: the arguments are not what the ledger would keep.
+    expect(
+      parseMappingFile({ tools: { t: { effect: "reversible", arguments: "redacted", compensation: { tool: "u", arguments: { id: "$result.id" } } } } }, "x")
+        .problems,
+    ).toEqual([]);
+  });
+});
+
+describe("resolving a compensation against one call", () => {
+  it("reads structuredContent, or the JSON of a single text block, and nothing else", () => {
+    expect(resultValue({ structuredContent: { id: "n1" }, content: [] })).toEqual({ id: "n1" });
+    expect(resultValue({ content: [{ type: "text", text: '{"id":"n2"}' }] })).toEqual({ id: "n2" });
+    expect(resultValue({ content: [{ type: "text", text: "created n3" }] })).toBeUndefined();
+    expect(
+      resultValue({
+        content: [
+          { type: "text", text: '{"id":1}' },
+          { type: "text", text: "{}" },
+        ],
+      }),
+    ).toBeUndefined();
+    expect(resultValue(null)).toBeUndefined();
+  });
+
+  it("replaces whole-string references (nested, in arrays, array indexes), leaves other strings alone, and names a missing one", () => {
+    const args = { id: "n1", tags: ["a", "b"] };
+    const result = { items: [{ id: "x" }], previous: { title: "old" } };
+    expect(
+      resolveTemplate({ a: "$args.id", b: ["$result.items.0.id", "literal $args.id"], c: { t: "$result.previous" }, d: 3, all: "$args" }, args, result),
+    ).toEqual({
+      ok: true,
+      value: { a: "n1", b: ["x", "literal $args.id"], c: { t: { title: "old" } }, d: 3, all: args },
+    });
+    expect(resolveTemplate({ a: "$args.tags.1" }, args, result)).toEqual({ ok: true, value: { a: "b" } });
+    expect(resolveTemplate({ a: "$result.items.5.id" }, args, result)).toEqual({ ok: false, reason: "$result.items.5.id names nothing in the call's result" });
+    expect(resolveTemplate({ a: "$args.toString" }, args, result)).toMatchObject({ ok: false });
+  });
+
+  it("keeps the resolved compensation — only the referenced values — for a succeeded call", () => {
+    const record = compensationFor(
+      DELETE,
+      { title: "secret-ish body", token: "never kept" },
+      "succeeded",
+      { structuredContent: { id: "n7", title: "t" }, content: [] },
+      [],
+    );
+    expect(record).toEqual({
+      v: 1,
+      status: "planned",
+      tool: "delete_note",
+      arguments: { id: "n7", reason: "rollback" },
+      approval: "none",
+      verification: { tool: "read_note", arguments: { id: "n7" }, expect: { exists: false } },
+    });
+    expect(JSON.stringify(record)).not.toContain("never kept");
+    expect(
+      compensationFor(RESTORE, { id: "n1", title: "new" }, "succeeded", { content: [{ type: "text", text: '{"previous":{"title":"old"}}' }] }, []),
+    ).toEqual({
+      v: 1,
+      status: "planned",
+      tool: "update_note",
+      arguments: { id: "n1", title: "old" },
+      approval: "required",
+      verification: null,
+    });
+  });
+
+  it("builds nothing from a result that broke its outputSchema, a failed or uncertain call, or a reference that names nothing", () => {
+    const broken = compensationFor(DELETE, {}, "succeeded", { structuredContent: { id: 42 } }, ["/id: must be string"]);
+    expect(broken).toMatchObject({ status: "unavailable" });
+    expect((broken as { reason: string }).reason).toMatch(/outputSchema \(\/id: must be string\).*cannot be rolled back automatically/);
+    // A compensation that uses no $result does not depend on the result's shape.
+    expect(
+      compensationFor({ tool: "undo", arguments: { id: "$args.id" }, approval: "none" }, { id: "a" }, "succeeded", { structuredContent: { id: 1 } }, ["bad"]),
+    ).toMatchObject({
+      status: "planned",
+      arguments: { id: "a" },
+    });
+    expect(compensationFor(DELETE, {}, "failed", null, [])).toMatchObject({ status: "not_needed" });
+    expect(compensationFor(DELETE, {}, "uncertain", null, [])).toMatchObject({ status: "unavailable", reason: expect.stringMatching(/uncertain/) });
+    expect(compensationFor(DELETE, {}, "succeeded", { structuredContent: { other: 1 } }, [])).toEqual({
+      v: 1,
+      status: "unavailable",
+      reason: "$result.id names nothing in the call's result",
+    });
+    expect(compensationFor(DELETE, {}, "succeeded", { content: [{ type: "text", text: "done" }] }, [])).toMatchObject({
+      status: "unavailable",
+      reason: expect.stringMatching(/no structured value/),
+    });
+  });
+
+  it("the idempotency key is a hash of run and step: stable, and distinct per step and per run", () => {
+    expect(idempotencyKey("run-1", "d1")).toBe(idempotencyKey("run-1", "d1"));
+    expect(idempotencyKey("run-1", "d1")).toMatch(/^[0-9a-f]{64}$/);
+    expect(new Set([idempotencyKey("run-1", "d1"), idempotencyKey("run-1", "d2"), idempotencyKey("run-2", "d1")]).size).toBe(3);
+  });
+
+  it("a read-back is verified when every expected path has its value (canonical equality)", () => {
+    expect(verificationMet({ exists: false }, { id: "n1", exists: false })).toEqual({ ok: true });
+    expect(verificationMet({ "note.tags": ["a", { b: 1, c: 2 }] }, { note: { tags: ["a", { c: 2, b: 1 }] } })).toEqual({ ok: true });
+    expect(verificationMet({ exists: false }, { exists: true })).toEqual({ ok: false, reason: "exists is true, expected false" });
+    expect(verificationMet({ title: "old" }, {})).toEqual({ ok: false, reason: 'title is absent, expected "old"' });
+    expect(verificationMet({ x: 1 }, undefined)).toMatchObject({ ok: false });
+  });
+});
+
+describe("a run from its ledger records", () => {
+  const NOW = Date.parse("2026-12-01T10:00:00.000Z");
+  const at = (s: number) => new Date(NOW - 60_000 + s * 1000).toISOString();
+  const decision = (seq: number, id: string, tool: string, effect = "reversible", principal = "agent:a", run = "run-1"): RunEntry => ({
+    kind: "decision",
+    id,
+    seq,
+    at: at(seq),
+    body: { principal, team: "t", run, upstream: "notes", tool, classification: { effect, blast_radius: "single", source: "mapping" } },
+  });
+  const outcome = (seq: number, decisionId: string, status: string, compensation?: object): RunEntry => ({
+    kind: "outcome",
+    id: `o${seq}`,
+    seq,
+    at: at(seq),
+    body: (compensation ? { decision_id: decisionId, status, compensation } : { decision_id: decisionId, status }) as RunEntry["body"],
+  });
+  const planned = (id: string, approval = "none") => ({ v: 1, status: "planned", tool: "delete_note", arguments: { id }, approval, verification: null });
+  const step = (seq: number, decisionId: string, state: string, extra: object = {}): RunEntry => ({
+    kind: "rollback.step",
+    id: `r${seq}`,
+    seq,
+    at: at(seq),
+    body: { decision_id: decisionId, state, attempts: 1, verification: "verified", by: "human:o", ...extra } as never,
+  });
+
+  const entries: RunEntry[] = [
+    outcome(2, "d1", "succeeded", planned("n1")),
+    decision(1, "d1", "create_note"),
+    decision(3, "d2", "create_note"),
+    outcome(4, "d2", "succeeded", planned("n2", "required")),
+    decision(5, "d3", "read_note", "read_only"),
+    outcome(6, "d3", "succeeded"),
+    decision(7, "d4", "create_draft"),
+    outcome(8, "d4", "succeeded", { v: 1, status: "unavailable", reason: "the result broke the tool's outputSchema" }),
+    decision(9, "d5", "delete_note", "irreversible"),
+    outcome(10, "d5", "succeeded"),
+    decision(11, "d6", "create_note"),
+    outcome(12, "d6", "failed", { v: 1, status: "not_needed", reason: "the call failed" }),
+    decision(13, "x1", "create_note", "reversible", "agent:other"),
+    decision(14, "x2", "create_note", "reversible", "agent:a", "run-2"),
+    decision(15, "d7", "create_note"),
+    outcome(2, "d1", "succeeded", planned("n1")), // a duplicate seq: the same entry read twice (D1 and the tail)
+  ];
+
+  it("rebuilds the run's steps in order, with outcomes and recorded compensations; other principals and runs are not in it", () => {
+    const view = runView("run-1", "agent:a", entries, NOW)!;
+    expect(view.steps.map((s) => [s.decision_id, s.status])).toEqual([
+      ["d1", "succeeded"],
+      ["d2", "succeeded"],
+      ["d3", "succeeded"],
+      ["d4", "succeeded"],
+      ["d5", "succeeded"],
+      ["d6", "failed"],
+      ["d7", "pending"],
+    ]);
+    expect(view.steps[0]!.compensation).toEqual(planned("n1"));
+    expect(runView("run-1", "agent:nobody", entries, NOW)).toBeNull();
+    // A decision with no outcome past the grace period is uncertain.
+    expect(runView("run-1", "agent:a", entries, NOW + 16 * 60_000)!.steps.at(-1)!.status).toBe("uncertain");
+  });
+
+  it("plans newest first: approval marked, not reversible with why, nothing to undo for reads and failures", () => {
+    const plan = planRollback(runView("run-1", "agent:a", entries, NOW)!);
+    expect(plan.compensations.map((c) => [c.decision_id, c.arguments, c.needs_approval])).toEqual([
+      ["d2", { id: "n2" }, true],
+      ["d1", { id: "n1" }, false],
+    ]);
+    expect(plan.compensations[0]!.idempotency_key).toBe(idempotencyKey("run-1", "d2"));
+    expect(plan.not_reversible.map((n) => [n.decision_id, n.reason])).toEqual([
+      ["d7", expect.stringMatching(/outcome is pending/)],
+      ["d5", expect.stringMatching(/declares no compensation/)],
+      ["d4", "the result broke the tool's outputSchema"],
+    ]);
+    expect(plan.nothing_to_undo.sort()).toEqual(["d3", "d6"]);
+  });
+
+  it("a compensated step stays compensated (a later record cannot undo that), a started or failed one is planned again with the same key", () => {
+    const more = [
+      ...entries,
+      step(20, "d2", "started"),
+      step(21, "d2", "compensated"),
+      step(22, "d2", "failed"),
+      step(23, "d1", "started"),
+      step(24, "d1", "failed", { attempts: 3 }),
+    ];
+    const view = runView("run-1", "agent:a", more, NOW)!;
+    expect(view.steps[1]!.rollback).toMatchObject({ state: "compensated", verification: "verified" });
+    expect(view.steps[0]!.rollback).toMatchObject({ state: "failed", attempts: 3 });
+    const plan = planRollback(view);
+    expect(plan.already_compensated).toEqual(["d2"]);
+    expect(plan.compensations.map((c) => [c.decision_id, c.retried, c.idempotency_key])).toEqual([["d1", true, idempotencyKey("run-1", "d1")]]);
+  });
+
+  it("a compensation naming a tool the upstream does not offer is not reversible", () => {
+    const view = runView("run-1", "agent:a", entries, NOW)!;
+    const plan = planRollback(view, () => new Set(["create_note", "read_note"]));
+    expect(plan.compensations).toEqual([]);
+    expect(plan.not_reversible.filter((n) => /offers no tool delete_note/.test(n.reason)).map((n) => n.decision_id)).toEqual(["d2", "d1"]);
+  });
+});
