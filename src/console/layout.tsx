@@ -32,6 +32,7 @@ export function Nav(props: { viewer: Viewer }) {
     <nav>
       <a href="/console">Holds</a>
       {can(v, "auditor") ? <a href="/console/ledger">Ledger</a> : null}
+      <a href="/console/runs">Runs</a>
       <a href="/console/killswitch">Kill switch</a>
       <a href="/console/tools">Tools</a>
     </nav>

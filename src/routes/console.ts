@@ -4,7 +4,8 @@
  * grant (kept in the `__Host-portcullis` cookie) or by Cloudflare Access; every request
  * re-verifies it (src/console/signin.ts). Pages: pending holds, one hold with its exact action
  * and the approve / reject form, the ledger and one call's trace (auditor, admin), the kill
- * switch (status for every console role, halt / resume for admin), tool classification. Every
+ * switch (status for every console role, halt / resume for admin), tool classification, runs
+ * (the list, one run's steps and rollback plan, a dry run, and Roll back for operators). Every
  * POST needs the gateway's own Origin and the session's CSRF token. Owns the HTTP shape only:
  * holds, the kill switch and the ledger are their services'. Must never: render a value as
  * markup, put the token in a page, URL, log or redirect, take the approver's identity from a
@@ -23,6 +24,7 @@ import { HOLD_STATES, HoldPage, HoldsPage, holdPath } from "../console/holds.tsx
 import { HALT_SCOPES, KillSwitchPage } from "../console/killswitch.tsx";
 import { ErrorPage, LoginPage, type Notice, type Viewer } from "../console/layout.tsx";
 import { LedgerPage, TracePage } from "../console/ledger.tsx";
+import { RunPage, type RunScope, RunsPage, runPath } from "../console/runs.tsx";
 import { htmlResponse, seeOther } from "../console/render.ts";
 import { clearedSessionCookie, csrfToken, csrfValid, originProblem, sessionCookie } from "../console/session.ts";
 import { type ConsoleSession, consoleSession, verifyConsoleGrant } from "../console/signin.ts";
@@ -35,11 +37,13 @@ import { ENTRY_KINDS, type LedgerEntry } from "../ledger/records.ts";
 import { getHold, listHolds, resolveHold } from "../mcp/holds-service.ts";
 import { changeKillSwitch, killSwitchStatus } from "../mcp/killswitch.ts";
 import { recordConfigOnce } from "../mcp/ledger-writer.ts";
+import { listRuns, type RollbackReport, rollbackRun, runDetail } from "../mcp/runs.ts";
 import { exposeName } from "../mcp/names.ts";
 import { classificationOf } from "../mcp/preview.ts";
 import { readBodyText } from "../wire/body.ts";
 import { requestConfig, servableConfig } from "./config-view.ts";
 import { searchRoute, traceRoute } from "./ledger.ts";
+import { rollbackContext } from "./runs.ts";
 
 type ConsoleEnv = { Bindings: Env; Variables: { cfg: GatewayConfig; principal: Principal; session: ConsoleSession; viewer: Viewer } };
 type C = Context<ConsoleEnv>;
@@ -292,6 +296,123 @@ consoleRoutes.post("/console/killswitch", signedIn, async (c) => {
     return seeOther(`/console/killswitch?changed=${r.changed ? action : "none"}`);
   } catch (e) {
     return unavailable(c.var.viewer, "the kill switch", e);
+  }
+});
+
+// ---- runs ----------------------------------------------------------------------------------------
+
+const MAX_SCOPE = 200;
+
+/** The run's principal and team, from the query or a form (empty means unset); null when one is too long. */
+function scopeOf(get: (k: string) => string | null | undefined): RunScope | null {
+  const scope: RunScope = {};
+  for (const k of ["principal", "team"] as const) {
+    const v = (get(k) ?? "").trim();
+    if (v.length > MAX_SCOPE) return null;
+    if (v !== "") scope[k] = v;
+  }
+  return scope;
+}
+
+const ROLLED_BACK = /^\d{1,4}$/;
+
+/** What the rollback redirect's query says ran (the steps' states themselves come from the ledger). */
+function rolledBackNotice(c: C): Notice | null {
+  const done = c.req.query("rolled_back");
+  const left = c.req.query("remaining");
+  if (done === undefined || left === undefined || !ROLLED_BACK.test(done) || !ROLLED_BACK.test(left)) return null;
+  const text = `Rollback executed: ${done} step${done === "1" ? "" : "s"} compensated; ${left === "0" ? "nothing remains" : `${left} remain${left === "1" ? "s" : ""} (see each step's state)`}. Every step is on the ledger.`;
+  return { kind: left === "0" ? "good" : "error", text };
+}
+
+async function runPage(c: C, run: string, scope: RunScope, status: number, notice: Notice | null, dryRun: RollbackReport | null): Promise<Response> {
+  const r = await runDetail(c.env, c.var.principal, run, scope);
+  if (!r.ok)
+    return errorPage(c.var.viewer, r.status, r.status === 404 ? "Run not found" : "Run", notice ? `${notice.text} (${r.message})` : r.message, {
+      href: "/console/runs",
+      label: "← Runs",
+    });
+  // The forms post back the run's own principal, so a run of several principals stays the one shown.
+  const formScope: RunScope = { principal: r.value.run.principal, ...(scope.team !== undefined ? { team: scope.team } : {}) };
+  const operator = principalHas(c.var.principal, "operator");
+  return htmlResponse(RunPage({ viewer: c.var.viewer, detail: r.value, scope: formScope, operator, notice, dryRun }), status);
+}
+
+consoleRoutes.get("/console/runs", signedIn, async (c) => {
+  const scope = scopeOf((k) => c.req.query(k));
+  if (!scope) return errorPage(c.var.viewer, 400, "Bad request", `team is over ${MAX_SCOPE} characters`);
+  try {
+    const r = await listRuns(c.env, c.var.principal, { ...(scope.team !== undefined ? { team: scope.team } : {}), limit: 200 });
+    if (!r.ok) return errorPage(c.var.viewer, r.status, "Runs", r.message, { href: "/console/runs", label: "← Runs" });
+    return htmlResponse(
+      RunsPage({ viewer: c.var.viewer, runs: r.value, team: scope.team ?? c.var.principal.team, admin: principalHas(c.var.principal, "admin") }),
+    );
+  } catch (e) {
+    return unavailable(c.var.viewer, "the ledger", e);
+  }
+});
+
+consoleRoutes.get("/console/runs/:id", signedIn, async (c) => {
+  const scope = scopeOf((k) => c.req.query(k));
+  if (!scope) return errorPage(c.var.viewer, 400, "Bad request", `principal and team are at most ${MAX_SCOPE} characters`);
+  try {
+    return await runPage(c, c.req.param("id"), scope, 200, rolledBackNotice(c), null);
+  } catch (e) {
+    return unavailable(c.var.viewer, "the ledger", e);
+  }
+});
+
+consoleRoutes.post("/console/runs/:id/dry-run", signedIn, async (c) => {
+  const form = await postedForm(c, c.var.cfg, c.var.session);
+  if (form instanceof Response) return form;
+  const run = c.req.param("id");
+  const scope = scopeOf((k) => form.get(k));
+  if (!scope) return errorPage(c.var.viewer, 400, "Bad request", `principal and team are at most ${MAX_SCOPE} characters`);
+  try {
+    // A dry run calls nothing: every console role may make one.
+    const cfg = await requestConfig(c.env, c.var.cfg, c.req.raw);
+    const r = await rollbackRun(rollbackContext(c.env, cfg, c.var.principal, c.req.raw, waitUntil(c)), run, {
+      confirm: false,
+      approveCompensations: false,
+      ...scope,
+    });
+    if (!r.ok)
+      return errorPage(c.var.viewer, r.status, r.status === 404 ? "Run not found" : "Dry run", r.message, {
+        href: runPath(run, scope),
+        label: "← Back to the run",
+      });
+    const n = r.value.steps.filter((s) => s.state === "would_run").length;
+    const notice: Notice = { kind: "info", text: `Dry run: nothing was called. The rollback would call ${n} compensation${n === 1 ? "" : "s"}; see below.` };
+    return await runPage(c, run, scope, 200, notice, r.value);
+  } catch (e) {
+    return unavailable(c.var.viewer, "the rollback service", e);
+  }
+});
+
+consoleRoutes.post("/console/runs/:id/rollback", signedIn, async (c) => {
+  const form = await postedForm(c, c.var.cfg, c.var.session);
+  if (form instanceof Response) return form;
+  const run = c.req.param("id");
+  const scope = scopeOf((k) => form.get(k));
+  if (!scope) return errorPage(c.var.viewer, 400, "Bad request", `principal and team are at most ${MAX_SCOPE} characters`);
+  const back = { href: runPath(run, scope), label: "← Back to the run" };
+  if (!principalHas(c.var.principal, "operator")) return errorPage(c.var.viewer, 403, "Not allowed", "rolling a run back needs the operator role", back);
+  if (form.get("confirm") !== "yes")
+    return errorPage(c.var.viewer, 400, "Bad request", "tick the confirm box to roll back (the Dry run button shows what would run, calling nothing)", back);
+  try {
+    // Every upstream, marked with this request's loopback vantage (as the REST route's gate does): compensations bypass grant globs.
+    const cfg = await requestConfig(c.env, c.var.cfg, c.req.raw);
+    const r = await rollbackRun(rollbackContext(c.env, cfg, c.var.principal, c.req.raw, waitUntil(c)), run, {
+      confirm: true,
+      approveCompensations: form.get("approve_compensations") === "yes",
+      ...scope,
+    });
+    if (!r.ok)
+      return errorPage(c.var.viewer, r.status, r.status === 403 ? "Not allowed" : r.status === 404 ? "Run not found" : "Not rolled back", r.message, back);
+    const done = r.value.steps.filter((s) => s.state === "compensated").length;
+    return seeOther(runPath(run, scope, { rolled_back: String(done), remaining: String(r.value.remaining.length) }));
+  } catch (e) {
+    return unavailable(c.var.viewer, "the rollback service", e);
   }
 });
 

@@ -2,7 +2,8 @@
  * The web console in workerd: every page rendered with hostile agent- and upstream-supplied
  * strings stays inert (no element, attribute or script comes out of a value; the inline style is
  * exactly the one the CSP names by hash); hold pages disable the decision form with the reason
- * when the hold is not resolvable; and through the Worker: the security headers on every console
+ * when the hold is not resolvable; run pages show steps newest first, the plan in order with what
+ * needs approval and what cannot be undone, and the Roll back form to operators only; and through the Worker: the security headers on every console
  * answer, sign-in by pasting a grant (the `__Host-` cookie's attributes, no token in any page or
  * redirect), revocation signing the session out, and POSTs refused without the gateway's own
  * Origin or the session's CSRF token.
@@ -15,10 +16,13 @@ import { HoldPage, HoldsPage } from "../../src/console/holds.tsx";
 import { KillSwitchPage } from "../../src/console/killswitch.tsx";
 import { ErrorPage, LoginPage, type Viewer } from "../../src/console/layout.tsx";
 import { LedgerPage, TracePage } from "../../src/console/ledger.tsx";
+import { RunPage, RunsPage, runPath } from "../../src/console/runs.tsx";
 import { htmlResponse } from "../../src/console/render.ts";
 import { csrfToken, csrfValid, originProblem, readCookie } from "../../src/console/session.ts";
 import { ToolsPage } from "../../src/console/tools.tsx";
 import type { LedgerEntry } from "../../src/ledger/records.ts";
+import type { RunDetail } from "../../src/mcp/runs.ts";
+import type { RunStep } from "../../src/governance/rollback.ts";
 import { type KeySet, mintGrant, parseKeySet } from "../../src/identity/tokens.ts";
 import ledgerSchema from "../../migrations/0001_ledger.sql?raw";
 
@@ -204,6 +208,158 @@ describe("pages render hostile strings inert", () => {
   });
 });
 
+// ---- run pages ----------------------------------------------------------------------------------
+
+const step = (seq: number, over: Partial<RunStep> = {}): RunStep => ({
+  decision_id: `dec-${seq}-${"0".repeat(20)}`,
+  seq,
+  at: `2026-12-01T12:00:0${seq}Z`,
+  upstream: `notes${EVIL}`,
+  tool: `create_note${EVIL}`,
+  effect: "reversible",
+  status: "succeeded",
+  compensation: { v: 1, status: "planned", tool: `delete_note${EVIL}`, arguments: { id: `n${seq}${EVIL}` }, approval: "none", verification: null },
+  rollback: null,
+  ...over,
+});
+
+function runDetailOf(steps: RunStep[]): RunDetail {
+  const planned = [...steps].sort((a, b) => b.seq - a.seq).filter((s) => s.compensation?.status === "planned" && s.rollback?.state !== "compensated");
+  return {
+    run: { run: "run-1", team: `t${EVIL}`, principal: `agent:${EVIL}`, started_at: steps[0]!.at, last_at: steps.at(-1)!.at, steps },
+    plan: {
+      run: "run-1",
+      principal: `agent:${EVIL}`,
+      team: `t${EVIL}`,
+      compensations: planned.map((s) => {
+        const c = s.compensation as Extract<NonNullable<RunStep["compensation"]>, { status: "planned" }>;
+        return {
+          decision_id: s.decision_id,
+          seq: s.seq,
+          upstream: s.upstream,
+          step_tool: s.tool,
+          tool: c.tool,
+          arguments: c.arguments,
+          verification: c.verification,
+          needs_approval: c.approval === "required",
+          idempotency_key: "k".repeat(64),
+          retried: false,
+        };
+      }),
+      not_reversible: steps
+        .filter((s) => s.compensation?.status === "unavailable")
+        .map((s) => ({ decision_id: s.decision_id, upstream: s.upstream, tool: s.tool, reason: `broke its outputSchema ${EVIL}` })),
+      already_compensated: steps.filter((s) => s.rollback?.state === "compensated").map((s) => s.decision_id),
+      nothing_to_undo: [],
+    },
+  };
+}
+
+describe("run pages", () => {
+  const steps = [
+    step(1),
+    step(2, {
+      compensation: {
+        v: 1,
+        status: "planned",
+        tool: "delete_note",
+        arguments: { id: "n2" },
+        approval: "required",
+        verification: { tool: "read_note", arguments: { id: "n2" }, expect: { exists: false } },
+      },
+    }),
+    step(3, { tool: "create_draft", compensation: { v: 1, status: "unavailable", reason: `the result broke the tool's outputSchema ${EVIL}` } }),
+    step(4, {
+      tool: "update_note",
+      rollback: { state: "compensated", attempts: 2, verification: "verified", reason: null, at: "2026-12-01T12:05:00Z", by: `human:${EVIL}` },
+    }),
+  ];
+  const detail = runDetailOf(steps);
+
+  it("the runs list: hostile strings inert, links carry the run's principal", async () => {
+    const t = await html(
+      RunsPage({
+        viewer: viewer({ roles: ["operator"], team: "t1" }),
+        runs: [{ run: "run-1", principal: `agent:${EVIL}`, steps: 4, started_at: "a", last_at: `b${EVIL}` }],
+        team: "t1",
+        admin: false,
+      }),
+    );
+    inert(t);
+    for (const c of ["Run", "Principal", "Steps", "Last activity"]) expect(t).toContain(`<th>${c}</th>`);
+    expect(t).toContain(`href="${runPath("run-1", { principal: `agent:${EVIL}` })}"`);
+    expect(t).toMatch(/href="\/console\/runs\/run-1\?principal=agent%3A%3C%2Fscript%3E/);
+    expect(t).not.toContain('name="team"');
+    expect(t).toContain('<a href="/console/runs">Runs</a>');
+    const admin = await html(RunsPage({ viewer: viewer({ roles: ["admin"], team: "t1" }), runs: [], team: "t2", admin: true }));
+    expect(admin).toContain('name="team" value="t2"');
+    expect(admin).toContain("No runs.");
+  });
+
+  it("a run: steps newest first, the plan in order with approvals and what cannot be undone, and the Roll back form for an operator", async () => {
+    const t = await html(RunPage({ viewer: viewer({ roles: ["operator"] }), detail, scope: { principal: `agent:${EVIL}` }, operator: true }));
+    inert(t);
+    // Steps newest first.
+    const order = [...t.matchAll(/<tr data-decision="dec-(\d)-/g)].map((m) => m[1]);
+    expect(order.slice(0, 4)).toEqual(["4", "3", "2", "1"]);
+    // The step undone earlier says so, with its verification.
+    expect(t).toMatch(/<td class="rollback"><span class="state ok">compensated<\/span> \(2 attempts\) · by human:&lt;\/script&gt;/);
+    expect(t).toContain('<td class="verification"><span class="state ok">verified</span></td>');
+    // The plan: the two planned compensations, newest first; the one needing approval marked.
+    const plan = /<table class="plan">([\s\S]*?)<\/table>/.exec(t)![1]!;
+    expect([...plan.matchAll(/<tr data-decision="dec-(\d)-/g)].map((m) => m[1])).toEqual(["2", "1"]);
+    expect(plan).toContain("needs approval");
+    expect(plan).toContain("read_note {&quot;id&quot;:&quot;n2&quot;} expect {&quot;exists&quot;:false}");
+    expect(t).toContain('id="not-reversible"');
+    expect(t).toContain("broke its outputSchema &lt;/script&gt;");
+    expect(t).toContain("Already undone: 1 · nothing to undo (read-only or failed): 0 · cannot be undone: 1");
+    // The forms: both carry the CSRF token and the run's principal; confirm is required.
+    expect(t).toContain('action="/console/runs/run-1/dry-run"');
+    expect(t).toContain('action="/console/runs/run-1/rollback"');
+    expect(t.match(/name="csrf" value="c&quot;&lt;\/script&gt;/g)?.length).toBe(3); // sign-out, dry run, roll back
+    expect(t).toMatch(/<input type="checkbox" id="confirm" name="confirm" value="yes" required=""\/>/);
+    expect(t).toContain('name="approve_compensations" value="yes"');
+    expect(t).toMatch(/<button type="submit" id="rollback-button">Roll back<\/button>/);
+  });
+
+  it("without the operator role: the plan and the dry run, no Roll back form; a dry run's result is shown", async () => {
+    const dryRun = {
+      run: "run-1",
+      principal: "agent:x",
+      dry_run: true,
+      rollback_id: null,
+      steps: detail.plan.compensations.map((c) => ({
+        decision_id: c.decision_id,
+        upstream: c.upstream,
+        tool: c.tool,
+        idempotency_key: c.idempotency_key,
+        state: c.needs_approval ? ("skipped" as const) : ("would_run" as const),
+        attempts: 0,
+        verification: null,
+        reason: c.needs_approval ? `needs approval ${EVIL}` : null,
+        errors: [],
+      })),
+      remaining: [],
+      plan: detail.plan,
+      complete: false,
+    };
+    const t = await html(
+      RunPage({ viewer: viewer({ roles: ["auditor"] }), detail, scope: {}, operator: false, dryRun, notice: { kind: "info", text: `Dry run ${EVIL}` } }),
+    );
+    inert(t);
+    expect(t).not.toContain('action="/console/runs/run-1/rollback"');
+    expect(t).toContain('id="no-rollback"');
+    expect(t).toContain('action="/console/runs/run-1/dry-run"');
+    const dry = /<section id="dry-run">([\s\S]*?)<\/section>/.exec(t)![1]!;
+    expect([...dry.matchAll(/<span class="state [a-z]*">([a-z_]+)<\/span>/g)].map((m) => m[1])).toEqual(["skipped", "would_run"]);
+    // Nothing left to undo: the Roll back controls are disabled.
+    const done = runDetailOf([step(1, { rollback: { state: "compensated", attempts: 1, verification: "verified", reason: null, at: "x", by: "human:o" } })]);
+    const d = await html(RunPage({ viewer: viewer({ roles: ["operator"] }), detail: done, scope: {}, operator: true }));
+    expect(d).toContain('id="plan-empty"');
+    expect(d).toMatch(/<button type="submit" id="rollback-button" disabled="">/);
+  });
+});
+
 describe("session helpers", () => {
   it("CSRF tokens are bound to the session and the key", () => {
     const t = csrfToken("secret-a", "grant:j1");
@@ -364,6 +520,8 @@ describe("the console through the Worker", () => {
     for (const [path, fields] of [
       ["/console/holds/t1~0123456789abcdef01234567/resolve", resolve],
       ["/console/killswitch", halt],
+      ["/console/runs/run-1/rollback", { confirm: "yes" }],
+      ["/console/runs/run-1/dry-run", {}],
       ["/console/logout", {}],
     ] as const) {
       const refusals = {
@@ -408,6 +566,22 @@ describe("the console through the Worker", () => {
       }).toString(),
     });
     expect(ks.status).toBe(403);
+    // The runs pages: every console role sees the list; a rollback POST without the operator role is refused (403), CSRF and all right.
+    const runs = await SELF.fetch(`${GW}/console/runs`, { headers: cookieOf(approver.token) });
+    expect(runs.status).toBe(200);
+    expect(await runs.text()).toContain("<h1>Runs · team t1</h1>");
+    const forged = await SELF.fetch(`${GW}/console/runs/run-1/rollback`, {
+      method: "POST",
+      redirect: "manual",
+      headers: { ...FORM, ...cookieOf(approver.token), origin: GW },
+      body: new URLSearchParams({ csrf: csrfToken(env.PORTCULLIS_SIGNING_KEY as string, `grant:${approver.jti}`), confirm: "yes" }).toString(),
+    });
+    expect(forged.status).toBe(403);
+    expect(await forged.text()).toContain("needs the operator role");
+    // A run the ledger does not hold for this team: the 404 page.
+    const missing = await SELF.fetch(`${GW}/console/runs/no-such-run`, { headers: cookieOf(approver.token) });
+    expect(missing.status).toBe(404);
+    expect(await missing.text()).toContain("Run not found");
     // The shared store, with one hostile row of the auditor's team and one of another team.
     await env.LEDGER_DB.batch(
       ledgerSchema
