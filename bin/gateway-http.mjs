@@ -59,6 +59,19 @@ export async function send(base, method, path, token, { query = {}, body, accept
   return { res, where };
 }
 
+/** Every gateway command's help ends with this: where its token goes. */
+export const TOKEN_NOTE = "Give the token in PORTCULLIS_TOKEN (a --token on the command line is visible to other processes on this machine).";
+
+/** Calls the gateway; the parsed JSON on 2xx, else Refused (403/404/409) or FetchError naming the status and the gateway's reason. */
+export async function callJson(base, method, path, token, { query = {}, body, timeoutMs } = {}) {
+  const { res, where } = await send(base, method, path, token, { query, body, timeoutMs, redirect: "manual" });
+  const answer = await answerOf(res);
+  if (res.ok && answer.json !== undefined) return answer.json;
+  const msg = refusal(where, res.status, answer);
+  if (res.status === 403 || res.status === 404 || res.status === 409) throw new Refused(msg);
+  throw new FetchError(res.ok ? `${where}: the answer is not JSON` : msg);
+}
+
 /** The answer's text and, when it is JSON, its value (else undefined). */
 export async function answerOf(res) {
   const text = await res.text().catch(() => "");

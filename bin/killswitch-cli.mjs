@@ -11,7 +11,7 @@
 import { realpathSync } from "node:fs";
 import { pathToFileURL } from "node:url";
 import { parseOptions, UsageError } from "./cli-args.mjs";
-import { answerOf, exitCodeOf, FetchError, gatewayOf, refusal, send, tokenOf } from "./gateway-http.mjs";
+import { answerOf, exitCodeOf, FetchError, gatewayOf, refusal, send, TOKEN_NOTE, tokenOf } from "./gateway-http.mjs";
 
 const SCOPES = ["global", "team", "upstream", "tool", "principal", "grant"];
 
@@ -30,7 +30,6 @@ exit: 0 resumed (or not halted), 2 usage, 3 refused or unreachable`,
   Needs an auditor, approver, operator or admin token.
 exit: 0 read, 2 usage, 3 refused, unreachable or the kill switch could not be read`,
 };
-const TOKEN_NOTE = "Give the token in PORTCULLIS_TOKEN (a --token on the command line is visible to other processes on this machine).";
 
 export const KNOWN = {
   halt: ["scope", "target", "reason", "url", "token", "json", "help"],

@@ -21,14 +21,13 @@ import { tmpdir } from "node:os";
 import { basename, dirname, join, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { parseOptions, UsageError } from "./cli-args.mjs";
-import { answerOf, exitCodeOf, FetchError, gatewayOf, Refused, refusal, send, tokenOf } from "./gateway-http.mjs";
+import { answerOf, exitCodeOf, FetchError, gatewayOf, Refused, refusal, send, TOKEN_NOTE, tokenOf } from "./gateway-http.mjs";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const src = (path) => import(pathToFileURL(resolve(root, "src", path)).href);
 
 const MODERN_VERSION = "2026-07-28";
 const DEFAULT_SECRET = "PORTCULLIS_SIGNING_KEY";
-const TOKEN_NOTE = "Give the token in PORTCULLIS_TOKEN (a --token on the command line is visible to other processes on this machine).";
 
 export const HELP = {
   "token revoke": `usage: portcullis token revoke JTI --url GATEWAY [--exp SECONDS] [--json]

@@ -13,7 +13,7 @@
 import { realpathSync } from "node:fs";
 import { pathToFileURL } from "node:url";
 import { parseOptions, UsageError } from "./cli-args.mjs";
-import { answerOf, exitCodeOf, FetchError, gatewayOf, Refused, refusal, send, tokenOf } from "./gateway-http.mjs";
+import { callJson, exitCodeOf, gatewayOf, TOKEN_NOTE, tokenOf } from "./gateway-http.mjs";
 
 // A rollback calls each compensation up to 3 times and reads it back: give it time.
 const TIMEOUT_MS = 120_000;
@@ -50,8 +50,6 @@ export const KNOWN = {
   rollback: ["url", "token", "confirm", "approve-compensations", "principal", "team", "json", "help"],
 };
 
-const TOKEN_NOTE = "Give the token in PORTCULLIS_TOKEN (a --token on the command line is visible to other processes on this machine).";
-
 function help(cmd) {
   console.log(cmd === "runs" ? HELP[cmd] : `${HELP[cmd]}\n${TOKEN_NOTE}`);
   return 0;
@@ -62,15 +60,8 @@ function oneRun(a, cmd) {
   return a._[0];
 }
 
-/** Calls the gateway; the parsed JSON on 2xx, else Refused (403/404/409) or FetchError naming the status and the gateway's reason. */
-async function call(base, method, path, token, { query = {}, body } = {}) {
-  const { res, where } = await send(base, method, path, token, { query, body, timeoutMs: TIMEOUT_MS, redirect: "manual" });
-  const answer = await answerOf(res);
-  if (res.ok && answer.json !== undefined) return answer.json;
-  const msg = refusal(where, res.status, answer);
-  if (res.status === 403 || res.status === 404 || res.status === 409) throw new Refused(msg);
-  throw new FetchError(res.ok ? `${where}: the answer is not JSON` : msg);
-}
+/** Calls the gateway (gateway-http.mjs callJson) with this command's timeout. */
+const call = (base, method, path, token, opts = {}) => callJson(base, method, path, token, { ...opts, timeoutMs: TIMEOUT_MS });
 
 function table(head, rows) {
   const w = head.map((h, i) => Math.max(h.length, ...rows.map((r) => String(r[i]).length)) + 2);
