@@ -7,11 +7,12 @@
  * the type is declared here and a unit test keeps the two assignable). `parseMappings` reads the
  * config's inline `mappings: { <upstream>: <file contents> }` section and reports every problem at
  * once, each with its path. Owns: field names, types, bounds, defaults and the load-time rules
- * (retries only for read_only and idempotent tools; a compensation's shape and the syntax of its
+ * (retries only for read_only and idempotent tools; a compensation's shape, the syntax of its
  * `$args.<path>` / `$result.<path>` references, which may not reach arguments the ledger is told
- * to redact). Must never: accept an unknown field, do I/O (reading the files is the loader's job),
- * or resolve a compensation (that is src/governance/rollback.ts's; whether its tools exist is
- * checked where the upstream's tools are known: plan time and `portcullis.validate_mapping`).
+ * to redact, and its tool and read-back tool being mapped in the same file). Must never: accept an unknown field, do I/O (reading the files is the loader's job),
+ * or resolve a compensation (that is src/governance/rollback.ts's; whether the upstream really
+ * offers its tools is checked where its tools/list is known: rollback time and
+ * `portcullis.validate_mapping`).
  */
 import { z } from "zod";
 import { isObject, type Json, type JsonObject } from "../wire/jsonrpc.ts";
@@ -204,9 +205,28 @@ export const toolMappingSchema = z
     }
   });
 
-export const mappingFileSchema = z.strictObject({
-  tools: z.record(TOOL_NAME, toolMappingSchema),
-});
+export const mappingFileSchema = z
+  .strictObject({
+    tools: z.record(TOOL_NAME, toolMappingSchema),
+  })
+  .superRefine((file, ctx) => {
+    // A compensation or read-back names a tool of this same upstream: it must be mapped here too
+    // (its effect classified), so a typo or an unmapped tool is refused at load, not at rollback.
+    for (const [name, m] of Object.entries(file.tools)) {
+      const c = m.compensation;
+      if (!c) continue;
+      const named: [string, (string | number)[]][] = [[c.tool, ["tools", name, "compensation", "tool"]]];
+      if (c.verification) named.push([c.verification.tool, ["tools", name, "compensation", "verification", "tool"]]);
+      for (const [tool, path] of named) {
+        if (!Object.hasOwn(file.tools, tool))
+          ctx.addIssue({
+            code: "custom",
+            path,
+            message: `"${tool}" is not a tool of this mapping: map it too (its effect), so the gateway knows what the rollback calls`,
+          });
+      }
+    }
+  });
 
 export type ParsedToolMapping = z.output<typeof toolMappingSchema>;
 export type ParsedMappingFile = z.output<typeof mappingFileSchema>;

@@ -342,13 +342,10 @@ export async function validateMapping(
   const names = all && visibleTo ? new Set([...all].filter((n) => toolAllowed(up, n) && grantAllowsTool(visibleTo, exposeName(up, n)))) : all;
   const problems: string[] = [];
   if (names) {
-    for (const [tool, m] of Object.entries(parsed.tools)) {
+    for (const tool of Object.keys(parsed.tools)) {
       const at = formatMappingPath(where, ["tools", tool]);
+      // A compensation's tools are mapped tools of this file (checked at load), so each is checked here as itself.
       if (!names.has(tool)) problems.push(`${at}: upstream ${upstream} offers no tool ${tool}`);
-      if (m.compensation && !names.has(m.compensation.tool))
-        problems.push(`${at}.compensation.tool: upstream ${upstream} offers no tool ${m.compensation.tool}`);
-      if (m.compensation?.verification && !names.has(m.compensation.verification.tool))
-        problems.push(`${at}.compensation.verification.tool: upstream ${upstream} offers no tool ${m.compensation.verification.tool}`);
     }
   }
   return { ok: true, value: { upstream, valid: problems.length === 0, problems, tools_checked: names !== null } };

@@ -318,7 +318,12 @@ describe("kill switch, validate_mapping and the CLI", () => {
   it("portcullis.validate_mapping checks references and, from the upstream's tools/list, that every named tool exists", async () => {
     const good = await operatorTool(operator, "portcullis.validate_mapping", {
       upstream: "notes",
-      mapping: { tools: { create_note: { effect: "reversible", compensation: { tool: "delete_note", arguments: { id: "$result.id" } } } } },
+      mapping: {
+        tools: {
+          create_note: { effect: "reversible", compensation: { tool: "delete_note", arguments: { id: "$result.id" } } },
+          delete_note: { effect: "irreversible" },
+        },
+      },
     });
     expect(good.structuredContent, JSON.stringify(good)).toEqual({ upstream: "notes", valid: true, problems: [], tools_checked: true });
     const bad = await operatorTool(operator, "portcullis.validate_mapping", {
@@ -326,13 +331,15 @@ describe("kill switch, validate_mapping and the CLI", () => {
       mapping: {
         tools: {
           create_note: { effect: "reversible", compensation: { tool: "undo_everything", verification: { tool: "read_note", expect: { exists: false } } } },
+          undo_everything: { effect: "irreversible" },
+          read_note: { effect: "read_only" },
           shred: { effect: "irreversible" },
         },
       },
     });
     expect(bad.structuredContent.valid).toBe(false);
     expect(bad.structuredContent.problems).toEqual([
-      "mappings/notes.yaml.tools.create_note.compensation.tool: upstream notes offers no tool undo_everything",
+      "mappings/notes.yaml.tools.undo_everything: upstream notes offers no tool undo_everything",
       "mappings/notes.yaml.tools.shred: upstream notes offers no tool shred",
     ]);
     const broken = await operatorTool(operator, "portcullis.validate_mapping", {
@@ -412,9 +419,16 @@ describe("agent tools on /mcp", () => {
     expect(trace.structuredContent.records.map((r: Any) => r.kind)).toEqual(["decision", "outcome"]);
     const valid = await as(client, "portcullis.validate_mapping", {
       upstream: "notes",
-      mapping: { tools: { create_note: { effect: "reversible", compensation: { tool: "shred_note" } } } },
+      mapping: { tools: { create_note: { effect: "reversible", compensation: { tool: "shred_note" } }, shred_note: { effect: "irreversible" } } },
     });
-    expect(valid.structuredContent.problems).toEqual(["mappings/notes.yaml.tools.create_note.compensation.tool: upstream notes offers no tool shred_note"]);
+    expect(valid.structuredContent.problems).toEqual(["mappings/notes.yaml.tools.shred_note: upstream notes offers no tool shred_note"]);
+    // Unknown at load: a compensation tool this mapping does not map is refused before any upstream is asked.
+    const unmapped = await as(client, "portcullis.validate_mapping", {
+      upstream: "notes",
+      mapping: { tools: { create_note: { effect: "reversible", compensation: { tool: "delete_note" } } } },
+    });
+    expect(unmapped.structuredContent).toMatchObject({ valid: false, tools_checked: false });
+    expect(unmapped.structuredContent.problems[0]).toMatch(/tools\.create_note\.compensation\.tool: "delete_note" is not a tool of this mapping/);
 
     // Another principal: not found, whatever it asks.
     const nosy = (await agentRun(other)).client;

@@ -35,6 +35,7 @@ describe("mapping schema", () => {
           compensation: { tool: "refund", arguments: { id: "$result.id" } },
         },
         lookup: { effect: "read_only", timeout: 1500, retry: { attempts: 3, backoff: "250ms" } },
+        refund: { effect: "irreversible" },
       },
     });
     const pay = toToolMapping(parsed.tools.pay!);

@@ -43,6 +43,9 @@ describe("compensations in mappings (load time)", () => {
             compensation: { tool: "delete", arguments: { id: "$result.id" }, verification: { tool: "read", expect: { exists: false } } },
           },
           bump: { effect: "reversible", compensation: { tool: "unbump" } },
+          delete: { effect: "irreversible" },
+          read: { effect: "read_only" },
+          unbump: { effect: "reversible" },
         },
       },
       "mappings/n.yaml",
@@ -69,6 +72,8 @@ describe("compensations in mappings (load time)", () => {
           f: { effect: "reversible", arguments: "redacted", compensation: { tool: "undo", arguments: { id: "$args.id" } } },
           g: { effect: "reversible", compensation: { tool: "", arguments: {} } },
           h: { effect: "reversible", compensation: { tool: "undo", verification: { tool: "read", expect: { "a..b": 1 } } } },
+          undo: { effect: "reversible" },
+          read: { effect: "read_only" },
         },
       },
       "mappings/n.yaml",
@@ -90,9 +95,33 @@ describe("compensations in mappings (load time)", () => {
     expect(r.problems.find((p) => p.includes(".tools.f."))).toMatch(/redacted/);
     // $result of a redacted tool is fine: the arguments are not what the ledger would keep.
     expect(
-      parseMappingFile({ tools: { t: { effect: "reversible", arguments: "redacted", compensation: { tool: "u", arguments: { id: "$result.id" } } } } }, "x")
-        .problems,
+      parseMappingFile(
+        {
+          tools: {
+            t: { effect: "reversible", arguments: "redacted", compensation: { tool: "u", arguments: { id: "$result.id" } } },
+            u: { effect: "irreversible" },
+          },
+        },
+        "x",
+      ).problems,
     ).toEqual([]);
+  });
+
+  it("refuses a compensation or read-back tool that this mapping does not map (unknown at load), naming the path", () => {
+    const r = parseMappingFile(
+      {
+        tools: {
+          create: { effect: "reversible", compensation: { tool: "delet", verification: { tool: "raed", expect: { exists: false } } } },
+          read: { effect: "read_only" },
+        },
+      },
+      "mappings/n.yaml",
+    );
+    expect(r.problems).toEqual([
+      'mappings/n.yaml.tools.create.compensation.tool: "delet" is not a tool of this mapping: map it too (its effect), so the gateway knows what the rollback calls',
+      'mappings/n.yaml.tools.create.compensation.verification.tool: "raed" is not a tool of this mapping: map it too (its effect), so the gateway knows what the rollback calls',
+    ]);
+    expect(r.tools).toEqual({});
   });
 });
 
