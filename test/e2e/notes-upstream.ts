@@ -126,6 +126,16 @@ export async function startNotesUpstream(): Promise<NotesUpstream> {
         }),
     );
     mcp.registerTool(
+      "publish_note",
+      { description: "Creates a published note", inputSchema: z.object({ title: z.string() }), outputSchema: z.object(noteOut) },
+      async ({ title }, ctx) =>
+        handle("publish_note", { title }, ctx.mcpReq._meta as Record<string, unknown> | undefined, () => {
+          const id = `n${nextId++}`;
+          notes.set(id, title);
+          return ok({ id, title });
+        }),
+    );
+    mcp.registerTool(
       "create_draft",
       {
         description: "Creates a draft note (its result breaks its outputSchema: id is a number)",

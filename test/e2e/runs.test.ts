@@ -6,7 +6,8 @@
  * compensations newest first; the dry run reaches the upstream zero times; execution undoes all
  * four, each read back `verified`; a second execution compensates nothing; a compensation that
  * fails twice is retried and recorded, one that always fails is recorded failed after 3 attempts
- * and the rollback names the steps that remain; a result that broke its outputSchema makes its
+ * and the rollback names the steps that remain; a compensation that needs approval is skipped
+ * (nothing called) until the operator also approves compensations; a result that broke its outputSchema makes its
  * step not automatically reversible; another principal's run is not found (404) for an agent,
  * and an agent grant cannot execute a rollback (403); the operator tools answer the same; a halt
  * covering the upstream refuses the compensation (the upstream sees nothing); validate_mapping
@@ -65,6 +66,13 @@ mappings:
         compensation:
           tool: delete_note
           arguments: { id: "$result.id" }
+      publish_note:
+        effect: reversible
+        compensation:
+          tool: delete_note
+          arguments: { id: "$result.id" }
+          approval: required
+          verification: { tool: read_note, arguments: { id: "$result.id" }, expect: { exists: false } }
       delete_note: { effect: irreversible }
       read_note: { effect: read_only }
 `;
@@ -236,6 +244,27 @@ describe("rollback of a run", () => {
     const again = await rollback(operator, second.run, { confirm: true });
     expect(again.json.steps.map((s: Any) => s.state)).toEqual(["compensated", "compensated"]);
     expect(notes.notes.has(p.id) || notes.notes.has(q.id)).toBe(false);
+  });
+
+  it("a compensation whose mapping says approval: required is skipped (nothing called) until the operator also approves compensations", async () => {
+    const token = await agentGrant("agent:publisher");
+    const { client, run } = await agentRun(token);
+    const n = await structured(client, "publish_note", { title: "press release" });
+    const shown = await api(gw.origin, operator, `/v1/runs/${run}`);
+    expect(shown.json.plan.compensations.map((c: Any) => [c.tool, c.needs_approval])).toEqual([["delete_note", true]]);
+    const before = notes.total();
+    const first = await rollback(operator, run, { confirm: true });
+    expect(first.status, JSON.stringify(first.json)).toBe(200);
+    expect(first.json.steps.map((s: Any) => s.state)).toEqual(["skipped"]);
+    expect(first.json.steps[0].reason).toMatch(/approv/);
+    expect(first.json.remaining).toHaveLength(1);
+    expect(notes.total()).toBe(before);
+    expect(notes.notes.has(n.id)).toBe(true);
+    const approved = await rollback(operator, run, { confirm: true, approve_compensations: true });
+    expect(approved.json.steps.map((s: Any) => [s.state, s.verification])).toEqual([["compensated", "verified"]]);
+    expect(approved.json.remaining).toEqual([]);
+    expect(notes.notes.has(n.id)).toBe(false);
+    expect(notes.log.filter((l) => l.tool === "delete_note" && l.args.id === n.id)).toHaveLength(1);
   });
 
   it("a step whose result broke its outputSchema is reported as not automatically reversible", async () => {
