@@ -142,19 +142,28 @@ export async function batchedAppend(env: Env, team: string, signing: LedgerSigni
   const me: Waiting = { drafts, chars: sizeOf(drafts), taken: false, woken: false, settle, turn };
   q.waiting.push(me);
   wake(q);
-  const first = await bounded(Promise.race([result, myTurn]), timeoutMs).catch((err: Error) => {
-    // No answer and no turn within the bound: leave the queue (if still in it) and refuse.
-    const i = q.waiting.indexOf(me);
-    if (i >= 0) q.waiting.splice(i, 1);
-    if (me.woken && !me.taken) wake(q);
-    throw err;
+  // One deadline for the whole append, however it is answered (a sender's RPC has its own bound in send).
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const late = new Promise<"late">((r) => {
+    timer = setTimeout(() => r("late"), timeoutMs);
   });
-  let outcome: AppendOutcome;
-  if (first === "turn") {
-    if (!me.taken) await send(env, team, signing, q, takeBatch(q, me));
-    else wake(q); // another sender carried this append: pass the turn on
-    outcome = await bounded(result, timeoutMs);
-  } else outcome = first;
-  if ("error" in outcome) throw new Error(outcome.error);
-  return outcome.entries;
+  try {
+    let answer = await Promise.race([result, myTurn, late]);
+    if (answer === "turn") {
+      if (!me.taken) await send(env, team, signing, q, takeBatch(q, me));
+      else wake(q); // another sender carried this append: pass the turn on
+      answer = await Promise.race([result, late]);
+    }
+    if (answer === "late") {
+      // No answer (and no turn) in time: leave the queue if still in it, and refuse.
+      const i = q.waiting.indexOf(me);
+      if (i >= 0) q.waiting.splice(i, 1);
+      if (me.woken && !me.taken) wake(q);
+      throw new Error(`the ledger did not answer within ${timeoutMs} ms`);
+    }
+    if ("error" in answer) throw new Error(answer.error);
+    return answer.entries;
+  } finally {
+    if (timer !== undefined) clearTimeout(timer);
+  }
 }

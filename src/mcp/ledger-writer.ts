@@ -55,8 +55,8 @@ const draft = (kind: EntryKind, body: JsonObject, id: string = crypto.randomUUID
 export const LEDGER_WRITE_TIMEOUT_MS = 5000;
 
 async function append(env: Env, team: string, signing: LedgerSigning, d: EntryDraft, decisionId: string): Promise<Receipt> {
-  // Through this isolate's group commit for the chain (ledger-batch.ts); bounded there per RPC and here per caller.
-  const [entry] = await bounded(batchedAppend(env, team, signing, [d], LEDGER_WRITE_TIMEOUT_MS), LEDGER_WRITE_TIMEOUT_MS);
+  // Through this isolate's group commit for the chain (ledger-batch.ts), which bounds the wait.
+  const [entry] = await batchedAppend(env, team, signing, [d], LEDGER_WRITE_TIMEOUT_MS);
   if (!entry || entry.id !== d.id || entry.kind !== d.kind) throw new Error("the ledger did not confirm the record");
   return { chain: entry.chain, seq: entry.seq, hash: entry.hash, decision_id: decisionId };
 }
