@@ -4,128 +4,47 @@
  * grant (kept in the `__Host-portcullis` cookie) or by Cloudflare Access; every request
  * re-verifies it (src/console/signin.ts). Pages: pending holds, one hold with its exact action
  * and the approve / reject form, the ledger and one call's trace (auditor, admin), the kill
- * switch (status for every console role, halt / resume for admin), tool classification, runs
- * (the list, one run's steps and rollback plan, a dry run, and Roll back for operators). Every
- * POST needs the gateway's own Origin and the session's CSRF token. Owns the HTTP shape only:
+ * switch (status for every console role, halt / resume for admin), tool classification, and the
+ * run pages of ./console-runs.ts; the shared gate, form checks and error pages are
+ * ./console-gate.ts's. Every POST needs the gateway's own Origin and the session's CSRF token. Owns the HTTP shape only:
  * holds, the kill switch and the ledger are their services'. Must never: render a value as
  * markup, put the token in a page, URL, log or redirect, take the approver's identity from a
  * form, or say "approved" before the hold service said ok (it does so only once the ledger
  * record is durable).
  */
-import type { Context } from "hono";
 import { Hono } from "hono";
 import { createMiddleware } from "hono/factory";
 import type { HaltScopeName, HoldState } from "../../durable-objects/records.ts";
-import type { GatewayConfig } from "../config/load.ts";
-import type { Principal } from "../config/principal.ts";
 import { principalHas } from "../config/principal.ts";
 import { withSecurityHeaders } from "../console/headers.ts";
 import { HOLD_STATES, HoldPage, HoldsPage, holdPath } from "../console/holds.tsx";
 import { HALT_SCOPES, KillSwitchPage } from "../console/killswitch.tsx";
-import { ErrorPage, LoginPage, type Notice, type Viewer } from "../console/layout.tsx";
+import { LoginPage, type Notice } from "../console/layout.tsx";
 import { LedgerPage, TracePage } from "../console/ledger.tsx";
-import { RunPage, type RunScope, RunsPage, runPath } from "../console/runs.tsx";
 import { htmlResponse, seeOther } from "../console/render.ts";
-import { clearedSessionCookie, csrfToken, csrfValid, originProblem, sessionCookie } from "../console/session.ts";
-import { type ConsoleSession, consoleSession, verifyConsoleGrant } from "../console/signin.ts";
+import { clearedSessionCookie, sessionCookie } from "../console/session.ts";
+import { verifyConsoleGrant } from "../console/signin.ts";
 import { type ToolRow, ToolsPage } from "../console/tools.tsx";
-import type { Env } from "../env.ts";
 import type { BannerLevel } from "../governance/classify.ts";
 import { grantAllowsTool } from "../governance/grant-scope.ts";
 import { canonicalUrl } from "../identity/metadata.ts";
 import { ENTRY_KINDS, type LedgerEntry } from "../ledger/records.ts";
 import { getHold, listHolds, resolveHold } from "../mcp/holds-service.ts";
 import { changeKillSwitch, killSwitchStatus } from "../mcp/killswitch.ts";
-import { recordConfigOnce } from "../mcp/ledger-writer.ts";
-import { listRuns, type RollbackReport, rollbackRun, runDetail } from "../mcp/runs.ts";
 import { exposeName } from "../mcp/names.ts";
 import { classificationOf } from "../mcp/preview.ts";
-import { readBodyText } from "../wire/body.ts";
 import { requestConfig, servableConfig } from "./config-view.ts";
 import { searchRoute, traceRoute } from "./ledger.ts";
-import { rollbackContext } from "./runs.ts";
-
-type ConsoleEnv = { Bindings: Env; Variables: { cfg: GatewayConfig; principal: Principal; session: ConsoleSession; viewer: Viewer } };
-type C = Context<ConsoleEnv>;
+import { type C, type ConsoleEnv, errorPage, MAX_REASON, postedForm, signedIn, unavailable, waitUntil } from "./console-gate.ts";
+import { consoleRunsRoutes } from "./console-runs.ts";
 
 export const consoleRoutes = new Hono<ConsoleEnv>();
-
-const MAX_FORM = 16 * 1024;
-const MAX_REASON = 500;
-
-const waitUntil = (c: C) => (p: Promise<unknown>) => c.executionCtx.waitUntil(p);
-const signingSecret = (env: Env, cfg: GatewayConfig): string | null => {
-  const v = env[cfg.auth.signingKeySecret];
-  return typeof v === "string" && v.trim() !== "" ? v : null;
-};
-const canonicalOf = (cfg: GatewayConfig): string | null => {
-  try {
-    return canonicalUrl(cfg);
-  } catch {
-    return null;
-  }
-};
-
-const errorPage = (viewer: Viewer | null, status: number, title: string, message: string, back?: { href: string; label: string }) =>
-  htmlResponse(ErrorPage({ viewer, status, title, message, ...(back ? { back } : {}) }), status);
-
-/** A service that threw (not answered): 503, its message on the page, the stack in the log. */
-function unavailable(viewer: Viewer | null, what: string, e: unknown): Promise<Response> {
-  console.error(`portcullis console: ${what} failed`, (e as Error)?.stack ?? String(e));
-  return errorPage(viewer, 503, "Temporarily unavailable", `${what} did not answer (${(e as Error)?.message ?? String(e)}); nothing was changed. Try again.`);
-}
 
 // Every console answer — pages, redirects, errors, unknown paths — carries the security headers.
 consoleRoutes.use("/console/*", async (c, next) => {
   await next();
   c.res = withSecurityHeaders(c.res);
 });
-
-/** The gate of every signed-in page: config, then the session (re-verified now), then the typed vars. */
-const signedIn = createMiddleware<ConsoleEnv>(async (c, next) => {
-  const cfg = await servableConfig(c.env, c.req.raw);
-  if (cfg instanceof Response) return cfg;
-  const s = await consoleSession(c.env, cfg, c.req.raw);
-  if (!s.ok) {
-    if (s.status === 503) return errorPage(null, 503, "Temporarily unavailable", s.reason);
-    return seeOther("/console/login", s.clearCookie ? { "set-cookie": clearedSessionCookie() } : {});
-  }
-  recordConfigOnce(c.env, cfg, canonicalUrl(cfg), waitUntil(c));
-  const secret = signingSecret(c.env, cfg);
-  const p = s.session.principal;
-  c.set("cfg", cfg);
-  c.set("principal", p);
-  c.set("session", s.session);
-  c.set("viewer", { sub: p.sub, team: p.team, roles: [...p.roles], via: s.session.via, csrf: secret ? csrfToken(secret, s.session.binding) : "" });
-  await next();
-  if (s.clearCookie) c.res.headers.append("set-cookie", clearedSessionCookie());
-});
-
-/** A console form: the gateway's own Origin, a urlencoded body within bounds, and (signed in) the session's CSRF token. */
-async function postedForm(c: C, cfg: GatewayConfig, session: ConsoleSession | null): Promise<URLSearchParams | Response> {
-  const viewer = session ? c.var.viewer : null;
-  const bad = originProblem(c.req.raw, canonicalOf(cfg));
-  if (bad) return errorPage(viewer, 403, "Refused", bad);
-  const type = (c.req.header("content-type") ?? "").split(";")[0]!.trim().toLowerCase();
-  if (type !== "application/x-www-form-urlencoded") return errorPage(viewer, 415, "Refused", "console forms are posted as application/x-www-form-urlencoded");
-  const read = await readBodyText(c.req.raw, MAX_FORM);
-  if (!read.ok)
-    return errorPage(
-      viewer,
-      read.reason === "timeout" ? 408 : 413,
-      "Refused",
-      read.reason === "timeout" ? "the form did not arrive in time" : "the form is too large",
-    );
-  const form = new URLSearchParams(read.text);
-  if (session) {
-    const secret = signingSecret(c.env, cfg);
-    if (!secret)
-      return errorPage(viewer, 503, "Temporarily unavailable", `no signing key is configured (${cfg.auth.signingKeySecret}), so forms cannot be checked`);
-    if (!csrfValid(secret, session.binding, form.get("csrf")))
-      return errorPage(viewer, 403, "Refused", "this form does not belong to your session (CSRF token mismatch); reload the page and try again");
-  }
-  return form;
-}
 
 // ---- sign-in ---------------------------------------------------------------------------------
 
@@ -299,122 +218,9 @@ consoleRoutes.post("/console/killswitch", signedIn, async (c) => {
   }
 });
 
-// ---- runs ----------------------------------------------------------------------------------------
+// ---- runs: ./console-runs.ts ---------------------------------------------------------------
 
-const MAX_SCOPE = 200;
-
-/** The run's principal and team, from the query or a form (empty means unset); null when one is too long. */
-function scopeOf(get: (k: string) => string | null | undefined): RunScope | null {
-  const scope: RunScope = {};
-  for (const k of ["principal", "team"] as const) {
-    const v = (get(k) ?? "").trim();
-    if (v.length > MAX_SCOPE) return null;
-    if (v !== "") scope[k] = v;
-  }
-  return scope;
-}
-
-const ROLLED_BACK = /^\d{1,4}$/;
-
-/** What the rollback redirect's query says ran (the steps' states themselves come from the ledger). */
-function rolledBackNotice(c: C): Notice | null {
-  const done = c.req.query("rolled_back");
-  const left = c.req.query("remaining");
-  if (done === undefined || left === undefined || !ROLLED_BACK.test(done) || !ROLLED_BACK.test(left)) return null;
-  const text = `Rollback executed: ${done} step${done === "1" ? "" : "s"} compensated; ${left === "0" ? "nothing remains" : `${left} remain${left === "1" ? "s" : ""} (see each step's state)`}. Every step is on the ledger.`;
-  return { kind: left === "0" ? "good" : "error", text };
-}
-
-async function runPage(c: C, run: string, scope: RunScope, status: number, notice: Notice | null, dryRun: RollbackReport | null): Promise<Response> {
-  const r = await runDetail(c.env, c.var.principal, run, scope);
-  if (!r.ok)
-    return errorPage(c.var.viewer, r.status, r.status === 404 ? "Run not found" : "Run", notice ? `${notice.text} (${r.message})` : r.message, {
-      href: "/console/runs",
-      label: "← Runs",
-    });
-  // The forms post back the run's own principal, so a run of several principals stays the one shown.
-  const formScope: RunScope = { principal: r.value.run.principal, ...(scope.team !== undefined ? { team: scope.team } : {}) };
-  const operator = principalHas(c.var.principal, "operator");
-  return htmlResponse(RunPage({ viewer: c.var.viewer, detail: r.value, scope: formScope, operator, notice, dryRun }), status);
-}
-
-consoleRoutes.get("/console/runs", signedIn, async (c) => {
-  const scope = scopeOf((k) => c.req.query(k));
-  if (!scope) return errorPage(c.var.viewer, 400, "Bad request", `team is over ${MAX_SCOPE} characters`);
-  try {
-    const r = await listRuns(c.env, c.var.principal, { ...(scope.team !== undefined ? { team: scope.team } : {}), limit: 200 });
-    if (!r.ok) return errorPage(c.var.viewer, r.status, "Runs", r.message, { href: "/console/runs", label: "← Runs" });
-    return htmlResponse(
-      RunsPage({ viewer: c.var.viewer, runs: r.value, team: scope.team ?? c.var.principal.team, admin: principalHas(c.var.principal, "admin") }),
-    );
-  } catch (e) {
-    return unavailable(c.var.viewer, "the ledger", e);
-  }
-});
-
-consoleRoutes.get("/console/runs/:id", signedIn, async (c) => {
-  const scope = scopeOf((k) => c.req.query(k));
-  if (!scope) return errorPage(c.var.viewer, 400, "Bad request", `principal and team are at most ${MAX_SCOPE} characters`);
-  try {
-    return await runPage(c, c.req.param("id"), scope, 200, rolledBackNotice(c), null);
-  } catch (e) {
-    return unavailable(c.var.viewer, "the ledger", e);
-  }
-});
-
-consoleRoutes.post("/console/runs/:id/dry-run", signedIn, async (c) => {
-  const form = await postedForm(c, c.var.cfg, c.var.session);
-  if (form instanceof Response) return form;
-  const run = c.req.param("id");
-  const scope = scopeOf((k) => form.get(k));
-  if (!scope) return errorPage(c.var.viewer, 400, "Bad request", `principal and team are at most ${MAX_SCOPE} characters`);
-  try {
-    // A dry run calls nothing: every console role may make one.
-    const cfg = await requestConfig(c.env, c.var.cfg, c.req.raw);
-    const r = await rollbackRun(rollbackContext(c.env, cfg, c.var.principal, c.req.raw, waitUntil(c)), run, {
-      confirm: false,
-      approveCompensations: false,
-      ...scope,
-    });
-    if (!r.ok)
-      return errorPage(c.var.viewer, r.status, r.status === 404 ? "Run not found" : "Dry run", r.message, {
-        href: runPath(run, scope),
-        label: "← Back to the run",
-      });
-    const n = r.value.steps.filter((s) => s.state === "would_run").length;
-    const notice: Notice = { kind: "info", text: `Dry run: nothing was called. The rollback would call ${n} compensation${n === 1 ? "" : "s"}; see below.` };
-    return await runPage(c, run, scope, 200, notice, r.value);
-  } catch (e) {
-    return unavailable(c.var.viewer, "the rollback service", e);
-  }
-});
-
-consoleRoutes.post("/console/runs/:id/rollback", signedIn, async (c) => {
-  const form = await postedForm(c, c.var.cfg, c.var.session);
-  if (form instanceof Response) return form;
-  const run = c.req.param("id");
-  const scope = scopeOf((k) => form.get(k));
-  if (!scope) return errorPage(c.var.viewer, 400, "Bad request", `principal and team are at most ${MAX_SCOPE} characters`);
-  const back = { href: runPath(run, scope), label: "← Back to the run" };
-  if (!principalHas(c.var.principal, "operator")) return errorPage(c.var.viewer, 403, "Not allowed", "rolling a run back needs the operator role", back);
-  if (form.get("confirm") !== "yes")
-    return errorPage(c.var.viewer, 400, "Bad request", "tick the confirm box to roll back (the Dry run button shows what would run, calling nothing)", back);
-  try {
-    // Every upstream, marked with this request's loopback vantage (as the REST route's gate does): compensations bypass grant globs.
-    const cfg = await requestConfig(c.env, c.var.cfg, c.req.raw);
-    const r = await rollbackRun(rollbackContext(c.env, cfg, c.var.principal, c.req.raw, waitUntil(c)), run, {
-      confirm: true,
-      approveCompensations: form.get("approve_compensations") === "yes",
-      ...scope,
-    });
-    if (!r.ok)
-      return errorPage(c.var.viewer, r.status, r.status === 403 ? "Not allowed" : r.status === 404 ? "Run not found" : "Not rolled back", r.message, back);
-    const done = r.value.steps.filter((s) => s.state === "compensated").length;
-    return seeOther(runPath(run, scope, { rolled_back: String(done), remaining: String(r.value.remaining.length) }));
-  } catch (e) {
-    return unavailable(c.var.viewer, "the rollback service", e);
-  }
-});
+consoleRoutes.route("/", consoleRunsRoutes);
 
 // ---- tools ----------------------------------------------------------------------------------------
 
