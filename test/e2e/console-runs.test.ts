@@ -21,7 +21,7 @@ import type { Role } from "../../src/config/roles.ts";
 import { generateSigningKey } from "../../src/identity/keys.ts";
 import { freePort, type Proc, root, startPortcullis } from "./harness.ts";
 import { grantFor } from "./mcp.ts";
-import { type NotesUpstream, startNotesUpstream } from "./notes-upstream.ts";
+import { notesGatewayConfig, type NotesUpstream, startNotesUpstream } from "./notes-upstream.ts";
 
 // biome-ignore lint/suspicious/noExplicitAny: JSON answers are read loosely in tests
 type Any = any;
@@ -32,35 +32,7 @@ if (!hasChromium) console.warn(`console-runs.test.ts: skipped — ${CHROMIUM} is
 
 const ARTIFACTS = join(root, "test-artifacts/console");
 
-const config = (url: string) => `
-actor: local:console-runs
-auth:
-  required: true
-egress:
-  allow_loopback: true
-mode: enforce
-upstreams:
-  - name: notes
-    url: ${url}
-    timeout: 30s
-mappings:
-  notes:
-    tools:
-      create_note:
-        effect: reversible
-        compensation:
-          tool: delete_note
-          arguments: { id: "$result.id" }
-          verification: { tool: read_note, arguments: { id: "$result.id" }, expect: { exists: false } }
-      update_note:
-        effect: reversible
-        compensation:
-          tool: update_note
-          arguments: { id: "$args.id", title: "$result.previous_title" }
-          verification: { tool: read_note, arguments: { id: "$args.id" }, expect: { exists: true, title: "$result.previous_title" } }
-      delete_note: { effect: irreversible }
-      read_note: { effect: read_only }
-`;
+const config = (url: string) => notesGatewayConfig(url, "local:console-runs");
 
 let notes: NotesUpstream;
 let gw: Proc & { url: string };

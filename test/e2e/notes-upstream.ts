@@ -38,6 +38,43 @@ export interface NotesUpstream {
 
 type Result = { content: { type: "text"; text: string }[]; structuredContent?: Record<string, unknown>; isError?: boolean };
 
+/**
+ * The gateway config both rollback e2e files run: the notes upstream in enforce, with create_note
+ * and update_note undone (and read back) by delete_note and update_note; `extraTools` adds mapping
+ * entries (YAML indented 6 spaces) before delete_note and read_note.
+ */
+export function notesGatewayConfig(url: string, actor: string, extraTools = ""): string {
+  return `
+actor: ${actor}
+auth:
+  required: true
+egress:
+  allow_loopback: true
+mode: enforce
+upstreams:
+  - name: notes
+    url: ${url}
+    timeout: 30s
+mappings:
+  notes:
+    tools:
+      create_note:
+        effect: reversible
+        compensation:
+          tool: delete_note
+          arguments: { id: "$result.id" }
+          verification: { tool: read_note, arguments: { id: "$result.id" }, expect: { exists: false } }
+      update_note:
+        effect: reversible
+        compensation:
+          tool: update_note
+          arguments: { id: "$args.id", title: "$result.previous_title" }
+          verification: { tool: read_note, arguments: { id: "$args.id" }, expect: { exists: true, title: "$result.previous_title" } }
+${extraTools}      delete_note: { effect: irreversible }
+      read_note: { effect: read_only }
+`;
+}
+
 export async function startNotesUpstream(): Promise<NotesUpstream> {
   const notes = new Map<string, string>();
   const calls = new Map<string, number>();

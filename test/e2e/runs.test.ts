@@ -23,7 +23,7 @@ import { freePort, type Proc, startPortcullis } from "./harness.ts";
 import { resolve } from "node:path";
 import { root } from "./harness.ts";
 import { api, grantFor, ledgerKinds, modern, runScript } from "./mcp.ts";
-import { type NotesUpstream, startNotesUpstream } from "./notes-upstream.ts";
+import { notesGatewayConfig, type NotesUpstream, startNotesUpstream } from "./notes-upstream.ts";
 
 // biome-ignore lint/suspicious/noExplicitAny: JSON answers are read loosely in tests
 type Any = any;
@@ -35,33 +35,11 @@ let operator = "";
 let auditor = "";
 let admin = "";
 
-const config = (url: string) => `
-actor: local:runs
-auth:
-  required: true
-egress:
-  allow_loopback: true
-mode: enforce
-upstreams:
-  - name: notes
-    url: ${url}
-    timeout: 30s
-mappings:
-  notes:
-    tools:
-      create_note:
-        effect: reversible
-        compensation:
-          tool: delete_note
-          arguments: { id: "$result.id" }
-          verification: { tool: read_note, arguments: { id: "$result.id" }, expect: { exists: false } }
-      update_note:
-        effect: reversible
-        compensation:
-          tool: update_note
-          arguments: { id: "$args.id", title: "$result.previous_title" }
-          verification: { tool: read_note, arguments: { id: "$args.id" }, expect: { exists: true, title: "$result.previous_title" } }
-      create_draft:
+const config = (url: string) =>
+  notesGatewayConfig(
+    url,
+    "local:runs",
+    `      create_draft:
         effect: reversible
         compensation:
           tool: delete_note
@@ -73,9 +51,8 @@ mappings:
           arguments: { id: "$result.id" }
           approval: required
           verification: { tool: read_note, arguments: { id: "$result.id" }, expect: { exists: false } }
-      delete_note: { effect: irreversible }
-      read_note: { effect: read_only }
-`;
+`,
+  );
 
 const agentGrant = async (sub: string) => (await grantFor(jwk, gw.origin, { sub, team: "runs", roles: ["agent"], tools: ["*"], ttlSeconds: 900 })).token;
 
