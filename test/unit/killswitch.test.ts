@@ -19,7 +19,6 @@ import type { Principal } from "../../src/config/principal.ts";
 import type { Env } from "../../src/env.ts";
 import type { KillSwitchReader, KillSwitchState, LegResult, ToolCall } from "../../src/governance/steps.ts";
 import { mintGrant, parseKeySet } from "../../src/identity/tokens.ts";
-import type { LedgerEntry } from "../../src/ledger/records.ts";
 import type { CallContext } from "../../src/mcp/context.ts";
 import { cachedKillSwitchReader, changeKillSwitch, haltableLeg, killSwitchReader, killSwitchStatus, stateOf } from "../../src/mcp/killswitch.ts";
 import { configOr503 } from "../../src/routes/config-view.ts";
@@ -27,6 +26,7 @@ import type { JsonObject, JsonRpcRequest } from "../../src/wire/jsonrpc.ts";
 import { NO_LEDGER } from "../../src/governance/steps.ts";
 import { DEFAULT_EGRESS_RULES } from "../../src/config/egress-schema.ts";
 import { testConfig, testUpstream } from "./fixtures.ts";
+import { allEntries } from "./fixtures.ts";
 
 const SIGNING: LedgerSigning = { secret: "PORTCULLIS_SIGNING_KEY", gateway: "http://127.0.0.1" };
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -35,17 +35,8 @@ let n = 0;
 /** A KillSwitchDO of its own for one test (the class does not care what it is named). */
 const freshObject = (): KillSwitchApi => env.KILLSWITCH.get(env.KILLSWITCH.idFromName(`test:${Date.now()}:${n++}`)) as unknown as KillSwitchApi;
 
-/** Every entry of the `_global` chain (paged). */
-async function globalEntries(): Promise<LedgerEntry[]> {
-  const chain = ledgerObject(env, GLOBAL_CHAIN)!;
-  const out: LedgerEntry[] = [];
-  for (let after = 0; ; ) {
-    const page = await chain.read(after, 100);
-    if (page.length === 0) return out;
-    out.push(...page);
-    after = page.at(-1)!.seq;
-  }
-}
+/** Every entry of the `_global` chain. */
+const globalEntries = () => allEntries(ledgerObject(env, GLOBAL_CHAIN)!);
 const changesBy = async (by: string) => (await globalEntries()).filter((e) => e.kind === "killswitch.changed" && e.body.by === by);
 
 // Runs first: the isolate's reader has read nothing yet, so nothing cached can hide the failure.

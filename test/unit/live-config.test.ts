@@ -14,24 +14,16 @@ import { describe, expect, it } from "vitest";
 import { GLOBAL_CHAIN, ledgerObject } from "../../durable-objects/names.ts";
 import type { ConfigApi, LedgerSigning, StoredConfig, StoredConfigHead } from "../../durable-objects/records.ts";
 import { mintGrant, parseKeySet } from "../../src/identity/tokens.ts";
-import type { LedgerEntry } from "../../src/ledger/records.ts";
 import { LiveConfigCache, type LiveConfigSource, supersededByDeploy } from "../../src/mcp/live-config.ts";
 import { sha256Hex } from "../../src/wire/canonical.ts";
+import { allEntries } from "./fixtures.ts";
 
 const SIGNING: LedgerSigning = { secret: "PORTCULLIS_SIGNING_KEY", gateway: "http://127.0.0.1" };
 let n = 0;
 const freshObject = (): ConfigApi => env.CONFIG.get(env.CONFIG.idFromName(`test:${Date.now()}:${n++}`)) as unknown as ConfigApi;
 
-async function globalEntries(): Promise<LedgerEntry[]> {
-  const chain = ledgerObject(env, GLOBAL_CHAIN)!;
-  const out: LedgerEntry[] = [];
-  for (let after = 0; ; ) {
-    const page = await chain.read(after, 100);
-    if (page.length === 0) return out;
-    out.push(...page);
-    after = page.at(-1)!.seq;
-  }
-}
+/** Every entry of the `_global` chain. */
+const globalEntries = () => allEntries(ledgerObject(env, GLOBAL_CHAIN)!);
 const changesBy = async (by: string) => (await globalEntries()).filter((e) => e.kind === "config.changed" && e.body.by === by);
 
 const TEXT_A = "upstreams:\n  - name: a\n    url: http://127.0.0.1:9/mcp\n";
