@@ -4,7 +4,8 @@
  * `dev --config FILE [--port N]` (a local gateway on workerd via wrangler), `start` (the demo:
  * a bundled upstream plus a governed gateway in front of it; once up it prints the console URL, an
  * approver grant to paste there — on the terminal only — and a try-it recipe), `demo-upstream` (that upstream alone, pinned
- * to 127.0.0.1), `check --config FILE` (validate a config), `token mint` (a grant for one gateway);
+ * to 127.0.0.1), `check --config FILE` (validate a config), `token mint` (a grant for one gateway),
+ * `token enroll` (a one-time enrollment code for a gateway's OAuth sign-in, through its API);
  * `classify` and `suggest-manifest` are bin/governance-cli.mjs's, as is the classification banner
  * `dev` and `start` print once their gateway is up; `token revoke`, `keys generate | rotate`,
  * `check --self-probe` and `doctor --live` are bin/operator-cli.mjs's (given `startGateway` and
@@ -23,7 +24,7 @@ import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseOptions, UsageError } from "./cli-args.mjs";
 import { inlineConfigFiles } from "./config-files.mjs";
-import { tokenOf } from "./gateway-http.mjs";
+import { answerOf, exitCodeOf, FetchError, gatewayOf, Refused, refusal, send, tokenOf } from "./gateway-http.mjs";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const bin = (name) => resolve(root, "node_modules", ".bin", name);
@@ -68,6 +69,10 @@ export const USAGE = `usage: portcullis <command> [options]     (portcullis <com
   portcullis token mint --url GATEWAY --sub ...  through POST /v1/grants (admin token in PORTCULLIS_TOKEN)
   portcullis token revoke JTI --url GATEWAY [--exp SECONDS] [--json]
                         revoke a grant (admin token in PORTCULLIS_TOKEN; portcullis token revoke --help)
+  portcullis token enroll --url GATEWAY --sub PRINCIPAL [--role R,...] [--tools GLOB,...] [--ttl 8h] [--code-ttl 24h] [--json]
+                        a one-time enrollment code with which a person signs in a hosted MCP client
+                        (Claude, ChatGPT, VS Code) over OAuth; prints the code and the URL to use
+                        (admin token in PORTCULLIS_TOKEN; portcullis token enroll --help)
   portcullis keys generate [--out FILE] [--kid KID] [--stdout] [--json]
                         a new Ed25519 signing key in FILE (mode 0600, never overwritten), its public
                         JWKS and the wrangler secret put line (portcullis keys --help)
@@ -123,6 +128,7 @@ exit: 1 an invalid config, 2 usage; otherwise the gateway's exit code once it st
   token: `usage: portcullis token <command> [options]
   mint     a grant: locally with the dev key (or --key), or through a gateway's POST /v1/grants (--url)
   revoke   revoke a grant on a gateway (POST /v1/grants/JTI/revoke)
+  enroll   a one-time enrollment code for a gateway's OAuth sign-in (POST /v1/grants/enroll)
 Each command takes --help.`,
   "token mint": `usage: portcullis token mint --sub PRINCIPAL [--team T] [--role R,...] [--tools GLOB,...] [--ttl 1h]
                              [--port N | --gateway URL | --aud URL] [--iss ISS] [--key FILE] [--max-lifetime 24h] [--json]
@@ -146,6 +152,26 @@ Each command takes --help.`,
                      --token on the command line is visible to other processes on this machine)
   --json             print {token, jti, exp, iss, aud, sub, team, roles, tools} (through --url: the gateway's answer)
 exit: 0 minted, 1 refused (conflicting gateway flags, a ttl above the maximum, or the gateway refused), 2 usage`,
+  "token enroll": `usage: portcullis token enroll --url GATEWAY --sub PRINCIPAL [--role R,...] [--tools GLOB,...] [--ttl 8h] [--code-ttl 24h] [--json]
+  mints a one-time enrollment code on the gateway (POST GATEWAY/v1/grants/enroll; a grant.enrolled
+  record on the ledger, never the code) and prints it with the URL to add to an MCP client (Claude,
+  ChatGPT, VS Code): on the gateway's OAuth sign-in page the person chooses "Enrollment code", enters
+  it, and the client receives a grant for PRINCIPAL. The gateway's enrollment template
+  (auth.oauth.sign_in.enrollment.template) bounds what a code may grant; the gateway refuses more.
+  --url GATEWAY      the gateway (needs auth.oauth.enabled and an enrollment template)
+  --sub PRINCIPAL    who signs in with the code (e.g. human:alice)
+  --role R,...       roles of the grant (default agent; each must be in the template's roles)
+  --tools GLOB,...   tool globs of the grant (default: the template's; each must be covered by it)
+  --ttl 8h           lifetime of the grant, refreshes included: seconds, or 30m / 8h / 1d (default:
+                     the template's lifetime; at most it and auth.max_token_lifetime)
+  --code-ttl 24h     how long the code itself can be used (default 24h, at most 7d)
+  --json             print the gateway's answer {code, enrollment, sub, roles, tools, ttl_seconds,
+                     expires, connect_url}
+  Needs an admin token, given in PORTCULLIS_TOKEN only (never on the command line: other processes
+  on this machine can read it there). The code is printed on stdout only: whoever holds it signs in
+  once as PRINCIPAL.
+exit: 0 minted, 1 refused by the gateway (its reason on stderr), 2 usage, 3 the gateway could not be
+  reached or failed`,
 };
 
 const BOOLEAN = new Set(["help", "json", "local", "deployed"]);
@@ -157,6 +183,7 @@ export const KNOWN = {
   check: ["config", "json", "help"],
   doctor: ["config", "local", "deployed", "json", "help"],
   "token mint": ["sub", "team", "role", "tools", "ttl", "max-lifetime", "port", "gateway", "aud", "iss", "key", "url", "token", "json", "help"],
+  "token enroll": ["url", "sub", "role", "tools", "ttl", "code-ttl", "json", "help"],
 };
 
 /** `--help`, `-h` or `help` as the only word after a command (group): print its usage. */
@@ -315,6 +342,55 @@ async function tokenMint(a) {
     fail(`cannot mint: ${e?.message ?? e}`);
   }
   console.log(a.json ? JSON.stringify({ token: minted.token, jti: minted.jti, exp: minted.exp, ...target, ...body }, null, 2) : minted.token);
+}
+
+/** The shape of an enrollment code (src/identity/enrollment.ts ENROLLMENT_CODE). */
+const ENROLLMENT_CODE = /^pce_[A-Za-z0-9_-]{43}$/;
+
+/**
+ * `token enroll`: an enrollment code minted by the gateway at --url (POST /v1/grants/enroll), as
+ * an admin whose token is in PORTCULLIS_TOKEN (no --token: never on a command line). Prints the
+ * code and how to use it, or the gateway's answer with --json; never prints the token.
+ */
+async function tokenEnroll(a) {
+  if (typeof a.sub !== "string") throw new UsageError("give --sub PRINCIPAL (who signs in with the code)");
+  const base = gatewayOf(a.url);
+  const token = process.env.PORTCULLIS_TOKEN;
+  if (!token) throw new UsageError("an admin token is needed: give it in PORTCULLIS_TOKEN (never on the command line)");
+  const body = { sub: a.sub };
+  if (a.role !== undefined) body.roles = list(a.role);
+  if (a.role !== undefined && body.roles.length === 0) throw new UsageError("--role: give one or more roles, e.g. --role agent");
+  if (a.tools !== undefined) body.tools = list(a.tools);
+  if (a.ttl !== undefined) body.ttl_seconds = seconds(a.ttl);
+  if (a["code-ttl"] !== undefined) body.code_ttl_seconds = seconds(a["code-ttl"], "--code-ttl");
+  const { res, where } = await send(base, "POST", "/v1/grants/enroll", token, { body, timeoutMs: 30_000, redirect: "manual" });
+  const answer = await answerOf(res);
+  if (!res.ok) {
+    const hint =
+      res.status === 401
+        ? " (the token was not accepted: mint an admin grant for this gateway)"
+        : res.status === 403
+          ? " (the token is not an admin's: enrolling needs the admin role)"
+          : "";
+    const msg = `${refusal(where, res.status, answer)}${hint}`;
+    if (res.status >= 400 && res.status < 500) throw new Refused(msg);
+    throw new FetchError(msg);
+  }
+  const j = answer.json;
+  if (!j || typeof j.code !== "string" || !ENROLLMENT_CODE.test(j.code) || typeof j.connect_url !== "string" || typeof j.expires !== "number")
+    throw new FetchError(`${where}: the answer is not an enrollment code`);
+  if (a.json) {
+    console.log(JSON.stringify(j, null, 2));
+    return 0;
+  }
+  const until = new Date(j.expires * 1000).toISOString();
+  console.log(`Enrollment code for ${j.sub} (roles ${j.roles.join(", ")}; tools ${j.tools.join(", ") || "none"}; grant lifetime ${j.ttl_seconds} s):
+
+  ${j.code}
+
+Add ${j.connect_url} to your MCP client as a connector (Claude: custom connector URL; ChatGPT: developer-mode connector; VS Code: mcp.json type http). When its sign-in page opens, choose "Enrollment code" and enter: ${j.code}
+The code works once, until ${until}.`);
+  return 0;
 }
 
 /**
@@ -780,6 +856,10 @@ async function main() {
     if (sub === "revoke") {
       const { operatorCommand } = await import("./operator-cli.mjs");
       process.exit(await operatorCommand("token revoke", more));
+    }
+    if (sub === "enroll") {
+      const a = options("token enroll", more);
+      process.exit(await exitCodeOf("portcullis token enroll", () => tokenEnroll(a)));
     }
     if (sub === "mint") {
       const a = options("token mint", more);

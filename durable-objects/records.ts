@@ -154,6 +154,11 @@ export interface SseApi {
 export interface RevocationsApi {
   isRevoked(jti: string): Promise<boolean>;
   revoke(jti: string, exp: number, by: string): Promise<void>;
+  /** One-time markers: true only for the first claim of `key` before `exp`. */
+  claimOnce(key: string, exp: number): Promise<boolean>;
+  /** One-time data: stored once (false if the key exists), read while unused, taken at most once. */
+  putOnce(key: string, data: string, exp: number): Promise<boolean>;
+  readOnce(key: string, take: boolean): Promise<string | null>;
 }
 
 /** What a LedgerDO needs to sign checkpoints: the Worker secret holding the key, and the origin prefix. */

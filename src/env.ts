@@ -21,6 +21,8 @@ export interface Env {
   SSE: DurableObjectNamespace;
   /** The shared ledger store all teams' auditors query (migrations/). */
   LEDGER_DB: D1Database;
+  /** The OAuth authorization server's store (auth.oauth): clients, grants, hashed codes and tokens (@cloudflare/workers-oauth-provider). */
+  OAUTH_KV: KVNamespace;
   /** portcullis.yaml text, delivered as a var at deploy (or by `portcullis dev`). */
   PORTCULLIS_CONFIG?: string;
   [secretOrVar: string]: unknown;

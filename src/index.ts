@@ -23,6 +23,8 @@ import { killSwitchRoutes } from "./routes/killswitch.ts";
 import { runsRoutes } from "./routes/runs.ts";
 import { consoleRoutes } from "./routes/console.ts";
 import { operatorMcp } from "./routes/operator.ts";
+import { oauthRoutes } from "./routes/oauth.ts";
+import { enrollRoute } from "./routes/enroll.ts";
 import { jsonResponse } from "./wire/http.ts";
 import { withSecurityHeaders } from "./console/headers.ts";
 
@@ -72,6 +74,9 @@ for (const path of [
   });
 }
 
+// OAuth for hosted clients (auth.oauth): metadata, registration, token, and the sign-in and consent pages.
+app.route("/", oauthRoutes);
+
 app.get("/.well-known/jwks.json", async (c) => {
   const cfg = await liveConfigOr503(c.env);
   if (cfg instanceof Response) return cfg;
@@ -80,6 +85,7 @@ app.get("/.well-known/jwks.json", async (c) => {
 });
 
 app.post("/v1/grants", admin, (c) => mintGrantRoute(c.req.raw, c.env, c.var.cfg, c.var.principal));
+app.post("/v1/grants/enroll", admin, (c) => enrollRoute(c.req.raw, c.env, c.var.cfg, c.var.principal));
 app.post("/v1/grants/:jti/revoke", admin, (c) => revokeGrantRoute(c.req.raw, c.env, c.var.cfg, c.req.param("jti"), c.var.principal));
 app.put("/v1/credentials/:upstream", agent, (c) => putCredentialRoute(c.req.raw, c.env, c.var.cfg, c.var.principal, c.req.param("upstream")));
 app.delete("/v1/credentials/:upstream", agent, (c) => deleteCredentialRoute(c.env, c.var.cfg, c.var.principal, c.req.param("upstream")));

@@ -125,6 +125,57 @@ const holdsSchema = z.strictObject({
     .default([]),
 });
 
+/** What an OAuth-issued grant may carry at most: one template per sign-in source (auth.oauth.sign_in). */
+const grantTemplateSchema = z.strictObject({
+  /** Tool globs the grant carries (an enrollment code's own globs are kept only where these cover them). */
+  tools: z.array(z.string().min(1).max(200)).max(200).default([]),
+  roles: z.array(z.enum(ROLES)).min(1).default(["agent"]),
+  team: z.string().min(1).max(100).default("default"),
+  budget: z.strictObject({ calls: z.number().int().positive() }).optional(),
+  /** How long the grant lives, refreshes included (at most auth.max_token_lifetime). */
+  lifetime: duration.default("8h"),
+});
+
+/** An external OIDC issuer people sign in with (authorization-code redirect, PKCE); its tokens are checked as under external_issuers. */
+const oidcSignInSchema = z.strictObject({
+  /** Must be one of auth.external_issuers (its keys and audience verify the id_token). */
+  issuer: z.string().url(),
+  authorization_endpoint: z.string().url(),
+  token_endpoint: z.string().url(),
+  client_id: z.string().min(1),
+  /** Worker secret holding the client secret, when the issuer wants one (client_secret_post). */
+  client_secret: secretName.optional(),
+  scopes: z.array(z.string().min(1)).default(["openid"]),
+  /** Shown on the sign-in page. */
+  label: z.string().min(1).max(100).optional(),
+  template: grantTemplateSchema,
+});
+
+/**
+ * Portcullis as the OAuth 2.1 authorization server for its own resource (RFC 8414, RFC 7591,
+ * client ID metadata documents, PKCE S256, RFC 8707, RFC 9207), so hosted clients (Claude,
+ * ChatGPT, VS Code) can connect from the gateway URL alone. Tokens it issues are grants.
+ */
+const oauthSchema = z.strictObject({
+  enabled: z.boolean().default(false),
+  /** Lifetime of each access token (a grant); the grant's template lifetime bounds it. */
+  access_token_ttl: duration.default("1h"),
+  /** RFC 7591 dynamic client registration at /oauth/register. */
+  dynamic_registration: z.boolean().default(true),
+  /** Client ID metadata documents (an https URL as client_id), fetched only where the egress rules allow. */
+  client_metadata_documents: z.boolean().default(false),
+  /** Who may sign in, and the grant each source's people receive. */
+  sign_in: z
+    .strictObject({
+      /** A Cloudflare Access JWT on the request (auth.access must be set). */
+      access: z.strictObject({ template: grantTemplateSchema }).optional(),
+      /** A one-time enrollment code an admin minted (`portcullis token enroll`). */
+      enrollment: z.strictObject({ template: grantTemplateSchema }).optional(),
+      oidc: z.array(oidcSignInSchema).default([]),
+    })
+    .prefault({}),
+});
+
 const authSchema = z.strictObject({
   /** Require a grant token on every request. Unauthenticated mode is refused off loopback. */
   required: z.boolean().default(false),
@@ -146,6 +197,7 @@ const authSchema = z.strictObject({
   external_issuers: z.array(externalIssuerSchema).default([]),
   /** Cloudflare Access for the console (optional): an Access JWT signs a person in without pasting a grant. */
   access: accessSchema.optional(),
+  oauth: oauthSchema.prefault({}),
 });
 
 export const configSchema = z

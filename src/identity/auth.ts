@@ -163,8 +163,8 @@ async function verify(token: string, env: Env, cfg: GatewayConfig, opts: AuthOpt
   return p;
 }
 
-/** true / false, or null when the store could not answer. */
-async function isRevoked(env: Env, jti: string): Promise<boolean | null> {
+/** Whether `jti` is revoked: true / false, or null when the store could not answer (callers fail closed). */
+export async function isRevoked(env: Env, jti: string): Promise<boolean | null> {
   try {
     return await revocationObject(env, jti).isRevoked(jti);
   } catch {

@@ -83,9 +83,12 @@ function canonicalForms(cfg: GatewayConfig): string[] {
   return cfg.auth.audience ? [cfg.auth.audience] : loopbackForms(cfg);
 }
 
-/** Audiences a grant may carry: the canonical URL, or its MCP endpoint (what RFC 8707 clients send). */
+/**
+ * Audiences a grant may carry: the canonical URL, or its MCP endpoint or operator endpoint (what
+ * RFC 8707 clients send as `resource`, and what OAuth-issued grants carry as `aud`).
+ */
 export function acceptedAudiences(cfg: GatewayConfig): string[] {
-  return canonicalForms(cfg).flatMap((c) => [c, `${c}/mcp`]);
+  return canonicalForms(cfg).flatMap((c) => [c, `${c}/mcp`, `${c}/operator/mcp`]);
 }
 
 export function issuerOf(cfg: GatewayConfig): string {
@@ -119,7 +122,8 @@ function resourcePath(path: string): string {
 
 export function protectedResourceMetadata(cfg: GatewayConfig, path: string): Record<string, unknown> {
   const origin = canonicalOrigin(cfg);
-  const servers = [issuerOf(cfg), ...cfg.auth.externalIssuers.map((e) => e.issuer)];
+  // With auth.oauth on, the gateway's own authorization server (at its origin) comes first: hosted clients pick the first.
+  const servers = [...(cfg.auth.oauth.enabled ? [origin] : []), issuerOf(cfg), ...cfg.auth.externalIssuers.map((e) => e.issuer)];
   return {
     resource: path === "/" ? canonicalUrl(cfg) : `${origin}${resourcePath(path)}`,
     authorization_servers: [...new Set(servers)],

@@ -42,6 +42,8 @@ export type GrantClaimsInput = {
   tools: string[];
   budget?: Budget;
   ttlSeconds: number;
+  /** The grant's id; default a fresh random one. An OAuth grant keeps one jti across its access tokens, so revoking it ends them all. */
+  jti?: string;
 };
 
 export type MintOptions = {
@@ -88,7 +90,7 @@ export async function mintGrant(keys: KeySet, claims: GrantClaimsInput, opts: Mi
   if (typeof claims.aud !== "string" || claims.aud === "") throw new Error("aud must be a non-empty string");
   const iat = Math.floor(opts.now ?? nowSeconds());
   const exp = iat + ttlSeconds;
-  const jti = randomJti();
+  const jti = claims.jti ?? randomJti();
   const payload: Record<string, unknown> = {
     iss: claims.iss,
     aud: claims.aud,

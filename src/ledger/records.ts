@@ -28,6 +28,8 @@ export type EntryKind =
   | "hold.consumed"
   | "killswitch.changed"
   | "grant.minted"
+  | "grant.refreshed"
+  | "grant.enrolled"
   | "grant.revoked"
   | "config.changed"
   | "rollback.step"
@@ -46,6 +48,8 @@ export const ENTRY_KINDS: readonly EntryKind[] = [
   "hold.consumed",
   "killswitch.changed",
   "grant.minted",
+  "grant.refreshed",
+  "grant.enrolled",
   "grant.revoked",
   "config.changed",
   "rollback.step",
@@ -176,6 +180,26 @@ export interface GrantMintedBody extends JsonObject {
   roles: string[];
   tools: string[];
   exp: number;
+  by: string;
+}
+
+/** An OAuth-issued grant handed its client a new access token (a refresh); never a token. */
+export interface GrantRefreshedBody extends JsonObject {
+  jti: string;
+  sub: string;
+  client_id: string;
+  /** The new access token's expiry. */
+  exp: number;
+}
+
+/** An enrollment code minted (its id is a prefix of the code's SHA-256; never the code). */
+export interface GrantEnrolledBody extends JsonObject {
+  enrollment: string;
+  sub: string;
+  roles: string[];
+  tools: string[];
+  ttl_seconds: number;
+  expires: number;
   by: string;
 }
 

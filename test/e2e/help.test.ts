@@ -58,6 +58,7 @@ const COMMANDS: Command[] = [
   { words: ["add"], flags: union(ADD), missing: ["--config", "portcullis.yaml", "--name", "second"], json: true },
   { words: ["token", "mint"], flags: union(MAIN["token mint"]), missing: ["--team", "t"], json: true },
   { words: ["token", "revoke"], flags: union(OPERATOR["token revoke"]), missing: ["--url", NOWHERE], json: true },
+  { words: ["token", "enroll"], flags: union(MAIN["token enroll"]), missing: ["--url", NOWHERE], json: true },
   { words: ["keys", "generate"], flags: union(OPERATOR["keys generate"]), json: true },
   { words: ["keys", "rotate"], flags: union(OPERATOR["keys rotate"]), missing: [], json: true },
   { words: ["ledger", "verify"], flags: union(LEDGER.verify), missing: [], json: true },
