@@ -314,6 +314,45 @@ describe.skipIf(!hasChromium)("OAuth for hosted clients, from nothing, in Chromi
     expect(revoked.find((x: Any) => x.body.jti === jti(after.access_token)).body.reason).toBe("refresh token reuse");
   }, 120_000);
 
+  it("isolation: another registered client can neither redeem this client's code nor use its refresh token", async () => {
+    const reg = await fetch(`${origin}/oauth/register`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({
+        client_name: "other client",
+        redirect_uris: [callbackUrl],
+        grant_types: ["authorization_code", "refresh_token"],
+        response_types: ["code"],
+        token_endpoint_auth_method: "none",
+      }),
+    });
+    expect(reg.status).toBe(201);
+    const other = (await reg.json()) as { client_id: string };
+    const q = provider();
+    const t = new StreamableHTTPClientTransport(new URL(mcpUrl), { authProvider: q });
+    await expect(new Client({ name: "oauth-e2e-3", version: "1" }).connect(t)).rejects.toBeInstanceOf(UnauthorizedError);
+    const landed = await signInAndAllow(q.authUrl!, await enrollmentCode("person:fay"), "third");
+    const code = landed.searchParams.get("code")!;
+    const stolen = await tokenRequest({
+      grant_type: "authorization_code",
+      code,
+      code_verifier: q.verifier,
+      redirect_uri: callbackUrl,
+      client_id: other.client_id,
+      resource: mcpUrl,
+    });
+    expect(stolen.status).toBeGreaterThanOrEqual(400);
+    expect(["invalid_grant", "invalid_client"]).toContain(stolen.json.error);
+    expect(stolen.json.access_token).toBeUndefined();
+    // The refused attempt did not spend the code: its own client redeems it, and its refresh token is its own alone.
+    await t.finishAuth(landed.searchParams);
+    expect(q.saved?.refresh_token).toBeTruthy();
+    const r = await tokenRequest({ grant_type: "refresh_token", refresh_token: q.saved!.refresh_token!, client_id: other.client_id });
+    expect(r.status).toBe(400);
+    expect(r.json.error).toBe("invalid_grant");
+    expect(r.json.access_token).toBeUndefined();
+  }, 120_000);
+
   it("revoking the grant (portcullis token revoke / POST /v1/grants/:jti/revoke) ends both its access token and its refresh token on the next request", async () => {
     const q = provider();
     const client = new Client({ name: "oauth-e2e-2", version: "1" });
