@@ -33,11 +33,23 @@ export interface GrantOffer {
   enrollment?: string;
 }
 
-/** A tool glob is covered by the template when one of its globs matches it as a literal name (`*` covers all). */
+/**
+ * Whether every name glob `t` matches is matched by template glob `g` too (conservative: false
+ * when that cannot be shown simply). A plain name is covered when `g` matches it; a glob only by
+ * the same glob, or by a prefix glob (`github__*`) whose prefix it starts with — never because a
+ * `?` in `g` happens to match a `*` in `t`.
+ */
+function covers(g: string, t: string): boolean {
+  if (g === t) return true;
+  if (!/[*?]/.test(t)) return globMatch(g, t);
+  return /^[^*?]*\*$/.test(g) && t.startsWith(g.slice(0, -1));
+}
+
+/** The tool globs the template covers (kept) and those it does not (dropped). */
 export function coveredTools(template: GrantTemplate, tools: string[]): { kept: string[]; dropped: string[] } {
   const kept: string[] = [];
   const dropped: string[] = [];
-  for (const t of tools) (template.tools.some((g) => g === t || globMatch(g, t)) ? kept : dropped).push(t);
+  for (const t of tools) (template.tools.some((g) => covers(g, t)) ? kept : dropped).push(t);
   return { kept, dropped };
 }
 

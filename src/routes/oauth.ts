@@ -18,7 +18,7 @@ import { ErrorPage } from "../console/layout.tsx";
 import { type ClientFacts, OAuthConsentPage, OAuthSignInPage, type OfferFacts } from "../console/oauth.tsx";
 import { htmlResponse } from "../console/render.ts";
 import { originProblem } from "../console/session.ts";
-import { guardedFetch } from "../egress/guarded-fetch.ts";
+import { EgressError, guardedFetch } from "../egress/guarded-fetch.ts";
 import { checkEgress } from "../egress/rules.ts";
 import type { Env } from "../env.ts";
 import { ACCESS_HEADER, verifyAccess } from "../identity/access.ts";
@@ -210,7 +210,8 @@ oauthRoutes.post(OAUTH_PATHS.authorize, async (c) => {
   if (action === "oidc") {
     const o = cfg.auth.oauth.oidc.find((x) => x.issuer === form.get("issuer"));
     if (!o) return page(400, "Refused", "that identity provider is not configured for sign-in here");
-    return consent(cfg, c.env, p.areq, templateOffer("oidc", `(you sign in at ${o.label} next)`, o.template, o.issuer), o.label);
+    // The person signs in at the issuer after consenting (the library's order: no third-party redirect before consent).
+    return consent(cfg, c.env, p.areq, templateOffer("oidc", `the account you sign in with at ${o.label} next`, o.template, o.issuer), o.label);
   }
   return page(400, "Refused", "unknown sign-in action");
 });
@@ -326,8 +327,12 @@ oauthRoutes.get(OAUTH_PATHS.callback, async (c) => {
       body: body.toString(),
     });
     idToken = ((await r.json()) as { id_token?: unknown }).id_token;
-  } catch {
-    return deny("the identity provider's token endpoint did not answer");
+  } catch (e) {
+    return deny(
+      e instanceof EgressError
+        ? `the identity provider's token endpoint is refused by the egress rules (${e.reason})`
+        : "the identity provider's token endpoint did not answer",
+    );
   }
   if (typeof idToken !== "string") return deny("the identity provider returned no id_token");
   // The id_token is for this gateway's client at the issuer: its aud is the client id.
