@@ -65,13 +65,30 @@ oauthRoutes.post(OAUTH_PATHS.token, async (c) => {
   return tokenRoute(c.req.raw, c.env, cfg, c.executionCtx as ExecutionContext);
 });
 
-/** Why a client metadata document URL may not be fetched (off, or outside the egress rules); null when it may. */
-function metadataDocumentProblem(cfg: GatewayConfig, req: Request, clientId: string | null): string | null {
+/**
+ * Why a client metadata document URL may not be used (off, outside the egress rules, or answering
+ * with a redirect); null when it may. The library fetches the document itself with the Worker's
+ * fetch (`global_fetch_strictly_public`: public addresses only), following redirects; so the
+ * gateway first fetches it under its own egress rules with no redirects allowed, and refuses a
+ * document that is not served at its own URL.
+ */
+async function metadataDocumentProblem(cfg: GatewayConfig, req: Request, clientId: string | null): Promise<string | null> {
   if (clientId === null || !/^https?:\/\//i.test(clientId)) return null;
   if (!cfg.auth.oauth.clientMetadataDocuments)
     return "this client names itself by a metadata document URL, and client ID metadata documents are not enabled here (auth.oauth.client_metadata_documents)";
   const d = checkEgress(clientId, cfg.egress, { gatewayOnLoopback: isLoopbackRequest(req) });
-  return d.ok ? null : `the client's metadata document URL is outside this gateway's egress rules (${d.reason})`;
+  if (!d.ok) return `the client's metadata document URL is outside this gateway's egress rules (${d.reason})`;
+  try {
+    const r = await guardedFetch(
+      d.url,
+      { headers: { accept: "application/json" } },
+      { rules: cfg.egress, gatewayOnLoopback: isLoopbackRequest(req), maxRedirects: 0, timeoutMs: 10_000, maxBytes: 5 * 1024 },
+    );
+    await r.body?.cancel();
+    return r.ok ? null : `the client's metadata document answered HTTP ${r.status}`;
+  } catch (e) {
+    return `the client's metadata document could not be fetched under this gateway's egress rules (${e instanceof EgressError ? e.reason : "no answer"})`;
+  }
 }
 
 /** A failed parse: redirect only where the library validated the redirect URI; render everything else. */
@@ -85,7 +102,7 @@ function authorizeFailure(e: unknown): Promise<Response> | Response {
 /** The authorization request in `query`, validated by the library, plus our own rule: PKCE S256 for every client. */
 async function parsed(cfg: GatewayConfig, env: Env, req: Request, query: string): Promise<{ areq: AuthRequest } | Response> {
   const api = oauthApi(cfg, env)!;
-  const problem = metadataDocumentProblem(cfg, req, new URLSearchParams(query).get("client_id"));
+  const problem = await metadataDocumentProblem(cfg, req, new URLSearchParams(query).get("client_id"));
   if (problem) return page(400, "This app could not be verified", `invalid_client: ${problem}`);
   let areq: AuthRequest;
   try {
