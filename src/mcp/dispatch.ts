@@ -123,6 +123,10 @@ async function previewImpact(ctx: CallContext, msg: JsonRpcRequest): Promise<Out
 async function toolsCall(ctx: CallContext, msg: JsonRpcRequest): Promise<Outcome> {
   const name = msg.params?.name;
   if (typeof name !== "string") return fail(msg, ErrorCode.InvalidParams, "Invalid params: tools/call needs a string name", ctx.era === "modern" ? 400 : 200);
+  // Arguments that are not an object would reach governance as "none" and the upstream as sent: refuse them before either.
+  const args = msg.params?.arguments;
+  if (args !== undefined && !isObject(args))
+    return fail(msg, ErrorCode.InvalidParams, "Invalid params: tools/call arguments must be an object (or absent)", ctx.era === "modern" ? 400 : 200);
   if (name === PREVIEW_TOOL_NAME && ctx.cfg.agentTools) return previewImpact(ctx, msg);
   if (RUN_TOOL_NAMES.has(name) && ctx.cfg.agentTools) return agentRunTool(ctx, msg);
   const governed = governedFromEdge(ctx.cfg.upstreams, name, ctx.route);

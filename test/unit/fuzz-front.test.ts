@@ -1,7 +1,8 @@
 /**
  * Invariant 9 under fuzzing: whatever body and protocol headers a client sends to /mcp, the
  * answer is a clear 4xx/2xx, never a 5xx. Upstreams in the unit config are unreachable, so every
- * request is decided by the front itself.
+ * request is decided by the front itself. The other half of the property — never a forward
+ * without a decision record — needs an upstream that answers: test/unit/fuzz-front-records.test.ts.
  */
 import { SELF } from "cloudflare:test";
 import fc from "fast-check";

@@ -3,12 +3,18 @@
 // and arbitrary calls (arguments of any JSON shape, history answers of any type, any time, even
 // NaN), evaluate never throws, is deterministic, keeps the mode's promises, lets a deny override
 // everything, agrees with listVerdict, and compilePolicy refuses bad policies naming every problem.
+// Also, for conditions from a CEL grammar over the whole scope (ill-typed and run-time-failing ones
+// included), principals with any value in any field and wire-shaped arguments (`__proto__`,
+// `constructor`, deep nesting, extreme numbers): compilePolicy answers or throws only PolicyError;
+// evaluate is total (one of allow | deny | require_approval) and deterministic — again, on a copy,
+// on a fresh compile, and after deciding other calls; history queries, list verdicts and budgets
+// answer every well-typed principal and are deterministic for any.
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { type PolicyInput, parsePolicy } from "../../src/config/policy-schema.ts";
 import type { Principal } from "../../src/config/principal.ts";
 import { ROLES } from "../../src/config/roles.ts";
-import { compilePolicy, evaluate, historyQueries, listVerdict, type PolicyFacts, PolicyError } from "../../src/governance/policy.ts";
+import { budgetLimits, compilePolicy, evaluate, historyQueries, listVerdict, type PolicyFacts, PolicyError } from "../../src/governance/policy.ts";
 import { type Classification, historyKey, type Mode } from "../../src/governance/steps.ts";
 import type { JsonObject } from "../../src/wire/jsonrpc.ts";
 
@@ -289,6 +295,234 @@ describe("policy properties", () => {
         expect(problems.map((p) => Number(/^policy\.rules\[(\d+)\]/.exec(p)?.[1]))).toEqual(bad);
       }),
       { numRuns: 200 },
+    );
+  });
+});
+
+// ---- Totality and determinism for arbitrary CEL conditions, arbitrary principals and wire-shaped arguments ----
+
+/**
+ * CEL conditions from a grammar over the documented scope: values (fields, literals, arithmetic,
+ * conversions, ternaries) inside boolean forms (comparisons, `in`, logic, `has`, macros, string
+ * functions) — some ill-typed, some that error at run time (a missing key, a bad regex, a
+ * division by zero, an overflow).
+ */
+const celArb: fc.Arbitrary<string> = fc.letrec<{ bool: string; value: string; atom: string }>((tie) => ({
+  atom: fc.oneof(
+    fc.constantFrom(
+      "args.amount",
+      "args.n",
+      "args.s",
+      "args.items",
+      "args.order.total",
+      'args["weird key"]',
+      "args.items[0]",
+      "args.__proto__",
+      "args.constructor",
+      "principal.sub",
+      "principal.team",
+      "principal.roles",
+      "principal.tools",
+      "tool.name",
+      "tool.upstream",
+      "tool.exposed",
+      "classification.effect",
+      "classification.blast_radius",
+      "run.id",
+      "now",
+      "now.getHours()",
+      "now.getDayOfWeek()",
+      'now.getHours("Europe/Paris")',
+      'timestamp("2026-01-01T00:00:00Z")',
+      'duration("1h")',
+      "args",
+      "principal",
+    ),
+    fc.integer({ min: -3, max: 3000 }).map(String),
+    fc.constantFrom("1.5", "0.0", "-2.5", "1e3", "18446744073709551615u", "9223372036854775807", "0"),
+    fc.string({ maxLength: 6 }).map((s) => JSON.stringify(s)),
+    fc.constantFrom("true", "false", "null", "[]", "[1, 2]", '{"a": 1}', "{}", 'b"x"'),
+  ),
+  value: fc.oneof(
+    { depthSize: "small", withCrossShrink: true },
+    tie("atom"),
+    tie("atom"),
+    fc.tuple(tie("value"), fc.constantFrom("+", "-", "*", "/", "%"), tie("value")).map(([x, op, y]) => `${x} ${op} ${y}`),
+    fc.tuple(fc.constantFrom("size", "int", "double", "string", "dyn", "uint"), tie("value")).map(([f, x]) => `${f}(${x})`),
+    fc.tuple(tie("bool"), tie("value"), tie("value")).map(([c, x, y]) => `(${c} ? ${x} : ${y})`),
+    fc
+      .tuple(fc.constantFrom("args.items", "principal.roles", "[1, 2, 3]"), fc.constantFrom("map", "filter"), tie("bool"))
+      .map(([l, m, body]) => `${l}.${m}(x, ${body})`),
+  ),
+  bool: fc.oneof(
+    { depthSize: "small", withCrossShrink: true },
+    fc.tuple(tie("value"), fc.constantFrom("==", "!=", "<", "<=", ">", ">=", "in"), tie("value")).map(([x, op, y]) => `${x} ${op} ${y}`),
+    fc.tuple(tie("bool"), fc.constantFrom("&&", "||"), tie("bool")).map(([x, op, y]) => `(${x}) ${op} (${y})`),
+    tie("bool").map((x) => `!(${x})`),
+    fc
+      .tuple(fc.constantFrom("has(args.amount)", "has(args.items)", "has(principal.team)", "has(args.order.total)"), tie("bool"))
+      .map(([h, x]) => `${h} && ${x}`),
+    fc
+      .tuple(tie("atom"), fc.constantFrom("startsWith", "endsWith", "contains", "matches"), fc.constantFrom('"a"', '""', '"^a+$"', '"("', "1"))
+      .map(([x, f, y]) => `${x}.${f}(${y})`),
+    fc
+      .tuple(fc.constantFrom("args.items", "principal.roles", "[1, 2, 3]", "args"), fc.constantFrom("exists", "all", "exists_one"), tie("bool"))
+      .map(([l, m, body]) => `${l}.${m}(x, ${body})`),
+    fc.constantFrom("true", "false", "args.flag", "x == 1", "bool(args.s)"),
+  ),
+})).bool;
+
+/** Any value at all in any principal field (what a bug elsewhere, or a hostile token, could hand the engine). */
+const junkPrincipalArb = fc.record({
+  sub: fc.oneof(fc.string(), fc.anything({ maxDepth: 1 })),
+  team: fc.oneof(fc.constantFrom("ops", "finance"), fc.anything({ maxDepth: 1 })),
+  roles: fc.oneof(fc.subarray([...ROLES]), fc.array(fc.anything({ maxDepth: 0 }), { maxLength: 3 }), fc.anything({ maxDepth: 1 })),
+  tools: fc.oneof(fc.constant(null), fc.array(fc.string(), { maxLength: 2 }), fc.anything({ maxDepth: 1 })),
+  authenticated: fc.anything({ maxDepth: 0 }),
+  jti: fc.option(fc.string({ maxLength: 6 }), { nil: undefined }),
+}) as unknown as fc.Arbitrary<Principal>;
+
+/** Arguments as they arrive off the wire: JSON text parsed, with keys that mean something to JavaScript objects. */
+const wireArgsArb: fc.Arbitrary<JsonObject | undefined> = fc.oneof(
+  argsArb,
+  fc
+    .dictionary(
+      fc.oneof(
+        fc.constantFrom("__proto__", "constructor", "prototype", "hasOwnProperty", "toString", "amount", "items", "n", "weird key", ""),
+        fc.string({ maxLength: 4 }),
+      ),
+      fc.oneof(fc.jsonValue({ maxDepth: 2 }), fc.constantFrom(1e308, -0, 5e-324, 2 ** 53 + 1)),
+      { maxKeys: 5 },
+    )
+    .map((o) => JSON.parse(JSON.stringify(o)) as JsonObject),
+  fc.constant(JSON.parse('{"__proto__": {"amount": 5000}, "amount": 1}') as JsonObject),
+  fc.constant(JSON.parse(`{"deep": ${"[".repeat(60)}1${"]".repeat(60)}}`) as JsonObject),
+);
+
+const DECISIONS = ["allow", "deny", "require_approval"];
+
+describe("policy properties: arbitrary conditions and principals", () => {
+  it("compilePolicy is total over arbitrary CEL conditions: it compiles or refuses with a PolicyError naming the rule, nothing else", () => {
+    let compiled = 0;
+    fc.assert(
+      fc.property(
+        fc.array(fc.oneof({ weight: 5, arbitrary: celArb }, { weight: 1, arbitrary: fc.string({ maxLength: 30 }) }), { minLength: 1, maxLength: 3 }),
+        modeArb,
+        (whens, mode) => {
+          const rules = whens.map((when, i) => ({ id: `c${i}`, decision: (["allow", "deny", "require_approval"] as const)[i % 3]!, reason: "r", when }));
+          try {
+            compilePolicy({ rules } as never, { mode, unclassifiedReads: "block" });
+            compiled++;
+          } catch (e) {
+            expect(e, `compiling ${JSON.stringify(whens)}`).toBeInstanceOf(PolicyError);
+            for (const p of (e as PolicyError).problems) expect(p).toMatch(/^policy\.rules\[\d+\]/);
+          }
+        },
+      ),
+      { numRuns: RUNS },
+    );
+    // The grammar is not all noise: some policies of up to three generated conditions type-check as a whole.
+    expect(compiled).toBeGreaterThan(RUNS / 20);
+  });
+
+  it("evaluate is total and deterministic for every condition that compiles, with arbitrary principals and wire-shaped arguments", () => {
+    let ran = 0;
+    fc.assert(
+      fc.property(
+        fc.array(celArb, { minLength: 1, maxLength: 3 }),
+        policyArb,
+        modeArb,
+        factsArb,
+        fc.oneof(
+          principalArb.map((p) => ({ p, typed: true })),
+          junkPrincipalArb.map((p) => ({ p, typed: false })),
+        ),
+        wireArgsArb,
+        (whens, generated, mode, f, { p: principal, typed }, args) => {
+          const rules: Rule[] = [
+            ...whens.map((when, i) => ({ id: `c${i}`, decision: (["deny", "require_approval", "allow"] as const)[i % 3]!, reason: "r", when })),
+            ...generated,
+          ];
+          let p: ReturnType<typeof compileRules>;
+          try {
+            p = compileRules(rules, mode);
+          } catch (e) {
+            if (e instanceof PolicyError || /does not parse/.test(String(e))) return;
+            throw e;
+          }
+          ran++;
+          const facts: PolicyFacts = { ...f, principal, arguments: args, history: { answers: {} } };
+          const a = evaluate(p, facts);
+          expect(DECISIONS).toContain(a.decision);
+          expect(typeof a.reason).toBe("string");
+          expect(a.policyVersion).toBe(p.version);
+          expect(a.rule === null || rules.some((r) => r.id === a.rule)).toBe(true);
+          // A well-typed call never reaches the last-resort catch: a condition that errors is that rule failing closed.
+          if (typed) expect(a.reason, JSON.stringify(whens)).not.toMatch(/the policy could not be evaluated/);
+          // Deterministic: again, on a copy, and on a fresh compile of the same policy.
+          expect(evaluate(p, facts)).toEqual(a);
+          expect(evaluate(p, structuredClone(facts))).toEqual(a);
+          expect(evaluate(compileRules(rules, mode), facts)).toEqual(a);
+        },
+      ),
+      { numRuns: 200 },
+    );
+    expect(ran).toBeGreaterThan(10);
+  });
+
+  it("no state carries between calls: a decision is the same before and after deciding other arbitrary calls", () => {
+    fc.assert(
+      fc.property(
+        policyArb,
+        modeArb,
+        factsArb,
+        fc.array(fc.tuple(factsArb, fc.oneof(principalArb, junkPrincipalArb), wireArgsArb), { minLength: 1, maxLength: 5 }),
+        (rules, mode, f, others) => {
+          const p = compileRules(rules, mode);
+          const facts: PolicyFacts = { ...f, history: { answers: {} } };
+          const first = evaluate(p, facts);
+          for (const [o, principal, args] of others) {
+            const d = evaluate(p, { ...o, principal, arguments: args, history: { answers: {} } });
+            expect(DECISIONS).toContain(d.decision);
+          }
+          expect(evaluate(p, facts)).toEqual(first);
+        },
+      ),
+      { numRuns: 200 },
+    );
+  });
+
+  it("the rest of the engine's surface (history queries, list verdicts, budgets) answers for arbitrary principals, deterministically", () => {
+    fc.assert(
+      fc.property(policyArb, modeArb, factsArb, fc.oneof(principalArb, junkPrincipalArb), (rules, mode, f, principal) => {
+        const p = compileRules(rules, mode);
+        const facts = { ...f, principal };
+        const attempt = <T>(fn: () => T): { value: T } | { threw: string } => {
+          try {
+            return { value: fn() };
+          } catch (e) {
+            return { threw: e instanceof Error ? e.constructor.name : typeof e };
+          }
+        };
+        const q = attempt(() => historyQueries(p, facts));
+        const l = attempt(() => listVerdict(p, facts));
+        const b = attempt(() => budgetLimits(p, principal, f.runId));
+        // Well-typed principals: every answer is given.
+        const typed =
+          typeof principal.sub === "string" &&
+          typeof principal.team === "string" &&
+          Array.isArray(principal.roles) &&
+          principal.roles.every((r) => typeof r === "string");
+        if (typed && (principal.tools === null || (Array.isArray(principal.tools) && principal.tools.every((t) => typeof t === "string")))) {
+          expect("value" in q && "value" in l && "value" in b).toBe(true);
+        }
+        if ("value" in l) expect(["hidden", "listed"]).toContain(l.value);
+        // Deterministic either way (the same answer, or the same kind of failure — which the governed path turns into a refusal).
+        expect(attempt(() => historyQueries(p, facts))).toEqual(q);
+        expect(attempt(() => listVerdict(p, facts))).toEqual(l);
+        expect(attempt(() => budgetLimits(p, principal, f.runId))).toEqual(b);
+      }),
+      { numRuns: 250 },
     );
   });
 });
