@@ -60,7 +60,8 @@ async function governedSteps(deps: GovernanceDeps, call: ToolCall): Promise<Answ
   // 8 (end) budgets: admitted into history atomically, so no reconnect or new session escapes a limit.
   const callId = crypto.randomUUID();
   const limits = deps.policy.limits(call);
-  if (deps.policy.usesHistory || limits.grantCalls !== undefined || limits.runCalls !== undefined) {
+  const admitted = deps.policy.usesHistory || limits.grantCalls !== undefined || limits.runCalls !== undefined;
+  if (admitted) {
     const entry = {
       callId,
       principal: call.principal.sub,
@@ -70,9 +71,9 @@ async function governedSteps(deps: GovernanceDeps, call: ToolCall): Promise<Answ
       numbers: numbersOf(call.arguments),
       at: deps.clock(),
     };
-    const admitted = await step("budget", () => deps.history.admit(entry, decision.mode === "enforce" ? limits : {}));
-    if (!admitted.ok) {
-      return block(deps, call, { check: "budget", reason: `the ${admitted.budget} budget is spent: ${admitted.used} of ${admitted.limit} calls` });
+    const admission = await step("budget", () => deps.history.admit(entry, decision.mode === "enforce" ? limits : {}));
+    if (!admission.ok) {
+      return block(deps, call, { check: "budget", reason: `the ${admission.budget} budget is spent: ${admission.used} of ${admission.limit} calls` });
     }
     if (decision.mode !== "enforce" && !decision.wouldBlock) {
       const over = await step("budget", () => overBudget(deps, call, limits));
@@ -87,12 +88,12 @@ async function governedSteps(deps: GovernanceDeps, call: ToolCall): Promise<Answ
     if ("answer" in hold) return { response: { ...hold.answer, id: call.request.id }, status: 200 };
     return hold.recorded ? refused(call, hold.refusal, hold.recorded) : block(deps, call, hold.refusal);
   }
-  if (!hold.holdId) return executeCall(deps, call, verdict, decision, callId, undefined);
+  if (!hold.holdId) return executeCall(deps, call, verdict, decision, callId, admitted, undefined);
   // A consumed hold keeps the answer its call got: identical retries get it back instead of a second run.
   const holdId = hold.holdId;
   let answer: Answer;
   try {
-    answer = await executeCall(deps, call, verdict, decision, callId, holdId);
+    answer = await executeCall(deps, call, verdict, decision, callId, admitted, holdId);
   } catch (e) {
     if (!(e instanceof StepFailed)) throw e;
     answer = await stepRefused(deps, call, e);
@@ -101,13 +102,18 @@ async function governedSteps(deps: GovernanceDeps, call: ToolCall): Promise<Answ
   return answer;
 }
 
-/** Steps 10–14 for a call that may run (and, when `holdId` is set, consumed its approval). */
+/**
+ * Steps 10–14 for a call that may run (and, when `holdId` is set, consumed its approval);
+ * `admitted`: the call was admitted into history (step 8), so its outcome is settled there — a
+ * call that was not is never settled (the object would ignore it: a round trip for nothing).
+ */
 async function executeCall(
   deps: GovernanceDeps,
   call: ToolCall,
   verdict: { target: Target; classification: Classification; mapping: ToolMapping | undefined },
   decision: Decision,
   callId: string,
+  admitted: boolean,
   holdId: string | undefined,
 ): Promise<Answer> {
   const { target, classification, mapping } = verdict;
@@ -146,7 +152,7 @@ async function executeCall(
         reason: leg.reason,
       }),
     );
-    await deps.history.settle(call.principal.sub, callId, leg.kind === "failed" ? "failed" : "uncertain").catch(() => undefined);
+    if (admitted) await deps.history.settle(call.principal.sub, callId, leg.kind === "failed" ? "failed" : "uncertain").catch(() => undefined);
     return notAnswered(call, leg);
   }
 

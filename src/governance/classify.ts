@@ -223,9 +223,27 @@ function classifyNamed(upstream: string, tool: CatalogTool, mappings: Mappings):
   return heuristic(tool) ?? { ...DEFAULT_CLASSIFICATION, axes: { ...DEFAULT_CLASSIFICATION.axes } };
 }
 
+/**
+ * What classifyTool answered for a catalog entry, under one config's mappings: a tool's
+ * classification depends only on the entry (name, annotations), its upstream and the mappings,
+ * so it is worked out once per catalog entry and config version, not per call. Frozen (it is
+ * shared by every call that reaches the entry); a new catalog entry or config starts afresh.
+ */
+const classified = new WeakMap<CatalogTool, { mappings: Mappings; upstream: string; c: Classification }>();
+
+function frozen(c: Classification): Classification {
+  Object.freeze(c.axes);
+  return Object.freeze(c);
+}
+
 /** Step 6: mapping → name/annotation heuristic → conservative default. Total: never throws. */
 export function classifyTool(target: Target, mappings: Mappings): Classification {
-  return classifyNamed(target.upstream.name, target.tool, mappings);
+  const upstream = target.upstream.name;
+  const hit = classified.get(target.tool);
+  if (hit && hit.mappings === mappings && hit.upstream === upstream) return hit.c;
+  const c = frozen(classifyNamed(upstream, target.tool, mappings));
+  classified.set(target.tool, { mappings, upstream, c });
+  return c;
 }
 
 // ---- banner -------------------------------------------------------------------------------

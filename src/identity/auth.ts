@@ -15,6 +15,7 @@ import { principalHas, type Principal } from "../config/principal.ts";
 import type { Role } from "../config/roles.ts";
 import { revocationObject } from "../../durable-objects/names.ts";
 import { parseKeySet, verifyGrant, type KeySet } from "./tokens.ts";
+import { isRevokedCached } from "./revocation-cache.ts";
 import { jsonResponse } from "../wire/http.ts";
 
 /**
@@ -132,7 +133,7 @@ async function verify(token: string, env: Env, cfg: GatewayConfig, opts: AuthOpt
   if (external) {
     if (!opts.fetcher) return "external issuers are not available on this route";
     const p = await verifyExternal(token, external, opts.fetcher, cfg.auth.maxTokenLifetimeS);
-    if (typeof p !== "string" && p.jti && (await isRevoked(env, p.jti)) !== false) return "token has been revoked";
+    if (typeof p !== "string" && p.jti && (await isRevokedCached(env, p.jti)) !== false) return "token has been revoked";
     return p;
   }
   const keysP = signingKeys(env, cfg);
@@ -148,8 +149,9 @@ async function verify(token: string, env: Env, cfg: GatewayConfig, opts: AuthOpt
     issuer: acceptedIssuers(cfg),
     audience: acceptedAudiences(cfg),
     maxLifetimeSeconds: cfg.auth.maxTokenLifetimeS,
+    // Per request: "not revoked" may be up to 1 s old (the design's bound), "revoked" is final (revocation-cache.ts).
     isRevoked: async (jti) => {
-      const r = await isRevoked(env, jti);
+      const r = await isRevokedCached(env, jti);
       if (r === null) storeFailed = true;
       return r !== false;
     },
@@ -163,7 +165,10 @@ async function verify(token: string, env: Env, cfg: GatewayConfig, opts: AuthOpt
   return p;
 }
 
-/** Whether `jti` is revoked: true / false, or null when the store could not answer (callers fail closed). */
+/**
+ * Whether `jti` is revoked, read from the revocation list now (no cache: for refreshes and
+ * checks that must not be stale): true / false, or null when the store could not answer (callers fail closed).
+ */
 export async function isRevoked(env: Env, jti: string): Promise<boolean | null> {
   try {
     return await revocationObject(env, jti).isRevoked(jti);

@@ -3,8 +3,11 @@
  * tools/list (which refreshes it with what the upstream listed) and tools/call (which resolves
  * exposed names from it, aliased names included, in any isolate — a miss fills it on demand).
  * Entries live per isolate for CATALOG_TTL_MS and are dropped when the upstream says its tool
- * list changed. Keyed by upstream, URL, client era and — for `per_principal` credentials, which
- * can change what an upstream lists — the principal, so one principal's tools never resolve for
+ * list changed. Only settled entries are shared between requests: a request that finds none
+ * fresh reads the list itself, through its own leg, and the read that lands is kept — no read in
+ * flight is shared, because Workers never settles for one request a promise whose request has
+ * ended. Keyed by upstream, URL, client era and — for `per_principal` credentials, which can
+ * change what an upstream lists — the principal, so one principal's tools never resolve for
  * another. Entries are keyed by governed name (names.ts: the name /mcp exposes), so /mcp and
  * `/mcp/<upstream>` share one catalog and governance resolves the same name on both.
  * Must never: resolve a name from another credential scope's list, resolve a name of an upstream
@@ -24,8 +27,6 @@ const CATALOG_TTL_MS = 30_000;
 /** A name the catalog does not know triggers one refill, at most this often per key. */
 const MISS_REFILL_MS = 1000;
 const MAX_PAGES = 50;
-
-const filling = new Map<string, Promise<Entry>>();
 
 function keyOf(ctx: CallContext, up: UpstreamConfig): string {
   const scope = up.credentials.mode === "per_principal" ? `p:${ctx.principal.sub}` : "shared";
@@ -63,15 +64,10 @@ async function fetchTools(ctx: CallContext, up: UpstreamConfig): Promise<Json[]>
   return items;
 }
 
-function fill(ctx: CallContext, up: UpstreamConfig, key: string): Promise<Entry> {
-  let p = filling.get(key);
-  if (!p) {
-    p = (async () => store(key, { at: Date.now(), tools: build(up, await fetchTools(ctx, up), ctx.route) }))();
-    filling.set(key, p);
-    const done = () => filling.delete(key);
-    p.then(done, done);
-  }
-  return p;
+/** Reads the list through this caller's leg and keeps it (the newest read to land wins). */
+async function fill(ctx: CallContext, up: UpstreamConfig, key: string): Promise<Entry> {
+  const tools = build(up, await fetchTools(ctx, up), ctx.route);
+  return store(key, { at: Date.now(), tools });
 }
 
 async function current(ctx: CallContext, up: UpstreamConfig, key: string): Promise<Entry> {

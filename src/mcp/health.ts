@@ -43,19 +43,25 @@ export async function readiness(cfg: GatewayConfig) {
   return body;
 }
 
-/** Tool names each upstream listed, per credential scope, kept READY_TTL_MS: /summary hits do not each list upstream. */
-const listings = new Map<string, { at: number; names: Promise<string[] | null> }>();
+/**
+ * Tool names each upstream listed, per credential scope, kept READY_TTL_MS: /summary hits do not
+ * each list upstream. Only settled listings are kept (a request that finds none fresh lists for
+ * itself: Workers never settles for one request a promise whose request has ended).
+ */
+const listings = new Map<string, { at: number; names: string[] | null }>();
 const MAX_LISTINGS = 256;
 
 /** Every tool name `up` lists (null when it cannot be listed), from the cache when fresh. */
-function listedNames(up: UpstreamConfig, sub: string): Promise<string[] | null> {
+async function listedNames(up: UpstreamConfig, sub: string): Promise<string[] | null> {
   const scope = up.credentials.mode === "per_principal" ? `p:${sub}` : "shared";
   const key = `${up.name}\u0000${up.url}\u0000${scope}`;
   const hit = listings.get(key);
   if (hit && Date.now() - hit.at < READY_TTL_MS) return hit.names;
-  const names = listTools(up, sub);
+  const at = Date.now();
+  const names = await listTools(up, sub);
+  listings.delete(key);
   if (listings.size >= MAX_LISTINGS) listings.delete(listings.keys().next().value as string);
-  listings.set(key, { at: Date.now(), names });
+  listings.set(key, { at, names });
   return names;
 }
 

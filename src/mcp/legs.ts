@@ -57,28 +57,39 @@ export async function closeLegacyLeg(up: UpstreamConfig, leg: Leg): Promise<void
     .catch(() => undefined);
 }
 
-/** Lazy legs being opened in this isolate, by session, upstream and URL: concurrent first uses share one opening. */
-const opening = new Map<string, Promise<UpstreamLegRecord | null>>();
+/**
+ * Lazy legs being opened for one request, by the session record that request read (each request
+ * reads its own): concurrent first uses within a request share one opening. Nothing in flight is
+ * shared between requests — Workers never settles for one request a promise whose request has
+ * ended — so concurrent requests each open, and SessionDO.adoptLeg keeps the first leg stored.
+ */
+const opening = new WeakMap<SessionRecord, Map<string, Promise<UpstreamLegRecord | null>>>();
 
 /**
  * The leg record of legacy client session `rec` (read from `store`) for `up`. A session opens its
  * legs at initialize; an upstream a hot reload added afterwards has none there, so its leg is
  * opened on first use — tools/list, tools/call, anything that reaches it — with the session's own
  * protocol version, client capabilities and client info, and kept in the session record (and in
- * `rec`, for the rest of this request). Concurrent first uses in one isolate share one opening;
- * a use whose `rec` was read before another stored the leg finds it in the session record; and
- * across isolates SessionDO.adoptLeg keeps the first leg stored, while a later opener closes its
- * own upstream session and uses the kept one. An upstream that cannot be reached now is not stored
- * (undefined: unavailable for this request), so the next use tries again.
+ * `rec`, for the rest of this request). Concurrent first uses within one request share one
+ * opening; a request whose `rec` was read before another stored the leg finds it in the session
+ * record; and when two requests (of this isolate or of others) open at once, SessionDO.adoptLeg
+ * keeps the first leg stored, while a later opener closes its own upstream session and uses the
+ * kept one. An upstream that cannot be reached now is not stored (undefined: unavailable for this
+ * request), so the next use tries again.
  */
 export async function sessionLeg(store: SessionApi, rec: SessionRecord, up: UpstreamConfig): Promise<UpstreamLegRecord | undefined> {
   const have = rec.upstreams[up.name];
   if (have) return have;
-  const key = `${rec.id}\u0000${up.name}\u0000${up.url}`;
-  let p = opening.get(key);
+  const key = `${up.name}\u0000${up.url}`;
+  let mine = opening.get(rec);
+  if (!mine) {
+    mine = new Map();
+    opening.set(rec, mine);
+  }
+  let p = mine.get(key);
   if (!p) {
     p = (async () => {
-      // Another request (this isolate's, now settled, or another isolate's) may have stored it since `rec` was read.
+      // Another request (of this isolate or another) may have stored it since `rec` was read.
       const now = await store.open(rec.principal).catch(() => null);
       if (!now) return null;
       const kept = now.upstreams[up.name];
@@ -86,15 +97,15 @@ export async function sessionLeg(store: SessionApi, rec: SessionRecord, up: Upst
       const opened = await openLegacyClientLeg(up, rec.protocolVersion, rec.clientCapabilities, rec.clientInfo);
       if (!opened.leg) return null;
       const adopted = await store.adoptLeg(rec.principal, up.name, opened).catch(() => null);
-      // Another isolate stored a leg first (or the session is gone): ours is not kept, so it is closed.
+      // Another request stored a leg first (or the session is gone): ours is not kept, so it is closed.
       if (!adopted?.stored) await closeLegacyLeg(up, opened.leg);
       return adopted?.rec ?? null;
     })();
-    opening.set(key, p);
-    p.then(
-      () => opening.delete(key),
-      () => opening.delete(key),
-    );
+    mine.set(key, p);
+    const done = () => {
+      if (mine.get(key) === p) mine.delete(key);
+    };
+    p.then(done, done);
   }
   const got = await p.catch(() => null);
   if (got) rec.upstreams[up.name] = got;
@@ -103,9 +114,25 @@ export async function sessionLeg(store: SessionApi, rec: SessionRecord, up: Upst
 
 interface ModernClientLeg {
   rec: UpstreamLegRecord;
+  /** When the read or opening that produced it started. */
   at: number;
 }
-const modernClientLegs = new Map<string, Promise<ModernClientLeg>>();
+/**
+ * The settled per-principal legs of this isolate (values, never promises: a request that finds
+ * none opens or reads one itself, since Workers never settles for one request a promise whose
+ * request has ended). The newest to start wins, so a read that began before a renewal cannot put
+ * the expired leg back. Bounded; the oldest is dropped first.
+ */
+const modernClientLegs = new Map<string, ModernClientLeg>();
+const MAX_MODERN_LEGS = 1000;
+
+function keepModernLeg(key: string, leg: ModernClientLeg): void {
+  const cur = modernClientLegs.get(key);
+  if (cur && cur.at > leg.at) return;
+  modernClientLegs.delete(key);
+  if (modernClientLegs.size >= MAX_MODERN_LEGS) modernClientLegs.delete(modernClientLegs.keys().next().value as string);
+  modernClientLegs.set(key, leg);
+}
 
 /** Where a modern principal's legacy upstream session is kept across isolates (SessionDO). */
 interface LegStore {
@@ -134,19 +161,18 @@ export async function modernClientLeg(up: UpstreamConfig, principal: string, ren
     return rec;
   }
   const key = `${principal}\u0000${up.name}\u0000${up.url}`;
-  let p = modernClientLegs.get(key);
-  if (!p || renew) {
-    p = (async () => {
-      const kept = renew ? null : await store?.get().catch(() => null);
-      if (kept?.leg) return { rec: kept, at: Date.now() };
-      const rec = await openLegacyClientLeg(up, LATEST_LEGACY, {});
-      if (rec.leg) await store?.put(rec).catch(() => false);
-      return { rec, at: Date.now() };
-    })();
-    modernClientLegs.set(key, p);
-    p.catch(() => modernClientLegs.delete(key));
+  const have = renew ? undefined : modernClientLegs.get(key);
+  if (have) return have.rec;
+  const at = Date.now();
+  const kept = renew ? null : await store?.get().catch(() => null);
+  if (kept?.leg) {
+    keepModernLeg(key, { rec: kept, at });
+    return kept;
   }
-  return (await p).rec;
+  const rec = await openLegacyClientLeg(up, LATEST_LEGACY, {});
+  if (rec.leg) await store?.put(rec).catch(() => false);
+  keepModernLeg(key, { rec, at });
+  return rec;
 }
 
 const appliedLevels = new Map<string, string>();

@@ -13,6 +13,7 @@ import { signingKeys } from "../identity/auth.ts";
 import { canonicalUrl, issuerOf } from "../identity/metadata.ts";
 import type { Principal } from "../config/principal.ts";
 import { revocationObject } from "../../durable-objects/names.ts";
+import { noteRevoked } from "../identity/revocation-cache.ts";
 import { MAX_CLOCK_SKEW_SECONDS, mintGrant } from "../identity/tokens.ts";
 import { appendRecord, ledgerSigning } from "../mcp/ledger-writer.ts";
 import { readJsonBody } from "../wire/body.ts";
@@ -100,6 +101,7 @@ export async function revokeGrant(
 ): Promise<{ revoked: string; until: number; warning?: string }> {
   const until = revocationUntil(cfg, given);
   await revocationObject(env, jti).revoke(jti, until, by.sub);
+  noteRevoked(jti);
   try {
     await appendRecord(env, { secret: cfg.auth.signingKeySecret, gateway }, by.team, "grant.revoked", { jti, until, by: by.sub });
   } catch (e) {

@@ -17,6 +17,7 @@ import { canonicalUrl, issuerOf } from "../identity/metadata.ts";
 import { defaultResource, oauthApi, oauthIssuer, oauthServer, readProps } from "../identity/oauth-server.ts";
 import { mintGrant } from "../identity/tokens.ts";
 import { revocationObject } from "../../durable-objects/names.ts";
+import { noteRevoked } from "../identity/revocation-cache.ts";
 import { appendRecord, ledgerSigning } from "../mcp/ledger-writer.ts";
 import { readBodyText } from "../wire/body.ts";
 import { jsonResponse } from "../wire/http.ts";
@@ -63,6 +64,7 @@ async function revokeRedeemed(env: Env, cfg: GatewayConfig, r: Redeemed, reason:
   const until = revocationUntil(cfg, undefined);
   const by = `oauth:${r.client_id}`;
   await revocationObject(env, r.jti).revoke(r.jti, until, by);
+  noteRevoked(r.jti);
   await appendRecord(env, ledgerSigning(cfg), r.team, "grant.revoked", { jti: r.jti, until, by, reason, client_id: r.client_id });
 }
 
@@ -132,6 +134,7 @@ async function revocation(env: Env, cfg: GatewayConfig, ctx: ExecutionContext, r
     const until = revocationUntil(cfg, undefined);
     const by = `oauth:${before.client_id}`;
     await revocationObject(env, before.jti).revoke(before.jti, until, by);
+    noteRevoked(before.jti);
     await appendRecord(env, ledgerSigning(cfg), before.team, "grant.revoked", {
       jti: before.jti,
       until,
