@@ -1,7 +1,7 @@
 /**
  * RevocationsDO: one shard of the grant revocation list (jti → revoked at, until expiry), and of
  * the one-time markers OAuth needs to be atomic (a refresh token seen once, an enrollment code
- * redeemed once). Revocations take effect on the next request everywhere (KV would take up to
+ * redeemed once). Revocations take effect within 1 s everywhere (isolates cache "not revoked" for at most that long; KV would take up to
  * 60 s); the list is sharded by key so no single object sits on every request. Must never: forget
  * a revocation or a one-time marker before what it guards has expired, or hand out one-time data twice.
  */

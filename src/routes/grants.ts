@@ -1,6 +1,6 @@
 /**
  * The admin grant API: `POST /v1/grants` mints a grant with the gateway's active key,
- * `POST /v1/grants/:jti/revoke` revokes one (effective on the next request everywhere).
+ * `POST /v1/grants/:jti/revoke` revokes one (effective at once on this isolate, within 1 s on every other: src/identity/revocation-cache.ts).
  * Owns request validation for both. Must never: mint beyond the configured maximum lifetime,
  * return or log the signing key, or log a minted token.
  */
@@ -87,7 +87,7 @@ export function revocationUntil(cfg: GatewayConfig, given: unknown): number {
 }
 
 /**
- * Revokes `jti` (effective on the next request everywhere) and records `grant.revoked` on the
+ * Revokes `jti` (at once here, within 1 s everywhere) and records `grant.revoked` on the
  * revoker's team chain. The revocation stands even if the record cannot be written; the answer
  * then says so.
  */
