@@ -1,0 +1,286 @@
+/**
+ * Bench only: what `npm run bench` (bench/run.mjs) and `npm run bench:load` (bench/load.mjs)
+ * share — free loopback ports, a keep-alive HTTP POST with a timeout, waiting for a server,
+ * percentiles, building a Worker once with the deploy bundler (`wrangler deploy --dry-run`),
+ * stopping whole process groups, the gateway configs the benches serve (observe; enforce with a
+ * 50-rule policy, a mapping and grants required), minting a grant with the CLI, and reading a
+ * JSON-RPC answer that came as JSON or as SSE. Owns no gateway behaviour; must never touch the
+ * developer's .portcullis key or .dev.vars, listen off loopback, or leave a process running.
+ */
+import { execFileSync } from "node:child_process";
+import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { Agent, request } from "node:http";
+import { createServer } from "node:net";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+
+export const root = resolve(fileURLToPath(import.meta.url), "../..");
+export const wrangler = join(root, "node_modules/.bin/wrangler");
+// Vars reach each Worker through a private env file or Miniflare bindings only (never argv; no .dev.vars, nothing from this environment).
+export const WORKER_ENV = {
+  ...process.env,
+  CLOUDFLARE_CF_FETCH_ENABLED: "false",
+  WRANGLER_SEND_METRICS: "false",
+  CLOUDFLARE_LOAD_DEV_VARS_FROM_DOT_ENV: "true",
+  CLOUDFLARE_INCLUDE_PROCESS_ENV: "false",
+};
+
+export const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+export const freePort = () =>
+  new Promise((res) => {
+    const s = createServer();
+    s.listen(0, "127.0.0.1", () => {
+      const p = s.address().port;
+      s.close(() => res(p));
+    });
+  });
+
+const agent = new Agent({ keepAlive: true, maxSockets: 256 });
+
+export function post(url, headers, body, timeout = 10_000) {
+  const u = new URL(url);
+  return new Promise((resolveP, reject) => {
+    const req = request(
+      {
+        host: u.hostname,
+        port: u.port,
+        path: u.pathname + u.search,
+        method: "POST",
+        agent,
+        headers: { "content-type": "application/json", accept: "application/json, text/event-stream", ...headers },
+        timeout,
+      },
+      (res) => {
+        const chunks = [];
+        res.on("data", (c) => chunks.push(c));
+        res.on("end", () => resolveP({ status: res.statusCode, headers: res.headers, body: Buffer.concat(chunks).toString() }));
+      },
+    );
+    req.on("timeout", () => req.destroy(new Error("timeout")));
+    req.on("error", reject);
+    req.end(body);
+  });
+}
+
+export async function waitHttp(url, ms = 90_000) {
+  const deadline = Date.now() + ms;
+  while (Date.now() < deadline) {
+    try {
+      const r = await fetch(url, { signal: AbortSignal.timeout(1000) });
+      if (r.status > 0) return;
+    } catch {}
+    await sleep(250);
+  }
+  throw new Error(`timeout waiting for ${url}`);
+}
+
+export const pct = (xs, p) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))];
+};
+
+/** The JSON-RPC message of an answer that is JSON, or the last `data:` message of an SSE answer; null if neither. */
+export function rpcMessage(body) {
+  const t = body.trimStart();
+  try {
+    if (t.startsWith("{")) return JSON.parse(t);
+    let last = null;
+    for (const line of t.split("\n")) if (line.startsWith("data:") && line.slice(5).trim().startsWith("{")) last = JSON.parse(line.slice(5));
+    return last;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * Builds the Worker of `config` (entry `entry`, else its own `main`) once, with the bundler a
+ * deploy uses (`wrangler deploy --dry-run`, offline), and writes the config `wrangler dev
+ * --no-bundle` (and bench/miniflare.mjs) runs it with: the same bindings, flags and
+ * compatibility date, `main` pointing at the bundle. So every Worker runs the source as it was
+ * when the bench started: edits made to the tree meanwhile neither restart it mid-run nor mix two
+ * versions into one comparison. Returns `{ file, bundle, dryRun }`: the config written, the
+ * bundle's path and what the dry run printed (its "Total Upload" line).
+ */
+export function bundled(config, dir, { entry, name } = {}) {
+  const out = join(dir, "bundle");
+  let dryRun;
+  try {
+    dryRun = execFileSync(wrangler, ["deploy", ...(entry ? [entry] : []), "--dry-run", "--outdir", out, "--config", config], {
+      cwd: root,
+      env: WORKER_ENV,
+      stdio: "pipe",
+      timeout: 120_000,
+      encoding: "utf8",
+    });
+  } catch (err) {
+    throw new Error(`building ${entry ?? config} failed:\n${err.stderr?.toString() ?? ""}${err.stdout?.toString() ?? ""}`);
+  }
+  const js = readdirSync(out).filter((f) => f.endsWith(".js"));
+  if (js.length !== 1) throw new Error(`building ${entry ?? config}: expected one .js bundle in ${out}, found ${js.join(", ") || "none"}`);
+  const main = /^main = ".*"$/m;
+  const text = readFileSync(config, "utf8");
+  if (!main.test(text)) throw new Error(`${config}: no main line`);
+  let outText = text
+    .replace(main, `main = ${JSON.stringify(join(out, js[0]))}`)
+    .replace(/^migrations_dir = "(.*)"$/m, (_, d) => `migrations_dir = ${JSON.stringify(resolve(dirname(config), d))}`);
+  if (name) outText = outText.replace(/^name = ".*"$/m, `name = ${JSON.stringify(name)}`);
+  const file = join(dir, "wrangler.toml");
+  writeFileSync(file, outText);
+  return { file, bundle: join(out, js[0]), dryRun };
+}
+
+/** Does process group `pgid` still have a live (not zombie) member? /proc where there is one, else signal 0. */
+export function groupAlive(pgid) {
+  if (!existsSync("/proc/self/stat")) {
+    try {
+      process.kill(-pgid, 0);
+      return true;
+    } catch {
+      return false;
+    }
+  }
+  return readdirSync("/proc").some((d) => {
+    if (!/^\d+$/.test(d)) return false;
+    try {
+      const s = readFileSync(`/proc/${d}/stat`, "utf8");
+      const [state, , pgrp] = s.slice(s.lastIndexOf(")") + 2).split(" ");
+      return Number(pgrp) === pgid && state !== "Z" && state !== "X";
+    } catch {
+      return false;
+    }
+  });
+}
+
+export const signalGroup = (pgid, sig) => {
+  try {
+    process.kill(-pgid, sig);
+  } catch {
+    /* gone */
+  }
+};
+
+/** Stops the groups led by `procs`: SIGTERM, then SIGKILL for what still runs after `graceMs` (bounded). */
+export async function stopGroups(procs, graceMs = 8000) {
+  const pgids = procs.map((p) => p.pid).filter((pid) => pid !== undefined);
+  for (const g of pgids) signalGroup(g, "SIGTERM");
+  for (const [sig, ms] of [
+    ["SIGKILL", graceMs],
+    [null, 3000],
+  ]) {
+    const deadline = Date.now() + ms;
+    while (Date.now() < deadline && pgids.some(groupAlive)) await sleep(100);
+    if (sig) for (const g of pgids.filter(groupAlive)) signalGroup(g, sig);
+  }
+}
+
+/** The bench's transparent gateway: observe (no mappings, no policy), no grant needed on loopback. */
+export function observeConfig(upstreamUrl) {
+  return `actor: local:bench\nmode: observe\negress:\n  allow_loopback: true\nupstreams:\n  - name: conf\n    url: ${upstreamUrl}\n`;
+}
+
+/**
+ * 50 policy rules as an operator would write them (the typical mix of bench/policy.mjs, aimed
+ * at this gateway's tool): most about other tools, so they are matched and skipped; static rules
+ * and CEL conditions that do match test_simple_text and are evaluated on every call; a shadow
+ * (mode: observe) rule; no history rule matches it, so no HistoryDO read is on the timed path.
+ * No rule denies or holds test_simple_text: every call is allowed, by rule "bench-allow".
+ */
+export function fiftyRules() {
+  const rules = [];
+  for (let i = 0; i < 30; i++)
+    rules.push({
+      id: `other-${i}`,
+      match: { tool: `svc${i}__*`, effect: ["irreversible", "reversible"] },
+      decision: i % 3 ? "allow" : "deny",
+      reason: `rule for svc${i}`,
+    });
+  for (let i = 0; i < 6; i++)
+    rules.push({
+      id: `pay-${i}`,
+      match: { tool: "pay__*", team: "ops", role: "agent" },
+      decision: "allow",
+      reason: "ops may pay",
+      obligations: [`mask:field${i}`],
+    });
+  for (let i = 0; i < 6; i++)
+    rules.push({
+      id: `cel-${i}`,
+      match: { upstream: "conf", tool: "test_*" },
+      when: `has(args.amount) && args.amount > ${1000 * (i + 1)}.0 && principal.team == "ops"`,
+      decision: "require_approval",
+      reason: "large amounts need approval",
+    });
+  rules.push({
+    id: "rate-other",
+    match: { tool: "pay__*" },
+    history: { count: { tool: "pay__*", within: "1m" } },
+    when: "history.count >= 20",
+    decision: "deny",
+    reason: "at most 20 payments a minute",
+  });
+  rules.push({
+    id: "weekend-other",
+    match: { tool: "pay__*" },
+    window: { days: ["sat", "sun"] },
+    decision: "require_approval",
+    reason: "weekend payments need approval",
+  });
+  rules.push({ id: "no-drops", match: { tool: "*drop*" }, decision: "deny", reason: "never drop" });
+  rules.push({ id: "no-deletes", match: { tool: "test_delete*" }, decision: "deny", reason: "no deletes" });
+  rules.push({
+    id: "readers",
+    match: { effect: "read_only", role: "agent" },
+    when: 'tool.upstream == "conf" && classification.effect == "read_only"',
+    decision: "allow",
+    reason: "reads are fine",
+  });
+  rules.push({
+    id: "shadow",
+    match: { tool: "test_*" },
+    when: 'principal.sub.startsWith("agent:blocked-")',
+    decision: "deny",
+    reason: "blocked agents",
+    mode: "observe",
+  });
+  rules.push({ id: "team-only", match: { tool: "test_*", team: "bench*" }, when: '"agent" in principal.roles', decision: "allow", reason: "bench team" });
+  rules.push({ id: "bench-allow", match: { tool: "test_simple_text", upstream: "conf", principal: "agent:*" }, decision: "allow", reason: "the bench's tool" });
+  if (rules.length !== 50) throw new Error(`fiftyRules: ${rules.length} rules`);
+  return rules;
+}
+
+/** The governed gateway: enforce, grants required, test_simple_text mapped read_only, the 50 rules. */
+export function enforceConfig(upstreamUrl) {
+  const config = {
+    mode: "enforce",
+    auth: { required: true },
+    egress: { allow_loopback: true },
+    upstreams: [{ name: "conf", url: upstreamUrl }],
+    mappings: { conf: { tools: { test_simple_text: { effect: "read_only" } } } },
+    policy: { rules: fiftyRules() },
+  };
+  return JSON.stringify(config); // JSON is YAML
+}
+
+/** A grant for the gateway at `origin`, minted by the CLI with the key in `keyFile` (`portcullis token mint --key`). */
+export function mint(keyFile, origin, { sub, team, roles = ["agent"], tools = [], ttl = "1h" }) {
+  const argv = [
+    join(root, "bin/portcullis.mjs"),
+    "token",
+    "mint",
+    "--key",
+    keyFile,
+    "--gateway",
+    origin,
+    "--sub",
+    sub,
+    "--team",
+    team,
+    "--role",
+    roles.join(","),
+    "--ttl",
+    ttl,
+  ];
+  if (tools.length) argv.push("--tools", tools.join(","));
+  return execFileSync(process.execPath, argv, { cwd: root, encoding: "utf8", stdio: ["ignore", "pipe", "pipe"], timeout: 60_000 }).trim();
+}
