@@ -60,7 +60,8 @@ async function governedSteps(deps: GovernanceDeps, call: ToolCall): Promise<Answ
   // 8 (end) budgets: admitted into history atomically, so no reconnect or new session escapes a limit.
   const callId = crypto.randomUUID();
   const limits = deps.policy.limits(call);
-  const admitted = deps.policy.usesHistory || limits.grantCalls !== undefined || limits.runCalls !== undefined;
+  const recorded = deps.policy.recordsCall ? deps.policy.recordsCall(call.exposedName) : deps.policy.usesHistory;
+  const admitted = recorded || limits.grantCalls !== undefined || limits.runCalls !== undefined;
   if (admitted) {
     const entry = {
       callId,
@@ -88,12 +89,13 @@ async function governedSteps(deps: GovernanceDeps, call: ToolCall): Promise<Answ
     if ("answer" in hold) return { response: { ...hold.answer, id: call.request.id }, status: 200 };
     return hold.recorded ? refused(call, hold.refusal, hold.recorded) : block(deps, call, hold.refusal);
   }
-  if (!hold.holdId) return executeCall(deps, call, verdict, decision, callId, admitted, undefined);
+  const history = { admitted, recorded };
+  if (!hold.holdId) return executeCall(deps, call, verdict, decision, callId, history, undefined);
   // A consumed hold keeps the answer its call got: identical retries get it back instead of a second run.
   const holdId = hold.holdId;
   let answer: Answer;
   try {
-    answer = await executeCall(deps, call, verdict, decision, callId, admitted, holdId);
+    answer = await executeCall(deps, call, verdict, decision, callId, history, holdId);
   } catch (e) {
     if (!(e instanceof StepFailed)) throw e;
     answer = await stepRefused(deps, call, e);
@@ -104,8 +106,9 @@ async function governedSteps(deps: GovernanceDeps, call: ToolCall): Promise<Answ
 
 /**
  * Steps 10–14 for a call that may run (and, when `holdId` is set, consumed its approval);
- * `admitted`: the call was admitted into history (step 8), so its outcome is settled there — a
- * call that was not is never settled (the object would ignore it: a round trip for nothing).
+ * `history.admitted`: the call was admitted into history (step 8), so a failed or uncertain outcome
+ * is settled there; `history.recorded`: a history query could count it, so every outcome is — a
+ * call that was not admitted is never settled (the object would ignore it: a round trip for nothing).
  */
 async function executeCall(
   deps: GovernanceDeps,
@@ -113,7 +116,7 @@ async function executeCall(
   verdict: { target: Target; classification: Classification; mapping: ToolMapping | undefined },
   decision: Decision,
   callId: string,
-  admitted: boolean,
+  history: { admitted: boolean; recorded: boolean },
   holdId: string | undefined,
 ): Promise<Answer> {
   const { target, classification, mapping } = verdict;
@@ -152,7 +155,7 @@ async function executeCall(
         reason: leg.reason,
       }),
     );
-    if (admitted) await deps.history.settle(call.principal.sub, callId, leg.kind === "failed" ? "failed" : "uncertain").catch(() => undefined);
+    if (history.admitted) await deps.history.settle(call.principal.sub, callId, leg.kind === "failed" ? "failed" : "uncertain").catch(() => undefined);
     return notAnswered(call, leg);
   }
 
@@ -173,7 +176,8 @@ async function executeCall(
       ...(shaped.ok ? {} : { reason: shaped.refusal.reason }),
     }),
   );
-  if (deps.policy.usesHistory) await deps.history.settle(call.principal.sub, callId, status).catch(() => undefined);
+  // A success matters to history queries (`succeeded`), not to budgets, which count every admitted call.
+  if (history.recorded) await deps.history.settle(call.principal.sub, callId, status).catch(() => undefined);
   if (!shaped.ok) return refused(call, shaped.refusal);
 
   // 14 answer: the upstream's result, changed only by obligations (and advise's advisory), plus the receipt.

@@ -10,6 +10,7 @@ import type { ToolMapping } from "../config/mapping-schema.ts";
 import type { Principal } from "../config/principal.ts";
 import { budgetLimits, type CompiledPolicy, compilePolicy, evaluate, historyQueries, listVerdict } from "./policy.ts";
 import type { Classification, DecisionInput, Mappings, Policy, Target } from "./steps.ts";
+import { globMatch } from "../wire/glob.ts";
 
 const compiled = new WeakMap<object, CompiledPolicy>();
 const engines = new WeakMap<object, Policy>();
@@ -41,6 +42,28 @@ function factsOf(input: Omit<DecisionInput, "history">) {
   };
 }
 
+/**
+ * Which calls history must keep, per exposed name (memoized per policy): those a history query's
+ * tool glob counts, and those a rule with a rate limit could match (its tool glob, or any tool;
+ * its other conditions are not narrowed here — keeping too many is safe, too few is not). A
+ * policy whose history rules count only `pay__*` spares every other call two HistoryDO round trips.
+ */
+function recordsCallOf(p: CompiledPolicy): (exposedName: string) => boolean {
+  if (!p.usesHistory) return () => false;
+  const counted = p.rules.flatMap((r) => r.historyQueries.map((q) => q.tool));
+  const rateLimited = p.rules.filter((r) => r.obligations.some((o) => o.kind === "rate_limit"));
+  const memo = new Map<string, boolean>();
+  return (name) => {
+    let hit = memo.get(name);
+    if (hit === undefined) {
+      hit = counted.some((g) => globMatch(g, name)) || rateLimited.some((r) => !r.tool || r.tool(name));
+      if (memo.size >= 4096) memo.clear();
+      memo.set(name, hit);
+    }
+    return hit;
+  };
+}
+
 /** The policy of this config, as the governed path calls it. */
 export function policyEngine(cfg: GatewayConfig): Policy {
   const key = cfg.policy as object;
@@ -54,6 +77,7 @@ export function policyEngine(cfg: GatewayConfig): Policy {
     decide: (input) => evaluate(p, { ...factsOf(input), history: input.history }),
     limits: (call) => budgetLimits(p, call.principal, call.runId),
     usesHistory: p.usesHistory,
+    recordsCall: recordsCallOf(p),
     mayHide: p.mode === "enforce" && p.rules.some((r) => r.unconditional && !r.observe && r.decision === "deny"),
     listed: (principal: Principal, target: Target, classification: Classification) =>
       listVerdict(p, { principal, exposedName: target.tool.exposedName, upstream: target.upstream.name, tool: target.tool.name, classification }) === "listed",

@@ -170,6 +170,11 @@ export interface Policy {
   limits(call: ToolCall): BudgetLimits;
   /** Whether admitted calls must be kept in history (history rules or rate limits exist). */
   readonly usesHistory: boolean;
+  /**
+   * Whether a call to `exposedName` must be kept in history: some history query could count it,
+   * or some rule with a rate limit could match it. Absent: `usesHistory` answers for every call.
+   */
+  recordsCall?(exposedName: string): boolean;
   /** Whether any rule could hide a tool from a list (an unconditional deny in enforce): lists skip classifying otherwise. */
   readonly mayHide: boolean;
   /** Whether tools/list shows this tool to this principal (false only for an unconditional deny). */

@@ -56,6 +56,7 @@ export async function callLeg(ctx: CallContext, up: UpstreamConfig, msg: JsonRpc
     return { kind: "answered", response: out.response, status: out.status };
   } catch (e) {
     logCall(ctx, up, msg, e instanceof UpstreamError ? `failed: ${e.status ?? "?"}` : "failed");
+    if (e instanceof LegUnavailable) return { kind: "failed", reason: e.message, auth: false };
     if (e instanceof UpstreamAuthError) return { kind: "failed", reason: e.message, auth: true };
     if (e instanceof UpstreamUncertain) return { kind: "uncertain", reason: e.message };
     if (e instanceof UpstreamError) return { kind: "failed", reason: e.message, auth: false };
@@ -71,9 +72,13 @@ export async function forward(ctx: CallContext, up: UpstreamConfig, msg: JsonRpc
   return { response: errorResponse(msg.id, ErrorCode.InternalError, leg.reason), status: 200 };
 }
 
-/** One structured line per tool call (and per failed upstream request): the credential mode, never its value. */
+/**
+ * One structured line per failed upstream request (or error answer): the credential mode, never
+ * its value. A request that succeeded prints nothing: no operator asked for a line per call, and
+ * the ledger already records every governed call.
+ */
 function logCall(ctx: CallContext, up: UpstreamConfig, msg: JsonRpcRequest, outcome: string): void {
-  if (msg.method !== "tools/call" && outcome === "ok") return;
+  if (outcome === "ok") return;
   console.log(
     JSON.stringify({
       event: "upstream_request",
@@ -90,7 +95,7 @@ async function forwardOnce(ctx: CallContext, up: UpstreamConfig, msg: JsonRpcReq
   let leg = await ctx.leg(up);
   if (!leg) {
     if (up.credentialProblem) throw new UpstreamAuthError(up.name, up.credentialProblem, 401);
-    return { response: unavailable(msg, up), status: 200 };
+    throw new LegUnavailable(up);
   }
   // The upstream never sees the client's id: the leg may be shared (see upstreamRequestId). A
   // renewed session gets the same request under the same id (the one recorded for cancellation);
@@ -107,7 +112,7 @@ async function forwardOnce(ctx: CallContext, up: UpstreamConfig, msg: JsonRpcReq
     } catch (e) {
       if (e instanceof UpstreamSessionGone) {
         const renewed = await ctx.renewLeg(up);
-        if (!renewed) return { response: unavailable(msg, up), status: 200 };
+        if (!renewed) throw new LegUnavailable(up);
         leg = renewed;
         out = await once(ctx, up, leg, upMsg, msg.id);
       } else throw e;
@@ -181,6 +186,12 @@ function withLegMeta(params: JsonObject | undefined, leg: Leg, ctx: CallContext)
   return { ...(params ?? {}), _meta: meta };
 }
 
-export function unavailable(msg: JsonRpcRequest, up: UpstreamConfig): JsonRpcResponse {
-  return errorResponse(msg.id, ErrorCode.InternalError, `upstream ${up.name} is unavailable; try again later`);
+/**
+ * No leg to the upstream could be opened (or renewed): nothing was sent, so the call failed — a
+ * leg result `failed` with the reason, never an answer of the upstream's (callLeg).
+ */
+class LegUnavailable extends Error {
+  constructor(up: UpstreamConfig) {
+    super(`upstream ${up.name} is unavailable; try again later`);
+  }
 }

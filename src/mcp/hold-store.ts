@@ -8,8 +8,12 @@
  * progress token, SSE keep-alive comments otherwise, and for a resumable legacy stream SEP-1699
  * close-and-resume) and runs in the same call if approved in time; and, for a client that can take
  * one, a task standing for the held call (src/mcp/hold-tasks.ts answers its tasks/* requests).
+ * Every round trip to the HoldsDO is bounded (HOLD_STORE_TIMEOUT_MS, src/wire/bounded.ts), and a
+ * claim that is not one the gateway knows is an error: both reject, and the governed path refuses
+ * the call readably at the hold step (fail closed).
  * Must never: let a call proceed without a `consumed` claim, take a hold of another principal's
- * action (the hash covers the principal), or keep a call open longer than `holds.wait`.
+ * action (the hash covers the principal), keep a call open longer than `holds.wait` (plus one
+ * store bound), or wait on the HoldsDO without a bound.
  */
 import { ledgerSigning } from "./ledger-writer.ts";
 import type { HoldClaim, HoldRecord, HoldsApi, LedgerSigning, NewHold } from "../../durable-objects/records.ts";
@@ -19,6 +23,7 @@ import { canonicalUrl } from "../identity/metadata.ts";
 import type { HoldBody } from "../ledger/records.ts";
 import { canonicalJson, sha256Hex } from "../wire/canonical.ts";
 import { type JsonObject, type JsonRpcResponse, isObject } from "../wire/jsonrpc.ts";
+import { bounded } from "../wire/bounded.ts";
 import type { CallContext } from "./context.ts";
 import { TASKS_EXTENSION } from "./skills.ts";
 import { META } from "./versions.ts";
@@ -45,6 +50,23 @@ export function wantsTask(call: ToolCall): boolean {
 }
 
 const WAIT_SLICE_MS = 10_000;
+
+/** A HoldsDO that does not answer within this bound counts as failed (like the ledger's write bound): the call is refused at the hold step. */
+export const HOLD_STORE_TIMEOUT_MS = 5000;
+const HOLD_STORE = "the hold store";
+
+const CLAIM_KINDS = new Set<string>(["created", "pending", "consumed", "replay", "in_flight", "rejected"]);
+
+/** The HoldsDO's claim, bounded, and checked to be one the gateway knows (anything else rejects: fail closed). */
+async function claimOf(api: HoldsApi, fresh: NewHold, signing: LedgerSigning, now: number): Promise<HoldClaim> {
+  const claim: unknown = await bounded(api.claim(fresh, signing, now), HOLD_STORE_TIMEOUT_MS, HOLD_STORE);
+  const kind = isObject(claim) ? claim.kind : undefined;
+  if (!isObject(claim) || typeof kind !== "string" || !CLAIM_KINDS.has(kind) || !isObject(claim.hold)) {
+    const shown = typeof kind === "string" ? `"${kind.slice(0, 40)}"` : "none";
+    throw new Error(`${HOLD_STORE} answered something that is not a hold claim (kind: ${shown})`);
+  }
+  return claim as unknown as HoldClaim;
+}
 
 export function holdStore(ctx: CallContext, api: HoldsApi): HoldStore {
   const signing = ledgerSigning(ctx.cfg);
@@ -80,7 +102,7 @@ export function holdStore(ctx: CallContext, api: HoldsApi): HoldStore {
         createdAt: now,
         expiresAt: now + ctx.cfg.holds.expiresMs,
       };
-      let claim = await api.claim(fresh, signing, now);
+      let claim = await claimOf(api, fresh, signing, now);
       let recorded: string | undefined;
       if (claim.kind === "created") {
         // The hold is on the record before the agent (or an approver) hears of it.
@@ -98,10 +120,10 @@ export function holdStore(ctx: CallContext, api: HoldsApi): HoldStore {
       return verdictOf(ctx, claim, recorded, (h) => ctx.ledger.hold("hold.consumed", body(h, null)));
     },
     async complete(holdId: string, answer: JsonRpcResponse): Promise<void> {
-      await api.complete(holdId, answer, Date.now());
+      await bounded(api.complete(holdId, answer, Date.now()), HOLD_STORE_TIMEOUT_MS, HOLD_STORE);
     },
     async release(holdId: string, reason: string): Promise<void> {
-      await api.release(holdId, reason, Date.now());
+      await bounded(api.release(holdId, reason, Date.now()), HOLD_STORE_TIMEOUT_MS, HOLD_STORE);
     },
   };
 }
@@ -132,6 +154,9 @@ async function verdictOf(ctx: CallContext, claim: HoldClaim, recorded: string | 
         `this call needs approval (${h.reason}). It is held as ${h.id} until ${expires}${again}; an approver can decide at ${holdUrl(ctx, h.id)}. Retry the identical call after approval: it runs once`,
       );
     }
+    default:
+      // claimOf lets no other kind through; should one arrive anyway, the call is refused, never run.
+      throw new Error(`${HOLD_STORE} answered a claim of unknown kind (${String((claim as { kind?: unknown }).kind).slice(0, 40)})`);
   }
 }
 
@@ -170,10 +195,12 @@ async function waitForApprover(
       closed = true;
       await ctx.relay.mirrorClose();
     }
-    const seen = await api.awaitChange(hold.id, Math.max(1, Math.min(WAIT_SLICE_MS, deadline - Date.now())));
-    if (!seen || seen.state !== "pending") break;
+    const slice = Math.max(1, Math.min(WAIT_SLICE_MS, deadline - Date.now()));
+    // The object answers when the hold changes or the slice ends; one store bound more, then it failed.
+    const seen = await bounded(api.awaitChange(hold.id, slice), slice + HOLD_STORE_TIMEOUT_MS, HOLD_STORE);
+    if (seen?.state !== "pending") break;
   }
   // Claimed again as a new hold (id and expiry) in case the first expired meanwhile; a live one is found by its action.
   const now = Date.now();
-  return api.claim({ ...fresh, id: newHoldId(fresh.team), createdAt: now, expiresAt: now + ctx.cfg.holds.expiresMs }, signing, now);
+  return claimOf(api, { ...fresh, id: newHoldId(fresh.team), createdAt: now, expiresAt: now + ctx.cfg.holds.expiresMs }, signing, now);
 }

@@ -142,7 +142,8 @@ export async function batchedAppend(env: Env, team: string, signing: LedgerSigni
   const me: Waiting = { drafts, chars: sizeOf(drafts), taken: false, woken: false, settle, turn };
   q.waiting.push(me);
   wake(q);
-  // One deadline for the whole append, however it is answered (a sender's RPC has its own bound in send).
+  // One deadline for the whole append, however it is answered — a sender included: it sends, then
+  // waits for its answer under this same deadline (the RPC's own bound in send settles the rest).
   let timer: ReturnType<typeof setTimeout> | undefined;
   const late = new Promise<"late">((r) => {
     timer = setTimeout(() => r("late"), timeoutMs);
@@ -150,7 +151,8 @@ export async function batchedAppend(env: Env, team: string, signing: LedgerSigni
   try {
     let answer = await Promise.race([result, myTurn, late]);
     if (answer === "turn") {
-      if (!me.taken) await send(env, team, signing, q, takeBatch(q, me));
+      // send never rejects and settles `me` (and the others it carries) when the RPC answers or its bound passes.
+      if (!me.taken) void send(env, team, signing, q, takeBatch(q, me));
       else wake(q); // another sender carried this append: pass the turn on
       answer = await Promise.race([result, late]);
     }

@@ -6,8 +6,11 @@
  * a hash, never a secret or a token — except, for a tool whose mapping declares a compensation,
  * the compensation resolved against the call (exactly the argument and result values its
  * references name, src/governance/rollback.ts), kept on the outcome so a run can be rolled back
- * from the ledger alone. Must never: report a receipt for a record that was not
- * stored, or swallow a failed decision/outcome append (the governed path refuses on a throw).
+ * from the ledger alone. Every append is bounded (LEDGER_WRITE_TIMEOUT_MS), and a call's refusal
+ * stays within one bound: the blocked record of a refusal caused by this ledger not answering is
+ * not attempted while it has just timed out (it would wait a second bound on the same ledger).
+ * Must never: report a receipt for a record that was not stored, or swallow a failed
+ * decision/outcome append (the governed path refuses on a throw).
  */
 import { canonicalUrl } from "../identity/metadata.ts";
 import { GLOBAL_CHAIN, ledgerObject } from "../../durable-objects/names.ts";
@@ -61,10 +64,23 @@ async function append(env: Env, team: string, signing: LedgerSigning, d: EntryDr
   return { chain: entry.chain, seq: entry.seq, hash: entry.hash, decision_id: decisionId };
 }
 
+const LEDGER_LATE = `the ledger did not answer within ${LEDGER_WRITE_TIMEOUT_MS} ms`;
+
 /** The ledger of one caller's requests. */
 export function callLedger(t: LedgerTarget): CallLedger {
   const p = t.principal;
-  const write = (d: EntryDraft, decisionId: string) => append(t.env, p.team, t.signing, d, decisionId);
+  // When an append of this ledger last ran out of time (null: none did since the last one it took).
+  let lateAt: number | null = null;
+  const write = async (d: EntryDraft, decisionId: string): Promise<Receipt> => {
+    try {
+      const receipt = await append(t.env, p.team, t.signing, d, decisionId);
+      lateAt = null;
+      return receipt;
+    } catch (e) {
+      if (e instanceof Error && e.message.includes(LEDGER_LATE)) lateAt = Date.now();
+      throw e;
+    }
+  };
   // Decisions of compensable tools, until their outcome: the spec and the arguments it resolves against (never written).
   const compensable = new Map<string, { spec: CompensationSpec; args: JsonObject | undefined }>();
   return {
@@ -120,6 +136,10 @@ export function callLedger(t: LedgerTarget): CallLedger {
       return write(draft("outcome", body), r.decision?.decision_id ?? "");
     },
     async blocked(call: ToolCall, refusal) {
+      // A refusal because this ledger did not answer, while it has just not answered: refused at once,
+      // so the call is answered within one write bound (the governed path answers without the record).
+      if (lateAt !== null && Date.now() - lateAt < LEDGER_WRITE_TIMEOUT_MS && refusal.reason.includes(LEDGER_LATE))
+        throw new Error(`${LEDGER_LATE} a moment ago; the blocked record was not attempted`);
       const body: BlockedBody = {
         principal: p.sub,
         team: p.team,

@@ -11,7 +11,7 @@
 import type { UpstreamConfig } from "../config/load.ts";
 import { type JsonObject, type JsonRpcMessage, type JsonRpcRequest, type JsonRpcResponse, isObject, isResponse, parseMessage } from "../wire/jsonrpc.ts";
 import { EgressError, guardedFetch } from "../egress/guarded-fetch.ts";
-import { parseSse } from "../wire/sse.ts";
+import { parseSse, type SseEvent } from "../wire/sse.ts";
 import type { Leg } from "../../durable-objects/records.ts";
 import { GATEWAY_INFO, META, MODERN_VERSION } from "./versions.ts";
 
@@ -172,20 +172,66 @@ async function send(up: UpstreamConfig, init: { method: string; headers: Headers
   return res;
 }
 
-/** Reads one upstream answer (JSON or SSE) as frames. Tracks the last event id and retry hint. */
+/**
+ * What an error raised while an answer's body is read means (the request reached the upstream):
+ * a body over the egress cap fails the request, like a declared length over it (send); the
+ * deadline firing, the caller's abort or the connection lost mid-answer leave it uncertain — it
+ * may have run. Every case names the upstream and the reason; none escapes as a plain Error.
+ */
+function bodyError(up: UpstreamConfig, e: unknown): UpstreamError {
+  if (e instanceof UpstreamError) return e;
+  if (e instanceof EgressError) {
+    if (e.kind === "too_large") return new UpstreamError(up.name, `${e.reason}; Portcullis stopped reading the answer`, 502);
+    if (e.kind === "timeout") return new UpstreamUncertain(up.name, `no answer within ${up.timeoutMs} ms`, 504);
+    return new UpstreamUncertain(up.name, `${e.reason} while the answer was read`, 502);
+  }
+  const err = e as Error | undefined;
+  if (err?.name === "TimeoutError") return new UpstreamUncertain(up.name, `no answer within ${up.timeoutMs} ms`, 504);
+  if (err?.name === "AbortError") return new UpstreamUncertain(up.name, "request aborted", 499);
+  const why = String(err?.message ?? e).slice(0, 200);
+  return new UpstreamUncertain(up.name, `the connection was lost while the answer was read (${why || "no reason given"})`, 502);
+}
+
+/**
+ * Reads one upstream answer (JSON or SSE) as frames. Tracks the last event id and retry hint.
+ * Errors of the body (cap, deadline, lost connection) become upstream errors (bodyError).
+ */
 async function* readAnswer(up: UpstreamConfig, res: Response, track: { lastEventId?: string; retryMs?: number }): AsyncGenerator<Frame> {
   const ct = res.headers.get("content-type") ?? "";
   if (ct.includes("text/event-stream") && res.body) {
-    for await (const ev of parseSse(res.body, (ms) => (track.retryMs = ms))) {
-      if (ev.id !== undefined) track.lastEventId = ev.id;
-      if (ev.data.trim() === "") continue;
-      const v = parseMessage(ev.data);
-      if (!v.ok) throw new UpstreamUncertain(up.name, `sent an invalid SSE message (${v.reason})`, 502);
-      yield { message: v.message, status: res.status };
+    const events = parseSse(res.body, (ms) => (track.retryMs = ms));
+    let done = false;
+    try {
+      for (;;) {
+        let next: IteratorResult<SseEvent>;
+        try {
+          next = await events.next();
+        } catch (e) {
+          done = true;
+          throw bodyError(up, e);
+        }
+        if (next.done) {
+          done = true;
+          return;
+        }
+        const ev = next.value;
+        if (ev.id !== undefined) track.lastEventId = ev.id;
+        if (ev.data.trim() === "") continue;
+        const v = parseMessage(ev.data);
+        if (!v.ok) throw new UpstreamUncertain(up.name, `sent an invalid SSE message (${v.reason})`, 502);
+        yield { message: v.message, status: res.status };
+      }
+    } finally {
+      // The consumer stopped early (or the message was invalid): release the stream as for-await would.
+      if (!done) await events.return(undefined).catch(() => undefined);
     }
-    return;
   }
-  const text = await res.text();
+  let text: string;
+  try {
+    text = await res.text();
+  } catch (e) {
+    throw bodyError(up, e);
+  }
   if (text.trim() === "") return;
   const v = parseMessage(text);
   if (!v.ok) {
@@ -221,7 +267,9 @@ export async function* requestUpstream(up: UpstreamConfig, leg: Leg, msg: JsonRp
   let answered = false;
   let sse = (res.headers.get("content-type") ?? "").includes("text/event-stream");
   if (opts.control && sse && res.ok) yield { kind: "stream-opened", status: res.status };
+  let frames = 0;
   for await (const f of readAnswer(up, res, track)) {
+    frames++;
     yield f;
     if (answers(f.message, msg.id)) {
       answered = true;
@@ -251,6 +299,10 @@ export async function* requestUpstream(up: UpstreamConfig, leg: Leg, msg: JsonRp
         break;
       }
     }
+  }
+  if (!answered && frames === 0 && !res.ok && !(res.headers.get("content-type") ?? "").includes("text/event-stream")) {
+    // An error status with an empty body (a 503 from a proxy or an overloaded server): named as such.
+    throw new UpstreamUncertain(up.name, `answered HTTP ${res.status} with an empty body`, res.status >= 500 ? 502 : res.status);
   }
   if (!answered) throw new UpstreamUncertain(up.name, `closed the stream before answering ${msg.method}`, 502);
 }

@@ -93,12 +93,23 @@ describe("per-principal upstream credentials", () => {
 });
 
 describe("what the gateway printed", () => {
-  it("names credential modes but holds no secret, credential or grant token", async () => {
-    await (await client("carol")).callTool({ name: "everything__echo", arguments: { message: "brokered" } });
+  it("names the credential mode of failed requests, prints nothing per successful call, and holds no secret, credential or grant token", async () => {
+    const lines = () =>
+      readFileSync(inject("namespacedLogFile"), "utf8")
+        .split("\n")
+        .filter((l) => l.includes('"event":"upstream_request"'));
+    const before = lines().length;
+    const r = await (await client("carol")).callTool({ name: "everything__echo", arguments: { message: "brokered" } });
+    expect(r.isError).toBeFalsy();
     await new Promise((r) => setTimeout(r, 500));
+    // The per-principal calls above failed (no credential, a refused one): each printed its mode.
+    expect(lines().some((l) => l.includes('"credential":"per_principal"'))).toBe(true);
+    // The brokered call succeeded: no log line on the hot path (no operator configured one).
+    const brokered = lines()
+      .slice(before)
+      .filter((l) => l.includes('"upstream":"everything"'));
+    expect(brokered).toEqual([]);
     const logs = readFileSync(inject("namespacedLogFile"), "utf8");
-    expect(logs).toMatch(/"credential":"per_principal"/);
-    expect(logs).toMatch(/"credential":"brokered"/);
     for (const secret of ["ev-secret-1", "conf-secret-2", "user-carol-secret-1", "user-dave-secret-2", tokens.carol!.slice(0, 40), tokens.dave!.slice(0, 40)]) {
       expect(logs).not.toContain(secret);
     }

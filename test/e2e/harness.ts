@@ -260,14 +260,19 @@ export async function startEverything(port: number): Promise<Proc> {
   return { child: m.child, stop: m.stop };
 }
 
-/** Starts a gateway; everything it prints also goes to `logFile` when given (tests grep it). */
+/**
+ * Starts a gateway; everything it prints also goes to `logFile` when given (tests grep it). Its
+ * state lives in a fresh temporary directory, removed at stop — or in `keepState`, which is kept
+ * (a second gateway started on it resumes the first one's state).
+ */
 export async function startPortcullis(
   configText: string,
   port: number,
   extraVars: Record<string, string> = {},
   logFile?: string,
+  keepState?: string,
 ): Promise<Proc & { url: string; logs: () => string }> {
-  const persistTo = mkdtempSync(join(tmpdir(), "portcullis-e2e-"));
+  const persistTo = keepState ?? mkdtempSync(join(tmpdir(), "portcullis-e2e-"));
   const child: ChildProcess = startGateway({ configText, port, persistTo, stdio: ["ignore", "pipe", "pipe"], extraVars, detached: true });
   let logs = "";
   const keep = (d: Buffer) => {
@@ -276,7 +281,7 @@ export async function startPortcullis(
   };
   child.stdout?.on("data", keep);
   child.stderr?.on("data", keep);
-  const m = managed(child, () => rmSync(persistTo, { recursive: true, force: true }));
+  const m = managed(child, () => (keepState ? undefined : rmSync(persistTo, { recursive: true, force: true })));
   await ready(m, `http://127.0.0.1:${port}/healthz`, 90_000, undefined, () => logs);
   return { child: m.child, stop: m.stop, url: `http://127.0.0.1:${port}/mcp`, logs: () => logs };
 }
