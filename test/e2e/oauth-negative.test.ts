@@ -18,45 +18,30 @@
  * running or reach beyond loopback.
  */
 import { createServer, type Server } from "node:http";
-import { createHash, randomBytes } from "node:crypto";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { generateSigningKey } from "../../src/identity/keys.ts";
 import { mintGrant, parseKeySet } from "../../src/identity/tokens.ts";
-import { freePort, type Proc, startEverything, startPortcullis } from "./harness.ts";
+import { freePort, type Proc, startPortcullis } from "./harness.ts";
 import { api, grantFor, ledgerKinds } from "./mcp.ts";
+import {
+  closeServer,
+  enrollmentSignIn,
+  formPost,
+  hiddenField,
+  initializeWith,
+  jwtPart,
+  listenLoopback,
+  pkce,
+  registerClient,
+  startEnrollmentGateway,
+  tokenRequest as tokenRequestAt,
+  unescapeHtml,
+} from "./oauth-flow.ts";
 
 // biome-ignore lint/suspicious/noExplicitAny: JSON answers are read loosely in tests
 type Any = any;
 
 const TEMPLATE_TOOLS = ["everything__echo", "everything__get-sum"];
-
-const template = `
-    sign_in:
-      enrollment:
-        template:
-          tools: [${TEMPLATE_TOOLS.join(", ")}]
-          roles: [agent]
-          team: connectors
-          lifetime: 2h`;
-
-/** The gateway under test: OAuth on, client metadata documents off (the default). */
-const config = (upstreamUrl: string) => `
-auth:
-  required: true
-  oauth:
-    enabled: true
-    access_token_ttl: 5m
-${template}
-egress:
-  allow_loopback: true
-gateway:
-  agent_tools: false
-upstreams:
-  - name: everything
-    url: ${upstreamUrl}
-    namespace: true
-    timeout: 30s
-`;
 
 /** A second gateway: client metadata documents on, egress limited to one public host (no loopback). */
 const cimdConfig = `
@@ -65,7 +50,7 @@ auth:
   oauth:
     enabled: true
     client_metadata_documents: true
-${template}
+${enrollmentSignIn(TEMPLATE_TOOLS)}
 egress:
   allow_loopback: false
   hosts: [allowed.example]
@@ -91,24 +76,10 @@ let mcpUrl = "";
 let otherOrigin = "";
 let admin = "";
 
-const b64url = (b: Buffer) => b.toString("base64url");
-function pkce(): { verifier: string; challenge: string } {
-  const verifier = b64url(randomBytes(32));
-  return { verifier, challenge: b64url(createHash("sha256").update(verifier).digest()) };
-}
-
-const unescapeHtml = (s: string) =>
-  s
-    .replace(/&quot;/g, '"')
-    .replace(/&#39;/g, "'")
-    .replace(/&lt;/g, "<")
-    .replace(/&gt;/g, ">")
-    .replace(/&amp;/g, "&");
-
 function hidden(html: string, name: string): string {
-  const m = new RegExp(`name="${name}" value="([^"]*)"`).exec(html);
-  if (!m) throw new Error(`no hidden field ${name} on the page:\n${html.slice(0, 2000)}`);
-  return unescapeHtml(m[1]!);
+  const v = hiddenField(html, name);
+  if (v === undefined) throw new Error(`no hidden field ${name} on the page:\n${html.slice(0, 2000)}`);
+  return v;
 }
 
 /** The `name=value` parts of a response's Set-Cookie headers, as a Cookie header. */
@@ -119,21 +90,9 @@ const cookiesOf = (r: Response) =>
     .join("; ");
 
 async function register(o: string, redirectUris: string[], name = "negative-matrix"): Promise<string> {
-  const r = await fetch(`${o}/oauth/register`, {
-    method: "POST",
-    headers: { "content-type": "application/json" },
-    body: JSON.stringify({
-      client_name: name,
-      redirect_uris: redirectUris,
-      grant_types: ["authorization_code", "refresh_token"],
-      response_types: ["code"],
-      token_endpoint_auth_method: "none",
-    }),
-    signal: AbortSignal.timeout(30_000),
-  });
-  const j = (await r.json()) as Any;
-  expect(r.status, JSON.stringify(j)).toBe(201);
-  return j.client_id as string;
+  const r = await registerClient(o, name, redirectUris);
+  expect(r.status, JSON.stringify(r.json)).toBe(201);
+  return r.json.client_id as string;
 }
 
 async function enrollmentCode(sub: string): Promise<string> {
@@ -212,15 +171,7 @@ async function codeFor(sub: string, p: Partial<AuthParams> = {}): Promise<{ code
   return { code: code!, verifier, clientId, redirectUri };
 }
 
-async function tokenRequest(fields: Record<string, string>): Promise<{ status: number; json: Any }> {
-  const r = await fetch(`${origin}/oauth/token`, {
-    method: "POST",
-    headers: { "content-type": "application/x-www-form-urlencoded" },
-    body: new URLSearchParams(fields).toString(),
-    signal: AbortSignal.timeout(30_000),
-  });
-  return { status: r.status, json: await r.json() };
-}
+const tokenRequest = (fields: Record<string, string>) => tokenRequestAt(origin, fields);
 
 const redeem = (c: { code: string; verifier: string; clientId: string; redirectUri: string }, extra: Record<string, string> = {}) =>
   tokenRequest({
@@ -234,23 +185,9 @@ const redeem = (c: { code: string; verifier: string; clientId: string; redirectU
   });
 
 /** An initialize at /mcp with `token`: the HTTP status and the challenge. */
-async function mcpWith(token: string): Promise<{ status: number; challenge: string }> {
-  const r = await fetch(mcpUrl, {
-    method: "POST",
-    headers: { authorization: `Bearer ${token}`, "content-type": "application/json", accept: "application/json, text/event-stream" },
-    body: JSON.stringify({
-      jsonrpc: "2.0",
-      id: 1,
-      method: "initialize",
-      params: { protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "negative", version: "1" } },
-    }),
-    signal: AbortSignal.timeout(30_000),
-  });
-  await r.body?.cancel();
-  return { status: r.status, challenge: r.headers.get("www-authenticate") ?? "" };
-}
+const mcpWith = (token: string) => initializeWith(mcpUrl, token, "negative");
 
-const jtiOf = (t: string) => JSON.parse(Buffer.from(t.split(".")[1]!, "base64url").toString()).jti as string;
+const jtiOf = (t: string) => jwtPart(t, 1).jti as string;
 
 /** A refusal that issued nothing: an OAuth error answer with no token in it. */
 function refused(r: { status: number; json: Any }, error: string, status = 400): void {
@@ -292,14 +229,11 @@ describe("OAuth negative matrix (fetch-driven sign-in and consent)", () => {
       res.writeHead(200, { "content-type": "application/json" });
       res.end(JSON.stringify({ client_id: docUrl, client_name: "fetched", redirect_uris: ["http://127.0.0.1:7/cb"], token_endpoint_auth_method: "none" }));
     });
-    await new Promise<void>((r) => docServer!.listen(0, "127.0.0.1", r));
-    docUrl = `http://127.0.0.1:${(docServer.address() as { port: number }).port}/client.json`;
-    const upPort = await freePort();
-    everything = await startEverything(upPort);
-    const port = await freePort();
-    origin = `http://127.0.0.1:${port}`;
-    mcpUrl = `${origin}/mcp`;
-    gw = await startPortcullis(config(`http://127.0.0.1:${upPort}/mcp`), port, { PORTCULLIS_SIGNING_KEY: jwk });
+    docUrl = `http://127.0.0.1:${await listenLoopback(docServer)}/client.json`;
+    // The gateway under test: OAuth on, client metadata documents off (the default).
+    const started = await startEnrollmentGateway(jwk, TEMPLATE_TOOLS);
+    ({ everything, gw, origin, mcpUrl } = started);
+    const port = started.port;
     const port2 = await freePort();
     origin2 = `http://127.0.0.1:${port2}`;
     gw2 = await startPortcullis(cimdConfig, port2, { PORTCULLIS_SIGNING_KEY: jwk });
@@ -313,7 +247,7 @@ describe("OAuth negative matrix (fetch-driven sign-in and consent)", () => {
     await gw?.stop();
     await gw2?.stop();
     await everything?.stop();
-    await new Promise((r) => (docServer ? docServer.close(r) : r(undefined)));
+    await closeServer(docServer);
   });
 
   it("missing PKCE → invalid_request on a redirect to the client; plain PKCE (and a challenge with no method, RFC 7636's plain default) → refused the same way; a form posting such a request uses no enrollment code", async () => {
@@ -439,7 +373,7 @@ describe("OAuth negative matrix (fetch-driven sign-in and consent)", () => {
     const c = await codeFor("person:audience");
     const t = await redeem(c);
     expect(t.status, JSON.stringify(t.json)).toBe(200);
-    expect(JSON.parse(Buffer.from(t.json.access_token.split(".")[1]!, "base64url").toString()).aud).toBe(mcpUrl);
+    expect(jwtPart(t.json.access_token, 1).aud).toBe(mcpUrl);
     expect((await mcpWith(t.json.access_token)).status).toBe(200);
   });
 
@@ -511,11 +445,10 @@ describe("OAuth negative matrix (fetch-driven sign-in and consent)", () => {
     expect(t.status, JSON.stringify(t.json)).toBe(200);
     const attacker = await register(origin, ["http://127.0.0.1:9/cb"], "attacker");
     const [userId, grantId] = c.code.split(":");
-    const r = await fetch(`${origin}/oauth/token`, {
-      method: "POST",
-      headers: { "content-type": "application/x-www-form-urlencoded" },
-      body: new URLSearchParams({ token: `${userId}:${grantId}:${"A".repeat(32)}`, token_type_hint: "refresh_token", client_id: attacker }).toString(),
-      signal: AbortSignal.timeout(30_000),
+    const r = await formPost(`${origin}/oauth/token`, {
+      token: `${userId}:${grantId}:${"A".repeat(32)}`,
+      token_type_hint: "refresh_token",
+      client_id: attacker,
     });
     await r.body?.cancel();
     expect(r.status).toBe(200); // RFC 7009 §2.2: an invalid token is answered 200 too

@@ -18,23 +18,40 @@
  * server, callback server and browser it starts; must never leave them running or reach beyond
  * loopback (the out-of-rules token endpoint is refused before anything connects).
  */
-import { createHash, randomBytes } from "node:crypto";
-import { existsSync, mkdirSync } from "node:fs";
+import { randomBytes } from "node:crypto";
+import { mkdirSync } from "node:fs";
 import { createServer, type Server } from "node:http";
 import { join } from "node:path";
 import { exportJWK, generateKeyPair, SignJWT } from "jose";
-import { type Browser, chromium, type Page } from "playwright-core";
+import type { Browser, Page } from "playwright-core";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { generateSigningKey } from "../../src/identity/keys.ts";
 import { type FakeOidc, startFakeOidc } from "./fake-oidc.ts";
 import { freePort, type Proc, root, startEverything, startPortcullis } from "./harness.ts";
 import { connect, grantFor, ledgerKinds } from "./mcp.ts";
+import {
+  awaitLanding,
+  b64url,
+  type CallbackServer,
+  CHROMIUM,
+  closeServer,
+  collectDialogs,
+  hasChromium,
+  hiddenField,
+  jwtPart,
+  launchChromium,
+  listenLoopback,
+  loopbackEverything,
+  pkce,
+  registerClient,
+  startCallbackServer,
+  tokenRequest as tokenRequestAt,
+  unescapeHtml,
+} from "./oauth-flow.ts";
 
 // biome-ignore lint/suspicious/noExplicitAny: JSON answers are read loosely in tests
 type Any = any;
 
-const CHROMIUM = "/usr/bin/chromium";
-const hasChromium = existsSync(CHROMIUM);
 if (!hasChromium) console.warn(`oauth-signin.test.ts: the browser test is skipped — ${CHROMIUM} is absent (apt-get install chromium; .ci/run installs it)`);
 
 const ARTIFACTS = join(root, "test-artifacts/oauth-signin");
@@ -102,16 +119,7 @@ auth:
             roles: [agent]
             team: ${OIDC_TEAM}
             lifetime: 2h
-egress:
-  allow_loopback: true
-gateway:
-  agent_tools: false
-upstreams:
-  - name: everything
-    url: ${o.upstream}
-    namespace: true
-    timeout: 30s
-`;
+${loopbackEverything(o.upstream)}`;
 
 let jwk = "";
 let gw: Proc & { url: string; logs: () => string };
@@ -120,29 +128,26 @@ let idp: FakeOidc;
 let idp2: FakeOidc;
 let keyServer: Server;
 let accessKey: Awaited<ReturnType<typeof generateKeyPair>>;
-let callback: Server;
+let callback: CallbackServer | undefined;
 let callbackUrl = "";
 let origin = "";
 let mcpUrl = "";
 let clientId = "";
 let auditor = "";
-const landings: URL[] = [];
+let landings: URL[] = [];
 /** OIDC sign-ins that ended in a code (each mints one grant). */
 let successes = 0;
 
-const b64url = (b: Buffer) => b.toString("base64url");
-const jwtPart = (t: string, i: 0 | 1): Any => JSON.parse(Buffer.from(t.split(".")[i]!, "base64url").toString());
-
 /** A fresh authorization request of the registered client: its query, state and PKCE verifier. */
 function authorizationRequest(): { query: string; state: string; verifier: string } {
-  const verifier = b64url(randomBytes(32));
+  const { verifier, challenge } = pkce();
   const state = b64url(randomBytes(16));
   const q = new URLSearchParams({
     response_type: "code",
     client_id: clientId,
     redirect_uri: callbackUrl,
     state,
-    code_challenge: b64url(createHash("sha256").update(verifier).digest()),
+    code_challenge: challenge,
     code_challenge_method: "S256",
     resource: mcpUrl,
   });
@@ -189,17 +194,10 @@ async function step(
   return { r, text: await r.text() };
 }
 
-const unescapeHtml = (s: string) =>
-  s
-    .replace(/&quot;/g, '"')
-    .replace(/&#39;/g, "'")
-    .replace(/&lt;/g, "<")
-    .replace(/&gt;/g, ">")
-    .replace(/&amp;/g, "&");
 function hidden(html: string, name: string): string {
-  const m = new RegExp(`name="${name}" value="([^"]*)"`).exec(html);
-  expect(m, `the page has a hidden ${name}`).toBeTruthy();
-  return unescapeHtml(m![1]!);
+  const v = hiddenField(html, name);
+  expect(v, `the page has a hidden ${name}`).toBeDefined();
+  return v!;
 }
 
 /** The text of a page with its tags dropped (what a person reads). */
@@ -244,15 +242,7 @@ async function oidcByFetch(
   return { landed: new URL(done.r.headers.get("location")!), consentText: readable(consentPage.text), req, callback: done };
 }
 
-async function tokenRequest(fields: Record<string, string>): Promise<{ status: number; json: Any }> {
-  const r = await fetch(`${origin}/oauth/token`, {
-    method: "POST",
-    headers: { "content-type": "application/x-www-form-urlencoded" },
-    body: new URLSearchParams(fields).toString(),
-    signal: AbortSignal.timeout(30_000),
-  });
-  return { status: r.status, json: await r.json() };
-}
+const tokenRequest = (fields: Record<string, string>) => tokenRequestAt(origin, fields);
 
 /** The code at `landed` exchanged with the PKCE verifier: the access token. */
 async function exchange(landed: URL, verifier: string): Promise<string> {
@@ -318,16 +308,10 @@ beforeAll(async () => {
     res.writeHead(req.url === "/cdn-cgi/access/certs" ? 200 : 404, { "content-type": "application/json" });
     res.end(JSON.stringify(req.url === "/cdn-cgi/access/certs" ? jwks : {}));
   });
-  await new Promise<void>((r) => keyServer.listen(0, "127.0.0.1", r));
-  const certsUrl = `http://127.0.0.1:${(keyServer.address() as { port: number }).port}/cdn-cgi/access/certs`;
-  callback = createServer((req, res) => {
-    const u = new URL(req.url ?? "/", callbackUrl);
-    if (u.pathname === "/callback") landings.push(u);
-    res.writeHead(200, { "content-type": "text/plain" });
-    res.end("signed in; you can close this window");
-  });
-  await new Promise<void>((r) => callback.listen(0, "127.0.0.1", r));
-  callbackUrl = `http://127.0.0.1:${(callback.address() as { port: number }).port}/callback`;
+  const certsUrl = `http://127.0.0.1:${await listenLoopback(keyServer)}/cdn-cgi/access/certs`;
+  callback = await startCallbackServer();
+  callbackUrl = callback.url;
+  landings = callback.landings;
   const upPort = await freePort();
   everything = await startEverything(upPort);
   gw = await startPortcullis(config({ upstream: `http://127.0.0.1:${upPort}/mcp`, idp, idp2, certsUrl }), port, {
@@ -335,21 +319,9 @@ beforeAll(async () => {
     FAKE_IDP_CLIENT_SECRET: IDP_SECRET,
   });
   auditor = (await grantFor(jwk, origin, { sub: "human:auditor", team: OIDC_TEAM, roles: ["auditor"], tools: [], ttlSeconds: 3600 })).token;
-  const reg = await fetch(`${origin}/oauth/register`, {
-    method: "POST",
-    headers: { "content-type": "application/json" },
-    body: JSON.stringify({
-      client_name: "Sign-in e2e client",
-      redirect_uris: [callbackUrl],
-      grant_types: ["authorization_code", "refresh_token"],
-      response_types: ["code"],
-      token_endpoint_auth_method: "none",
-    }),
-    signal: AbortSignal.timeout(30_000),
-  });
-  const j = (await reg.json()) as Any;
-  expect(reg.status, JSON.stringify(j)).toBe(201);
-  clientId = j.client_id;
+  const reg = await registerClient(origin, "Sign-in e2e client", [callbackUrl]);
+  expect(reg.status, JSON.stringify(reg.json)).toBe(201);
+  clientId = reg.json.client_id;
 }, 240_000);
 
 afterAll(async () => {
@@ -357,7 +329,8 @@ afterAll(async () => {
   await everything?.stop();
   await idp?.close();
   await idp2?.close();
-  for (const s of [keyServer, callback]) await new Promise((r) => (s ? s.close(r) : r(undefined)));
+  await closeServer(keyServer);
+  await callback?.close();
 });
 
 afterEach(() => {
@@ -369,7 +342,7 @@ describe("OAuth sign-in through an external OIDC issuer", () => {
   describe.skipIf(!hasChromium)("in Chromium", () => {
     let browser: Browser;
     beforeAll(async () => {
-      browser = await chromium.launch({ executablePath: CHROMIUM, args: ["--no-sandbox"], headless: true });
+      browser = await launchChromium();
     }, 60_000);
     afterAll(async () => {
       await browser?.close().catch(() => undefined);
@@ -379,11 +352,7 @@ describe("OAuth sign-in through an external OIDC issuer", () => {
       const req = authorizationRequest();
       const context = await browser.newContext();
       const page: Page = await context.newPage();
-      const dialogs: string[] = [];
-      page.on("dialog", (d) => {
-        dialogs.push(d.message());
-        void d.dismiss();
-      });
+      const dialogs = collectDialogs(page);
       const before = { landings: landings.length, authorize: idp.authorizeQueries.length, token: idp.tokenForms.length };
       try {
         await page.goto(`${origin}/oauth/authorize?${req.query}`);
@@ -403,7 +372,7 @@ describe("OAuth sign-in through an external OIDC issuer", () => {
         expect(body).toMatch(/Team\s*idp-people/);
         expect(body).toMatch(/Lifetime\s*2h/);
         await page.click('button[value="approve"]');
-        for (let i = 0; i < 150 && landings.length === before.landings; i++) await new Promise((r) => setTimeout(r, 100));
+        await awaitLanding(landings, before.landings, 150);
         expect(landings.length, `the browser is at ${page.url()}`).toBe(before.landings + 1);
         expect(dialogs).toEqual([]);
       } finally {

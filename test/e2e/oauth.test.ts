@@ -12,8 +12,7 @@
  * Owns the browser, gateway, upstream and callback server it starts; must never leave them
  * running or reach beyond loopback.
  */
-import { existsSync, mkdirSync } from "node:fs";
-import { createServer, type Server } from "node:http";
+import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import {
   Client,
@@ -26,46 +25,35 @@ import {
   refreshAuthorization,
   UnauthorizedError,
 } from "@modelcontextprotocol/client";
-import { type Browser, chromium, type Page } from "playwright-core";
+import type { Browser, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { generateSigningKey } from "../../src/identity/keys.ts";
-import { freePort, type Proc, root, startEverything, startPortcullis } from "./harness.ts";
+import { type Proc, root } from "./harness.ts";
 import { api, grantFor, ledgerKinds, texts } from "./mcp.ts";
+import {
+  awaitLanding,
+  type CallbackServer,
+  CHROMIUM,
+  collectDialogs,
+  hasChromium,
+  initializeWith,
+  jwtPart,
+  launchChromium,
+  publicClientMetadata,
+  registerClient,
+  startCallbackServer,
+  startEnrollmentGateway,
+  tokenRequest as tokenRequestAt,
+} from "./oauth-flow.ts";
 
 // biome-ignore lint/suspicious/noExplicitAny: JSON answers are read loosely in tests
 type Any = any;
 
-const CHROMIUM = "/usr/bin/chromium";
-const hasChromium = existsSync(CHROMIUM);
 if (!hasChromium) console.warn(`oauth.test.ts: skipped — ${CHROMIUM} is absent (apt-get install chromium; .ci/run installs it)`);
 
 const ARTIFACTS = join(root, "test-artifacts/oauth");
 const HOSTILE_NAME = `Claude <img src=x onerror=alert(1)>`;
 const TEMPLATE_TOOLS = ["everything__echo", "everything__get-sum"];
-
-const config = (upstreamUrl: string) => `
-auth:
-  required: true
-  oauth:
-    enabled: true
-    access_token_ttl: 5m
-    sign_in:
-      enrollment:
-        template:
-          tools: [${TEMPLATE_TOOLS.join(", ")}]
-          roles: [agent]
-          team: connectors
-          lifetime: 2h
-egress:
-  allow_loopback: true
-gateway:
-  agent_tools: false
-upstreams:
-  - name: everything
-    url: ${upstreamUrl}
-    namespace: true
-    timeout: 30s
-`;
 
 /** An OAuth client provider kept in memory, as a hosted client keeps its own. */
 class MemoryProvider implements OAuthClientProvider {
@@ -81,13 +69,7 @@ class MemoryProvider implements OAuthClientProvider {
     return this.redirect;
   }
   get clientMetadata(): OAuthClientMetadata {
-    return {
-      client_name: HOSTILE_NAME,
-      redirect_uris: [this.redirect],
-      grant_types: ["authorization_code", "refresh_token"],
-      response_types: ["code"],
-      token_endpoint_auth_method: "none",
-    };
+    return publicClientMetadata(HOSTILE_NAME, [this.redirect]);
   }
   clientInformation() {
     return this.info;
@@ -125,10 +107,10 @@ let everything: Proc;
 let origin = "";
 let mcpUrl = "";
 let browser: Browser;
-let callback: Server;
+let callback: CallbackServer | undefined;
 let callbackUrl = "";
 let admin = "";
-const redirects: URL[] = [];
+let redirects: URL[] = [];
 const shots: string[] = [];
 
 async function shot(page: Page, name: string): Promise<void> {
@@ -147,11 +129,7 @@ async function enrollmentCode(sub: string): Promise<string> {
 async function signInAndAllow(authUrl: URL, code: string, name: string): Promise<URL> {
   const context = await browser.newContext();
   const page = await context.newPage();
-  const dialogs: string[] = [];
-  page.on("dialog", (d) => {
-    dialogs.push(d.message());
-    void d.dismiss();
-  });
+  const dialogs = collectDialogs(page);
   try {
     await page.goto(authUrl.href);
     expect(new URL(page.url()).pathname).toBe("/oauth/authorize");
@@ -170,7 +148,7 @@ async function signInAndAllow(authUrl: URL, code: string, name: string): Promise
     expect(body).toMatch(/Team\s*connectors/);
     const before = redirects.length;
     await page.click('button[value="approve"]');
-    for (let i = 0; i < 100 && redirects.length === before; i++) await new Promise((r) => setTimeout(r, 100));
+    await awaitLanding(redirects, before, 100);
     expect(redirects.length).toBe(before + 1);
     expect(dialogs).toEqual([]);
     return redirects.at(-1)!;
@@ -186,15 +164,7 @@ const callsOf = async (token: string) => {
   return { client, close: () => client.close() };
 };
 
-async function tokenRequest(fields: Record<string, string>): Promise<{ status: number; json: Any }> {
-  const r = await fetch(`${origin}/oauth/token`, {
-    method: "POST",
-    headers: { "content-type": "application/x-www-form-urlencoded" },
-    body: new URLSearchParams(fields).toString(),
-    signal: AbortSignal.timeout(30_000),
-  });
-  return { status: r.status, json: await r.json() };
-}
+const tokenRequest = (fields: Record<string, string>) => tokenRequestAt(origin, fields);
 
 describe.skipIf(!hasChromium)("OAuth for hosted clients, from nothing, in Chromium", () => {
   const provider = () => new MemoryProvider(callbackUrl);
@@ -203,23 +173,13 @@ describe.skipIf(!hasChromium)("OAuth for hosted clients, from nothing, in Chromi
   beforeAll(async () => {
     mkdirSync(ARTIFACTS, { recursive: true });
     jwk = JSON.stringify((await generateSigningKey("oauth-e2e")).privateJwk);
-    callback = createServer((req, res) => {
-      const u = new URL(req.url ?? "/", callbackUrl);
-      // (Chromium also asks this origin for /favicon.ico.)
-      if (u.pathname === "/callback") redirects.push(u);
-      res.writeHead(200, { "content-type": "text/plain" });
-      res.end("signed in; you can close this window");
-    });
-    await new Promise<void>((r) => callback.listen(0, "127.0.0.1", r));
-    callbackUrl = `http://127.0.0.1:${(callback.address() as { port: number }).port}/callback`;
-    const upPort = await freePort();
-    everything = await startEverything(upPort);
-    const port = await freePort();
-    origin = `http://127.0.0.1:${port}`;
-    mcpUrl = `${origin}/mcp`;
-    gw = await startPortcullis(config(`http://127.0.0.1:${upPort}/mcp`), port, { PORTCULLIS_SIGNING_KEY: jwk });
+    // (Chromium also asks this origin for /favicon.ico: only /callback is kept.)
+    callback = await startCallbackServer();
+    callbackUrl = callback.url;
+    redirects = callback.landings;
+    ({ everything, gw, origin, mcpUrl } = await startEnrollmentGateway(jwk, TEMPLATE_TOOLS));
     admin = (await grantFor(jwk, origin, { sub: "human:admin", team: "connectors", roles: ["admin", "auditor"], tools: [], ttlSeconds: 3600 })).token;
-    browser = await chromium.launch({ executablePath: CHROMIUM, args: ["--no-sandbox"], headless: true });
+    browser = await launchChromium();
     p = provider();
   }, 240_000);
 
@@ -227,7 +187,7 @@ describe.skipIf(!hasChromium)("OAuth for hosted clients, from nothing, in Chromi
     await browser?.close().catch(() => undefined);
     await gw?.stop();
     await everything?.stop();
-    await new Promise((r) => (callback ? callback.close(r) : r(undefined)));
+    await callback?.close();
     if (shots.length) console.log(`oauth.test.ts: screenshots:\n  ${shots.join("\n  ")}`);
   });
 
@@ -247,7 +207,7 @@ describe.skipIf(!hasChromium)("OAuth for hosted clients, from nothing, in Chromi
     await first.finishAuth(landed.searchParams);
     // The access token is a Portcullis grant (an EdDSA JWT), not the library's opaque token.
     const access = p.saved!.access_token;
-    expect(JSON.parse(Buffer.from(access.split(".")[0]!, "base64url").toString()).typ).toBe("portcullis-grant+jwt");
+    expect(jwtPart(access, 0).typ).toBe("portcullis-grant+jwt");
     const c2 = new Client({ name: "oauth-e2e", version: "1" });
     await c2.connect(new StreamableHTTPClientTransport(new URL(mcpUrl), { authProvider: p }));
     try {
@@ -282,7 +242,7 @@ describe.skipIf(!hasChromium)("OAuth for hosted clients, from nothing, in Chromi
     expect(after.access_token).not.toBe(before.access_token);
     expect(after.refresh_token).toBeTruthy();
     expect(after.refresh_token).not.toBe(before.refresh_token);
-    const jti = (t: string) => JSON.parse(Buffer.from(t.split(".")[1]!, "base64url").toString()).jti;
+    const jti = (t: string) => jwtPart(t, 1).jti;
     expect(jti(after.access_token)).toBe(jti(before.access_token));
     const s = await callsOf(after.access_token);
     try {
@@ -298,36 +258,17 @@ describe.skipIf(!hasChromium)("OAuth for hosted clients, from nothing, in Chromi
     expect(reuse.json.error).toBe("invalid_grant");
     const again = await tokenRequest({ grant_type: "refresh_token", refresh_token: after.refresh_token!, client_id: p.info!.client_id });
     expect(again.json.error).toBe("invalid_grant");
-    const r = await fetch(mcpUrl, {
-      method: "POST",
-      headers: { authorization: `Bearer ${after.access_token}`, "content-type": "application/json", accept: "application/json, text/event-stream" },
-      body: JSON.stringify({
-        jsonrpc: "2.0",
-        id: 1,
-        method: "initialize",
-        params: { protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "x", version: "1" } },
-      }),
-    });
+    const r = await initializeWith(mcpUrl, after.access_token, "x");
     expect(r.status).toBe(401);
-    expect(r.headers.get("www-authenticate")).toContain("resource_metadata=");
+    expect(r.challenge).toContain("resource_metadata=");
     const revoked = await ledgerKinds(origin, admin, "grant.revoked", (e) => e.some((x: Any) => x.body.jti === jti(after.access_token)));
     expect(revoked.find((x: Any) => x.body.jti === jti(after.access_token)).body.reason).toBe("refresh token reuse");
   }, 120_000);
 
   it("isolation: another registered client can neither redeem this client's code nor use its refresh token", async () => {
-    const reg = await fetch(`${origin}/oauth/register`, {
-      method: "POST",
-      headers: { "content-type": "application/json" },
-      body: JSON.stringify({
-        client_name: "other client",
-        redirect_uris: [callbackUrl],
-        grant_types: ["authorization_code", "refresh_token"],
-        response_types: ["code"],
-        token_endpoint_auth_method: "none",
-      }),
-    });
+    const reg = await registerClient(origin, "other client", [callbackUrl]);
     expect(reg.status).toBe(201);
-    const other = (await reg.json()) as { client_id: string };
+    const other = reg.json as { client_id: string };
     const q = provider();
     const t = new StreamableHTTPClientTransport(new URL(mcpUrl), { authProvider: q });
     await expect(new Client({ name: "oauth-e2e-3", version: "1" }).connect(t)).rejects.toBeInstanceOf(UnauthorizedError);
@@ -360,23 +301,14 @@ describe.skipIf(!hasChromium)("OAuth for hosted clients, from nothing, in Chromi
     await expect(client.connect(t)).rejects.toBeInstanceOf(UnauthorizedError);
     await t.finishAuth((await signInAndAllow(q.authUrl!, await enrollmentCode("person:erin"), "second")).searchParams);
     const tokens = q.saved!;
-    const jti = JSON.parse(Buffer.from(tokens.access_token.split(".")[1]!, "base64url").toString()).jti as string;
+    const jti = jwtPart(tokens.access_token, 1).jti as string;
     const s = await callsOf(tokens.access_token);
     await s.close();
     const rv = await api(origin, admin, `/v1/grants/${jti}/revoke`, { method: "POST", body: {} });
     expect(rv.status).toBe(200);
-    const r = await fetch(mcpUrl, {
-      method: "POST",
-      headers: { authorization: `Bearer ${tokens.access_token}`, "content-type": "application/json", accept: "application/json, text/event-stream" },
-      body: JSON.stringify({
-        jsonrpc: "2.0",
-        id: 1,
-        method: "initialize",
-        params: { protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "x", version: "1" } },
-      }),
-    });
+    const r = await initializeWith(mcpUrl, tokens.access_token, "x");
     expect(r.status).toBe(401);
-    expect(r.headers.get("www-authenticate")).toContain("revoked");
+    expect(r.challenge).toContain("revoked");
     const refresh = await tokenRequest({ grant_type: "refresh_token", refresh_token: tokens.refresh_token!, client_id: q.info!.client_id });
     expect(refresh.status).toBe(400);
     expect(refresh.json.error).toBe("invalid_grant");
