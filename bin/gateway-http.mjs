@@ -93,6 +93,22 @@ export function refusal(where, status, { text, json }, fields = ["error_descript
 }
 
 /**
+ * The refusal of an admin-only call, with what to do about a 401 (mint an admin grant for this
+ * gateway) or a 403 (`action` needs the admin role): a 4xx is Refused (exit 1), anything else a
+ * FetchError (exit 3).
+ */
+export function adminRefusal(where, status, answer, action) {
+  const hint =
+    status === 401
+      ? " (the token was not accepted: mint an admin grant for this gateway)"
+      : status === 403
+        ? ` (the token is not an admin's: ${action} needs the admin role)`
+        : "";
+  const msg = `${refusal(where, status, answer)}${hint}`;
+  return status >= 400 && status < 500 ? new Refused(msg) : new FetchError(msg);
+}
+
+/**
  * Runs one command as `label` (e.g. "portcullis holds list"); its exit code, or 2 on a UsageError,
  * 1 when Refused, 3 on a FetchError, each with its message on stderr. Any other error is thrown.
  */

@@ -21,7 +21,7 @@ import { tmpdir } from "node:os";
 import { basename, dirname, join, resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { parseOptions, UsageError } from "./cli-args.mjs";
-import { answerOf, exitCodeOf, FetchError, gatewayOf, Refused, refusal, send, TOKEN_NOTE, tokenOf } from "./gateway-http.mjs";
+import { adminRefusal, answerOf, exitCodeOf, FetchError, gatewayOf, Refused, send, TOKEN_NOTE, tokenOf } from "./gateway-http.mjs";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const src = (path) => import(pathToFileURL(resolve(root, "src", path)).href);
@@ -132,15 +132,7 @@ async function tokenRevoke(a) {
     timeoutMs: 30_000,
   });
   const answer = await answerOf(res);
-  if (!res.ok) {
-    const hint =
-      res.status === 401
-        ? " (the token was not accepted: mint an admin grant for this gateway)"
-        : res.status === 403
-          ? " (the token is not an admin's: revoking needs the admin role)"
-          : "";
-    throw new Refused(`${refusal(where, res.status, answer)}${hint}`);
-  }
+  if (!res.ok) throw adminRefusal(where, res.status, answer, "revoking");
   const j = answer.json;
   if (!j || j.revoked !== jti || typeof j.until !== "number") throw new FetchError(`${where}: the answer is not a revocation`);
   if (a.json) console.log(JSON.stringify(j, null, 2));

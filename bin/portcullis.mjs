@@ -24,7 +24,7 @@ import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseOptions, UsageError } from "./cli-args.mjs";
 import { inlineConfigFiles } from "./config-files.mjs";
-import { answerOf, exitCodeOf, FetchError, gatewayOf, Refused, refusal, send, tokenOf } from "./gateway-http.mjs";
+import { adminRefusal, answerOf, exitCodeOf, FetchError, gatewayOf, send, tokenOf } from "./gateway-http.mjs";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const bin = (name) => resolve(root, "node_modules", ".bin", name);
@@ -365,17 +365,7 @@ async function tokenEnroll(a) {
   if (a["code-ttl"] !== undefined) body.code_ttl_seconds = seconds(a["code-ttl"], "--code-ttl");
   const { res, where } = await send(base, "POST", "/v1/grants/enroll", token, { body, timeoutMs: 30_000, redirect: "manual" });
   const answer = await answerOf(res);
-  if (!res.ok) {
-    const hint =
-      res.status === 401
-        ? " (the token was not accepted: mint an admin grant for this gateway)"
-        : res.status === 403
-          ? " (the token is not an admin's: enrolling needs the admin role)"
-          : "";
-    const msg = `${refusal(where, res.status, answer)}${hint}`;
-    if (res.status >= 400 && res.status < 500) throw new Refused(msg);
-    throw new FetchError(msg);
-  }
+  if (!res.ok) throw adminRefusal(where, res.status, answer, "enrolling");
   const j = answer.json;
   if (!j || typeof j.code !== "string" || !ENROLLMENT_CODE.test(j.code) || typeof j.connect_url !== "string" || typeof j.expires !== "number")
     throw new FetchError(`${where}: the answer is not an enrollment code`);

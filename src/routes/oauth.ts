@@ -363,27 +363,20 @@ oauthRoutes.get(OAUTH_PATHS.callback, async (c) => {
 async function complete(cfg: GatewayConfig, env: Env, areq: AuthRequest, offer: GrantOffer, headers: Headers): Promise<Response> {
   const api = oauthApi(cfg, env)!;
   const client = await api.lookupClient(areq.clientId);
-  const jti = newGrantJti();
-  const exp = Math.floor(Date.now() / 1000) + offer.lifetimeS;
-  const props: OAuthGrantProps = {
-    jti,
+  // The grant as a minted one carries it (its props, encrypted by the library; its ledger record, with where it went).
+  const grant = {
+    jti: newGrantJti(),
     sub: offer.sub,
     team: offer.team,
     roles: offer.roles,
     tools: offer.tools,
-    exp,
-    client_id: areq.clientId,
-    source: offer.source,
+    exp: Math.floor(Date.now() / 1000) + offer.lifetimeS,
   };
-  if (offer.budget) props.budget = offer.budget;
+  const props: OAuthGrantProps = { ...grant, client_id: areq.clientId, source: offer.source, ...(offer.budget ? { budget: offer.budget } : {}) };
+  const jti = grant.jti;
   try {
     await appendRecord(env, ledgerSigning(cfg), offer.team, "grant.minted", {
-      jti,
-      sub: offer.sub,
-      team: offer.team,
-      roles: offer.roles,
-      tools: offer.tools,
-      exp,
+      ...grant,
       by: `oauth:${areq.clientId}`,
       client_id: areq.clientId,
       client_name: client?.clientName ?? areq.clientId,
