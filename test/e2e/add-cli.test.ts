@@ -171,7 +171,10 @@ describe("portcullis add", () => {
       expect(notified, `list_changed: ${JSON.stringify(changed)}`).not.toBeNull();
       expect(legacyInitializes()).toEqual([]); // the legacy session has no leg to second yet
 
-      // The legacy session's first uses of `second`, at once: a list and two calls share one lazily opened leg.
+      // The legacy session's first uses of `second`, at once: a list and two calls, three requests. Each
+      // request may open the lazy leg itself (no request waits on another's promise: Workers would
+      // never settle it for it once that request ended); the session keeps the first leg stored, the
+      // others are closed, and every call runs on the kept one.
       const [listed, a, b] = await Promise.all([
         names(legacy.client),
         legacy.client.callTool({ name: "second__test_simple_text", arguments: {} }),
@@ -186,10 +189,12 @@ describe("portcullis add", () => {
         expect(c.isError ?? false, JSON.stringify(c)).toBe(false);
         expect(texts(c)).toMatch(/\S/);
       }
-      expect(legacyInitializes()).toHaveLength(1);
+      const opened = legacyInitializes().length;
+      expect(opened).toBeGreaterThanOrEqual(1);
+      expect(opened).toBeLessThanOrEqual(3);
       // The leg is kept in the session: a later call reuses it (no new initialize, the same upstream session).
       expect((await legacy.client.callTool({ name: "second__test_simple_text", arguments: {} })).isError ?? false).toBe(false);
-      expect(legacyInitializes()).toHaveLength(1);
+      expect(legacyInitializes()).toHaveLength(opened);
       const legacyCalls = seen.filter((m) => m.body?.method === "tools/call" && m.headers["mcp-session-id"] !== undefined);
       expect(legacyCalls.length).toBeGreaterThanOrEqual(3);
       expect(new Set(legacyCalls.map((m) => m.headers["mcp-session-id"])).size).toBe(1);

@@ -178,6 +178,15 @@ async function change(action: "halt" | "resume", scope: string, target: string |
   return { at: performance.now(), body: r.body };
 }
 
+/**
+ * The promise is the `late` check in `cadence`: every call sent 1000 ms or more after the
+ * acknowledgement sees the new state. The first call that does may be the first one sent at or
+ * after 1000 ms (a cache read that began just before the acknowledgement is served until just
+ * before then), and on a loaded machine the 100 ms cadence drifts a few ms past it: so the first
+ * fresh answer is required within one cadence step of 1000 ms, not before it.
+ */
+const FIRST_FRESH_BY = 1100;
+
 /** Every latency measured, printed at the end. */
 const measured: string[] = [];
 
@@ -251,8 +260,8 @@ describe("halts reach every new call within 1 s, in both eras", () => {
       cadence("global halt, legacy client", at, () => legacy.callTool({ name: "rec__bump", arguments: {} }), haltedAnswer),
       cadence("global halt, 2026-07-28 client", at, () => modernCall(agentA, "rec__bump"), haltedAnswer),
     ]);
-    expect(l.first).toBeLessThan(1000);
-    expect(m.first).toBeLessThan(1000);
+    expect(l.first).toBeLessThan(FIRST_FRESH_BY);
+    expect(m.first).toBeLessThan(FIRST_FRESH_BY);
     // The refusal names the halt and its reason; a halted call never reaches the upstream.
     const refused = await modernCall(agentB, "slow__slow_echo", { tag: "x", ms: 0 });
     expect(texts(refused)).toMatch(/^Blocked by Portcullis: halted \(global\): incident 42 \(check: kill_switch, decision: \S+\)/);
@@ -267,8 +276,8 @@ describe("halts reach every new call within 1 s, in both eras", () => {
       cadence("global resume, legacy client", resumed.at, () => legacy.callTool({ name: "rec__bump", arguments: {} }), ok),
       cadence("global resume, 2026-07-28 client", resumed.at, () => modernCall(agentA, "rec__bump"), ok),
     ]);
-    expect(rl.first).toBeLessThan(1000);
-    expect(rm.first).toBeLessThan(1000);
+    expect(rl.first).toBeLessThan(FIRST_FRESH_BY);
+    expect(rm.first).toBeLessThan(FIRST_FRESH_BY);
   });
 
   it("tool and principal scopes: only what the halt covers is blocked, within 1 s", async () => {
@@ -281,8 +290,8 @@ describe("halts reach every new call within 1 s, in both eras", () => {
       cadence("tool halt, legacy client", tool.at, () => legacyA.callTool({ name: "rec__bump", arguments: {} }), haltedAnswer),
       cadence("tool halt, 2026-07-28 client (another principal)", tool.at, () => modernCall(agentB, "rec__bump"), haltedAnswer),
     ]);
-    expect(l.first).toBeLessThan(1000);
-    expect(m.first).toBeLessThan(1000);
+    expect(l.first).toBeLessThan(FIRST_FRESH_BY);
+    expect(m.first).toBeLessThan(FIRST_FRESH_BY);
     expect(texts(await modernCall(agentB, "rec__bump"))).toMatch(/halted \(tool rec__bump\): bump is misbehaving/);
     // Another tool of the same caller runs on.
     expect(texts(await echo(legacyA, "other tool"))).toBe("other tool");
@@ -290,7 +299,7 @@ describe("halts reach every new call within 1 s, in both eras", () => {
 
     const principal = await change("halt", "principal", SUB_B, "agent b is looping");
     const p = await cadence("principal halt, 2026-07-28 client", principal.at, () => modernCall(agentB, "slow__slow_echo", { tag: "b", ms: 0 }), haltedAnswer);
-    expect(p.first).toBeLessThan(1000);
+    expect(p.first).toBeLessThan(FIRST_FRESH_BY);
     expect(texts(await modernCall(agentB, "mslow__wait", { ms: 0 }))).toMatch(/halted \(principal agent:ks-b\): agent b is looping/);
     // Agent A is not halted: its calls run (except the halted tool).
     expect(texts(await echo(legacyA, "a runs"))).toBe("a runs");
