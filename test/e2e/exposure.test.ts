@@ -139,8 +139,16 @@ describe("unauthenticated routes say little", () => {
       [narrow, narrow, wide].map(async (t) => (await fetch(`${originA}/summary`, { headers: { authorization: `Bearer ${t}` } })).json()),
     );
     const listsAfter = upstream.log.filter((s) => s.method === "tools/list").length;
-    // One upstream listing served all three (the same credential scope, within the 2 s window).
-    expect(listsAfter - listsBefore).toBe(1);
+    // A cold cache: each concurrent hit may list for itself (no request waits on another's
+    // promise: Workers never settles it for it once that request ended), at most one each.
+    expect(listsAfter - listsBefore).toBeGreaterThanOrEqual(1);
+    expect(listsAfter - listsBefore).toBeLessThanOrEqual(3);
+    // Then the settled listing serves every hit (the same credential scope, within the 2 s window): no listing per hit.
+    const again = await Promise.all(
+      [narrow, wide, narrow].map(async (t) => (await fetch(`${originA}/summary`, { headers: { authorization: `Bearer ${t}` } })).json()),
+    );
+    expect(upstream.log.filter((s) => s.method === "tools/list").length).toBe(listsAfter);
+    expect(again[0]).toEqual(n1);
     expect(n1).toEqual(n2);
     const count = (s: { upstreams: { tools: number | null }[] }) => s.upstreams[0]!.tools;
     expect(count(n1)).toBe(1);
