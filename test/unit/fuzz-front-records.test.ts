@@ -337,6 +337,12 @@ function receiptIn(text: string): { chain: string; decision_id: string } | null 
 
 const NUM_RUNS = 150;
 const ENFORCE_RUNS = 100;
+/**
+ * A fixed seed: the properties hold for every input, but the coverage checks after each run (some
+ * call was forwarded, one refused by the grant, one by a rule, one held) depend on what was drawn,
+ * and a random draw once missed one. Change it to explore other inputs.
+ */
+const SEED = 20261201;
 const DEBUG = false;
 
 /** Runs the front fuzz property `numRuns` times; what it sent and what came back. */
@@ -388,7 +394,7 @@ async function fuzzFront(numRuns: number): Promise<{ requests: number; receipts:
         expect(violations).toEqual([]);
       },
     ),
-    { numRuns },
+    { numRuns, seed: SEED },
   );
   return { requests, receipts };
 }
