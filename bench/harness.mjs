@@ -63,6 +63,32 @@ export function post(url, headers, body, timeout = 10_000) {
   });
 }
 
+/**
+ * Opens one 2025-11-25 session at `url` (`headers` carry its grant, if any): initialize, then
+ * notifications/initialized. Its Mcp-Session-Id; throws naming the step that was refused.
+ */
+export async function openSession(url, headers, clientName) {
+  const init = await post(
+    url,
+    headers,
+    JSON.stringify({
+      jsonrpc: "2.0",
+      id: 0,
+      method: "initialize",
+      params: { protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: clientName, version: "1" } },
+    }),
+  );
+  const sid = init.headers["mcp-session-id"];
+  if (init.status !== 200 || !sid) throw new Error(`initialize: ${init.status} ${init.body.slice(0, 300)}`);
+  const n = await post(
+    url,
+    { ...headers, "mcp-protocol-version": "2025-11-25", "mcp-session-id": sid },
+    JSON.stringify({ jsonrpc: "2.0", method: "notifications/initialized" }),
+  );
+  if (n.status >= 300) throw new Error(`notifications/initialized: ${n.status} ${n.body.slice(0, 300)}`);
+  return sid;
+}
+
 export async function waitHttp(url, ms = 90_000) {
   const deadline = Date.now() + ms;
   while (Date.now() < deadline) {

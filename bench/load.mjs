@@ -34,7 +34,7 @@ import { cpus, loadavg, tmpdir, totalmem } from "node:os";
 import { join } from "node:path";
 import autocannon from "autocannon";
 import { devSigningKey, gatewayOrigin } from "../bin/portcullis.mjs";
-import { bundled, enforceConfig, freePort, mint, post, root, rpcMessage, sleep, stopGroups, waitHttp } from "./harness.mjs";
+import { bundled, enforceConfig, freePort, mint, openSession, root, rpcMessage, sleep, stopGroups, waitHttp } from "./harness.mjs";
 import { rssOf, serveBuilt } from "./miniflare.mjs";
 
 const SECONDS = Number(process.env.LOAD_SECONDS ?? 60);
@@ -85,30 +85,6 @@ function record(t, status, body) {
 }
 
 let nextId = 1;
-
-/** Opens one legacy session with `token`: initialize, notifications/initialized; its Mcp-Session-Id. */
-async function openSession(url, token) {
-  const auth = { authorization: `Bearer ${token}` };
-  const init = await post(
-    url,
-    auth,
-    JSON.stringify({
-      jsonrpc: "2.0",
-      id: 0,
-      method: "initialize",
-      params: { protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "bench-load", version: "1" } },
-    }),
-  );
-  const sid = init.headers["mcp-session-id"];
-  if (init.status !== 200 || !sid) throw new Error(`initialize: ${init.status} ${init.body.slice(0, 300)}`);
-  const n = await post(
-    url,
-    { ...auth, "mcp-protocol-version": "2025-11-25", "mcp-session-id": sid },
-    JSON.stringify({ jsonrpc: "2.0", method: "notifications/initialized" }),
-  );
-  if (n.status >= 300) throw new Error(`notifications/initialized: ${n.status} ${n.body.slice(0, 300)}`);
-  return sid;
-}
 
 /**
  * One era's autocannon run: `connections` connections at `rate` calls/s overall, `amount` calls
@@ -264,7 +240,7 @@ async function main() {
     const auditor = mint(keyFile, origin, { sub: "human:load-auditor", team: TEAM, roles: ["auditor"] });
 
     const sessions = [];
-    for (let i = 0; i < LEGACY; i++) sessions.push(await openSession(url, agent));
+    for (let i = 0; i < LEGACY; i++) sessions.push(await openSession(url, { authorization: `Bearer ${agent}` }, "bench-load"));
     if (new Set(sessions).size !== LEGACY) throw new Error("two legacy sessions got one Mcp-Session-Id");
 
     const amount = { legacy: RATES.legacy * SECONDS, modern: RATES.modern * SECONDS };

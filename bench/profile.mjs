@@ -17,7 +17,7 @@ import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { devSigningKey, gatewayOrigin } from "../bin/portcullis.mjs";
-import { bundled, enforceConfig, freePort, mint, post, root, sleep, stopGroups, waitHttp } from "./harness.mjs";
+import { bundled, enforceConfig, freePort, mint, openSession, post, root, sleep, stopGroups, waitHttp } from "./harness.mjs";
 import { cpuMsOf, serveBuilt } from "./miniflare.mjs";
 
 const CALLS = Number(process.env.PROFILE_CALLS ?? 400);
@@ -104,22 +104,7 @@ async function main() {
     await waitHttp(`http://127.0.0.1:${port}/healthz`);
     const token = mint(keyFile, origin, { sub: "agent:bench", team: "bench", tools: ["test_*"] });
     const auth = { authorization: `Bearer ${token}` };
-    const init = await post(
-      url,
-      auth,
-      JSON.stringify({
-        jsonrpc: "2.0",
-        id: 0,
-        method: "initialize",
-        params: { protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "prof", version: "1" } },
-      }),
-    );
-    const sid = init.headers["mcp-session-id"];
-    await post(
-      url,
-      { ...auth, "mcp-protocol-version": "2025-11-25", "mcp-session-id": sid },
-      JSON.stringify({ jsonrpc: "2.0", method: "notifications/initialized" }),
-    );
+    const sid = await openSession(url, auth, "prof");
     let id = 0;
     const meta = { "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {} };
     const call = async (i) => {

@@ -38,6 +38,7 @@ import {
   freePort,
   mint,
   observeConfig,
+  openSession,
   pct,
   post,
   root,
@@ -290,25 +291,7 @@ async function sessionMemory(url, pids, persistTo, scriptName) {
   await Promise.all(
     Array.from({ length: 8 }, async () => {
       while (next++ < SESSIONS) {
-        const r = await post(
-          url,
-          {},
-          JSON.stringify({
-            jsonrpc: "2.0",
-            id: 0,
-            method: "initialize",
-            params: { protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "bench-mem", version: "1" } },
-          }),
-        );
-        const sid = r.headers["mcp-session-id"];
-        if (r.status !== 200 || !sid) throw new Error(`session memory: initialize ${r.status} ${r.body.slice(0, 200)}`);
-        ids.add(sid);
-        const n = await post(
-          url,
-          { "mcp-protocol-version": "2025-11-25", "mcp-session-id": sid },
-          JSON.stringify({ jsonrpc: "2.0", method: "notifications/initialized" }),
-        );
-        if (n.status >= 300) throw new Error(`session memory: notifications/initialized ${n.status}`);
+        ids.add(await openSession(url, {}, "bench-mem"));
       }
     }),
   );

@@ -16,6 +16,7 @@
  */
 import { z } from "zod";
 import { isObject, type Json, type JsonObject } from "../wire/jsonrpc.ts";
+import { durationMs } from "./duration.ts";
 
 export type MappingEffect = "read_only" | "idempotent" | "reversible" | "irreversible";
 export const EFFECTS = ["read_only", "idempotent", "reversible", "irreversible"] as const satisfies readonly MappingEffect[];
@@ -85,18 +86,10 @@ function badReferences(v: Json, path: (string | number)[], out: { path: (string 
 const MAX_TIMEOUT_MS = 60 * 60_000;
 const MAX_BACKOFF_MS = 60_000;
 
-function durationMs(v: number | string): number {
-  if (typeof v === "number") return v;
-  const m = /^(\d+)(ms|s|m|h)$/.exec(v);
-  const n = Number(m?.[1] ?? Number.NaN);
-  const unit = m?.[2];
-  return unit === "ms" ? n : unit === "s" ? n * 1000 : unit === "m" ? n * 60_000 : n * 3_600_000;
-}
-
 function duration(maxMs: number) {
   return z
     .union([z.number().int().positive(), z.string().regex(/^\d+(ms|s|m|h)$/, 'use a number of milliseconds or a string such as "200ms", "30s", "2m"')])
-    .transform(durationMs)
+    .transform((v) => durationMs(v, Number.NaN))
     .refine((ms) => ms > 0 && ms <= maxMs, `must be between 1 ms and ${maxMs >= 60_000 ? `${maxMs / 60_000} minutes` : `${maxMs} ms`}`);
 }
 

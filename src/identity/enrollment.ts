@@ -9,6 +9,7 @@
 import { revocationObject } from "../../durable-objects/names.ts";
 import type { Env } from "../env.ts";
 import type { Role } from "../config/roles.ts";
+import { sha256Hex } from "../wire/canonical.ts";
 import { encode } from "./base64url.ts";
 
 /** What an enrollment code grants (bounded again by the enrollment template when it is used). */
@@ -28,8 +29,7 @@ export interface EnrollmentRecord {
 export const ENROLLMENT_CODE = /^pce_[A-Za-z0-9_-]{43}$/;
 
 async function keyOf(code: string): Promise<string> {
-  const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(code)));
-  return `enroll:${[...digest].map((b) => b.toString(16).padStart(2, "0")).join("")}`;
+  return `enroll:${sha256Hex(code)}`;
 }
 
 /** The hash under which a code is stored (also what the ledger may name): never the code. */

@@ -12,7 +12,7 @@
  */
 import type { GatewayConfig } from "../config/load.ts";
 import type { Env } from "../env.ts";
-import { isRevoked, signingKeys } from "../identity/auth.ts";
+import { signingKeys } from "../identity/auth.ts";
 import { canonicalUrl, issuerOf } from "../identity/metadata.ts";
 import { defaultResource, oauthApi, oauthIssuer, oauthServer, readProps } from "../identity/oauth-server.ts";
 import { mintGrant } from "../identity/tokens.ts";
@@ -20,6 +20,7 @@ import { revocationObject } from "../../durable-objects/names.ts";
 import { noteRevoked } from "../identity/revocation-cache.ts";
 import { appendRecord, ledgerSigning } from "../mcp/ledger-writer.ts";
 import { readBodyText } from "../wire/body.ts";
+import { sha256Hex } from "../wire/canonical.ts";
 import { jsonResponse } from "../wire/http.ts";
 import { revocationUntil } from "./grants.ts";
 
@@ -31,11 +32,6 @@ function oauthError(code: string, description: string, status = 400): Response {
     "cache-control": "no-store",
     ...(status === 503 ? { "retry-after": "1" } : {}),
   });
-}
-
-async function sha256Hex(text: string): Promise<string> {
-  const d = new Uint8Array(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(text)));
-  return [...d].map((b) => b.toString(16).padStart(2, "0")).join("");
 }
 
 /** The same request, addressed to the canonical origin (the library compares endpoints exactly), with `body`. */
@@ -99,7 +95,7 @@ export async function tokenRoute(req: Request, env: Env, cfg: GatewayConfig, ctx
   const res = await server.fetch(canonicalRequest(cfg, req, read.text), env, ctx);
   if (grantType !== "authorization_code" && grantType !== "refresh_token") return res;
   const presented = grantType === "refresh_token" ? form.get("refresh_token") : form.get("code");
-  const key = presented && TOKEN_SHAPE.test(presented) ? `${grantType === "refresh_token" ? "rt" : "code"}:${await sha256Hex(presented)}` : null;
+  const key = presented && TOKEN_SHAPE.test(presented) ? `${grantType === "refresh_token" ? "rt" : "code"}:${sha256Hex(presented)}` : null;
   if (res.status !== 200) {
     if (key) {
       // Refused: if this exact code or refresh token was redeemed before, it is being replayed.
@@ -156,12 +152,7 @@ async function asGrant(res: Response, env: Env, cfg: GatewayConfig, key: string 
   const v = await server.validateToken(resource, opaque, env);
   const p = readProps(v?.props);
   if (!v || !p) return oauthError("invalid_grant", "this grant carries no Portcullis grant; authorize again");
-  // The library checked revocation in its exchange callback; check again here, just before the grant leaves.
-  const revoked = await isRevoked(env, p.jti);
-  if (revoked !== false)
-    return revoked === null
-      ? oauthError("temporarily_unavailable", "the revocation list could not be read; try again", 503)
-      : oauthError("invalid_grant", "this grant was revoked");
+  // Revocation and the grant's lifetime were checked in the library's exchange callback (oauth-server.ts), from the list itself.
   const ids = TOKEN_SHAPE.exec(opaque);
   if (key && ids) {
     // Remember what the library redeemed; if it was redeemed before (a retry of the previous refresh token, or a race), that is reuse.

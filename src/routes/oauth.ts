@@ -29,7 +29,11 @@ import { type GrantOffer, coveredTools, enrollmentOffer, openOffer, signOffer, t
 import { OAUTH_PATHS, type OAuthGrantProps, newGrantJti, oauthApi, oauthIssuer, oauthServer, userIdOf } from "../identity/oauth-server.ts";
 import { verifyExternal } from "../identity/oidc.ts";
 import { appendRecord, ledgerSigning } from "../mcp/ledger-writer.ts";
+import { sha256 } from "@noble/hashes/sha2.js";
+import { utf8ToBytes } from "@noble/hashes/utils.js";
+import { encode } from "../identity/base64url.ts";
 import { readBodyText } from "../wire/body.ts";
+import { jsonResponse } from "../wire/http.ts";
 import { servableConfig } from "./config-view.ts";
 import { signingSecret } from "./console-gate.ts";
 import { canonicalRequest, tokenRoute } from "./oauth-token.ts";
@@ -42,7 +46,7 @@ const page = (status: number, title: string, message: string) => htmlResponse(Er
 async function enabledConfig(env: Env, req: Request): Promise<GatewayConfig | Response> {
   const cfg = await servableConfig(env, req);
   if (cfg instanceof Response) return cfg;
-  if (!cfg.auth.oauth.enabled) return new Response(JSON.stringify({ error: "not found" }), { status: 404, headers: { "content-type": "application/json" } });
+  if (!cfg.auth.oauth.enabled) return jsonResponse({ error: "not found" }, 404);
   return cfg;
 }
 
@@ -259,21 +263,12 @@ async function decide(cfg: GatewayConfig, env: Env, req: Request, form: URLSearc
   }
 }
 
-async function s256(verifier: string): Promise<string> {
-  const d = new Uint8Array(await crypto.subtle.digest("SHA-256", new TextEncoder().encode(verifier)));
-  return btoa(String.fromCharCode(...d))
-    .replace(/\+/g, "-")
-    .replace(/\//g, "_")
-    .replace(/=+$/, "");
-}
+/** PKCE S256 (RFC 7636): base64url of the verifier's SHA-256. */
+const s256 = (verifier: string): string => encode(sha256(utf8ToBytes(verifier)));
 
+/** 256 random bits, base64url: a PKCE verifier or a nonce. */
 function randomToken(): string {
-  const b = new Uint8Array(32);
-  crypto.getRandomValues(b);
-  return btoa(String.fromCharCode(...b))
-    .replace(/\+/g, "-")
-    .replace(/\//g, "_")
-    .replace(/=+$/, "");
+  return encode(crypto.getRandomValues(new Uint8Array(32)));
 }
 
 interface OidcData {
@@ -296,7 +291,7 @@ async function startOidc(cfg: GatewayConfig, env: Env, areq: AuthRequest, offer:
   u.searchParams.set("scope", o.scopes.join(" "));
   u.searchParams.set("state", tx.state);
   u.searchParams.set("nonce", data.nonce);
-  u.searchParams.set("code_challenge", await s256(data.verifier));
+  u.searchParams.set("code_challenge", s256(data.verifier));
   u.searchParams.set("code_challenge_method", "S256");
   tx.headers.set("location", u.href);
   return new Response(null, { status: 302, headers: tx.headers });
