@@ -205,6 +205,19 @@ export function observeConfig(upstreamUrl) {
   return `actor: local:bench\nmode: observe\negress:\n  allow_loopback: true\nupstreams:\n  - name: conf\n    url: ${upstreamUrl}\n`;
 }
 
+/** `n` rules about other tools (matched on name and skipped for the timed tool), a third of them denials: the bulk of a typical policy. */
+export function otherToolRules(n) {
+  const rules = [];
+  for (let i = 0; i < n; i++)
+    rules.push({
+      id: `other-${i}`,
+      match: { tool: `svc${i}__*`, effect: ["irreversible", "reversible"] },
+      decision: i % 3 ? "allow" : "deny",
+      reason: `rule for svc${i}`,
+    });
+  return rules;
+}
+
 /**
  * 50 policy rules as an operator would write them (the typical mix of bench/policy.mjs, aimed
  * at this gateway's tool): most about other tools, so they are matched and skipped; static rules
@@ -213,14 +226,7 @@ export function observeConfig(upstreamUrl) {
  * No rule denies or holds test_simple_text: every call is allowed, by rule "bench-allow".
  */
 export function fiftyRules() {
-  const rules = [];
-  for (let i = 0; i < 30; i++)
-    rules.push({
-      id: `other-${i}`,
-      match: { tool: `svc${i}__*`, effect: ["irreversible", "reversible"] },
-      decision: i % 3 ? "allow" : "deny",
-      reason: `rule for svc${i}`,
-    });
+  const rules = otherToolRules(30);
   for (let i = 0; i < 6; i++)
     rules.push({
       id: `pay-${i}`,
@@ -309,4 +315,24 @@ export function mint(keyFile, origin, { sub, team, roles = ["agent"], tools = []
   ];
   if (tools.length) argv.push("--tools", tools.join(","));
   return execFileSync(process.execPath, argv, { cwd: root, encoding: "utf8", stdio: ["ignore", "pipe", "pipe"], timeout: 60_000 }).trim();
+}
+
+/**
+ * Where the runs keep their Durable Object and D1 state (the OS temp directory, `TMPDIR`) and on
+ * what filesystem, from /proc/mounts: on a disk every durable commit waits for its fsync; on
+ * tmpfs (`TMPDIR=/dev/shm`) none does, which shows what the code costs without this disk.
+ */
+export function stateLocation(dir) {
+  let best = { point: "", type: "unknown" };
+  try {
+    for (const line of readFileSync("/proc/mounts", "utf8").split("\n")) {
+      const [, point, type] = line.split(" ");
+      if (!point || !type) continue;
+      const inside = dir === point || dir.startsWith(point.endsWith("/") ? point : `${point}/`);
+      if (inside && point.length >= best.point.length) best = { point, type };
+    }
+  } catch {
+    // not Linux: the type stays unknown
+  }
+  return `${dir} (${best.type}${best.type === "tmpfs" ? ": in memory, commits wait for no fsync" : ", commits wait for the disk's fsync"})`;
 }

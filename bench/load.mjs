@@ -34,7 +34,7 @@ import { cpus, loadavg, tmpdir, totalmem } from "node:os";
 import { join } from "node:path";
 import autocannon from "autocannon";
 import { devSigningKey, gatewayOrigin } from "../bin/portcullis.mjs";
-import { bundled, enforceConfig, freePort, mint, openSession, root, rpcMessage, sleep, stopGroups, waitHttp } from "./harness.mjs";
+import { bundled, enforceConfig, freePort, mint, openSession, root, rpcMessage, sleep, stateLocation, stopGroups, waitHttp } from "./harness.mjs";
 import { rssOf, serveBuilt } from "./miniflare.mjs";
 
 const SECONDS = Number(process.env.LOAD_SECONDS ?? 60);
@@ -317,6 +317,7 @@ async function main() {
     }
 
     console.log(`\nmachine: ${machine()}; load average (1 min) ${load0.toFixed(2)} at the start, ${load1.toFixed(2)} after the run`);
+    console.log(`state (Durable Objects, D1): ${stateLocation(tmpdir())}`);
     console.log(
       `runtime: the production runtime without the dev proxy (workerd through Miniflare's API, the bundle \`wrangler deploy --dry-run\` built, local D1 and SQLite Durable Objects); Portcullis in enforce, grants required, ${TOOL} mapped read_only, the 50-rule policy of bench/harness.mjs; upstream test/fixtures/conformance-upstream (Node) on loopback`,
     );

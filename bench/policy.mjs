@@ -18,6 +18,7 @@
 import { realpathSync } from "node:fs";
 import { resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
+import { otherToolRules } from "./harness.mjs";
 
 const root = resolve(fileURLToPath(import.meta.url), "../..");
 const { parsePolicy } = await import(resolve(root, "src/config/policy-schema.ts"));
@@ -43,14 +44,7 @@ function codegenRefused() {
 
 /** 50 rules as an operator would write them: most about other tools, some static, some CEL, history, a window, a magnitude. */
 function typicalRules() {
-  const rules = [];
-  for (let i = 0; i < 30; i++)
-    rules.push({
-      id: `other-${i}`,
-      match: { tool: `svc${i}__*`, effect: ["irreversible", "reversible"] },
-      decision: i % 3 ? "allow" : "deny",
-      reason: `rule for svc${i}`,
-    });
+  const rules = otherToolRules(30);
   for (let i = 0; i < 8; i++)
     rules.push({
       id: `static-${i}`,

@@ -44,6 +44,7 @@ import {
   root,
   signalGroup,
   sleep,
+  stateLocation,
   stopGroups,
   WORKER_ENV,
   waitHttp,
@@ -535,7 +536,7 @@ async function main() {
         vars: { PORTCULLIS_SIGNING_KEY: signingKey },
       });
       const ledger = await ledgerBench(ld.base);
-      console.log(`\nmachine: ${machine()}; load average at the start ${load0.toFixed(2)}`);
+      console.log(`\nmachine: ${machine()}; load average at the start ${load0.toFixed(2)}; state ${stateLocation(tmpdir())}`);
       const pr = ledger.pairs;
       console.log(
         `\ndecision + outcome appends, sequential, from a Worker (${PAIRS} pairs; workerd's timer ticks in ms): mean ${pr.mean.toFixed(2)} ms  p50 ${pr.p50.toFixed(2)} ms  p99 ${pr.p99.toFixed(2)} ms`,
@@ -619,6 +620,7 @@ async function main() {
     const load1 = loadavg()[0];
 
     console.log(`\nmachine: ${machine()}`);
+    console.log(`state (Durable Objects, D1): ${stateLocation(tmpdir())}`);
     console.log(
       `load average (1 min): ${load0.toFixed(2)} at the start, ${load1.toFixed(2)} at the end; the run took ${((performance.now() - startedAt) / 1000).toFixed(0)} s`,
     );

@@ -39,6 +39,16 @@ function readable(v: unknown, current: number): boolean {
   return v === undefined || v === current;
 }
 
+/** A stored record's text parsed: FOREIGN when it is not JSON or not an object. */
+function parseRecord(text: string): { v?: unknown } | typeof FOREIGN {
+  try {
+    const rec = JSON.parse(text) as unknown;
+    return rec !== null && typeof rec === "object" ? (rec as { v?: unknown }) : FOREIGN;
+  } catch {
+    return FOREIGN;
+  }
+}
+
 /** Adds a column a table gained after it first shipped (CREATE TABLE IF NOT EXISTS leaves old tables as they were). */
 function addColumn(sql: SqlStorage, table: string, column: string, decl: string, backfill: number | null): void {
   if (
@@ -71,6 +81,8 @@ export class SessionDO extends DurableObject {
    * table, no alarm — unknown ids leave no state behind.
    */
   private ready = false;
+  /** The last parse of each record's row text (see read). */
+  private parsed = new Map<"session" | "leg", { text: string; value: { v?: unknown } | typeof FOREIGN }>();
 
   constructor(ctx: DurableObjectState, env: unknown) {
     super(ctx, env as never);
@@ -104,17 +116,23 @@ export class SessionDO extends DurableObject {
     this.ready = true;
   }
 
-  /** The record under `k`: null when absent, FOREIGN when of a version (or form) this code does not know. */
+  /**
+   * The record under `k`: null when absent, FOREIGN when of a version (or form) this code does not
+   * know. The row is read every time; its parse is kept (`parsed`) while the row's text stays the
+   * same, so a request pays no JSON.parse of a record it did not change. A caller gets a shallow
+   * copy, so changing its fields changes nothing until it is saved.
+   */
   private read<T extends { v?: unknown }>(k: "session" | "leg", current: number): T | null | typeof FOREIGN {
     if (!this.hasSchema()) return null;
     const row = this.sql.exec<{ v: string }>("SELECT v FROM meta WHERE k = ?", k).toArray()[0];
     if (!row) return null;
-    try {
-      const rec = JSON.parse(row.v) as T;
-      return rec !== null && typeof rec === "object" && readable(rec.v, current) ? rec : FOREIGN;
-    } catch {
-      return FOREIGN;
+    let got = this.parsed.get(k);
+    if (got?.text !== row.v) {
+      got = { text: row.v, value: parseRecord(row.v) };
+      this.parsed.set(k, got);
     }
+    const rec = got.value;
+    return rec !== FOREIGN && readable((rec as T).v, current) ? ({ ...rec } as T) : FOREIGN;
   }
   private load(): SessionRecord | null {
     const rec = this.read<SessionRecord>("session", SESSION_RECORD_VERSION);

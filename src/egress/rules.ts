@@ -170,7 +170,30 @@ function classifyName(name: string, rules: EgressRules): HostClass {
   return { kind: "public", listed };
 }
 
+/** Hostnames whose class one rules object keeps (per config version: a reload brings a new object). */
+const HOST_MEMO_MAX = 256;
+const hostMemo = new WeakMap<EgressRules, Map<string, HostClass>>();
+
+/**
+ * The class of `hostname` under `rules`, computed once per rules object and hostname: the class
+ * depends on nothing else (no DNS), and the hot path asks it for the same few upstream hosts on
+ * every call. Bounded: past HOST_MEMO_MAX names the oldest is dropped.
+ */
 function classifyHost(hostname: string, rules: EgressRules): HostClass {
+  let memo = hostMemo.get(rules);
+  if (!memo) {
+    memo = new Map();
+    hostMemo.set(rules, memo);
+  }
+  const known = memo.get(hostname);
+  if (known) return known;
+  const found = classifyHostUncached(hostname, rules);
+  if (memo.size >= HOST_MEMO_MAX) memo.delete(memo.keys().next().value as string);
+  memo.set(hostname, found);
+  return found;
+}
+
+function classifyHostUncached(hostname: string, rules: EgressRules): HostClass {
   const literal = classifyHostLiteral(hostname);
   if (literal === null) return classifyName(hostname.endsWith(".") ? hostname.slice(0, -1) : hostname, rules);
   switch (literal.kind) {
