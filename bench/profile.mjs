@@ -5,7 +5,8 @@
  * in enforce with the bench's 50-rule policy and grants required (bench/harness.mjs) in front of
  * the conformance fixture, warms it up, then takes a V8 CPU profile of the gateway's isolate
  * (workerd's inspector, Chrome DevTools protocol: Profiler.start/stop) over PROFILE_CALLS calls
- * (default 400, at concurrency 8, half legacy on one session, half modern) and prints the
+ * (default 400, at concurrency 8, half legacy on one session, half modern; PROFILE_ERA=legacy or
+ * modern for one era) and prints the
  * self time by bundled source module (esbuild's `// path` markers in the bundle) and by function,
  * with the workerd CPU per call over the same calls. The Worker and its Durable Objects share
  * one isolate here, so the profile covers both; Miniflare's own services (its entry Worker, the
@@ -21,6 +22,10 @@ import { bundled, enforceConfig, freePort, mint, openSession, post, root, sleep,
 import { cpuMsOf, serveBuilt } from "./miniflare.mjs";
 
 const CALLS = Number(process.env.PROFILE_CALLS ?? 400);
+/** Which agent era the timed calls speak: `both` (alternating, the default), `legacy` or `modern`. */
+const ERA = process.env.PROFILE_ERA ?? "both";
+if (!["both", "legacy", "modern"].includes(ERA)) throw new Error(`PROFILE_ERA must be both, legacy or modern, not ${JSON.stringify(ERA)}`);
+const ERA_TEXT = ERA === "both" ? "half legacy, half modern" : `all ${ERA}`;
 const WARM = 200;
 
 /** A minimal CDP client over the inspector WebSocket. */
@@ -108,7 +113,7 @@ async function main() {
     let id = 0;
     const meta = { "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {} };
     const call = async (i) => {
-      const legacy = i % 2 === 0;
+      const legacy = ERA === "both" ? i % 2 === 0 : ERA === "legacy";
       const r = legacy
         ? await post(
             url,
@@ -187,7 +192,7 @@ async function main() {
     }
     const busy = total - (byModule.get("(idle)") ?? 0);
     console.log(
-      `\nCPU profile of the gateway's isolate (enforce, 50 rules, grant; Worker and Durable Objects in one isolate), ${CALLS} calls at c=8 (half legacy, half modern) after ${WARM} warm-up calls: wall ${wall.toFixed(0)} ms, ${(CALLS / (wall / 1000)).toFixed(0)} calls/s; workerd CPU ${cpu.toFixed(0)} ms = ${(cpu / CALLS).toFixed(2)} ms per call; profiled ${total.toFixed(0)} ms, of which not idle ${busy.toFixed(0)} ms = ${(busy / CALLS).toFixed(2)} ms per call (the sampler's time is wall time between samples, so it also counts time the thread waited for a core on a busy machine: read the shares, and workerd's CPU for the absolute cost)`,
+      `\nCPU profile of the gateway's isolate (enforce, 50 rules, grant; Worker and Durable Objects in one isolate), ${CALLS} calls at c=8 (${ERA_TEXT}) after ${WARM} warm-up calls: wall ${wall.toFixed(0)} ms, ${(CALLS / (wall / 1000)).toFixed(0)} calls/s; workerd CPU ${cpu.toFixed(0)} ms = ${(cpu / CALLS).toFixed(2)} ms per call; profiled ${total.toFixed(0)} ms, of which not idle ${busy.toFixed(0)} ms = ${(busy / CALLS).toFixed(2)} ms per call (the sampler's time is wall time between samples, so it also counts time the thread waited for a core on a busy machine: read the shares, and workerd's CPU for the absolute cost)`,
     );
     const top = (m, n) => [...m.entries()].sort((a, b) => b[1] - a[1]).slice(0, n);
     console.log("\nself time by module (not idle)                                         ms   ms/call   % of busy");
