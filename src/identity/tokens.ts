@@ -4,7 +4,8 @@
  * cap before parsing, strict compact-JWS syntax and canonical base64url, a header of exactly
  * {alg, typ, kid} with alg allow-listed to EdDSA, the exact typ and a kid known to the key set,
  * then the signature (jose, `algorithms: ["EdDSA"]`, an Ed25519 public CryptoKey only), then the
- * claims, then revocation. Must never: throw on hostile input, honour `jku`/`jwk`/`x5u`/`x5c`/
+ * claims, then revocation; the signature check is done once per token text and key per isolate
+ * (a bounded memo), every other check on every request. Must never: throw on hostile input, honour `jku`/`jwk`/`x5u`/`x5c`/
  * `crit` (their presence rejects), hand jose an HMAC key or a key named by the token, fetch
  * anything, or echo the token in a reason. This is the module to import; it re-exports keys.ts
  * and grant.ts.
@@ -163,6 +164,29 @@ function checkHeader(h: Record<string, unknown>, keys: KeySet): { key: CryptoKey
   return key ? { key } : { reason: "unknown kid" };
 }
 
+/** Tokens one verification key remembers as correctly signed, at most (the oldest is dropped first). */
+export const SIGNATURE_MEMO_MAX = 1024;
+const goodSignatures = new WeakMap<CryptoKey, Set<string>>();
+
+/**
+ * Whether `token` (its exact text) was already verified as signed by `key` in this isolate. A
+ * signature is a pure function of the bytes and the key, so the Ed25519 check is done once per
+ * token and key; everything else (header, claims, lifetime, expiry, revocation) is checked on
+ * every request. Keyed by the key object: a new key set (rotation, a reload) starts empty.
+ */
+function signatureKnownGood(key: CryptoKey, token: string): boolean {
+  return goodSignatures.get(key)?.has(token) === true;
+}
+function rememberGoodSignature(key: CryptoKey, token: string): void {
+  let set = goodSignatures.get(key);
+  if (!set) {
+    set = new Set();
+    goodSignatures.set(key, set);
+  }
+  if (set.size >= SIGNATURE_MEMO_MAX) set.delete(set.values().next().value as string);
+  set.add(token);
+}
+
 async function verify(token: unknown, keys: KeySet, opts: VerifyOptions): Promise<VerifyResult> {
   if (typeof token !== "string") return fail("token is not a string");
   if (token.length > MAX_TOKEN_BYTES) return fail("token too large");
@@ -185,10 +209,13 @@ async function verify(token: unknown, keys: KeySet, opts: VerifyOptions): Promis
   const picked = checkHeader(header, keys);
   if ("reason" in picked) return fail(picked.reason);
   if (signature.length !== 64) return fail("bad signature");
-  try {
-    await compactVerify(token, picked.key, { algorithms: [GRANT_ALG] });
-  } catch {
-    return fail("bad signature");
+  if (!signatureKnownGood(picked.key, token)) {
+    try {
+      await compactVerify(token, picked.key, { algorithms: [GRANT_ALG] });
+    } catch {
+      return fail("bad signature");
+    }
+    rememberGoodSignature(picked.key, token);
   }
   const payload = jsonObject(payloadBytes);
   if (!payload) return fail("payload is not a JSON object");

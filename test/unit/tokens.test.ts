@@ -526,3 +526,31 @@ describe("negative matrix (RFC 8725)", () => {
     expectRejected(await verifyGrant(t, null as unknown as KeySet, opts()), t, /misconfigured/);
   });
 });
+
+describe("the signature is checked once per token and key; everything else on every request", () => {
+  it("a token verified once is still refused later when it expired, was revoked, or is presented to a key set whose key under that kid differs", async () => {
+    const t = await forge(baseHeader(), basePayload());
+    expect((await check(t)).ok).toBe(true);
+    expect((await check(t)).ok).toBe(true);
+    // Expiry, audience and revocation are re-checked on the remembered token.
+    expectRejected(await check(t, { now: NOW + 290 + 61 }), t, /expired/);
+    expectRejected(await check(t, { audience: "https://other.example.com/mcp" }), t, /aud/, 300);
+    expectRejected(await check(t, { isRevoked: async () => true }), t, /revoked/);
+    // The same kid, another key (a rotation that reused the kid): the memo is per key object, so the signature is checked again and fails.
+    const other = await parseKeySet(JSON.stringify((await generateSigningKey(KID)).privateJwk));
+    expectRejected(await check(t, {}, other), t, /signature/);
+    // The same key parsed again (a new key set object, as a reload makes): verified from scratch, and good.
+    const reparsed = await parseKeySet(JSON.stringify(k1.privateJwk));
+    expect((await check(t, {}, reparsed)).ok).toBe(true);
+  });
+
+  it("a token whose signature failed is never remembered, and a changed signature on a remembered payload is refused", async () => {
+    const t = await forge(baseHeader(), basePayload());
+    const [h, p, s] = t.split(".") as [string, string, string];
+    const flipped = `${h}.${p}.${s.slice(0, 10)}${s[10] === "A" ? "B" : "A"}${s.slice(11)}`;
+    expectRejected(await check(flipped), flipped, /signature/);
+    expectRejected(await check(flipped), flipped, /signature/);
+    expect((await check(t)).ok).toBe(true);
+    expectRejected(await check(flipped), flipped, /signature/);
+  });
+});
