@@ -1,16 +1,18 @@
 /**
  * The streaming export verifier: `ExportVerifier` (push lines in order, `fork` to continue from a
- * prefix, `finish` for the report) and `verifyExport`, the usual way in. Owns the verdict on an
- * export: every line parsed; every chain re-hashed and checked for contiguous seq and prev links;
- * every checkpoint's signature checked against the given public keys and matched to the entry at
- * its size, in whatever order the lines come; the global chain's commitments matched to the team
- * chains they name; truncation below any checkpoint detected; each chain's anchored size and
- * unanchored tail reported. Memory grows by 32 bytes per entry (its hash), never by the entries
+ * prefix, `finish` for the report) and `verifyExport`, the usual way in. Owns the reading of an
+ * export and the verdict on it: every line parsed and classified (the header, entries, checkpoint
+ * lines; an unreadable line attributed to the chain and seq it most likely held); every entry
+ * re-hashed and checked for contiguous seq and prev links; each checkpoint line's shape and
+ * signed note checked; truncation below any checkpoint detected; each chain's anchored size and
+ * unanchored tail reported. The chains' state, the notes and the claims checkpoints make live in
+ * ./export-checkpoints.ts. Memory grows by 32 bytes per entry (its hash), never by the entries
  * themselves unless asked to keep some. Must never: call an export valid when any line, entry,
  * link or checkpoint fails, or trust a field no hash or signature covers.
  */
-import { EMPTY_HEAD, type Head, verifyChain } from "./chain.ts";
-import { checkpointOrigin, type NoteVerdict, verifyCheckpoint } from "./checkpoint.ts";
+import { verifyChain } from "./chain.ts";
+import { checkpointOrigin } from "./checkpoint.ts";
+import { type ChainState, ChainChecks } from "./export-checkpoints.ts";
 import {
   type ChainReport,
   EXPORT_VERSION,
@@ -23,59 +25,7 @@ import {
   short,
   type VerifyOptions,
 } from "./export-format.ts";
-import { GENESIS, GLOBAL_CHAIN, type LedgerEntry } from "./records.ts";
-
-const MAX_PROBLEMS = 100;
-
-/** Entry hashes by seq, 32 bytes each. */
-class Hashes {
-  private buf = new Uint8Array(32 * 256);
-  private n = 0;
-  push(hex: string): void {
-    if ((this.n + 1) * 32 > this.buf.length) {
-      const grown = new Uint8Array(this.buf.length * 2);
-      grown.set(this.buf);
-      this.buf = grown;
-    }
-    const o = this.n * 32;
-    for (let i = 0; i < 32; i++) this.buf[o + i] = Number.parseInt(hex.slice(i * 2, i * 2 + 2), 16);
-    this.n++;
-  }
-  copy(): Hashes {
-    const h = new Hashes();
-    h.buf = this.buf.slice();
-    h.n = this.n;
-    return h;
-  }
-  /** The hash of entry `seq` (1-based); GENESIS for 0. */
-  at(seq: number): string {
-    if (seq === 0) return GENESIS;
-    let s = "";
-    for (let i = (seq - 1) * 32; i < seq * 32; i++) s += this.buf[i]!.toString(16).padStart(2, "0");
-    return s;
-  }
-}
-
-/** A signed statement that entry `size` of a chain has hash `hash`. */
-interface Claim {
-  size: number;
-  hash: string;
-  line: number | null;
-  what: string;
-}
-
-interface ChainState {
-  name: string;
-  lines: number;
-  head: Head;
-  hashes: Hashes;
-  /** A problem was found: later entries of this chain are counted, not checked. */
-  broken: boolean;
-  anchored: number;
-  checkpoints: number;
-  /** Claims about entries not read yet, by size. */
-  pending: Map<number, Claim[]>;
-}
+import { GLOBAL_CHAIN, type LedgerEntry } from "./records.ts";
 
 /**
  * The streaming verifier: `push` each line in order, then `finish` for the report. `fork` copies
@@ -83,30 +33,18 @@ interface ChainState {
  * continuation — an export that grew, or an altered copy — is verified without re-reading the
  * prefix. `verifyExport` is the usual way in.
  */
-export class ExportVerifier {
+export class ExportVerifier extends ChainChecks {
   private header: ExportHeader | null = null;
   private n = 0;
   private last = 0;
   private seenFirst = false;
-  private chains = new Map<string, ChainState>();
   /** The chain of the last entry or checkpoint line: where an unreadable line most likely belongs. */
   private current: string | null = null;
-  private problems: Problem[] = [];
   /** The problem of an unreadable line, attributed for now to `current`; the next entry settles it (a gap there names the line's chain and seq). */
   private floating: Problem | null = null;
   private warnings = new Set<string>();
-  private absent = new Set<string>();
   private kept: LedgerEntry[] = [];
-  /** Notes verified in this run: each team checkpoint comes twice (its own line, and the global chain's commitment). */
-  private notes = new Map<string, Promise<NoteVerdict>>();
   private report: ExportReport | null = null;
-  private readonly jwks: Jwks;
-  private readonly opts: VerifyOptions;
-
-  constructor(jwks: Jwks, opts: VerifyOptions = {}) {
-    this.jwks = jwks;
-    this.opts = opts;
-  }
 
   /** Lines pushed so far. */
   get lines(): number {
@@ -142,29 +80,6 @@ export class ExportVerifier {
     f.kept = [...this.kept];
     f.notes = this.notes;
     return f;
-  }
-
-  private problem(p: Problem): void {
-    if (this.problems.length < MAX_PROBLEMS) this.problems.push(p);
-  }
-
-  private verifyNote(note: unknown): Promise<NoteVerdict> {
-    if (typeof note !== "string") return verifyCheckpoint(note as string, this.jwks);
-    let v = this.notes.get(note);
-    if (!v) {
-      v = verifyCheckpoint(note, this.jwks);
-      this.notes.set(note, v);
-    }
-    return v;
-  }
-
-  private state(name: string): ChainState {
-    let st = this.chains.get(name);
-    if (!st) {
-      st = { name, lines: 0, head: EMPTY_HEAD, hashes: new Hashes(), broken: false, anchored: 0, checkpoints: 0, pending: new Map() };
-      this.chains.set(name, st);
-    }
-    return st;
   }
 
   /** A line that cannot be read: attributed to the chain it names if known, else the block it sits in, until the next entry tells. */
@@ -231,29 +146,6 @@ export class ExportVerifier {
     await this.givenCheckpoints();
   }
 
-  /** The checkpoints the caller saved earlier: verified once, then claims like any other. */
-  private async givenCheckpoints(): Promise<void> {
-    for (const [i, given] of (this.opts.checkpoints ?? []).entries()) {
-      const note = typeof given === "string" ? given : given?.note;
-      const what = `the checkpoint you gave (#${i + 1})`;
-      const verdict = await this.verifyNote(note);
-      if (!verdict.ok) {
-        this.problem({ chain: null, seq: null, line: null, reason: `${what} does not verify: ${verdict.reason}` });
-        continue;
-      }
-      const chain = typeof given === "string" ? /\/ledger\/([^/]+)$/.exec(verdict.origin)?.[1] : given.chain;
-      if (chain === undefined || !verdict.origin.endsWith(`/ledger/${chain}`)) {
-        this.problem({ chain: chain ?? null, seq: null, line: null, reason: `${what} is signed for origin ${verdict.origin}, not a ledger chain` });
-        continue;
-      }
-      if (!this.chains.has(chain)) {
-        this.problem({ chain, seq: null, line: null, reason: `${what} covers ${verdict.size} entries of chain ${chain}, which this export does not hold` });
-        continue;
-      }
-      this.claim(this.state(chain), { size: verdict.size, hash: verdict.hash, line: null, what });
-    }
-  }
-
   /** The state of an entry's or checkpoint's chain; undefined (and a problem) when the header does not list it. */
   private chainOf(name: unknown, text: string, what: string): ChainState | undefined {
     if (typeof name === "string" && (this.chains.has(name) || this.header === null)) return this.state(name);
@@ -293,30 +185,6 @@ export class ExportVerifier {
     if (st.name === GLOBAL_CHAIN) await this.globalEntry(entry, n);
   }
 
-  /** A global chain entry commits a team chain's signed checkpoint: verify the note, then claim it on that chain. */
-  private async globalEntry(e: LedgerEntry, n: number): Promise<void> {
-    const bad = (reason: string) => this.problem({ chain: GLOBAL_CHAIN, seq: e.seq, line: n, reason });
-    const b = e.body;
-    // The gateway's own config and kill switch are no team's: their config.changed and killswitch.changed records live here too, chained like the rest.
-    if (e.kind === "config.changed" || e.kind === "killswitch.changed") return;
-    if (e.kind !== "checkpoint")
-      return bad(`a ${GLOBAL_CHAIN} entry must be a checkpoint commitment, a config.changed or a killswitch.changed record, not "${e.kind}"`);
-    if (typeof b.chain !== "string" || b.chain === GLOBAL_CHAIN || !Number.isSafeInteger(b.size) || typeof b.hash !== "string" || typeof b.note !== "string") {
-      return bad("a checkpoint commitment's body is {chain, size, hash, note}");
-    }
-    const size = b.size as number;
-    const verdict = await this.verifyNote(b.note);
-    if (!verdict.ok) return bad(`the committed checkpoint of ${b.chain} at size ${size} does not verify: ${verdict.reason}`);
-    if (verdict.size !== size || verdict.hash !== b.hash) return bad(`the committed size and hash of ${b.chain} differ from its signed note`);
-    if (!verdict.origin.endsWith(`/ledger/${b.chain}`)) return bad(`the committed note of ${b.chain} is signed for origin ${verdict.origin}`);
-    const target = this.chains.get(b.chain);
-    if (!target) {
-      this.absent.add(b.chain);
-      return;
-    }
-    this.claim(target, { size, hash: verdict.hash, line: n, what: `the ${GLOBAL_CHAIN} commitment at seq ${e.seq}` });
-  }
-
   private async checkpointLine(cp: unknown, n: number, text: string): Promise<void> {
     const st = this.chainOf(isObject(cp) ? cp.chain : undefined, text, "the checkpoint");
     if (!st) return;
@@ -350,30 +218,6 @@ export class ExportVerifier {
       );
     }
     this.claim(st, { size, hash: verdict.hash, line: n, what: `the checkpoint on line ${n}` });
-  }
-
-  /** Checks a claim now if its entry was read, or when it is. */
-  private claim(st: ChainState, c: Claim): void {
-    if (c.size <= st.head.seq) {
-      this.settle(st, c);
-      return;
-    }
-    if (st.broken) return;
-    const list = st.pending.get(c.size);
-    if (list) list.push(c);
-    else st.pending.set(c.size, [c]);
-  }
-
-  private settle(st: ChainState, c: Claim): void {
-    const actual = st.hashes.at(c.size);
-    if (actual !== c.hash) {
-      const reason = `${c.what} signs entry ${c.size} with hash ${short(c.hash)}, the export's entry ${c.size} has ${short(actual)}: entries up to seq ${c.size} differ from what was signed`;
-      this.problem({ chain: st.name, seq: c.size, line: c.line, reason });
-      st.broken = true;
-      return;
-    }
-    st.checkpoints++;
-    if (c.size > st.anchored) st.anchored = c.size;
   }
 
   /** The report on everything pushed (truncation below a checkpoint is only visible now). Ends the run: later pushes are refused. */
