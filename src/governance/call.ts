@@ -140,10 +140,13 @@ async function executeCall(
     throw e;
   });
 
-  // 11 forward: the leg never throws; the mapping's timeout and (safe effects only) retries apply.
+  // 11 forward: the leg never throws; the mapping's timeout and (safe effects only) retries apply,
+  // and a safe call whose connection was lost before any answer is sent once more.
   const started = deps.clock();
-  const leg = await forwardWithRetry(deps, target, mapping, upstreamRequest(call, target.tool.name, decision), call);
+  const { leg, lostConnection } = await forwardWithRetry(deps, target, mapping, classification, upstreamRequest(call, target.tool.name, decision), call);
   const durationMs = deps.clock() - started;
+  // The outcome says so when the answer (or failure) came from that one extra attempt.
+  const retried = lostConnection === undefined ? undefined : `after one retry: the first attempt's connection was lost (${lostConnection})`;
   if (leg.kind !== "answered") {
     await step("ledger", () =>
       deps.ledger.outcome({
@@ -152,7 +155,7 @@ async function executeCall(
         answer: null,
         durationMs,
         obligationsApplied: [],
-        reason: leg.reason,
+        reason: retried ? `${leg.reason} (${retried})` : leg.reason,
       }),
     );
     if (history.admitted) await deps.history.settle(call.principal.sub, callId, leg.kind === "failed" ? "failed" : "uncertain").catch(() => undefined);
@@ -164,6 +167,7 @@ async function executeCall(
 
   // 13 outcome: durable before the agent sees the result (with where it broke its outputSchema, if it did).
   const status = shaped.ok ? outcomeOf(leg.response) : "failed";
+  const reason = shaped.ok ? (retried ? `answered ${retried}` : undefined) : retried ? `${shaped.refusal.reason} (answered ${retried})` : shaped.refusal.reason;
   const outputProblems = leg.response.result && !leg.response.result.isError ? validateOutput(target, leg.response.result.structuredContent) : [];
   const outcome = await step("ledger", () =>
     deps.ledger.outcome({
@@ -173,7 +177,7 @@ async function executeCall(
       durationMs,
       obligationsApplied: shaped.ok ? shaped.applied : [],
       ...(outputProblems.length ? { outputProblems } : {}),
-      ...(shaped.ok ? {} : { reason: shaped.refusal.reason }),
+      ...(reason !== undefined ? { reason } : {}),
     }),
   );
   // A success matters to history queries (`succeeded`), not to budgets, which count every admitted call.
@@ -220,22 +224,40 @@ async function overBudget(deps: GovernanceDeps, call: ToolCall, limits: { grantC
   return null;
 }
 
-/** The leg with the mapping's timeout; failures of read_only / idempotent tools retried with exponential backoff. */
+/**
+ * The leg with the mapping's timeout. Failures of read_only / idempotent tools whose mapping sets
+ * `retry` are retried with exponential backoff, exactly as the mapping says. Otherwise, a call whose
+ * classification effect is read_only or idempotent and whose leg failed with `connection` (fetch
+ * failed before any response header: typically a pooled keep-alive connection the upstream closed
+ * while idle) is sent once more at once, as HTTP clients do for idempotent requests (RFC 9110
+ * §9.2.2); `lostConnection` then names the first attempt's failure. A tool of any other effect
+ * (reversible — a write —, irreversible, or the conservative default) is never retried this way,
+ * nor is an auth failure, nor a call the mapping's retries already sent again.
+ * Every attempt goes through `deps.upstream.call`, which re-checks the kill switch before sending.
+ */
 async function forwardWithRetry(
   deps: GovernanceDeps,
   target: Target,
   mapping: ToolMapping | undefined,
+  classification: Classification,
   request: JsonRpcRequest,
   call: ToolCall,
-): Promise<LegResult> {
+): Promise<{ leg: LegResult; lostConnection?: string }> {
   const t = mapping?.timeoutMs ? { ...target, upstream: { ...target.upstream, timeoutMs: mapping.timeoutMs } } : target;
   const retryable = mapping?.retry && (mapping.effect === "read_only" || mapping.effect === "idempotent") ? mapping.retry : null;
   let leg = await deps.upstream.call(t, request, call);
+  let retries = 0;
   for (let attempt = 1; retryable && attempt <= retryable.attempts && leg.kind !== "answered" && !(leg.kind === "failed" && leg.auth); attempt++) {
     await new Promise((r) => setTimeout(r, Math.min(retryable.backoffMs * 2 ** (attempt - 1), 30_000)));
     leg = await deps.upstream.call(t, request, call);
+    retries++;
   }
-  return leg;
+  const safe = classification.effect === "read_only" || classification.effect === "idempotent";
+  if (retries === 0 && safe && leg.kind === "failed" && leg.connection && !leg.auth) {
+    const lostConnection = leg.reason;
+    return { leg: await deps.upstream.call(t, request, call), lostConnection };
+  }
+  return { leg };
 }
 
 /** A request that reaches a tool without naming one: tasks/* delivering a result, or an unknown method forwarded verbatim. */

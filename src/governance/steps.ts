@@ -331,13 +331,24 @@ export const NO_LEDGER: LedgerWriter = { decision: async () => null, outcome: as
 
 /**
  * What the upstream leg reports; it never throws. `answered`: the upstream sent a response (a
- * result, an isError result or a JSON-RPC error). `failed`: the call certainly did not run
- * (refused by egress, unreachable, credential refused — `auth`). `uncertain`: it may have run
- * (timed out, the stream closed before the response).
+ * result, an isError result or a JSON-RPC error). `failed`: the upstream gave no answer and, as far
+ * as the gateway can tell, did not run it (refused by egress, unreachable, credential refused —
+ * `auth`; with `connection`, the connection failed before any response header, which for a request
+ * already written may still have reached the upstream: only safe effects are sent again).
+ * `uncertain`: it may have run (timed out, the stream closed before the response).
  */
 export type LegResult =
   | { kind: "answered"; response: JsonRpcResponse; status: number }
-  | { kind: "failed"; reason: string; auth: boolean }
+  | {
+      kind: "failed";
+      reason: string;
+      auth: boolean;
+      /**
+       * The request got no answer because the connection failed before any response header — it
+       * may have been refused, reset, or lost (a pooled keep-alive connection the upstream closed).
+       */
+      connection?: true;
+    }
   | { kind: "uncertain"; reason: string };
 
 export interface UpstreamLeg {

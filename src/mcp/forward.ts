@@ -23,7 +23,16 @@ import {
 import { noteNotification } from "./catalog-store.ts";
 import { exposeUri } from "./names.ts";
 import type { LegResult } from "../governance/steps.ts";
-import { answers, requestUpstream, UpstreamAuthError, UpstreamError, UpstreamSessionGone, UpstreamUncertain, upstreamRequestId } from "./upstream.ts";
+import {
+  answers,
+  requestUpstream,
+  UpstreamAuthError,
+  UpstreamConnectionLost,
+  UpstreamError,
+  UpstreamSessionGone,
+  UpstreamUncertain,
+  upstreamRequestId,
+} from "./upstream.ts";
 import type { Leg } from "../../durable-objects/records.ts";
 import { META } from "./versions.ts";
 
@@ -59,6 +68,7 @@ export async function callLeg(ctx: CallContext, up: UpstreamConfig, msg: JsonRpc
     if (e instanceof LegUnavailable) return { kind: "failed", reason: e.message, auth: false };
     if (e instanceof UpstreamAuthError) return { kind: "failed", reason: e.message, auth: true };
     if (e instanceof UpstreamUncertain) return { kind: "uncertain", reason: e.message };
+    if (e instanceof UpstreamConnectionLost) return { kind: "failed", reason: e.message, auth: false, connection: true };
     if (e instanceof UpstreamError) return { kind: "failed", reason: e.message, auth: false };
     console.error("portcullis: internal error on the upstream leg", (e as Error)?.stack ?? String(e));
     return { kind: "uncertain", reason: `Internal error in Portcullis while talking to upstream ${up.name}` };

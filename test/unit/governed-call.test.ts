@@ -298,6 +298,119 @@ describe("governToolCall", () => {
       expect(f.seen).toHaveLength(1);
     });
 
+    describe("one retry after a lost connection (no mapping retry needed)", () => {
+      const lost: LegResult = { kind: "failed", reason: "upstream alpha: unreachable (Network connection lost.)", auth: false, connection: true };
+      /** A leg that fails the first `failures` attempts with `fail`, then answers "ok". */
+      const seq = (failures: number, fail: LegResult = lost) => {
+        let n = 0;
+        return async (): Promise<LegResult> => (++n <= failures ? fail : answered({ content: [{ type: "text", text: "ok" }] }));
+      };
+      /** The fakes, with every outcome record's status and reason kept. */
+      const recording = (leg: () => Promise<LegResult>, m: Partial<ToolMapping>) => {
+        const outcomes: { status: string; reason: string | undefined }[] = [];
+        const f = fakes(leg, { mappings: mapped(m) });
+        const outcome = f.deps.ledger.outcome;
+        f.deps.ledger = {
+          ...f.deps.ledger,
+          outcome: async (r) => {
+            outcomes.push({ status: r.status, reason: r.reason });
+            return outcome(r);
+          },
+        };
+        return { ...f, outcomes };
+      };
+
+      it("a read_only or idempotent tool is sent once more at once; the agent gets the answer and the outcome says it was retried", async () => {
+        for (const effect of ["read_only", "idempotent"] as const) {
+          const f = recording(seq(1), { effect });
+          const a = await governToolCall(f.deps, call("alpha__do_it"));
+          expect(text(a), effect).toBe("ok");
+          expect(f.seen, effect).toHaveLength(2);
+          expect(f.events, effect).toEqual(["kill_switch", "decide", "write_ahead", "forward", "forward", "outcome:succeeded"]);
+          expect(f.outcomes).toEqual([
+            {
+              status: "succeeded",
+              reason: "answered after one retry: the first attempt's connection was lost (upstream alpha: unreachable (Network connection lost.))",
+            },
+          ]);
+        }
+      });
+
+      it("a write (reversible) or irreversible tool is never retried: one call, a failed answer naming the upstream", async () => {
+        for (const effect of ["reversible", "irreversible"] as const) {
+          const f = recording(seq(1), { effect });
+          const a = await governToolCall(f.deps, call("alpha__do_it"));
+          expect(f.seen, effect).toHaveLength(1);
+          expect(a.response.error?.code, effect).toBe(-32603);
+          expect(a.response.error?.message, effect).toContain("upstream alpha: unreachable");
+          expect(f.outcomes, effect).toEqual([{ status: "failed", reason: "upstream alpha: unreachable (Network connection lost.)" }]);
+        }
+      });
+
+      it("the classification decides, mapped or not: an unmapped read (heuristic) is retried, the conservative default never", async () => {
+        const f = fakes(seq(1));
+        const a = await governToolCall(f.deps, call("alpha__do_it"));
+        expect(f.seen).toHaveLength(1);
+        expect(a.response.error?.message).toContain("unreachable");
+        const g = fakes(seq(1));
+        expect(text(await governToolCall(g.deps, call("alpha__get_report")))).toBe("ok");
+        expect(g.seen).toHaveLength(2);
+      });
+
+      it("a failure that is not a lost connection (an HTTP 500) is not retried", async () => {
+        const f = recording(seq(1, { kind: "failed", reason: "upstream alpha: refused a message (HTTP 500)", auth: false }), { effect: "read_only" });
+        const a = await governToolCall(f.deps, call("alpha__do_it"));
+        expect(f.seen).toHaveLength(1);
+        expect(a.response.error?.message).toContain("HTTP 500");
+        expect(f.outcomes).toEqual([{ status: "failed", reason: "upstream alpha: refused a message (HTTP 500)" }]);
+      });
+
+      it("an uncertain leg (the request may have run) is not retried", async () => {
+        const f = recording(seq(1, { kind: "uncertain", reason: "upstream alpha: the connection was lost while the answer was read" }), {
+          effect: "read_only",
+        });
+        await governToolCall(f.deps, call("alpha__do_it"));
+        expect(f.seen).toHaveLength(1);
+        expect(f.outcomes[0]!.status).toBe("uncertain");
+      });
+
+      it("lost twice: the call fails after exactly two attempts, and the outcome says the second was a retry", async () => {
+        const f = recording(seq(5), { effect: "read_only" });
+        const a = await governToolCall(f.deps, call("alpha__do_it"));
+        expect(f.seen).toHaveLength(2);
+        expect(a.response.error?.message).toContain("unreachable (Network connection lost.)");
+        expect(f.events.filter((e) => e === "write_ahead")).toHaveLength(1);
+        expect(f.outcomes).toHaveLength(1);
+        expect(f.outcomes[0]!.status).toBe("failed");
+        expect(f.outcomes[0]!.reason).toMatch(
+          /^upstream alpha: unreachable \(Network connection lost\.\) \(after one retry: the first attempt's connection was lost/,
+        );
+      });
+
+      it("a mapping retry keeps its behaviour exactly: attempts 2 and the connection lost every time is 3 calls, no extra one", async () => {
+        const f = recording(seq(10), { effect: "read_only", retry: { attempts: 2, backoffMs: 1 } });
+        await governToolCall(f.deps, call("alpha__do_it"));
+        expect(f.seen).toHaveLength(3);
+        expect(f.outcomes).toEqual([{ status: "failed", reason: lost.kind === "failed" ? lost.reason : "" }]);
+        const g = recording(seq(1), { effect: "read_only", retry: { attempts: 2, backoffMs: 1 } });
+        expect(text(await governToolCall(g.deps, call("alpha__do_it")))).toBe("ok");
+        expect(g.seen).toHaveLength(2);
+        expect(g.outcomes).toEqual([{ status: "succeeded", reason: undefined }]);
+      });
+
+      it("an auth failure is never retried, even flagged as a connection failure", async () => {
+        const f = recording(seq(1, { kind: "failed", reason: "upstream alpha: refused the gateway's brokered credential (HTTP 401)", auth: true }), {
+          effect: "read_only",
+        });
+        const a = await governToolCall(f.deps, call("alpha__do_it"));
+        expect(f.seen).toHaveLength(1);
+        expect(a.response.result?.isError).toBe(true);
+        const g = recording(seq(1, { ...lost, auth: true }), { effect: "read_only", retry: { attempts: 2, backoffMs: 1 } });
+        await governToolCall(g.deps, call("alpha__do_it"));
+        expect(g.seen).toHaveLength(1);
+      });
+    });
+
     it("the mapping's timeout replaces the upstream's for this call only", async () => {
       const timeouts: number[] = [];
       const f = fakes(answered({ content: [] }), {
