@@ -20,7 +20,7 @@
  * outcome `succeeded`, no `blocked` entry), and the export is verified offline with
  * `portcullis ledger verify --file … --key …` against the gateway's JWKS, as an auditor would.
  * Exits 1 if any check fails, or if an era answered under 95% of its planned rate. Sizes from
- * the environment: LOAD_SECONDS (default 60), LOAD_RATE (calls/s over both eras, default 40),
+ * the environment: LOAD_SECONDS (default 60), LOAD_RATE (calls/s over both eras, default 120),
  * LOAD_LEGACY_SESSIONS (default 32), LOAD_LEGACY_CONNECTIONS and LOAD_MODERN_STREAMS (default 20
  * each; each era's rate must be a multiple of its connections). Bounded: a fixed number of
  * calls, every request with a timeout, the run
@@ -38,7 +38,7 @@ import { bundled, enforceConfig, freePort, mint, openSession, root, rpcMessage, 
 import { rssOf, serveBuilt } from "./miniflare.mjs";
 
 const SECONDS = Number(process.env.LOAD_SECONDS ?? 60);
-const RATE = Number(process.env.LOAD_RATE ?? 40);
+const RATE = Number(process.env.LOAD_RATE ?? 120);
 const LEGACY = Number(process.env.LOAD_LEGACY_SESSIONS ?? 32);
 /** Concurrent connections per era: the legacy ones share the sessions round-robin; each modern one is a stream of stateless calls. */
 const CONNECTIONS = { legacy: Number(process.env.LOAD_LEGACY_CONNECTIONS ?? 20), modern: Number(process.env.LOAD_MODERN_STREAMS ?? 20) };
