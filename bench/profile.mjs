@@ -208,6 +208,7 @@ async function main() {
       console.log(
         `${k.slice(0, 66).padEnd(66)} ${v.toFixed(0).padStart(8)} ${(v / CALLS).toFixed(3).padStart(9)} ${((100 * v) / busy).toFixed(1).padStart(10)}`,
       );
+    printSteps(charged, busy);
     console.log("\nself time by function (top 40)                                                               ms   ms/call   % of busy");
     for (const [k, v] of top(byFunction, 41))
       if (!k.startsWith("(idle)"))
@@ -219,6 +220,67 @@ async function main() {
     await stopGroups(procs);
     for (const d of dirs) rmSync(d, { recursive: true, force: true });
   }
+}
+
+/**
+ * The request path of DESIGN.md, step by step: which bundled modules do each step's work. Ordered:
+ * the first pattern a module matches names its step. What matches none is listed by name under
+ * "other", so every millisecond of the charged table is in exactly one row.
+ */
+const STEPS = [
+  [
+    "1 edge checks (Hono, body cap, JSON-RPC shape, hosts, routes)",
+    /node_modules\/hono|src\/wire\/(body|http|jsonrpc|hosts|headers)\.ts|src\/routes\/|src\/mcp\/edge\.ts|src\/index\.ts/,
+  ],
+  ["2 identity (grant signature, claims, revocation cache)", /src\/identity\/|node_modules\/jose/],
+  ["5 kill switch (isolate cache, KillSwitchDO, in-flight watch)", /killswitch/],
+  ["9 hold (HoldsDO, holds service)", /hold/],
+  ["8 history (HistoryDO, rate limits)", /histor/],
+  [
+    "10+13 ledger: decision and outcome (Worker batching, LedgerDO commit, D1 flush)",
+    /ledger|node_modules\/canonicalize|src\/wire\/canonical\.ts|@noble\/hashes/,
+  ],
+  [
+    "3 route (legacy: SessionDO, session legs; modern: per request)",
+    /src\/mcp\/(legacy|modern|context|dispatch|legs|streams|live-config|grant-watch)\.ts|durable-objects\/(session|sse)\.ts/,
+  ],
+  ["4 resolve (tool catalog)", /src\/mcp\/(catalog|catalog-store|aggregate|names)\.ts|src\/governance\/catalog\.ts/],
+  [
+    "6-8 classify, validate, decide (policy, CEL, JSON Schema)",
+    /src\/governance\/(classify|validate|policy|policy-cel|policy-compile|engine|call-decide|grant-scope|steps)\.ts|cel-js|json-schema|src\/config\//,
+  ],
+  ["12 obligations", /obligations/],
+  [
+    "11 forward (egress rules, credentials, upstream HTTP and SSE)",
+    /src\/egress\/|src\/mcp\/(upstream|upstream-http|forward|relay)\.ts|src\/wire\/(sse|bounded)\.ts/,
+  ],
+  ["14 answer (call orchestration, answer shapes, JSON/SSE response)", /src\/mcp\/respond\.ts|src\/governance\/call(-answers)?\.ts/],
+  ["runtime (V8 program, GC, natives with no bundled caller, bundle prelude)", /^\(/],
+];
+
+function printSteps(charged, busy) {
+  const rows = new Map(STEPS.map(([name]) => [name, 0]));
+  const other = new Map();
+  for (const [mod, ms] of charged) {
+    const step = STEPS.find(([, re]) => re.test(mod));
+    if (step) rows.set(step[0], rows.get(step[0]) + ms);
+    else other.set(mod, ms);
+  }
+  console.log(
+    "\nthe charged time by step of the request path (DESIGN.md), modules matched in the order bench/profile.mjs STEPS lists      ms   ms/call   % of busy",
+  );
+  const line = (k, v) =>
+    console.log(`${k.slice(0, 84).padEnd(84)} ${v.toFixed(0).padStart(8)} ${(v / CALLS).toFixed(3).padStart(9)} ${((100 * v) / busy).toFixed(1).padStart(10)}`);
+  for (const [k, v] of [...rows].sort((a, b) => b[1] - a[1])) line(k, v);
+  const otherMs = [...other.values()].reduce((a, b) => a + b, 0);
+  line("other", otherMs);
+  if (other.size)
+    console.log(
+      `  other: ${[...other]
+        .sort((a, b) => b[1] - a[1])
+        .map(([m, ms]) => `${m} ${(ms / CALLS).toFixed(3)}`)
+        .join(", ")}`,
+    );
 }
 
 await main();
