@@ -57,6 +57,8 @@ export interface SessionApi {
   claimRun(principal: string, id: string, ttlS: number): Promise<boolean>;
   getLeg(principal: string): Promise<UpstreamLegRecord | null>;
   putLeg(principal: string, rec: UpstreamLegRecord): Promise<boolean>;
+  /** Stores `rec` unless a live leg is kept already: the kept leg and whether it is `rec`; null when another principal's or unreadable. */
+  keepLeg(principal: string, rec: UpstreamLegRecord): Promise<{ rec: UpstreamLegRecord; stored: boolean } | null>;
   open(principal: string): Promise<SessionRecord | null>;
   /** Opens, and records that client request `downId` went to `upstream` under (gateway-made) id `upId` there. */
   begin(principal: string, downId: string | null, upstream: string | null, upId?: string | null): Promise<SessionRecord | null>;

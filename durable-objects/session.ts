@@ -190,6 +190,23 @@ export class SessionDO extends DurableObject {
     return leg.rec;
   }
 
+  /**
+   * The first leg stored wins: when two requests (of this isolate or others) open the principal's
+   * upstream session at once, the later one gets the kept leg back (and closes its own upstream
+   * session), so every request of the principal uses one session. An idle-expired leg counts as
+   * none. A renewal (the upstream forgot the session) replaces it through putLeg instead.
+   */
+  async keepLeg(principal: string, rec: UpstreamLegRecord): Promise<{ rec: UpstreamLegRecord; stored: boolean } | null> {
+    const leg = this.read<StoredLeg>("leg", STORED_LEG_VERSION);
+    if (leg === FOREIGN || (leg && leg.principal !== principal)) return null;
+    const now = Date.now();
+    if (leg && !(leg.touchedAt !== undefined && now - leg.touchedAt > LEG_IDLE_MS)) return { rec: leg.rec, stored: false };
+    this.ensureSchema();
+    this.saveLeg({ v: STORED_LEG_VERSION, principal, rec, touchedAt: now });
+    await this.arm(now + LEG_IDLE_MS);
+    return { rec, stored: true };
+  }
+
   async putLeg(principal: string, rec: UpstreamLegRecord): Promise<boolean> {
     const leg = this.read<StoredLeg>("leg", STORED_LEG_VERSION);
     if (leg === FOREIGN || (leg && leg.principal !== principal)) return false;

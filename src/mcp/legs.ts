@@ -138,18 +138,21 @@ function keepModernLeg(key: string, leg: ModernClientLeg): void {
 interface LegStore {
   get(): Promise<UpstreamLegRecord | null>;
   put(rec: UpstreamLegRecord): Promise<boolean>;
+  /** Stores `rec` unless a live leg is kept already (SessionDO.keepLeg): the kept leg and whether it is `rec`. */
+  keep(rec: UpstreamLegRecord): Promise<{ rec: UpstreamLegRecord; stored: boolean } | null>;
 }
 
 function legStore(env: Env, principal: string, up: UpstreamConfig): LegStore {
   // Addressed lazily: most requests reach modern upstreams and never touch it.
   const s = () => legObject(env, principal, up.name, up.url);
-  return { get: () => s().getLeg(principal), put: (rec) => s().putLeg(principal, rec) };
+  return { get: () => s().getLeg(principal), put: (rec) => s().putLeg(principal, rec), keep: (rec) => s().keepLeg(principal, rec) };
 }
 
 /**
  * The leg a 2026-07-28 client uses: pass-through for modern upstreams; for legacy-only upstreams
  * one upstream session per (principal, upstream), kept in SessionDO (`store`) so every isolate
- * shares it, cached per isolate, and renewed on expiry. Such a session declares no client
+ * shares it, cached per isolate, and renewed on expiry. Two requests that open it at once (no
+ * in-flight promise is shared) keep the first stored (SessionDO.keepLeg); the other closes its own. Such a session declares no client
  * capabilities: a modern client cannot take server→client requests.
  */
 export async function modernClientLeg(up: UpstreamConfig, principal: string, renew = false, store?: LegStore): Promise<UpstreamLegRecord> {
@@ -169,8 +172,19 @@ export async function modernClientLeg(up: UpstreamConfig, principal: string, ren
     keepModernLeg(key, { rec: kept, at });
     return kept;
   }
-  const rec = await openLegacyClientLeg(up, LATEST_LEGACY, {});
-  if (rec.leg) await store?.put(rec).catch(() => false);
+  const opened = await openLegacyClientLeg(up, LATEST_LEGACY, {});
+  let rec = opened;
+  if (opened.leg && store) {
+    // A renewal replaces the forgotten session; a first opening keeps the leg another request stored first (and closes its own).
+    if (renew) await store.put(opened).catch(() => false);
+    else {
+      const kept = await store.keep(opened).catch(() => null);
+      if (kept && !kept.stored && kept.rec.leg) {
+        await closeLegacyLeg(up, opened.leg);
+        rec = kept.rec;
+      }
+    }
+  }
   keepModernLeg(key, { rec, at });
   return rec;
 }

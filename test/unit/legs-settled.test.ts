@@ -28,7 +28,7 @@ beforeEach(() => {
   seen = [];
   vi.spyOn(globalThis, "fetch").mockImplementation(async (_input, init) => {
     const body = JSON.parse(String(init?.body ?? "{}")) as JsonRpcRequest;
-    seen.push(body.method);
+    seen.push(init?.method === "DELETE" ? "DELETE" : body.method);
     if (body.method === "server/discover") return new Response("not found", { status: 404 });
     if (body.method === "initialize") {
       const result = { protocolVersion: "2025-11-25", capabilities: { tools: {} }, serverInfo: { name: "old", version: "1" } };
@@ -47,7 +47,11 @@ const kept: UpstreamLegRecord = { leg: { era: "legacy", protocolVersion: "2025-1
 describe("modernClientLeg", () => {
   it("a store read that never settles holds up no other request; the settled leg is then served without the store", async () => {
     const up = legacyOnly();
-    const never = { get: () => new Promise<UpstreamLegRecord | null>(() => undefined), put: async () => true };
+    const never = {
+      get: () => new Promise<UpstreamLegRecord | null>(() => undefined),
+      put: async () => true,
+      keep: async (rec: UpstreamLegRecord) => ({ rec, stored: true }),
+    };
     void modernClientLeg(up, "agent:a", false, never);
     let reads = 0;
     const store = {
@@ -56,6 +60,7 @@ describe("modernClientLeg", () => {
         return kept;
       },
       put: async () => true,
+      keep: async (rec: UpstreamLegRecord) => ({ rec, stored: true }),
     };
     const got = await within(modernClientLeg(up, "agent:a", false, store));
     expect(got).toEqual(kept);
@@ -69,7 +74,11 @@ describe("modernClientLeg", () => {
   it("renew ignores the store and the cached leg, opens a new upstream session and keeps it", async () => {
     const up = legacyOnly();
     const puts: UpstreamLegRecord[] = [];
-    const store = { get: async () => kept, put: async (r: UpstreamLegRecord) => puts.push(r) > 0 };
+    const store = {
+      get: async () => kept,
+      put: async (r: UpstreamLegRecord) => puts.push(r) > 0,
+      keep: async (rec: UpstreamLegRecord) => ({ rec, stored: false }),
+    };
     expect(await modernClientLeg(up, "agent:b", false, store)).toEqual(kept);
     const renewed = await modernClientLeg(up, "agent:b", true, store);
     expect(renewed.leg?.era).toBe("legacy");
@@ -77,6 +86,29 @@ describe("modernClientLeg", () => {
     expect(puts).toEqual([renewed]);
     expect(await modernClientLeg(up, "agent:b", false, store)).toBe(renewed);
     expect(seen.filter((m) => m === "initialize").length).toBe(1);
+  });
+});
+
+describe("modernClientLeg, two first openings at once", () => {
+  it("both requests end on the leg stored first; the other upstream session is closed (one session per principal and upstream)", async () => {
+    const up = legacyOnly();
+    let stored: UpstreamLegRecord | null = null;
+    const store = {
+      get: async () => null,
+      put: async () => true,
+      // As SessionDO.keepLeg: the first leg stored wins.
+      keep: async (rec: UpstreamLegRecord) => {
+        if (stored) return { rec: stored, stored: false };
+        stored = rec;
+        return { rec, stored: true };
+      },
+    };
+    const [a, b] = await Promise.all([modernClientLeg(up, "agent:c", false, store), modernClientLeg(up, "agent:c", false, store)]);
+    expect(a).toEqual(stored);
+    expect(b).toEqual(stored);
+    expect(seen.filter((m) => m === "initialize").length).toBe(2);
+    expect(seen.filter((m) => m === "DELETE").length).toBe(1);
+    expect(await modernClientLeg(up, "agent:c", false, store)).toEqual(stored);
   });
 });
 

@@ -80,6 +80,14 @@ describe("SessionDO", () => {
     expect(await api.getLeg("agent:a")).toEqual(rec);
     expect(await api.getLeg("agent:b")).toBeNull();
     expect(await api.putLeg("agent:b", rec)).toBe(false);
+    // keepLeg: the leg kept first wins; another principal's object is never one's own.
+    const other = { ...rec, instructions: "another opening" } as typeof rec;
+    expect(await api.keepLeg("agent:a", other)).toEqual({ rec, stored: false });
+    expect(await api.getLeg("agent:a")).toEqual(rec);
+    expect(await api.keepLeg("agent:b", other)).toBeNull();
+    const fresh = stub("leg:agent:k").api;
+    expect(await fresh.keepLeg("agent:k", other)).toEqual({ rec: other, stored: true });
+    expect(await fresh.getLeg("agent:k")).toEqual(other);
   });
 
   it("hands a bridged answer to its waiter", async () => {
