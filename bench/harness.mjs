@@ -8,9 +8,10 @@
  * developer's .portcullis key or .dev.vars, listen off loopback, or leave a process running.
  */
 import { execFileSync } from "node:child_process";
-import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { Agent, request } from "node:http";
 import { createServer } from "node:net";
+import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
@@ -218,6 +219,17 @@ export function otherToolRules(n) {
   return rules;
 }
 
+/** `n` static allow rules for the ops team's pay tools, each with its own mask obligation (ids `<prefix>-<i>`). */
+export function opsPayRules(n, prefix) {
+  return Array.from({ length: n }, (_, i) => ({
+    id: `${prefix}-${i}`,
+    match: { tool: "pay__*", team: "ops", role: "agent" },
+    decision: "allow",
+    reason: "ops may pay",
+    obligations: [`mask:field${i}`],
+  }));
+}
+
 /**
  * 50 policy rules as an operator would write them (the typical mix of bench/policy.mjs, aimed
  * at this gateway's tool): most about other tools, so they are matched and skipped; static rules
@@ -226,15 +238,7 @@ export function otherToolRules(n) {
  * No rule denies or holds test_simple_text: every call is allowed, by rule "bench-allow".
  */
 export function fiftyRules() {
-  const rules = otherToolRules(30);
-  for (let i = 0; i < 6; i++)
-    rules.push({
-      id: `pay-${i}`,
-      match: { tool: "pay__*", team: "ops", role: "agent" },
-      decision: "allow",
-      reason: "ops may pay",
-      obligations: [`mask:field${i}`],
-    });
+  const rules = [...otherToolRules(30), ...opsPayRules(6, "pay")];
   for (let i = 0; i < 6; i++)
     rules.push({
       id: `cel-${i}`,
@@ -335,4 +339,24 @@ export function stateLocation(dir) {
     // not Linux: the type stays unknown
   }
   return `${dir} (${best.type}${best.type === "tmpfs" ? ": in memory, commits wait for no fsync" : ", commits wait for the disk's fsync"})`;
+}
+
+/** On SIGINT or SIGTERM: `stopAll`, then exit with the signal's conventional code (130, 143). */
+export function stopOnSignals(stopAll) {
+  for (const [sig, code] of [
+    ["SIGINT", 130],
+    ["SIGTERM", 143],
+  ])
+    process.once(sig, () => {
+      void stopAll().finally(() => process.exit(code));
+    });
+}
+
+/** A maker of throwaway directories under the OS temp directory, each pushed onto `dirs` (for the caller to remove). */
+export function tempDirMaker(dirs) {
+  return (prefix) => {
+    const d = mkdtempSync(join(tmpdir(), prefix));
+    dirs.push(d);
+    return d;
+  };
 }

@@ -29,12 +29,26 @@
  * latency; prints it.
  */
 import { execFileSync, spawn } from "node:child_process";
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { rmSync, writeFileSync } from "node:fs";
 import { cpus, loadavg, tmpdir, totalmem } from "node:os";
 import { join } from "node:path";
 import autocannon from "autocannon";
 import { devSigningKey, gatewayOrigin } from "../bin/portcullis.mjs";
-import { bundled, enforceConfig, freePort, mint, openSession, root, rpcMessage, sleep, stateLocation, stopGroups, waitHttp } from "./harness.mjs";
+import {
+  bundled,
+  enforceConfig,
+  freePort,
+  mint,
+  openSession,
+  root,
+  rpcMessage,
+  sleep,
+  stateLocation,
+  stopGroups,
+  stopOnSignals,
+  tempDirMaker,
+  waitHttp,
+} from "./harness.mjs";
 import { rssOf, serveBuilt } from "./miniflare.mjs";
 
 const SECONDS = Number(process.env.LOAD_SECONDS ?? 60);
@@ -198,18 +212,8 @@ async function main() {
     killPids();
     removeDirs();
   });
-  for (const [sig, code] of [
-    ["SIGINT", 130],
-    ["SIGTERM", 143],
-  ])
-    process.once(sig, () => {
-      void stopAll().finally(() => process.exit(code));
-    });
-  const tmp = (prefix) => {
-    const d = mkdtempSync(join(tmpdir(), prefix));
-    dirs.push(d);
-    return d;
-  };
+  stopOnSignals(stopAll);
+  const tmp = tempDirMaker(dirs);
   const failures = [];
   try {
     const load0 = loadavg()[0];

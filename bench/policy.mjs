@@ -18,7 +18,7 @@
 import { realpathSync } from "node:fs";
 import { resolve } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
-import { otherToolRules } from "./harness.mjs";
+import { opsPayRules, otherToolRules } from "./harness.mjs";
 
 const root = resolve(fileURLToPath(import.meta.url), "../..");
 const { parsePolicy } = await import(resolve(root, "src/config/policy-schema.ts"));
@@ -44,15 +44,7 @@ function codegenRefused() {
 
 /** 50 rules as an operator would write them: most about other tools, some static, some CEL, history, a window, a magnitude. */
 function typicalRules() {
-  const rules = otherToolRules(30);
-  for (let i = 0; i < 8; i++)
-    rules.push({
-      id: `static-${i}`,
-      match: { tool: "pay__*", team: "ops", role: "agent" },
-      decision: "allow",
-      reason: "ops may pay",
-      obligations: [`mask:field${i}`],
-    });
+  const rules = [...otherToolRules(30), ...opsPayRules(8, "static")];
   for (let i = 0; i < 6; i++)
     rules.push({
       id: `cel-${i}`,

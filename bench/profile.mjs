@@ -14,11 +14,10 @@
  * asserts nothing; every process stopped at the end. Bench only, never deployed.
  */
 import { spawn } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { devSigningKey, gatewayOrigin } from "../bin/portcullis.mjs";
-import { bundled, enforceConfig, freePort, mint, openSession, post, root, sleep, stopGroups, waitHttp } from "./harness.mjs";
+import { bundled, enforceConfig, freePort, mint, openSession, post, root, sleep, stopGroups, tempDirMaker, waitHttp } from "./harness.mjs";
 import { cpuMsOf, serveBuilt } from "./miniflare.mjs";
 
 const CALLS = Number(process.env.PROFILE_CALLS ?? 400);
@@ -81,11 +80,7 @@ async function main() {
   const procs = [];
   const dirs = [];
   let mf = null;
-  const tmp = (p) => {
-    const d = mkdtempSync(join(tmpdir(), p));
-    dirs.push(d);
-    return d;
-  };
+  const tmp = tempDirMaker(dirs);
   try {
     const keyFile = join(tmp("bench-prof-key-"), "k.json");
     const signingKey = await devSigningKey(keyFile);

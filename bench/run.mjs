@@ -27,7 +27,7 @@
  * Miniflare instances disposed, their workerd killed at exit), on Ctrl-C/SIGTERM as well.
  */
 import { execFileSync, spawn } from "node:child_process";
-import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from "node:fs";
+import { readdirSync, readFileSync, rmSync, statSync } from "node:fs";
 import { cpus, loadavg, tmpdir, totalmem } from "node:os";
 import { join } from "node:path";
 import { gzipSync } from "node:zlib";
@@ -46,6 +46,8 @@ import {
   sleep,
   stateLocation,
   stopGroups,
+  stopOnSignals,
+  tempDirMaker,
   WORKER_ENV,
   waitHttp,
   wrangler,
@@ -486,18 +488,8 @@ async function main() {
     for (const pid of mfPids) killPid(pid);
     removeDirs();
   });
-  for (const [sig, code] of [
-    ["SIGINT", 130],
-    ["SIGTERM", 143],
-  ])
-    process.once(sig, () => {
-      void stopAll().finally(() => process.exit(code));
-    });
-  const tmp = (prefix) => {
-    const d = mkdtempSync(join(tmpdir(), prefix));
-    dirs.push(d);
-    return d;
-  };
+  stopOnSignals(stopAll);
+  const tmp = tempDirMaker(dirs);
   /** Serves a built Worker on Miniflare; answers its URL, startup times and workerd pids (first answer: GET `probe`). */
   const serve = async (built, { name, vars, probe = "/" }) => {
     const port = await freePort();

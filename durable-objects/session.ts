@@ -23,54 +23,17 @@ import {
   type StoredLeg,
   type UpstreamLegRecord,
 } from "./records.ts";
+import { addColumn, appendEventRows, FOREIGN, parseRecord, pruneBufferRows, readable, readEventRows, SESSION_SCHEMA } from "./session-rows.ts";
+
+export { SESSION_SCHEMA } from "./session-rows.ts";
 
 /** The protocol version claimRun writes: what marks a run's record (legacy sessions are only created at legacy versions). */
 const RUN_VERSION = "2026-07-28";
-/** A record of a version this code does not know (a newer release wrote it). */
-const FOREIGN = Symbol("foreign record");
 /** How often the alarm looks again at a foreign record (it neither reads nor deletes it). */
 const FOREIGN_RETRY_MS = 86_400_000;
 /** Idle timestamps are persisted at most this often. */
 const TOUCH_MS = 60_000;
 const LEG_IDLE_MS = LEG_IDLE_TTL_S * 1000;
-
-/** A version this code reads: its own, or none (records written before versioning have the v1 shape). */
-function readable(v: unknown, current: number): boolean {
-  return v === undefined || v === current;
-}
-
-/** A stored record's text parsed: FOREIGN when it is not JSON or not an object. */
-function parseRecord(text: string): { v?: unknown } | typeof FOREIGN {
-  try {
-    const rec = JSON.parse(text) as unknown;
-    return rec !== null && typeof rec === "object" ? (rec as { v?: unknown }) : FOREIGN;
-  } catch {
-    return FOREIGN;
-  }
-}
-
-/** Adds a column a table gained after it first shipped (CREATE TABLE IF NOT EXISTS leaves old tables as they were). */
-function addColumn(sql: SqlStorage, table: string, column: string, decl: string, backfill: number | null): void {
-  if (
-    sql
-      .exec<{ name: string }>(`PRAGMA table_info(${table})`)
-      .toArray()
-      .some((c) => c.name === column)
-  )
-    return;
-  sql.exec(`ALTER TABLE ${table} ADD COLUMN ${column} ${decl}`);
-  sql.exec(`UPDATE ${table} SET ${column} = ?`, backfill);
-}
-
-/** Every table of the object. Created by the first write that stores a record (ensureSchema), never by a read. */
-export const SESSION_SCHEMA = `
-  CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v TEXT NOT NULL);
-  CREATE TABLE IF NOT EXISTS events (stream TEXT NOT NULL, seq INTEGER NOT NULL, data TEXT NOT NULL, PRIMARY KEY (stream, seq));
-  CREATE TABLE IF NOT EXISTS streams (stream TEXT PRIMARY KEY, done INTEGER NOT NULL DEFAULT 0, at INTEGER NOT NULL DEFAULT 0);
-  CREATE TABLE IF NOT EXISTS idmap (down_id TEXT PRIMARY KEY, upstream TEXT NOT NULL, at INTEGER NOT NULL, up_id TEXT);
-  CREATE TABLE IF NOT EXISTS pending (id TEXT PRIMARY KEY, upstream TEXT NOT NULL, up_id TEXT NOT NULL, at INTEGER NOT NULL);
-  CREATE TABLE IF NOT EXISTS answers (id TEXT PRIMARY KEY, msg TEXT NOT NULL, at INTEGER NOT NULL DEFAULT 0);
-`;
 
 export class SessionDO extends DurableObject {
   private sql: SqlStorage;
@@ -359,25 +322,13 @@ export class SessionDO extends DurableObject {
     const rec = this.load();
     const now = Date.now();
     if (!rec || rec.ended || this.expired(rec, now)) return;
-    for (const e of events) this.sql.exec("INSERT OR REPLACE INTO events (stream, seq, data) VALUES (?, ?, ?)", stream, e.seq, e.data);
-    this.sql.exec(
-      "INSERT INTO streams (stream, done, at) VALUES (?, ?, ?) ON CONFLICT(stream) DO UPDATE SET done = MAX(done, excluded.done), at = excluded.at",
-      stream,
-      done ? 1 : 0,
-      now,
-    );
+    appendEventRows(this.sql, stream, events, done, now);
   }
 
   /** Events of `stream` after `afterSeq`, and whether the stream has finished. Null if unknown. */
   async readEvents(principal: string, stream: string, afterSeq: number): Promise<{ events: StoredEvent[]; done: boolean } | null> {
     if (!(await this.open(principal))) return null;
-    const s = this.sql.exec<{ done: number }>("SELECT done FROM streams WHERE stream = ?", stream).toArray()[0];
-    if (!s) return null;
-    const events = this.sql
-      .exec<{ seq: number; data: string }>("SELECT seq, data FROM events WHERE stream = ? AND seq > ? ORDER BY seq", stream, afterSeq)
-      .toArray()
-      .map((r) => ({ seq: r.seq, data: r.data }));
-    return { events, done: s.done === 1 };
+    return readEventRows(this.sql, stream, afterSeq);
   }
 
   /**
@@ -395,11 +346,7 @@ export class SessionDO extends DurableObject {
       if (this.expired(rec, now)) this.finish(rec);
       else {
         const horizon = now - rec.ttlS * 1000;
-        this.sql.exec("DELETE FROM events WHERE stream IN (SELECT stream FROM streams WHERE at < ?)", horizon);
-        this.sql.exec("DELETE FROM streams WHERE at < ?", horizon);
-        this.sql.exec("DELETE FROM idmap WHERE at < ?", horizon);
-        this.sql.exec("DELETE FROM pending WHERE at < ?", horizon);
-        this.sql.exec("DELETE FROM answers WHERE at < ?", horizon);
+        pruneBufferRows(this.sql, horizon);
         next.push(rec.touchedAt + rec.ttlS * 1000 + 1);
       }
     }
