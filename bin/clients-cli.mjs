@@ -5,13 +5,17 @@
  * server list, appends each HTTP server to the `upstreams:` of a portcullis.yaml (through the yaml
  * Document API, so its comments stay), backs the client file up once and rewrites its server list
  * to one `portcullis` entry; `restore` puts the backup back byte for byte; `doctor --clients`
- * reports servers a client reaches directly (ungoverned) and a missing gateway entry. Owns these
- * commands' flags, the four clients' file formats and default paths, the JSONC scanning that lets
- * a rewrite change only the servers key, and their output and exit codes (0 ok, 1 problems found,
- * 2 usage). Must never: copy a credential out of a client file (an inline secret becomes a
- * `${NAME}` reference and the command names the secret to set, never its value), print one,
- * overwrite an existing backup, or write anything on --dry-run. bin/add-cli.mjs reuses its
- * inline-secret rule (looksLikeCredential, secretName), urlProblem and writeAtomic.
+ * reports servers a client reaches directly (ungoverned), a missing gateway entry, and a gateway
+ * entry that reads PORTCULLIS_TOKEN. Owns these commands' flags, the four clients' file formats
+ * and default paths, the JSONC scanning that lets a rewrite change only the servers key, and their
+ * output and exit codes (0 ok, 1 problems found, 2 usage); the gateway entry reads the agent's
+ * grant from PORTCULLIS_AGENT_TOKEN, in each client's own reference syntax.
+ * Must never: copy a credential out of a client file (an inline secret becomes a `${NAME}`
+ * reference and the command names the secret to set, never its value), print one, overwrite an
+ * existing backup, write anything on --dry-run, or point a client at PORTCULLIS_TOKEN (the
+ * operator CLI's admin and approver grants: an agent started from an operator's shell would run
+ * with them). bin/add-cli.mjs reuses its inline-secret rule (looksLikeCredential, secretName),
+ * urlProblem and writeAtomic.
  */
 import { copyFileSync, constants, existsSync, readFileSync, realpathSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { homedir, platform } from "node:os";
@@ -25,6 +29,14 @@ const CLIENTS = ["claude-code", "claude-desktop", "cursor", "vscode"];
 const DEFAULT_GATEWAY = "http://127.0.0.1:8787/mcp";
 const ENTRY = "portcullis";
 const BACKUP_SUFFIX = ".portcullis-backup";
+/**
+ * The variable a client's gateway entry reads the agent's grant from (as examples/call.mjs does).
+ * Never OPERATOR_TOKEN, which the operator CLI reads for admin and approver grants.
+ */
+export const AGENT_TOKEN = "PORTCULLIS_AGENT_TOKEN";
+const OPERATOR_TOKEN = "PORTCULLIS_TOKEN";
+/** A reference to OPERATOR_TOKEN anywhere in an entry (`${PORTCULLIS_TOKEN}`, `${env:PORTCULLIS_TOKEN}`, an env key). */
+const READS_OPERATOR_TOKEN = /(?<![A-Za-z0-9_])PORTCULLIS_TOKEN(?![A-Za-z0-9_])/;
 
 const HELP = {
   import: `usage: portcullis import --client ${CLIENTS.join("|")} [--path FILE] [--config portcullis.yaml]
@@ -35,7 +47,8 @@ const HELP = {
   - secrets only by reference: an inline Authorization (or any credential-looking header) is never
     copied; the upstream gets "\${<NAME>_TOKEN}" and the command names the secret to set
   - the client file is backed up once to FILE${BACKUP_SUFFIX} (an existing backup is never overwritten),
-    then its server list becomes one "${ENTRY}" entry at --gateway (default ${DEFAULT_GATEWAY});
+    then its server list becomes one "${ENTRY}" entry at --gateway (default ${DEFAULT_GATEWAY})
+    sending the agent's grant from $${AGENT_TOKEN} (never ${OPERATOR_TOKEN}, the operator CLI's);
     every other key of the file is kept as it was
   --client C   claude-code (~/.claude.json: mcpServers and projects.<dir>.mcpServers; or --path .mcp.json),
                claude-desktop (claude_desktop_config.json: ~/Library/Application Support/Claude on macOS,
@@ -50,11 +63,13 @@ exit: 0 imported (or nothing to import), 1 a file could not be read, parsed or w
 exit: 0 restored, 1 no backup (or it could not be restored), 2 usage`,
   doctor: `usage: portcullis doctor --clients [--client ${CLIENTS.join("|")}] [--path FILE] [--gateway URL] [--json]
   reports every MCP server a client reaches directly (an ungoverned path: anything but the "${ENTRY}"
-  entry) and a client with no gateway entry. Without --client: every client config found at its
-  default path (and ./.mcp.json, ./.cursor/mcp.json, ./.vscode/mcp.json)
+  entry), a client with no gateway entry, and a gateway entry that reads ${OPERATOR_TOKEN} (the
+  operator CLI's variable) instead of ${AGENT_TOKEN}. Without --client: every client config
+  found at its default path (and ./.mcp.json, ./.cursor/mcp.json, ./.vscode/mcp.json)
   --gateway URL  the gateway's MCP endpoint (default ${DEFAULT_GATEWAY}); an entry at this URL, or named
                  "${ENTRY}", is the gateway entry
-exit: 0 every client goes through the gateway only, 1 an ungoverned server or a missing gateway entry, 2 usage`,
+exit: 0 every client goes through the gateway only, 1 an ungoverned server, a missing gateway entry or one
+  reading ${OPERATOR_TOKEN}, 2 usage`,
 };
 
 export const KNOWN = {
@@ -127,15 +142,14 @@ const sameUrl = (a, b) => {
 function gatewayEntry(client, url) {
   if (client === "claude-desktop") {
     // Claude Desktop's file holds stdio servers and expands nothing: the mcp-remote bridge speaks HTTP
-    // to the gateway and expands ${PORTCULLIS_TOKEN} from the env this entry gives it.
+    // to the gateway and expands ${PORTCULLIS_AGENT_TOKEN} from the env this entry gives it.
     return {
       command: "npx",
-      // biome-ignore lint/suspicious/noTemplateCurlyInString: mcp-remote expands this ${NAME} itself
-      args: ["-y", "mcp-remote", url, "--header", "Authorization:Bearer ${PORTCULLIS_TOKEN}"],
-      env: { PORTCULLIS_TOKEN: "PASTE-A-PORTCULLIS-GRANT-HERE" },
+      args: ["-y", "mcp-remote", url, "--header", `Authorization:Bearer \${${AGENT_TOKEN}}`],
+      env: { [AGENT_TOKEN]: "PASTE-AN-AGENT-GRANT-HERE" },
     };
   }
-  const auth = `Bearer ${FORMATS[client].env("PORTCULLIS_TOKEN")}`;
+  const auth = `Bearer ${FORMATS[client].env(AGENT_TOKEN)}`;
   return client === "cursor" ? { url, headers: { Authorization: auth } } : { type: "http", url, headers: { Authorization: auth } };
 }
 
@@ -341,7 +355,11 @@ function serversOf(client, parsed) {
   const servers = [];
   for (const s of scopes) {
     if (s.node?.kind !== "object") continue;
-    for (const m of s.node.members) servers.push(serverOf(m.key, `${s.where}.${m.key}`, m.value.json, client));
+    for (const m of s.node.members) {
+      const server = serverOf(m.key, `${s.where}.${m.key}`, m.value.json, client);
+      server.readsOperatorToken = READS_OPERATOR_TOKEN.test(JSON.stringify(m.value.json) ?? "");
+      servers.push(server);
+    }
   }
   return { scopes, servers };
 }
@@ -520,7 +538,7 @@ export function writeAtomic(file, text) {
 // ---------------------------------------------------------------------------------------------
 // The commands.
 
-const connectLine = (gateway) => `claude mcp add --transport http ${ENTRY} ${gateway} --header 'Authorization: Bearer \${PORTCULLIS_TOKEN}'`;
+const connectLine = (gateway) => `claude mcp add --transport http ${ENTRY} ${gateway} --header 'Authorization: Bearer \${${AGENT_TOKEN}}'`;
 
 // A grant that reaches every tool (--tools '*'); narrow it with globs for a real agent.
 const mintLine = (gateway) => `portcullis token mint --sub you@example.com --tools '*' --gateway ${new URL(gateway).origin}`;
@@ -660,8 +678,9 @@ async function importCommand(a) {
     console.log(`  ${would}rewrite ${FORMATS[client].key} in ${file} to one "${ENTRY}" entry at ${gateway}; every other key kept`);
   } else console.log(`  ${file} already has only the "${ENTRY}" entry: not changed`);
   if (client === "claude-desktop")
-    console.log(`  Claude Desktop cannot read your shell's environment: put a grant (${mintLine(gateway)}) in ${ENTRY}.env.PORTCULLIS_TOKEN of ${file}`);
-  else console.log(`  the client sends PORTCULLIS_TOKEN from its environment: export PORTCULLIS_TOKEN=$(${mintLine(gateway)})`);
+    console.log(`  Claude Desktop cannot read your shell's environment: put an agent grant (${mintLine(gateway)}) in ${ENTRY}.env.${AGENT_TOKEN} of ${file}`);
+  else console.log(`  the client sends ${AGENT_TOKEN} from its environment: export ${AGENT_TOKEN}=$(${mintLine(gateway)})`);
+  console.log(`  (an agent grant, in ${AGENT_TOKEN} only: ${OPERATOR_TOKEN} holds the operator CLI's admin and approver grants)`);
   console.log(`  to connect Claude Code by hand instead:\n    ${connectLine(gateway)}`);
   if (added.length && !dry) console.log(`  next: portcullis doctor --config ${configFile}`);
   return 0;
@@ -707,8 +726,14 @@ async function doctorCommand(a) {
       const { servers } = serversOf(client, readClientFile(file));
       for (const s of servers) {
         const desc = { server: s.name, where: s.where, kind: s.kind, ...(s.url ? { url: safeUrl(s.url) } : { command: s.command }) };
-        if (isGatewayEntry(s, gateway)) r.gateway.push(desc);
-        else r.ungoverned.push(desc);
+        if (isGatewayEntry(s, gateway)) {
+          r.gateway.push(desc);
+          // An agent started from an operator's shell would send the operator's admin or approver grant.
+          if (s.readsOperatorToken)
+            r.problems.push(
+              `the "${ENTRY}" entry (${s.where}) reads ${OPERATOR_TOKEN}, the operator CLI's variable: an agent started from an operator's shell runs with that grant; make it read ${AGENT_TOKEN} (portcullis import --client ${client} rewrites the entry)`,
+            );
+        } else r.ungoverned.push(desc);
       }
       // A file with no gateway entry matters when it names servers, or when this client was asked about.
       if (r.gateway.length === 0 && (servers.length || only)) r.problems.push(`no "${ENTRY}" entry: this client does not reach the gateway`);

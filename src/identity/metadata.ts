@@ -1,9 +1,11 @@
 /**
  * OAuth resource-server surface (RFC 9728, RFC 6750): the protected resource metadata
- * documents and the WWW-Authenticate challenges of 401/403 answers. Owns the gateway's
- * canonical URL and audience rules (configured, or the loopback origin the CLI started it on).
- * Must never: take the gateway's URL from a request's Host, echo a presented token, or put
- * `offline_access` in a challenge.
+ * documents and the WWW-Authenticate challenges of 401/403 answers (with auth.oauth off, the
+ * no-token 401 says how to get a grant). Owns the gateway's canonical URL and audience rules
+ * (configured, or the loopback origin the CLI started it on) and which authorization servers the
+ * metadata names. Must never: take the gateway's URL from a request's Host, echo a presented
+ * token, put `offline_access` in a challenge, or name the gateway's own origin or issuer as an
+ * authorization server while auth.oauth is off (no RFC 8414 metadata answers there).
  */
 import type { GatewayConfig } from "../config/load.ts";
 import { ROLES } from "../config/schema.ts";
@@ -120,13 +122,27 @@ function resourcePath(path: string): string {
   return path.startsWith("/mcp/") ? "/mcp" : path;
 }
 
+/**
+ * The authorization servers a client may get a token for this resource from. With auth.oauth on:
+ * the gateway's own (at its origin; first, as hosted clients pick the first), its grants' issuer,
+ * then the external issuers. With it off the gateway is no authorization server — no RFC 8414
+ * metadata, no /oauth/* endpoints (404) — and its issuer only signs grants an operator mints, so
+ * naming either would send a client into an OAuth flow that cannot start: only the external OIDC
+ * issuers remain, whose tokens the gateway accepts directly (auth.ts verify). None: the member is
+ * left out (RFC 9728 §2: OPTIONAL), and a client needs a minted grant (the 401 says how).
+ */
+export function authorizationServers(cfg: GatewayConfig): string[] {
+  const external = cfg.auth.externalIssuers.map((e) => e.issuer);
+  const servers = cfg.auth.oauth.enabled ? [canonicalOrigin(cfg), issuerOf(cfg), ...external] : external;
+  return [...new Set(servers)];
+}
+
 export function protectedResourceMetadata(cfg: GatewayConfig, path: string): Record<string, unknown> {
   const origin = canonicalOrigin(cfg);
-  // With auth.oauth on, the gateway's own authorization server (at its origin) comes first: hosted clients pick the first.
-  const servers = [...(cfg.auth.oauth.enabled ? [origin] : []), issuerOf(cfg), ...cfg.auth.externalIssuers.map((e) => e.issuer)];
+  const servers = authorizationServers(cfg);
   return {
     resource: path === "/" ? canonicalUrl(cfg) : `${origin}${resourcePath(path)}`,
-    authorization_servers: [...new Set(servers)],
+    ...(servers.length > 0 ? { authorization_servers: servers } : {}),
     bearer_methods_supported: ["header"],
     scopes_supported: [...ROLES],
     resource_name: "Portcullis MCP gateway",
@@ -134,16 +150,54 @@ export function protectedResourceMetadata(cfg: GatewayConfig, path: string): Rec
   };
 }
 
-/** 401: no token (no error code) or a bad one (`invalid_token`). */
+/** The `portcullis token mint` flags that name this gateway as its grants' issuer and audience. */
+function mintTargetFlags(cfg: GatewayConfig): string {
+  const iss = issuerOf(cfg);
+  const aud = canonicalUrl(cfg);
+  return iss === aud ? `--gateway ${aud}` : `--iss ${iss} --aud ${aud}`;
+}
+
+/**
+ * How a client without a token gets one while auth.oauth is off (no OAuth flow to run): an
+ * operator mints a grant for the route's principal kind (an agent's tools on /mcp, a role on
+ * /operator/mcp and the /v1 API), or — with external issuers — a token from one of them.
+ */
+function grantHint(cfg: GatewayConfig, path: string): string {
+  const target = mintTargetFlags(cfg);
+  const mint =
+    path === "/mcp"
+      ? `portcullis token mint ${target} --sub agent:<name> --tools '<globs>'`
+      : path === "/operator/mcp"
+        ? `portcullis token mint ${target} --sub human:<name> --role auditor|approver|operator`
+        : `portcullis token mint ${target} --sub <principal> --role <role>`;
+  const external = cfg.auth.externalIssuers.map((e) => e.issuer);
+  const alt = external.length > 0 ? `, or use a token from ${external.join(" or ")}` : "";
+  const send =
+    path === "/mcp"
+      ? "send it as Authorization: Bearer <grant> (the client entries portcullis import writes read it from PORTCULLIS_AGENT_TOKEN)"
+      : "send it as Authorization: Bearer <grant>";
+  return `a grant token is required: ask an operator for a grant (${mint})${alt}, then ${send}`;
+}
+
+/**
+ * 401: no token (no error code) or a bad one (`invalid_token`). `resource_metadata` stays in every
+ * challenge (RFC 9728 §5.1: the document is served whatever auth.oauth says), but with auth.oauth
+ * off it names no authorization server of the gateway's, so a client has no OAuth flow to start;
+ * then the no-token challenge carries an `error_description` saying how to get a grant — against
+ * RFC 6750 §3's SHOULD NOT for a request without credentials, on purpose: with no authorization
+ * server advertised, the challenge is where a client (and the person reading its log) learns it.
+ * With auth.oauth on, the no-token challenge is the plain RFC 6750 one.
+ */
 export function unauthorized(cfg: GatewayConfig, path: string, reason?: string): Response {
   const parts = [`resource_metadata=${quoteParam(metadataUrl(cfg, path))}`, `scope=${quoteParam("agent")}`];
-  if (reason !== undefined) parts.push(`error="invalid_token"`, `error_description=${quoteParam(reason)}`);
-  return bearerChallenge(
-    401,
-    parts,
-    reason === undefined ? "unauthorized" : "invalid_token",
-    reason ?? "a grant token is required (Authorization: Bearer <token>)",
-  );
+  if (reason !== undefined) {
+    parts.push(`error="invalid_token"`, `error_description=${quoteParam(reason)}`);
+    return bearerChallenge(401, parts, "invalid_token", reason);
+  }
+  if (cfg.auth.oauth.enabled) return bearerChallenge(401, parts, "unauthorized", "a grant token is required (Authorization: Bearer <token>)");
+  const hint = grantHint(cfg, path);
+  parts.push(`error_description=${quoteParam(hint)}`);
+  return bearerChallenge(401, parts, "unauthorized", hint);
 }
 
 /** 403: authenticated, but the grant lacks the role this route needs. */

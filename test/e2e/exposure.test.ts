@@ -105,13 +105,16 @@ describe("a grant names one gateway", () => {
       expect((await raw(`${originA}${path}`, "GET", { host: new URL(originB).host })).status, path).toBe(403);
       const own = await raw(`${originA}${path}`, "GET", { host: `localhost:${new URL(originA).port}` });
       expect(own.status).toBe(200);
-      const doc = JSON.parse(own.body) as { resource: string; authorization_servers: string[] };
+      const doc = JSON.parse(own.body) as { resource: string; authorization_servers?: string[] };
       expect(doc.resource).toBe(path.endsWith("/mcp") ? `${originA}/mcp` : originA);
-      expect(doc.authorization_servers).toEqual([originA]);
+      // auth.oauth is off: the gateway is no authorization server, so none is named.
+      expect(doc.authorization_servers).toBeUndefined();
     }
     const challenge = await raw(a.url, "POST", { ...mcpHeaders, host: `localhost:${new URL(originA).port}` }, ping);
     expect(challenge.status).toBe(401);
     expect(String(challenge.headers["www-authenticate"])).toContain(`resource_metadata="${originA}/.well-known/oauth-protected-resource/mcp"`);
+    // How to get a grant names the gateway's own URL, never the Host the request used.
+    expect(JSON.parse(challenge.body).error_description).toContain(`portcullis token mint --gateway ${originA} --sub agent:<name>`);
   });
 });
 

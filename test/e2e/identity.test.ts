@@ -1,7 +1,8 @@
 /**
  * Grants end to end on the production build: per-grant tool lists in both eras, calls outside a
  * grant refused before any upstream sees them, session and run ownership, no token passthrough,
- * and RFC 9728 discovery from a 401.
+ * and RFC 9728 discovery from a 401 (auth.oauth off: no authorization server named, and the 401
+ * says how to get a grant).
  */
 import { Client, StreamableHTTPClientTransport } from "@modelcontextprotocol/client";
 import { afterEach, beforeAll, describe, expect, inject, it } from "vitest";
@@ -157,8 +158,26 @@ describe("discovery", () => {
     expect(r.status).toBe(401);
     const challenge = r.headers.get("www-authenticate")!;
     expect(challenge).toMatch(/error="invalid_token"/);
-    const meta = (await (await fetch(/resource_metadata="([^"]+)"/.exec(challenge)![1]!)).json()) as { resource: string; authorization_servers: string[] };
+    const meta = (await (await fetch(/resource_metadata="([^"]+)"/.exec(challenge)![1]!)).json()) as { resource: string; authorization_servers?: string[] };
     expect(meta.resource).toBe(`${origin}/mcp`);
-    expect(meta.authorization_servers).toContain(origin);
+    // auth.oauth is off: no authorization server is named, and none answers at the gateway's origin.
+    expect(meta.authorization_servers).toBeUndefined();
+    expect((await fetch(`${origin}/.well-known/oauth-authorization-server`)).status).toBe(404);
+  });
+
+  it("without auth.oauth, a 401 without a grant says how to get one, in the body and the challenge", async () => {
+    // This gateway serves /mcp without a grant on loopback (auth.required: false); /operator/mcp never does.
+    const r = await fetch(`${origin}/operator/mcp`, {
+      method: "POST",
+      headers: { "content-type": "application/json", accept: "application/json, text/event-stream" },
+      body: "{}",
+    });
+    expect(r.status).toBe(401);
+    const hint = `a grant token is required: ask an operator for a grant (portcullis token mint --gateway ${origin} --sub human:<name> --role auditor|approver|operator), then send it as Authorization: Bearer <grant>`;
+    expect(((await r.json()) as { error_description: string }).error_description).toBe(hint);
+    const challenge = r.headers.get("www-authenticate")!;
+    expect(challenge).toContain(`resource_metadata="${origin}/.well-known/oauth-protected-resource/operator/mcp"`);
+    expect(challenge).toContain(`error_description="${hint}`);
+    expect(challenge).not.toContain("error=");
   });
 });

@@ -6,7 +6,11 @@
  * config (comments kept, and `portcullis doctor --config` accepts it), no inline secret copied
  * anywhere (the written config, the rewritten client file, stdout, stderr), the backup written
  * once, `restore` returning the client file byte for byte, and `doctor --clients` finding a server
- * added back directly. Owns only its temporary directories; touches no real client config.
+ * added back directly. Every gateway entry written, in every client's format, and every line the
+ * commands print for connecting a client, read the agent's grant from PORTCULLIS_AGENT_TOKEN, never
+ * PORTCULLIS_TOKEN (the operator CLI's admin and approver grants); doctor --clients reports an
+ * entry that still reads PORTCULLIS_TOKEN. Owns only its temporary directories; touches no real
+ * client config.
  */
 import { spawn } from "node:child_process";
 import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -65,7 +69,7 @@ function sandbox(config = true) {
 /** `portcullis ARGS` with this process's Node, in `cwd`, HOME = `home`, no token in the environment, killed after 60 s. */
 function portcullis(args: string[], { cwd, home }: { cwd: string; home: string }): Promise<Run> {
   return new Promise((done, fail) => {
-    const { PORTCULLIS_TOKEN: _t, XDG_CONFIG_HOME: _x, ...base } = process.env;
+    const { PORTCULLIS_TOKEN: _t, PORTCULLIS_AGENT_TOKEN: _a, XDG_CONFIG_HOME: _x, ...base } = process.env;
     const child = spawn(process.execPath, [CLI, ...args], { cwd, env: { ...base, HOME: home }, stdio: ["ignore", "pipe", "pipe"] });
     let stdout = "";
     let stderr = "";
@@ -83,6 +87,21 @@ function portcullis(args: string[], { cwd, home }: { cwd: string; home: string }
 /** No fixture secret in any of `texts`. */
 function expectNoSecret(...texts: string[]) {
   for (const t of texts) for (const s of SECRETS) expect(t).not.toContain(s);
+}
+
+/** A reference to the operator CLI's variable (`${PORTCULLIS_TOKEN}`, `${env:PORTCULLIS_TOKEN}`, an env key), not PORTCULLIS_AGENT_TOKEN. */
+const OPERATOR_TOKEN = /(?<![A-Za-z0-9_])PORTCULLIS_TOKEN(?![A-Za-z0-9_])/;
+
+/** A client file import wrote: its gateway entry reads PORTCULLIS_AGENT_TOKEN, and nothing in it names PORTCULLIS_TOKEN. */
+function expectAgentToken(clientText: string) {
+  expect(clientText).toContain("PORTCULLIS_AGENT_TOKEN");
+  expect(clientText).not.toMatch(OPERATOR_TOKEN);
+}
+
+/** import's output: every line that connects a client or sets its grant uses PORTCULLIS_AGENT_TOKEN. */
+function expectAgentTokenPrinted(stdout: string) {
+  expect(stdout).toContain("PORTCULLIS_AGENT_TOKEN");
+  expect(stdout).not.toMatch(/\$\{(env:)?PORTCULLIS_TOKEN\}|export PORTCULLIS_TOKEN|\.PORTCULLIS_TOKEN\b|PORTCULLIS_TOKEN=/);
 }
 
 const upstreamsOf = (file: string): Any[] => parse(readFileSync(file, "utf8")).upstreams;
@@ -119,14 +138,17 @@ describe("portcullis import --client claude-code (~/.claude.json)", () => {
     expect(r.stdout).toContain("npx wrangler secret put SENTRY_MCP_X_API_KEY");
     expect(r.stdout).toContain("npx wrangler secret put LINEAR_API_KEY");
     expect(r.stdout).toMatch(/skipped filesystem \(mcpServers\.filesystem\): a stdio server/);
-    expect(r.stdout).toContain(`claude mcp add --transport http portcullis ${ENTRY_URL} --header 'Authorization: Bearer \${PORTCULLIS_TOKEN}'`);
+    expect(r.stdout).toContain(`claude mcp add --transport http portcullis ${ENTRY_URL} --header 'Authorization: Bearer \${PORTCULLIS_AGENT_TOKEN}'`);
+    expect(r.stdout).toContain("the client sends PORTCULLIS_AGENT_TOKEN from its environment: export PORTCULLIS_AGENT_TOKEN=$(portcullis token mint");
+    expectAgentTokenPrinted(r.stdout);
 
     // The client file: one gateway entry; project servers emptied; every other key as it was.
     const text = readFileSync(file, "utf8");
     expectNoSecret(configText, text, r.stdout, r.stderr);
     const before = JSON.parse(original.toString("utf8"));
     const after = JSON.parse(text);
-    expect(after.mcpServers).toEqual({ portcullis: { type: "http", url: ENTRY_URL, headers: { Authorization: "Bearer ${PORTCULLIS_TOKEN}" } } });
+    expect(after.mcpServers).toEqual({ portcullis: { type: "http", url: ENTRY_URL, headers: { Authorization: "Bearer ${PORTCULLIS_AGENT_TOKEN}" } } });
+    expectAgentToken(text);
     expect(after.projects["/home/dev/app"].mcpServers).toEqual({});
     const { mcpServers: _a, projects: pa, ...restAfter } = after;
     const { mcpServers: _b, projects: pb, ...restBefore } = before;
@@ -226,8 +248,11 @@ describe("portcullis import: the other clients", () => {
       "mcp-remote",
       "https://gw.example.com/mcp",
       "--header",
-      "Authorization:Bearer ${PORTCULLIS_TOKEN}",
+      "Authorization:Bearer ${PORTCULLIS_AGENT_TOKEN}",
     ]);
+    expect(after.mcpServers.portcullis.env).toEqual({ PORTCULLIS_AGENT_TOKEN: "PASTE-AN-AGENT-GRANT-HERE" });
+    expectAgentToken(readFileSync(file, "utf8"));
+    expect(j.connect).toBe("claude mcp add --transport http portcullis https://gw.example.com/mcp --header 'Authorization: Bearer ${PORTCULLIS_AGENT_TOKEN}'");
     expectNoSecret(r.stdout, r.stderr, readFileSync(file, "utf8"), readFileSync(join(dir, "portcullis.yaml"), "utf8"));
     expect(byName(upstreamsOf(join(dir, "portcullis.yaml")), "notion")).toBeDefined();
     const ok = await portcullis(["doctor", "--clients", "--client", "claude-desktop", "--path", file, "--gateway", "https://gw.example.com/mcp"], opts);
@@ -236,7 +261,7 @@ describe("portcullis import: the other clients", () => {
     expect(readFileSync(file).equals(original)).toBe(true);
   });
 
-  it("cursor (~/.cursor/mcp.json): ${env:X} becomes ${X}, inline keys become references, the entry uses ${env:PORTCULLIS_TOKEN}", async () => {
+  it("cursor (~/.cursor/mcp.json): ${env:X} becomes ${X}, inline keys become references, the entry uses ${env:PORTCULLIS_AGENT_TOKEN}", async () => {
     const { dir, home } = sandbox();
     mkdirSync(join(home, ".cursor"));
     const file = join(home, ".cursor", "mcp.json");
@@ -255,8 +280,10 @@ describe("portcullis import: the other clients", () => {
     expect(r.stdout).toContain("npx wrangler secret put SEARCH_X_API_KEY");
     expect(r.stdout).toContain("npx wrangler secret put DOCS_TOKEN");
     expect(JSON.parse(readFileSync(file, "utf8")).mcpServers).toEqual({
-      portcullis: { url: ENTRY_URL, headers: { Authorization: "Bearer ${env:PORTCULLIS_TOKEN}" } },
+      portcullis: { url: ENTRY_URL, headers: { Authorization: "Bearer ${env:PORTCULLIS_AGENT_TOKEN}" } },
     });
+    expectAgentToken(readFileSync(file, "utf8"));
+    expectAgentTokenPrinted(r.stdout);
     expectNoSecret(r.stdout, r.stderr, readFileSync(file, "utf8"), readFileSync(join(dir, "portcullis.yaml"), "utf8"));
     expect(readFileSync(`${file}.portcullis-backup`).equals(original)).toBe(true);
     expect((await portcullis(["doctor", "--clients", "--client", "cursor"], opts)).code).toBe(0);
@@ -288,7 +315,9 @@ describe("portcullis import: the other clients", () => {
     const text = readFileSync(file, "utf8");
     const o = original.toString("utf8");
     expect(text.startsWith(o.slice(0, o.indexOf('"servers"')))).toBe(true); // the comment and inputs, byte for byte
-    expect(text).toContain('"Authorization": "Bearer ${env:PORTCULLIS_TOKEN}"');
+    expect(text).toContain('"Authorization": "Bearer ${env:PORTCULLIS_AGENT_TOKEN}"');
+    expectAgentToken(text);
+    expectAgentTokenPrinted(r.stdout);
     expect(text).not.toContain('"fetch"');
     const d = await portcullis(["doctor", "--config", "gw.yaml"], opts);
     expect(d.code).toBe(0);
@@ -357,6 +386,42 @@ describe("portcullis import: dry run, help and usage", () => {
     expect(j.clients).toHaveLength(1);
     expect(j.clients[0]).toMatchObject({ client: "claude-code", file: join(dir, ".mcp.json"), ungoverned: [{ server: "docs" }] });
     expect(j.clients[0].problems[0]).toContain('no "portcullis" entry');
+  });
+});
+describe("agents and operators never share a credential variable", () => {
+  it("doctor --clients reports a gateway entry that reads PORTCULLIS_TOKEN (exit 1, in each client's syntax); import rewrites it to PORTCULLIS_AGENT_TOKEN", async () => {
+    const { dir, home } = sandbox();
+    const opts = { cwd: dir, home };
+    const legacy: [string, string, string, object][] = [
+      ["claude-code", ".mcp.json", "mcpServers", { type: "http", url: ENTRY_URL, headers: { Authorization: "Bearer ${PORTCULLIS_TOKEN}" } }],
+      ["cursor", "cursor.json", "mcpServers", { url: ENTRY_URL, headers: { Authorization: "Bearer ${env:PORTCULLIS_TOKEN}" } }],
+      ["vscode", "vscode.json", "servers", { type: "http", url: ENTRY_URL, headers: { Authorization: "Bearer ${env:PORTCULLIS_TOKEN}" } }],
+      [
+        "claude-desktop",
+        "desktop.json",
+        "mcpServers",
+        { command: "npx", args: ["-y", "mcp-remote", ENTRY_URL, "--header", "Authorization:Bearer ${PORTCULLIS_TOKEN}"], env: { PORTCULLIS_TOKEN: "x" } },
+      ],
+    ];
+    for (const [client, name, key, entry] of legacy) {
+      const file = join(dir, name);
+      writeFileSync(file, `${JSON.stringify({ [key]: { portcullis: entry } }, null, 2)}\n`);
+      const bad = await portcullis(["doctor", "--clients", "--client", client, "--path", file], opts);
+      expect(bad.code, client).toBe(1);
+      expect(bad.stdout, client).toContain(`MISSING the "portcullis" entry (${key}.portcullis) reads PORTCULLIS_TOKEN, the operator CLI's variable`);
+      expect(bad.stdout, client).toContain(`make it read PORTCULLIS_AGENT_TOKEN (portcullis import --client ${client} rewrites the entry)`);
+      const r = await portcullis(["import", "--client", client, "--path", file], opts);
+      expect(r.code, client).toBe(0);
+      expectAgentToken(readFileSync(file, "utf8"));
+      expectAgentTokenPrinted(r.stdout);
+      const ok = await portcullis(["doctor", "--clients", "--client", client, "--path", file], opts);
+      expect(ok.code, `${client}: ${ok.stdout}`).toBe(0);
+    }
+    // doctor's own advice to connect by hand reads the agent's variable too.
+    const empty = sandbox();
+    const none = await portcullis(["doctor", "--clients"], { cwd: empty.dir, home: empty.home });
+    expect(none.stdout).toContain("--header 'Authorization: Bearer ${PORTCULLIS_AGENT_TOKEN}'");
+    expect(none.stdout).not.toMatch(OPERATOR_TOKEN);
   });
 });
 // biome-ignore-end lint/suspicious/noTemplateCurlyInString: see biome-ignore-start

@@ -14,6 +14,8 @@
  * src/routes/oauth-token.ts: a replayed code also ends the first redemption's access token; a
  * refused refresh does not use up the refresh token; a forged refresh token (the code's
  * userId:grantId prefix) presented twice, or once to RFC 7009 revocation, revokes nothing.
+ * And, with OAuth on, the discovery a client starts from as it always was: the gateway's origin
+ * as authorization server in the RFC 9728 metadata, and the plain no-token challenge.
  * Owns the two gateways, the upstream and the document server it starts; must never leave them
  * running or reach beyond loopback.
  */
@@ -248,6 +250,24 @@ describe("OAuth negative matrix (fetch-driven sign-in and consent)", () => {
     await gw2?.stop();
     await everything?.stop();
     await closeServer(docServer);
+  });
+
+  it("with auth.oauth on, as before: the metadata names the gateway's origin as authorization server, its RFC 8414 metadata answers, and the no-token 401 is the plain challenge", async () => {
+    for (const path of ["", "/mcp", "/operator/mcp"]) {
+      const doc = await (await fetch(`${origin}/.well-known/oauth-protected-resource${path}`)).json();
+      expect(doc.authorization_servers, path).toEqual([origin]);
+    }
+    const as = await fetch(`${origin}/.well-known/oauth-authorization-server`);
+    expect(as.status).toBe(200);
+    expect(((await as.json()) as Any).issuer).toBe(origin);
+    const r = await fetch(mcpUrl, {
+      method: "POST",
+      headers: { "content-type": "application/json", accept: "application/json, text/event-stream" },
+      body: "{}",
+    });
+    expect(r.status).toBe(401);
+    expect(r.headers.get("www-authenticate")).toBe(`Bearer resource_metadata="${origin}/.well-known/oauth-protected-resource/mcp", scope="agent"`);
+    expect(await r.json()).toEqual({ error: "unauthorized", error_description: "a grant token is required (Authorization: Bearer <token>)" });
   });
 
   it("missing PKCE → invalid_request on a redirect to the client; plain PKCE (and a challenge with no method, RFC 7636's plain default) → refused the same way; a form posting such a request uses no enrollment code", async () => {

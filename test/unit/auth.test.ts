@@ -54,9 +54,10 @@ describe("401 and 403 challenges", () => {
     expect(c).toMatch(/scope="agent"/);
     const url = /resource_metadata="([^"]+)"/.exec(c)![1]!;
     expect(url).toBe(`${GW}/.well-known/oauth-protected-resource/operator/mcp`);
-    const meta = (await (await SELF.fetch(url)).json()) as { resource: string; authorization_servers: string[] };
+    const meta = (await (await SELF.fetch(url)).json()) as { resource: string; authorization_servers?: string[] };
     expect(meta.resource).toBe(`${GW}/operator/mcp`);
-    expect(meta.authorization_servers.length).toBeGreaterThan(0);
+    // auth.oauth is off in the unit config: no authorization server of the gateway's (metadata.test.ts).
+    expect(meta.authorization_servers).toBeUndefined();
     const mcpMeta = (await (await SELF.fetch(`${GW}/.well-known/oauth-protected-resource/mcp`)).json()) as { resource: string };
     expect(mcpMeta.resource).toBe(`${GW}/mcp`);
   });
