@@ -134,8 +134,10 @@ Each command takes --help.`,
                              [--port N | --gateway URL | --aud URL] [--iss ISS] [--key FILE] [--max-lifetime 24h] [--json]
        portcullis token mint --url GATEWAY --sub PRINCIPAL [--team T] [--role R,...] [--tools GLOB,...] [--ttl 1h] [--json]
   prints a grant token (an EdDSA JWT) for one gateway on stdout.
-  --sub PRINCIPAL    who the grant is for (e.g. agent:ci, human:alice)
-  --team T           its team (default "default"): its holds, ledger chain and kill-switch scope
+  --sub PRINCIPAL    who the grant is for (e.g. agent:ci, human:alice): lowercase a-z, 0-9 and . _ : @ + / = -,
+                     not starting with oidc: or access: (the identity providers' principals)
+  --team T           its team (default "default"): its holds, ledger chain and kill-switch scope; lowercase,
+                     not starting with "_" (_global is the gateway's own ledger chain)
   --role R,...       roles: agent (default), approver, auditor, operator, admin
   --tools GLOB,...   the tools it may see and call (exposed names, globs; default none)
   --ttl 1h           lifetime: seconds, or 30m / 1h / 1d (default 1h)
@@ -151,7 +153,7 @@ Each command takes --help.`,
   --url GATEWAY      POST GATEWAY/v1/grants; needs an admin token. Give the token in PORTCULLIS_TOKEN (a
                      --token on the command line is visible to other processes on this machine)
   --json             print {token, jti, exp, iss, aud, sub, team, roles, tools} (through --url: the gateway's answer)
-exit: 0 minted, 1 refused (conflicting gateway flags, a ttl above the maximum, or the gateway refused), 2 usage`,
+exit: 0 minted, 1 refused (conflicting gateway flags, a reserved or non-canonical --sub or --team, a ttl above the maximum, or the gateway refused), 2 usage`,
   "token enroll": `usage: portcullis token enroll --url GATEWAY --sub PRINCIPAL [--role R,...] [--tools GLOB,...] [--ttl 8h] [--code-ttl 24h] [--json]
   mints a one-time enrollment code on the gateway (POST GATEWAY/v1/grants/enroll; a grant.enrolled
   record on the ledger, never the code) and prints it with the URL to add to an MCP client (Claude,
@@ -325,6 +327,14 @@ async function tokenMint(a) {
   }
   const target = mintTarget(a);
   if (typeof target === "string") fail(target);
+  // The gateway's one name rule (src/config/principal.ts): no reserved team (`_global` is its own
+  // ledger chain), one spelling per principal, none in an identity provider's default space. A
+  // gateway minting through --url checks the same, and its configured providers' spaces too.
+  const { mintedPrincipalProblem, reservedNameProblem } = await import(resolve(root, "src/config/principal.ts"));
+  const badSub = mintedPrincipalProblem(body.sub, []);
+  if (badSub) fail(`cannot mint: --sub ${JSON.stringify(body.sub)}: ${badSub}`);
+  const badTeam = reservedNameProblem("team", body.team);
+  if (badTeam) fail(`cannot mint: --team ${JSON.stringify(body.team)}: ${badTeam}`);
   const { parseKeySet, mintGrant } = await import(resolve(root, "src/identity/tokens.ts"));
   let keyText;
   if (typeof a.key === "string") {

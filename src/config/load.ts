@@ -1,13 +1,16 @@
 /**
  * Config loading: YAML text → validated, resolved `GatewayConfig`.
  * Owns: YAML parsing, reporting every validation error at once, `${NAME}` / `${NAME:-fallback}` expansion from
- * Worker secrets/vars, duration parsing and namespace defaults. Must never: include a secret's
+ * Worker secrets/vars, duration parsing and namespace defaults, and the principal spaces of the
+ * identity providers (each external issuer, Cloudflare Access): no two may overlap, and the
+ * loopback actor is in none, each refusal naming both sources. Must never: include a secret's
  * value in an error message, or return a config that failed any check.
  */
 import { parse as parseYaml } from "yaml";
 import type { EgressRules } from "./egress-schema.ts";
 import { parseMappings, type ToolMapping } from "./mapping-schema.ts";
 import { parsePolicy, type PolicyConfig } from "./policy-schema.ts";
+import { type PrincipalSpace, principalNameProblem, reservedNameProblem, spaceOf, foldedName } from "./principal.ts";
 import type { Role } from "./roles.ts";
 import { configSchema, type ParsedConfig } from "./schema.ts";
 import { durationMs } from "./duration.ts";
@@ -233,7 +236,7 @@ export function loadConfig(yamlText: string, vars: Record<string, unknown>): Gat
   const waitMs = c.holds.wait === 0 ? 0 : durationMs(c.holds.wait, 0);
   if (waitMs > HOLD_WAIT_MAX_MS) issuerProblemsLater.push(`holds.wait: at most 10m (a call is never held open longer), got ${c.holds.wait}`);
   if (a.issuer) auth.issuer = a.issuer;
-  const issuerProblems = [...principalSpaceProblems(auth.externalIssuers), ...issuerProblemsLater];
+  const issuerProblems = [...principalSpaceProblems(auth, c.actor), ...issuerProblemsLater];
   const origin = startedOrigin(vars.PORTCULLIS_ORIGIN);
   if (typeof origin === "string") auth.origin = origin;
   else if (origin) issuerProblems.push(origin.problem);
@@ -273,23 +276,57 @@ export function defaultSubPrefix(issuer: string): string {
 }
 
 /**
- * Two external issuers whose principals could be the same string: equal issuers, or one
- * sub_prefix starting with another's (then `alice` of one and some `sub` of the other meet).
+ * The principal spaces of the identity providers: each external issuer's sub_prefix and Cloudflare
+ * Access's. A principal in one was signed in by that provider alone; minted grants and enrollment
+ * codes (the gateway's own names) live outside them all, and OAuth sign-in issues grants in the
+ * space of the source the person signed in with (Access, an issuer, or an enrollment code).
  */
-function principalSpaceProblems(issuers: ExternalIssuer[]): string[] {
+export function principalSpaces(auth: Pick<AuthConfig, "externalIssuers" | "access">): PrincipalSpace[] {
+  const out: PrincipalSpace[] = auth.externalIssuers.map((e, i) => ({ prefix: e.subPrefix, source: `auth.external_issuers[${i}] (${e.issuer})` }));
+  if (auth.access) out.push({ prefix: auth.access.subPrefix, source: `auth.access (${auth.access.teamDomain})` });
+  return out;
+}
+
+/**
+ * Sources whose principals could be the same string: equal issuers, or one sub_prefix starting
+ * with another's, compared folded (then `alice` of one and some `sub` of the other meet, or look
+ * alike: an issuer's `sub_prefix: "access:"` next to auth.access would make an IdP user whose sub
+ * is an email the same principal as that person through Access). A prefix must be a name the
+ * gateway does not reserve, and the loopback actor must be in no provider's space.
+ */
+function principalSpaceProblems(auth: AuthConfig, actor: string): string[] {
   const out: string[] = [];
-  for (let i = 0; i < issuers.length; i++) {
-    for (let j = i + 1; j < issuers.length; j++) {
-      const a = issuers[i]!;
-      const b = issuers[j]!;
-      if (a.issuer === b.issuer) out.push(`auth.external_issuers: ${a.issuer} is configured twice`);
-      else if (a.subPrefix.startsWith(b.subPrefix) || b.subPrefix.startsWith(a.subPrefix)) {
+  const issuers = auth.externalIssuers;
+  const spaces = principalSpaces(auth);
+  for (const s of spaces) {
+    const reserved = reservedNameProblem("principal", s.prefix);
+    if (reserved) out.push(`${s.source}: sub_prefix ${JSON.stringify(s.prefix)}: ${reserved.replace(/^the principal/, "the prefix")}`);
+  }
+  // spaces[i] is issuers[i] for i < issuers.length; Access, when configured, comes last.
+  for (let i = 0; i < spaces.length; i++) {
+    for (let j = i + 1; j < spaces.length; j++) {
+      const a = spaces[i]!;
+      const b = spaces[j]!;
+      if (j < issuers.length && issuers[i]!.issuer === issuers[j]!.issuer) {
+        out.push(`auth.external_issuers: ${issuers[i]!.issuer} is configured twice`);
+        continue;
+      }
+      const fa = foldedName(a.prefix);
+      const fb = foldedName(b.prefix);
+      if (fa.startsWith(fb) || fb.startsWith(fa)) {
         out.push(
-          `auth.external_issuers: ${a.issuer} (sub_prefix ${JSON.stringify(a.subPrefix)}) and ${b.issuer} (sub_prefix ${JSON.stringify(b.subPrefix)}) map into the same principal space: give each a sub_prefix that does not start with the other's`,
+          `${a.source} with sub_prefix ${JSON.stringify(a.prefix)} and ${b.source} with sub_prefix ${JSON.stringify(b.prefix)} map into the same principal space: give each a sub_prefix that does not start with the other's`,
         );
       }
     }
   }
+  const actorProblem = principalNameProblem(actor, []);
+  if (actorProblem) out.push(`actor: ${actorProblem}`);
+  const actorSpace = spaceOf(actor, spaces);
+  if (actorSpace)
+    out.push(
+      `actor ${JSON.stringify(actor)} is in the principal space of ${actorSpace.source}, sub_prefix ${JSON.stringify(actorSpace.prefix)}: name the loopback actor outside it`,
+    );
   return out;
 }
 

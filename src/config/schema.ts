@@ -1,13 +1,22 @@
 /**
  * The `portcullis.yaml` schema (zod). Owns: field names, types, defaults and the rules that
- * relate fields to each other (namespacing, unique names). Must never: accept an unknown
- * field, or resolve secrets (that is load.ts's job, after validation).
+ * relate fields to each other (namespacing, unique names); every team a config names (an issuer's
+ * default team, Access's, an OAuth template's, a resolver's) passes the one team-name rule of
+ * principal.ts. Must never: accept an unknown field, or resolve secrets (that is load.ts's job,
+ * after validation).
  */
 import { z } from "zod";
 import { egressSchema } from "./egress-schema.ts";
+import { reservedNameProblem } from "./principal.ts";
 
 /** Upstream names become tool-name prefixes (`<name>__<tool>`) and URI scheme prefixes, so no `_`. */
 const UPSTREAM_NAME = /^[a-z][a-z0-9-]{0,30}$/;
+
+/** A team name: not one the gateway reserves (`_global`, `_…`, object name kinds), in its one lowercase form. */
+const teamName = z.string().superRefine((v, ctx) => {
+  const problem = reservedNameProblem("team", v);
+  if (problem) ctx.addIssue({ code: "custom", message: problem });
+});
 
 const duration = z.union([
   z.number().int().positive(),
@@ -63,13 +72,15 @@ const externalIssuerSchema = z.strictObject({
   default_roles: z.array(z.enum(ROLES)).default(["agent"]),
   /** Claim holding the team; absent → default_team. */
   team_claim: z.string().min(1).optional(),
-  default_team: z.string().min(1).default("default"),
+  default_team: teamName.default("default"),
   /** Claim holding tool globs; absent → default_tools. */
   tools_claim: z.string().min(1).optional(),
   default_tools: z.array(z.string().min(1)).default([]),
   /**
-   * Principal = prefix + sub. Default: `oidc:<issuer host and path>:`, so two issuers never share a
-   * principal space; a config whose prefixes overlap (one starts with another) is refused at load.
+   * Principal = prefix + sub (the sub as the issuer wrote it: OIDC subs are case-sensitive). Default:
+   * `oidc:<issuer host and path>:`, so two issuers never share a principal space; a config in which
+   * two prefixes overlap (one starts with another, case folded), this one's and auth.access's
+   * included, is refused at load.
    */
   sub_prefix: z.string().min(1).optional(),
 });
@@ -84,9 +95,9 @@ const accessSchema = z.strictObject({
   audience: z.string().min(1),
   /** Where the keys are fetched (default <team_domain>/cdn-cgi/access/certs), under the egress rules. */
   certs_url: z.string().url().optional(),
-  /** Roles and team an Access-signed-in person gets (the JWT's email becomes the principal `<sub_prefix><email>`). */
+  /** Roles and team an Access-signed-in person gets (the JWT's email, lowercased, becomes the principal `<sub_prefix><email>`). */
   roles: z.array(z.enum(ROLES)).default(["approver"]),
-  team: z.string().min(1).default("default"),
+  team: teamName.default("default"),
   sub_prefix: z.string().min(1).default("access:"),
 });
 
@@ -106,7 +117,7 @@ const holdsSchema = z.strictObject({
       z.strictObject({
         rules: z.array(z.string().min(1)).default(["*"]),
         roles: z.array(z.enum(ROLES)).default(["approver"]),
-        teams: z.array(z.string().min(1)).optional(),
+        teams: z.array(z.union([z.literal("*"), teamName])).optional(),
       }),
     )
     .default([{ rules: ["*"], roles: ["approver"] }]),
@@ -130,7 +141,7 @@ const grantTemplateSchema = z.strictObject({
   /** Tool globs the grant carries (an enrollment code's own globs are kept only where these cover them). */
   tools: z.array(z.string().min(1).max(200)).max(200).default([]),
   roles: z.array(z.enum(ROLES)).min(1).default(["agent"]),
-  team: z.string().min(1).max(100).default("default"),
+  team: teamName.default("default"),
   budget: z.strictObject({ calls: z.number().int().positive() }).optional(),
   /** How long the grant lives, refreshes included (at most auth.max_token_lifetime). */
   lifetime: duration.default("8h"),

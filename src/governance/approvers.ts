@@ -2,7 +2,9 @@
  * Separation of duties for held calls: who may resolve (approve or reject) a hold, and who may
  * see a team's holds at all — pure functions of the `holds` config, the approver's verified
  * principal and the hold's immutable facts (requester, team, rule). The order is fixed: the
- * requester never resolves its own hold (by `sub`); a rule named in `holds.unresolvable` is
+ * requester never resolves its own hold (by `sub`, compared folded — case, width, Unicode
+ * compatibility — so no spelling of the requester's name can approve: names are canonical where
+ * they enter, src/config/principal.ts, and this fold only ever denies); a rule named in `holds.unresolvable` is
  * resolved by nobody, admin included; an admin resolves any other; everyone else needs a
  * `holds.resolvers` entry whose rule globs, roles and teams all match. A hold a mapping's
  * `approval` asked for has no rule id and is matched as `(mapping)`. Must never: read storage, a
@@ -10,7 +12,7 @@
  * matching entry (or admin) resolve a hold.
  */
 import type { HoldsConfig } from "../config/load.ts";
-import { type Principal, principalHas } from "../config/principal.ts";
+import { lookAlike, type Principal, principalHas } from "../config/principal.ts";
 import type { Role } from "../config/roles.ts";
 import { globMatch } from "../wire/glob.ts";
 
@@ -41,7 +43,15 @@ function teamCovered(teams: string[] | undefined, own: string, team: string): bo
 
 /** Whether `approver` (from its own verified token) may approve or reject `hold`; the reason when not. */
 export function mayResolve(holds: HoldsConfig, approver: Principal, hold: HoldFacts): MayResolve {
-  if (approver.sub === hold.principal) return { ok: false, status: 403, why: `${approver.sub} raised this hold and cannot resolve it (separation of duties)` };
+  if (lookAlike(approver.sub, hold.principal))
+    return {
+      ok: false,
+      status: 403,
+      why:
+        approver.sub === hold.principal
+          ? `${approver.sub} raised this hold and cannot resolve it (separation of duties)`
+          : `${approver.sub} is a spelling of ${hold.principal}, who raised this hold, and cannot resolve it (separation of duties)`,
+    };
   const rule = ruleOf(hold);
   const locked = holds.unresolvable.find((g) => globMatch(g, rule));
   if (locked !== undefined)

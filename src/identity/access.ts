@@ -3,13 +3,16 @@
  * request it lets through (`Cf-Access-Jwt-Assertion`) against `auth.access` — RS256 keys from the
  * team's certs URL (fetched with the caller's egress-checked fetch, cached by jose), `aud` = the
  * Access application's AUD tag, `iss` = the team domain, `exp`/`nbf` with a small skew — and maps
- * it to a Principal: `<sub_prefix><email>` with the roles and team the config gives Access users.
+ * it to a Principal: `<sub_prefix><email>` with the roles and team the config gives Access users,
+ * the email in its one form (NFC, lowercased: an address is one person however it is capitalised,
+ * so `Leo@x` and `leo@x` are one principal, never two who could approve each other's holds).
  * Must never: accept a token signed by anyone but the team's keys or meant for another Access
- * application, take roles or a team from the token, or let the token reach a log or a page.
+ * application, take roles or a team from the token, sign in a name the gateway refuses
+ * (src/config/principal.ts), or let the token reach a log or a page.
  */
 import { createRemoteJWKSet, customFetch, jwtVerify } from "jose";
 import type { AccessConfig } from "../config/load.ts";
-import type { Principal } from "../config/principal.ts";
+import { type Principal, principalNameProblem, reservedNameProblem } from "../config/principal.ts";
 
 /** The header Cloudflare Access sets on requests it let through. */
 export const ACCESS_HEADER = "cf-access-jwt-assertion";
@@ -59,9 +62,15 @@ export async function verifyAccess(token: string, access: AccessConfig, fetcher:
     // Service tokens carry no email (common_name instead): they sign no person in.
     if (typeof email !== "string" || !EMAIL.test(email)) return "the Cloudflare Access token names no email";
     if (typeof payload.exp !== "number" || typeof payload.iat !== "number") return "the Cloudflare Access token has no exp or iat";
+    const sub = `${access.subPrefix}${email.normalize("NFC").toLowerCase()}`;
+    const badSub = principalNameProblem(sub, [{ prefix: access.subPrefix, source: "auth.access" }]);
+    if (badSub) return `the Cloudflare Access token's email signs nobody in: ${badSub}`;
+    // The team is the config's (checked at load); checked again, so a reserved team never signs anyone in.
+    const badTeam = reservedNameProblem("team", access.team);
+    if (badTeam) return `auth.access.team signs nobody in: ${badTeam}`;
     // The principal exists only inside the console: it reaches no tool (an Access user approves, audits or halts; it is no agent).
     const principal: Principal = {
-      sub: `${access.subPrefix}${email}`,
+      sub,
       team: access.team,
       roles: [...access.roles],
       tools: [],

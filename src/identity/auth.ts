@@ -1,17 +1,19 @@
 /**
  * Authentication at the edge of every protected route: the bearer grant (or an external OIDC
  * token) → Principal, revocation, role checks, and the loopback-only unauthenticated mode (a
- * loopback Host/URL and, where the runtime reports one, a loopback peer address).
+ * loopback Host/URL and, where the runtime reports one, a loopback peer address). A grant's `sub`
+ * outside every identity provider's principal space must have the gateway's one spelling
+ * (src/config/principal.ts), so a grant for `Agent:x` minted before that rule verifies no more.
  * Must never: trust anything about a request before its token verified, let a token reach a log
  * or an upstream, or answer "allowed" when the key set or revocation list cannot be read.
  */
 import { decodeJwt } from "jose";
-import type { GatewayConfig } from "../config/load.ts";
+import { type GatewayConfig, principalSpaces } from "../config/load.ts";
 import type { Env } from "../env.ts";
 import { acceptedAudiences, acceptedIssuers, canonicalUrl, forbidden, issuerOf, ownUrlProblem, unauthorized } from "./metadata.ts";
 import { verifyExternal } from "./oidc.ts";
 import { isLoopbackAddress, isLoopbackHost } from "../wire/hosts.ts";
-import { principalHas, type Principal } from "../config/principal.ts";
+import { principalHas, principalNameProblem, type Principal } from "../config/principal.ts";
 import type { Role } from "../config/roles.ts";
 import { revocationObject } from "../../durable-objects/names.ts";
 import { parseKeySet, verifyGrant, type KeySet } from "./tokens.ts";
@@ -160,6 +162,9 @@ async function verify(token: string, env: Env, cfg: GatewayConfig, opts: AuthOpt
   // A grant for another gateway (verifyGrant names its iss/aud and the expected one): say how to mint for this one.
   if (!v.ok) return /^token (iss|aud) /.test(v.reason) ? `${v.reason}; ${mintHint(cfg)}` : v.reason;
   const g = v.grant;
+  // One person, one name: a grant the gateway gave speaks for its canonical spelling only (reasons name no claim value).
+  const badSub = principalNameProblem(g.sub, principalSpaces(cfg.auth));
+  if (badSub) return `sub refused: ${badSub}`;
   const p: Principal = { sub: g.sub, team: g.team, roles: g.roles as Role[], tools: g.tools, authenticated: true, jti: g.jti, exp: g.exp };
   if (g.budget) p.budget = g.budget;
   return p;

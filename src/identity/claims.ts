@@ -2,11 +2,14 @@
  * Grant claim checks on a decoded JWT payload. Owns the claim rules shared by minting and
  * verification: `iss` in the accepted issuers, `aud` (string or array) containing an accepted audience,
  * `exp`/`nbf`/`iat` numeric and within the clock skew, lifetime `exp − iat` within the maximum,
- * `sub` non-empty, `team` a string, `roles` known roles, `tools` strings, `budget` (optional) of
- * known fields, `jti` non-empty. Must never: run on a payload whose signature was not verified
+ * `sub` and `team` names the gateway does not reserve (src/config/principal.ts: a signed grant for
+ * team `_global` would write onto the gateway's own chain; a team not in its one lowercase form), `roles` known
+ * roles, `tools` strings, `budget` (optional) of known fields, `jti` non-empty. Whether the `sub` has the
+ * gateway's own spelling depends on the identity providers configured, so src/identity/auth.ts checks that. Must never: run on a payload whose signature was not verified
  * (verification calls it only after the signature check), throw, or put claim values into a
  * reason — reasons are fixed short strings.
  */
+import { reservedNameProblem } from "../config/principal.ts";
 import { isRole, type Budget, type Grant, type Role } from "../config/roles.ts";
 
 export type ClaimCheck = {
@@ -60,7 +63,11 @@ export function checkClaims(p: Record<string, unknown>, c: ClaimCheck): { grant:
   if (p.exp <= p.iat) return fail("exp not after iat");
   if (p.exp - p.iat > c.maxLifetimeSeconds + c.skew) return fail("lifetime above the maximum");
   if (typeof p.sub !== "string" || p.sub.length === 0) return fail("missing sub");
+  const badSub = reservedNameProblem("principal", p.sub);
+  if (badSub) return fail(`sub refused: ${badSub}`);
   if (typeof p.team !== "string") return fail("missing or malformed team");
+  const badTeam = reservedNameProblem("team", p.team);
+  if (badTeam) return fail(`team refused: ${badTeam}`);
   if (!Array.isArray(p.roles)) return fail("roles is not an array");
   if (!p.roles.every(isRole)) return fail("unknown role");
   if (!Array.isArray(p.tools) || !p.tools.every((t) => typeof t === "string")) return fail("tools is not an array of strings");

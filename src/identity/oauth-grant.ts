@@ -3,14 +3,17 @@
  * configured for that source (auth.oauth.sign_in.*.template) bounds everything — an enrollment
  * code's own tools, roles and lifetime are kept only where the template covers them. Also the
  * signed "who signed in" value the consent form carries between the sign-in and the approval
- * (HMAC under the gateway's signing secret, bound to the consent handle). Pure functions. Must
- * never: widen a grant beyond its template, accept a signed value made for another handle, or
- * put a token or code into what it signs.
+ * (HMAC under the gateway's signing secret, bound to the consent handle). Pure functions. The
+ * template's team was checked at load (src/config/schema.ts); a person's name comes from the
+ * source's own check (Access, OIDC) or, for a code, must have the gateway's one spelling. Must
+ * never: widen a grant beyond its template, offer a code whose principal or team the gateway
+ * refuses, accept a signed value made for another handle, or put a token or code into what it signs.
  */
 import { hmac } from "@noble/hashes/hmac.js";
 import { sha256 } from "@noble/hashes/sha2.js";
 import { utf8ToBytes } from "@noble/hashes/utils.js";
 import type { GrantTemplate } from "../config/load.ts";
+import { principalNameProblem, reservedNameProblem } from "../config/principal.ts";
 import type { Role } from "../config/roles.ts";
 import { isRole } from "../config/roles.ts";
 import { globMatch } from "../wire/glob.ts";
@@ -64,7 +67,8 @@ export function templateOffer(source: SignInSource, sub: string, template: Grant
 /**
  * The offer of an enrollment code: its tools that the template covers, its roles that the
  * template has, its lifetime capped by the template's; the team and budget are the template's.
- * A code that keeps no role signs nobody in (null).
+ * A code that keeps no role, or whose principal or the template's team is not a name the gateway
+ * accepts (a code stored before the canonical-name rule), signs nobody in (null).
  */
 export function enrollmentOffer(
   template: GrantTemplate,
@@ -73,6 +77,7 @@ export function enrollmentOffer(
 ): GrantOffer | null {
   const roles = code.roles.filter((r) => template.roles.includes(r));
   if (roles.length === 0) return null;
+  if (principalNameProblem(code.sub, []) !== null || reservedNameProblem("team", template.team) !== null) return null;
   const offer: GrantOffer = {
     source: "enrollment",
     sub: code.sub,

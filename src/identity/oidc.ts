@@ -1,13 +1,16 @@
 /**
  * External OIDC issuers: verifying their JWTs against their published JWKS (fetched without
- * redirects, bounded in time, cached by jose) and mapping claims to a Principal.
- * Must never: accept a token whose issuer is not configured, or take roles the issuer's mapping
- * does not grant.
+ * redirects, bounded in time, cached by jose) and mapping claims to a Principal: `<sub_prefix><sub>`,
+ * the sub kept as the issuer wrote it (OIDC subs are case-sensitive: folding could make two people
+ * one), and the team of the team claim or the issuer's default. Must never: accept a token whose
+ * issuer is not configured, take roles the issuer's mapping does not grant, or sign anyone in
+ * whose sub or team is not a name the gateway accepts (a reserved team such as `_global`, a
+ * non-canonical team, a control or format character): such a token signs nobody in.
  */
 import { createRemoteJWKSet, customFetch, jwtVerify, type JWTPayload } from "jose";
 import type { ExternalIssuer } from "../config/load.ts";
 import { ROLES } from "../config/schema.ts";
-import type { Principal } from "../config/principal.ts";
+import { type Principal, principalNameProblem, reservedNameProblem } from "../config/principal.ts";
 import type { Role } from "../config/roles.ts";
 
 export type OidcFetch = (url: string, init: RequestInit) => Promise<Response>;
@@ -40,9 +43,17 @@ function principalFromClaims(iss: ExternalIssuer, payload: JWTPayload): Principa
   const roles = roleNames.filter((r): r is Role => (ROLES as readonly string[]).includes(r));
   const teamClaim = iss.teamClaim ? payload[iss.teamClaim] : undefined;
   const tools = (iss.toolsClaim ? stringList(payload[iss.toolsClaim]) : null) ?? iss.defaultTools;
+  const sub = `${iss.subPrefix}${payload.sub}`;
+  const badSub = principalNameProblem(sub, [{ prefix: iss.subPrefix, source: iss.issuer }]);
+  if (badSub) return `token from ${iss.issuer} refused: ${badSub}`;
+  // A team claim that is absent, empty or not a string falls back to the default; a team it names must be one the gateway accepts.
+  const claimed = typeof teamClaim === "string" && teamClaim !== "";
+  const team = claimed ? teamClaim : iss.defaultTeam;
+  const badTeam = reservedNameProblem("team", team);
+  if (badTeam) return `token from ${iss.issuer} refused: ${claimed ? `its ${iss.teamClaim} claim` : "the default team"}: ${badTeam}`;
   const p: Principal = {
-    sub: `${iss.subPrefix}${payload.sub}`,
-    team: typeof teamClaim === "string" && teamClaim ? teamClaim : iss.defaultTeam,
+    sub,
+    team,
     roles,
     tools,
     authenticated: true,

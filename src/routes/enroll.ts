@@ -6,11 +6,13 @@
  * globs, its lifetime, auth.max_token_lifetime) and the order: code stored, then its
  * `grant.enrolled` record durable on the template team's chain, then the answer. Must never: return
  * a code whose ledger record was not written, put the code into the ledger or a log, or mint a
- * code for a principal of an external identity provider or beyond the template.
+ * code for a principal of an identity provider (an external issuer, Cloudflare Access, their
+ * default prefixes), for a principal not in the gateway's one spelling (src/config/principal.ts),
+ * or beyond the template.
  */
 import { z } from "zod";
-import type { GatewayConfig } from "../config/load.ts";
-import type { Principal } from "../config/principal.ts";
+import { type GatewayConfig, principalSpaces } from "../config/load.ts";
+import { mintedPrincipalProblem, type Principal } from "../config/principal.ts";
 import { ROLES } from "../config/schema.ts";
 import type { Env } from "../env.ts";
 import { mintEnrollment, readEnrollment } from "../identity/enrollment.ts";
@@ -55,12 +57,9 @@ export async function enrollRoute(req: Request, env: Env, cfg: GatewayConfig, by
   const parsed = enrollBody.safeParse(read.value);
   if (!parsed.success) return bad(parsed.error.issues.map((i) => `${i.path.join(".") || "(body)"}: ${i.message}`).join("; "));
   const b = parsed.data;
-  // An external identity provider's principals are its own: a code never signs anyone in as one (as for POST /v1/grants).
-  const foreign = cfg.auth.externalIssuers.find((e) => b.sub.startsWith(e.subPrefix));
-  if (foreign)
-    return bad(
-      `sub ${JSON.stringify(b.sub)} is in the principal space of ${foreign.issuer} (sub_prefix ${JSON.stringify(foreign.subPrefix)}): enroll under another name`,
-    );
+  // An identity provider's principals are its own: a code never signs anyone in as one, and a name has one spelling (as for POST /v1/grants).
+  const badSub = mintedPrincipalProblem(b.sub, principalSpaces(cfg.auth));
+  if (badSub) return bad(`sub ${JSON.stringify(b.sub)}: ${badSub}`);
   const roles = [...new Set(b.roles)];
   const outside = roles.filter((r) => !template.roles.includes(r));
   if (outside.length)

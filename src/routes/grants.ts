@@ -2,16 +2,18 @@
  * The admin grant API: `POST /v1/grants` mints a grant with the gateway's active key,
  * `POST /v1/grants/:jti/revoke` revokes one (effective at once on this isolate, within 1 s on every other: src/identity/revocation-cache.ts).
  * Owns request validation for both. Must never: mint beyond the configured maximum lifetime,
- * return or log the signing key, or log a minted token.
+ * mint for a team the gateway reserves (`_global` is its own ledger chain) or not in its one
+ * form, mint a principal outside the gateway's own spelling or inside an identity provider's
+ * space (src/config/principal.ts), return or log the signing key, or log a minted token.
  */
 import { z } from "zod";
-import type { GatewayConfig } from "../config/load.ts";
+import { type GatewayConfig, principalSpaces } from "../config/load.ts";
 import { ROLES } from "../config/schema.ts";
 import type { Env } from "../env.ts";
 
 import { signingKeys } from "../identity/auth.ts";
 import { canonicalUrl, issuerOf } from "../identity/metadata.ts";
-import type { Principal } from "../config/principal.ts";
+import { mintedPrincipalProblem, type Principal, reservedNameProblem } from "../config/principal.ts";
 import { revocationObject } from "../../durable-objects/names.ts";
 import { noteRevoked } from "../identity/revocation-cache.ts";
 import { MAX_CLOCK_SKEW_SECONDS, mintGrant } from "../identity/tokens.ts";
@@ -39,12 +41,12 @@ export async function mintGrantRoute(req: Request, env: Env, cfg: GatewayConfig,
   const parsed = mintBody.safeParse(read.value);
   if (!parsed.success) return bad(parsed.error.issues.map((i) => `${i.path.join(".") || "(body)"}: ${i.message}`).join("; "));
   const b = parsed.data;
-  // An external identity provider's principals are its own: a minted grant never speaks for one.
-  const foreign = cfg.auth.externalIssuers.find((e) => b.sub.startsWith(e.subPrefix));
-  if (foreign)
-    return bad(
-      `sub ${JSON.stringify(b.sub)} is in the principal space of ${foreign.issuer} (sub_prefix ${JSON.stringify(foreign.subPrefix)}): mint under another name`,
-    );
+  // An identity provider's principals are its own (a minted grant never speaks for one), and a name has one spelling.
+  const badSub = mintedPrincipalProblem(b.sub, principalSpaces(cfg.auth));
+  if (badSub) return bad(`sub ${JSON.stringify(b.sub)}: ${badSub}`);
+  // A reserved team would put the grant's records on the gateway's own chains.
+  const badTeam = reservedNameProblem("team", b.team);
+  if (badTeam) return bad(`team ${JSON.stringify(b.team)}: ${badTeam}`);
   const ttl = b.ttl_seconds ?? Math.min(3600, cfg.auth.maxTokenLifetimeS);
   if (ttl > cfg.auth.maxTokenLifetimeS) return bad(`ttl_seconds exceeds the maximum lifetime (${cfg.auth.maxTokenLifetimeS})`);
   const keysP = signingKeys(env, cfg);

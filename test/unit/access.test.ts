@@ -1,7 +1,7 @@
 /**
  * Cloudflare Access sign-in (src/identity/access.ts) as a negative matrix: a token signed by the
- * team's key for the configured application signs in as `<sub_prefix><email>` with the roles and
- * team of the config (never the token's); unsigned, HS256, foreign-key, expired, not-yet-valid,
+ * team's key for the configured application signs in as `<sub_prefix><email>` (lowercased, NFC)
+ * with the roles and team of the config (never the token's; a reserved team signs nobody in); unsigned, HS256, foreign-key, expired, not-yet-valid,
  * wrong-audience, wrong-issuer, email-less and malformed tokens do not; the keys come through the
  * fetch handed in (the console passes the egress-checked one), and unreachable keys sign no one in.
  */
@@ -77,6 +77,20 @@ describe("Cloudflare Access JWT", () => {
       fetcher,
     );
     expect(typeof r === "string" ? r : r.principal).toMatchObject({ roles: ["auditor"], team: "audit" });
+  });
+
+  it("one person is one principal: the email is lowercased (NFC) however Access capitalises it", async () => {
+    const r = await verifyAccess(await token({ claims: { email: "Leo@Example.COM" } }), access(), fetcher);
+    expect(typeof r === "string" ? r : r.principal.sub).toBe("access:leo@example.com");
+    const nfd = await verifyAccess(await token({ claims: { email: "Le\u0301o@example.com" } }), access(), fetcher);
+    expect(typeof nfd === "string" ? nfd : nfd.principal.sub).toBe("access:l\u00e9o@example.com");
+  });
+
+  it("signs nobody in with a reserved team or an email holding an invisible character", async () => {
+    const global = await verifyAccess(await token(), access({ team: "_global" }), fetcher);
+    expect(global).toMatch(/^auth\.access\.team signs nobody in: team names starting with "_" are reserved/);
+    const hidden = await verifyAccess(await token({ claims: { email: "leo\u200b@example.com" } }), access(), fetcher);
+    expect(hidden).toMatch(/email signs nobody in: the principal holds a control, format or space character/);
   });
 
   it("tolerates a small clock skew on exp and nbf", async () => {

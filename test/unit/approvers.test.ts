@@ -1,6 +1,6 @@
 /**
  * Separation of duties (src/governance/approvers.ts) as a table: the requester never resolves its
- * own hold (admin included); `holds.unresolvable` rules are resolved by nobody (admin included);
+ * own hold (admin included), under any spelling of its name (case, width); `holds.unresolvable` rules are resolved by nobody (admin included);
  * admin resolves the rest; everyone else needs a `holds.resolvers` entry whose rule globs, roles
  * and teams (absent: the hold's own team; `*`: any; else one of them) all match, with a mapping's
  * `approval` matched as `(mapping)`. And who may see a team's holds at all.
@@ -32,6 +32,18 @@ const CASES: Case[] = [
   ["self, approver", DEFAULTS, who("human:ann", "eng", "approver"), hold("human:ann", "eng", "r1"), false, /raised this hold/],
   ["self, admin", DEFAULTS, who("human:root", "eng", "admin"), hold("human:root", "eng", "r1"), false, /raised this hold/],
   ["self is by sub, not by team", DEFAULTS, who("agent:bot", "ops", "admin"), hold("agent:bot", "eng", "r1"), false, /separation of duties/],
+  // any spelling of the requester's name: case, width, compatibility forms (a grant for Agent:selfappr on agent:selfappr's hold)
+  [
+    "self in another case, approver",
+    DEFAULTS,
+    who("Agent:selfappr", "eng", "approver"),
+    hold("agent:selfappr", "eng", "r1"),
+    false,
+    /is a spelling of agent:selfappr/,
+  ],
+  ["self in another case, admin", DEFAULTS, who("agent:SelfAppr", "eng", "admin"), hold("agent:selfappr", "eng", "r1"), false, /separation of duties/],
+  ["self in full-width letters", DEFAULTS, who("ａｇｅｎｔ:selfappr", "eng", "approver"), hold("agent:selfappr", "eng", "r1"), false, /separation of duties/],
+  ["an OIDC sub in another case", DEFAULTS, who("oidc:idp:U-42", "eng", "approver"), hold("oidc:idp:u-42", "eng", "r1"), false, /separation of duties/],
   // unresolvable rules: nobody, admin neither
   [
     "unresolvable glob, approver",

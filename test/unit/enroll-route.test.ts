@@ -1,7 +1,8 @@
 /**
  * `POST /v1/grants/enroll` (src/routes/enroll.ts) in workerd, on the real RevocationsDO and
  * LedgerDO bindings, with configs loaded from YAML: every refusal (OAuth off, no enrollment
- * template, a body the schema refuses, a sub in an external issuer's principal space, a role the
+ * template, a body the schema refuses, a sub in an identity provider's principal space or not in
+ * the gateway's one spelling, a role the
  * template lacks, a tool glob it does not cover, a grant lifetime above the template's or above
  * auth.max_token_lifetime, a code lifetime above 7 days, the code store or the ledger failing —
  * then no code is returned) and the happy path: a 201 no-store answer with the code, its record
@@ -139,7 +140,24 @@ describe("POST /v1/grants/enroll: refusals", () => {
   it("a sub in an external issuer's principal space: 400, as for mint", async () => {
     const r = await enroll({ sub: "idp:alice" });
     expect(r.status).toBe(400);
-    expect(r.j.error_description).toBe('sub "idp:alice" is in the principal space of https://idp.example.com (sub_prefix "idp:"): enroll under another name');
+    expect(r.j.error_description).toBe(
+      'sub "idp:alice": the principal is in the principal space of auth.external_issuers[0] (https://idp.example.com), sub_prefix "idp:": give it a name outside it',
+    );
+  });
+
+  it("a sub in Access's or an identity provider's default space, or not in the gateway's one spelling: 400", async () => {
+    for (const [sub, why] of [
+      ["access:leo@example.com", /principal space of the identity providers' default prefixes, sub_prefix "access:"/],
+      ["oidc:idp.example.com:alice", /sub_prefix "oidc:"/],
+      ["IDP:alice", /principal space of auth\.external_issuers\[0\]/],
+      ["Human:Alice", /not in canonical form/],
+      ["_svc", /reserved for the gateway/],
+    ] as [string, RegExp][]) {
+      const r = await enroll({ sub });
+      expect(r.status, sub).toBe(400);
+      expect(r.j.error_description, sub).toMatch(why);
+      expect(r.text, sub).not.toMatch(/pce_/);
+    }
   });
 
   it("a role not in the template's roles: 400 naming it and the template's roles", async () => {

@@ -107,6 +107,9 @@ describe("enrollmentOffer", () => {
   it("a code whose roles the template has none of signs nobody in (null)", () => {
     expect(enrollmentOffer(template, { ...code, roles: ["admin", "operator"] }, "e")).toBeNull();
     expect(enrollmentOffer(template, { ...code, roles: [] }, "e")).toBeNull();
+    // A code stored before the canonical-name rule, for a name the gateway now refuses, signs nobody in.
+    expect(enrollmentOffer(template, { ...code, sub: "Person:Dana" }, "e")).toBeNull();
+    expect(enrollmentOffer(template, { ...code, sub: "_dana" }, "e")).toBeNull();
   });
 
   it("a code none of whose tools the template covers still signs in, with no tools", () => {

@@ -1,6 +1,7 @@
 /**
  * authenticate() with configs the shared Worker config does not cover: `auth.required: true`,
- * and external OIDC issuers (JWKS served through an injected fetch).
+ * and external OIDC issuers (JWKS served through an injected fetch): claims mapping, a team
+ * claim the gateway refuses (`_global`, not lowercase) signing nobody in, principal spaces.
  */
 import { env } from "cloudflare:test";
 import { SignJWT, exportJWK, generateKeyPair } from "jose";
@@ -96,6 +97,32 @@ ${base}`,
       });
     expect(fetched).toBe(1);
   });
+  it("a team claim the gateway reserves or does not accept signs nobody in (401); the sub keeps its case", async () => {
+    for (const org of ["_global", "_anything", "Acme", "acme~1", "chain:acme"]) {
+      const r = await authenticate(req({ authorization: `Bearer ${await idToken({ org })}` }), env, cfg, { ...opts, fetcher });
+      expect(r.ok, org).toBe(false);
+      if (!r.ok) {
+        expect(r.response.status, org).toBe(401);
+        expect(r.response.headers.get("www-authenticate"), org).toMatch(/its org claim: /);
+      }
+    }
+    const withSub = (sub: string) =>
+      new SignJWT({ org: "acme" })
+        .setProtectedHeader({ alg: "RS256", kid: "idp-1" })
+        .setIssuer("https://idp.example.com")
+        .setAudience("portcullis")
+        .setSubject(sub)
+        .setIssuedAt()
+        .setExpirationTime("10m")
+        .sign(privateKey);
+    // OIDC subs are case-sensitive: two subs differing in case are two people of the issuer, kept apart.
+    const upper = await authenticate(req({ authorization: `Bearer ${await withSub("U-42")}` }), env, cfg, { ...opts, fetcher });
+    expect(upper.ok && upper.principal.sub).toBe("oidc:idp.example.com:U-42");
+    const hidden = await authenticate(req({ authorization: `Bearer ${await withSub("u-42\u200b")}` }), env, cfg, { ...opts, fetcher });
+    expect(hidden.ok).toBe(false);
+    if (!hidden.ok) expect(hidden.response.status).toBe(401);
+  });
+
   it("refuses a wrong audience, an expired token and an unconfigured issuer", async () => {
     for (const t of [
       await idToken({}, { aud: "someone-else" }),
