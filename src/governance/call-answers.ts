@@ -1,12 +1,14 @@
 /**
  * What the governed path answers, and how it fails closed: the JSON-RPC shapes of a result, an
  * unknown tool, a refusal the model can read ("Blocked by Portcullis: … (check, rule, decision);
- * ask …"), a leg that did not answer; the upstream request (the upstream's tool name, obligations
- * pushed down in `_meta`); the receipt and advise's advisory block on the way back; and `step`,
- * which turns any throw of a step into StepFailed so that the call is refused. Must never: change
- * a result beyond the receipt and the advisory, or let a step's throw pass as anything but a refusal.
+ * ask …"), a leg that did not answer; the upstream request (the upstream's tool name, the
+ * client's own `_meta` keys under `portcullis/` dropped — that namespace is the gateway's — then
+ * obligations pushed down in `_meta`); the receipt and advise's advisory block on the way back; and
+ * `step`, which turns any throw of a step into StepFailed so that the call is refused. Must never:
+ * change a result beyond the receipt and the advisory, let a step's throw pass as anything but a
+ * refusal, or forward a `portcullis/` `_meta` key a client sent.
  */
-import { ErrorCode, errorResponse, type JsonObject, type JsonRpcRequest, type JsonRpcResponse } from "../wire/jsonrpc.ts";
+import { ErrorCode, errorResponse, isObject, type JsonObject, type JsonRpcRequest, type JsonRpcResponse } from "../wire/jsonrpc.ts";
 import { pushDownMeta } from "./obligations.ts";
 import type { Decision, LegResult, Receipt, Refusal, ToolCall } from "./steps.ts";
 
@@ -54,9 +56,35 @@ export function notAnswered(call: ToolCall, leg: Exclude<LegResult, { kind: "ans
   return { response: errorResponse(call.request.id, ErrorCode.InternalError, text), status: 200 };
 }
 
-/** The client's request with the upstream's own tool name, and the obligations a server can push down. */
+/** The `_meta` namespace that is the gateway's: what it sends upstream under it (obligations, idempotency keys) no client may send. */
+export const GATEWAY_META_PREFIX = "portcullis/";
+/** At most this many dropped key names are recorded, each at most this long (a client picks them). */
+const STRIPPED_NAMES_MAX = 20;
+const STRIPPED_NAME_CHARS = 200;
+
+/** The `portcullis/` keys of a client's `params._meta`, by name (bounded: the names a record keeps); [] when none. */
+export function gatewayMetaKeys(params: JsonObject | undefined): string[] {
+  const meta = params?._meta;
+  if (!isObject(meta)) return [];
+  const names = Object.keys(meta).filter((k) => k.startsWith(GATEWAY_META_PREFIX));
+  return names.slice(0, STRIPPED_NAMES_MAX).map((k) => (k.length > STRIPPED_NAME_CHARS ? `${k.slice(0, STRIPPED_NAME_CHARS)}…` : k));
+}
+
+/** A client's params with every `portcullis/` key of its `_meta` dropped; every other key (and the params themselves) as sent. */
+export function withoutGatewayMeta(params: JsonObject | undefined): JsonObject | undefined {
+  const meta = params?._meta;
+  if (!params || !isObject(meta) || !Object.keys(meta).some((k) => k.startsWith(GATEWAY_META_PREFIX))) return params;
+  const kept: JsonObject = {};
+  for (const [k, v] of Object.entries(meta)) if (!k.startsWith(GATEWAY_META_PREFIX)) kept[k] = v;
+  return { ...params, _meta: kept };
+}
+
+/**
+ * The client's request with the upstream's own tool name, without the client's `portcullis/`
+ * `_meta` keys, and then the obligations a server can push down (the gateway's own keys).
+ */
 export function upstreamRequest(call: ToolCall, toolName: string, decision: Decision): JsonRpcRequest {
-  const params: JsonObject = { ...(call.request.params ?? {}), name: toolName };
+  const params: JsonObject = { ...(withoutGatewayMeta(call.request.params) ?? {}), name: toolName };
   const push = pushDownMeta(decision.obligations);
   if (push) params._meta = { ...((params._meta as JsonObject | undefined) ?? {}), ...push };
   return { ...call.request, params };

@@ -12,7 +12,7 @@
  * whose outcome was not recorded.
  */
 import { ErrorCode, errorResponse, type JsonObject, type JsonRpcRequest } from "../wire/jsonrpc.ts";
-import { type Answer, notAnswered, refused, StepFailed, step, upstreamRequest, withAdvisory, withReceipt } from "./call-answers.ts";
+import { type Answer, gatewayMetaKeys, notAnswered, refused, StepFailed, step, upstreamRequest, withAdvisory, withReceipt } from "./call-answers.ts";
 import { decideCall, type GovernanceDeps, violation } from "./call-decide.ts";
 import { fullAudit } from "./obligations.ts";
 import { applyResultObligations } from "./obligations-shape.ts";
@@ -122,6 +122,8 @@ async function executeCall(
   const { target, classification, mapping } = verdict;
   // 10 write-ahead: the decision is durable before anything reaches the upstream (a consumed hold
   // whose decision could not be recorded is released: its call never ran, and it may be approved again).
+  // It names the client's `portcullis/` `_meta` keys the forward drops (upstreamRequest), never their values.
+  const strippedMeta = gatewayMetaKeys(call.request.params);
   const receipt = await step("ledger", () =>
     deps.ledger.decision({
       principal: call.principal.sub,
@@ -134,6 +136,7 @@ async function executeCall(
       classification,
       decision,
       ...(holdId ? { holdId } : {}),
+      ...(strippedMeta.length ? { strippedMeta } : {}),
     }),
   ).catch(async (e: unknown) => {
     if (holdId) await deps.holds.release(holdId, (e as Error).message).catch(() => undefined);

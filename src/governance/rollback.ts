@@ -5,13 +5,16 @@
  * record keeps; rebuilding a run's steps from its ledger records alone (decisions, outcomes and
  * `rollback.step` records); the rollback plan (newest first, which compensations need approval,
  * which steps cannot be undone and why, which are already undone); the idempotency key of one
- * step (a hash of run and step, the same for every retry of a rollback); and checking a
- * verification read-back against its `expect`. Must never: do I/O, read a clock it is not handed,
- * build a compensation from a result that broke its output schema, or keep anything of a call but
- * the values its compensation references.
+ * step (an HMAC-SHA256 of run and step under a key derived from the gateway's signing secret, the
+ * same for every retry of a rollback and computable by no agent), the signing key it is derived
+ * from, read from the secret's text; and checking a verification read-back against its `expect`.
+ * Must never: do I/O, read a clock it is not handed, build a compensation from a result that broke
+ * its output schema, keep anything of a call but the values its compensation references, derive an
+ * idempotency key from anything an agent can know alone, or put a key (or its secret) in a plan or
+ * a record — records keep only the key's SHA-256 and the id of the signing key it came from.
  */
 import { type CompensationSpec, referencesIn, REFERENCE } from "../config/mapping-schema.ts";
-import { canonicalHash, canonicalJson } from "../wire/canonical.ts";
+import { canonicalJson, sha256Hex } from "../wire/canonical.ts";
 import { isObject, type Json, type JsonObject } from "../wire/jsonrpc.ts";
 
 /** Version of the `compensation` field of outcome bodies and of `rollback.step` bodies. */
@@ -155,10 +158,61 @@ export function compensationFor(
   return { v, status: "planned", tool: spec.tool, arguments: a.value as JsonObject, approval: spec.approval, verification };
 }
 
-/** The idempotency key of one step of a run's rollback: the same for every execution and every attempt. */
-export function idempotencyKey(run: string, step: string): string {
-  return canonicalHash({ run, step });
+/** What the HMAC key of idempotency keys is derived from: SHA-256(this ‖ the signing key's private `d`). */
+export const IDEMPOTENCY_KEY_CONTEXT = "portcullis rollback idempotency v1\n";
+
+/** The signing key idempotency keys are derived from: its id, and the private scalar (`d`, base64url) only the gateway holds. */
+export interface IdempotencySecret {
+  kid: string;
+  d: string;
 }
+
+/**
+ * The signing key in a signing secret's text (a private Ed25519 JWK, or a key set `{keys, active}`)
+ * that a step's idempotency key is derived from: the one named `kid` (a step a previous execution
+ * started keeps the key it started with, whatever key is active now), else the active key.
+ * A reason (never the secret's text) when there is none.
+ */
+export function idempotencySecretFrom(secretText: unknown, kid: string | null): IdempotencySecret | { problem: string } {
+  if (typeof secretText !== "string" || secretText.trim() === "") return { problem: "the signing secret is not set" };
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(secretText);
+  } catch {
+    return { problem: "the signing secret is not JSON" };
+  }
+  if (!isObject(parsed)) return { problem: "the signing secret holds no Ed25519 private key" };
+  const usable = (k: unknown): k is JsonObject & { d: string } =>
+    isObject(k) && k.kty === "OKP" && k.crv === "Ed25519" && typeof k.d === "string" && k.d.length > 0;
+  const keys = Array.isArray(parsed.keys) ? parsed.keys.filter(usable) : usable(parsed) ? [parsed] : [];
+  const kidOf = (k: JsonObject) => (typeof k.kid === "string" ? k.kid : "key");
+  if (keys.length === 0) return { problem: "the signing secret holds no Ed25519 private key" };
+  if (kid !== null) {
+    const k = keys.find((x) => kidOf(x) === kid);
+    if (!k)
+      return {
+        problem: `the signing key ${kid} that this step's earlier execution derived its idempotency key from is no longer in the signing secret; a key derived from another could apply the compensation twice`,
+      };
+    return { kid, d: k.d };
+  }
+  const active = Array.isArray(parsed.keys) ? (keys.find((x) => kidOf(x) === parsed.active) ?? keys[0]!) : keys[0]!;
+  return { kid: kidOf(active), d: active.d };
+}
+
+/**
+ * The idempotency key of one step of a run's rollback: HMAC-SHA256, under SHA-256(context ‖ d),
+ * of the canonical JSON of `{run, step}` — the same for every execution and every attempt, and
+ * unpredictable to anyone without the signing secret (an agent knows its run and its decision ids).
+ */
+export async function idempotencyKey(secret: IdempotencySecret, run: string, step: string): Promise<string> {
+  const material = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(IDEMPOTENCY_KEY_CONTEXT + secret.d));
+  const key = await crypto.subtle.importKey("raw", material, { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
+  const mac = await crypto.subtle.sign("HMAC", key, new TextEncoder().encode(canonicalJson({ run, step })));
+  return [...new Uint8Array(mac)].map((b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+/** What records and reports keep of an idempotency key: its SHA-256 (an auditor can match an upstream's log), never the key. */
+export const idempotencyKeyHash = (key: string): string => sha256Hex(key);
 
 /** Whether a read-back's structured result has every expected value (RFC 8785 equality); which path differs if not. */
 export function verificationMet(expect: JsonObject, result: Json | undefined): { ok: true } | { ok: false; reason: string } {
@@ -194,6 +248,8 @@ export interface StepRollback {
   reason: string | null;
   at: string;
   by: string | null;
+  /** The signing key a previous execution derived this step's idempotency key from (its first record naming one); null if none did. */
+  key_id: string | null;
 }
 
 export interface RunStep {
@@ -257,6 +313,8 @@ export function runView(run: string, principal: string, entries: readonly RunEnt
       // Once compensated, a step stays compensated (a later record of it cannot make it undone again).
       if (step.rollback?.state === "compensated") continue;
       const verification = e.body.verification;
+      // Every retry keeps the signing key the first execution derived its idempotency key from.
+      const keyId = step.rollback?.key_id ?? str(e.body.idempotency_key_id);
       step.rollback = {
         state,
         attempts: typeof e.body.attempts === "number" ? e.body.attempts : 0,
@@ -264,6 +322,7 @@ export function runView(run: string, principal: string, entries: readonly RunEnt
         reason: str(e.body.reason),
         at: e.at,
         by: str(e.body.by),
+        key_id: keyId,
       };
     }
   }
@@ -282,7 +341,12 @@ export interface PlannedCompensation {
   arguments: JsonObject;
   verification: ResolvedCompensation["verification"];
   needs_approval: boolean;
-  idempotency_key: string;
+  /**
+   * The signing key this step's idempotency key is derived from when a previous execution already
+   * derived one (a retry keeps it); null: the active key. The key itself is not in the plan (an
+   * agent reads its own plans): it is derived only when the compensation runs.
+   */
+  key_id: string | null;
   /** A previous execution started it without recording how it ended (the key keeps a repeat from applying twice). */
   retried: boolean;
 }
@@ -354,21 +418,30 @@ export function planRollback(view: RunView, toolsOf?: (upstream: string) => Read
       arguments: c.arguments,
       verification: c.verification,
       needs_approval: c.approval === "required",
-      idempotency_key: idempotencyKey(view.run, s.decision_id),
+      key_id: s.rollback?.key_id ?? null,
       retried: s.rollback !== null,
     });
   }
   return plan;
 }
 
-/** The body of a `rollback.step` record. */
+/**
+ * The body of a `rollback.step` record. `detail.key`: the step's idempotency key when one was
+ * derived — only its SHA-256 and its signing key's id are recorded (null without one).
+ */
 export function rollbackStepBody(
   view: RunView,
   step: PlannedCompensation,
   state: StepRollback["state"],
   by: string,
   rollbackId: string,
-  detail: { attempts?: number; verification?: VerificationStatus | null; reason?: string | null; errors?: string[] } = {},
+  detail: {
+    attempts?: number;
+    verification?: VerificationStatus | null;
+    reason?: string | null;
+    errors?: string[];
+    key?: { value: string; kid: string } | null;
+  } = {},
 ): JsonObject {
   return {
     v: COMPENSATION_VERSION,
@@ -379,7 +452,8 @@ export function rollbackStepBody(
     decision_id: step.decision_id,
     upstream: step.upstream,
     tool: step.tool,
-    idempotency_key: step.idempotency_key,
+    idempotency_key_sha256: detail.key ? idempotencyKeyHash(detail.key.value) : null,
+    idempotency_key_id: detail.key?.kid ?? null,
     state,
     attempts: detail.attempts ?? 0,
     verification: detail.verification ?? null,

@@ -304,6 +304,8 @@ export interface DecisionRecord {
   classification: Classification;
   decision: Decision;
   holdId?: string;
+  /** The client's `_meta` keys under `portcullis/` dropped before forwarding (names only, never values); absent when none. */
+  strippedMeta?: string[];
 }
 export type OutcomeStatus = "succeeded" | "failed" | "uncertain";
 export interface OutcomeRecord {

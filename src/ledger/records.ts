@@ -108,6 +108,8 @@ export interface DecisionBody extends JsonObject {
   would_block: Json;
   /** An unmapped tool run because its annotations say read-only (`unclassified_reads: observe`). */
   unverified_read: boolean;
+  // `stripped_meta` (only when any were dropped): the names of the client's `_meta` keys under
+  // `portcullis/` (the gateway's namespace) dropped before forwarding — names only, never values.
 }
 
 export interface OutcomeBody extends JsonObject {

@@ -6,12 +6,16 @@
  * pass-through of unknown methods to a single transparent upstream — both through
  * governedPassThrough; a task reaches its upstream only for the principal that created it,
  * task-owners.ts). On `/mcp/<upstream>` a tools/call is governed under the name /mcp gives the
- * tool (names.ts governedFromEdge), and answered under the name the client used.
+ * tool (names.ts governedFromEdge), and answered under the name the client used. Every other
+ * request loses the client's `portcullis/` `_meta` keys here, before it is routed (that namespace
+ * is the gateway's; a governed tools/call loses them in the governed path, which records it).
  * Must never: forward a tools/call itself, route a name to an upstream that
- * does not own it, or forward a task-addressed request for a task the caller does not own.
+ * does not own it, forward a task-addressed request for a task the caller does not own, or
+ * forward a client's `portcullis/` `_meta` key.
  */
 import type { UpstreamConfig } from "../config/load.ts";
 import { type GovernanceDeps, governedPassThrough, governToolCall, previewToolCall } from "../governance/call.ts";
+import { withoutGatewayMeta } from "../governance/call-answers.ts";
 import { mappingsOf, policyEngine } from "../governance/engine.ts";
 import { type HistoryStore, type KillSwitchReader, NO_HOLDS, type ToolCall } from "../governance/steps.ts";
 import { haltableLeg } from "./killswitch.ts";
@@ -225,11 +229,13 @@ async function byTask(ctx: CallContext, msg: JsonRpcRequest): Promise<Outcome> {
 }
 
 /** Routes one client request. The front has already validated era, session and headers. */
-export async function dispatch(ctx: CallContext, msg: JsonRpcRequest): Promise<Outcome> {
+export async function dispatch(ctx: CallContext, request: JsonRpcRequest): Promise<Outcome> {
+  // tools/call: the governed path drops the client's `portcullis/` keys (and its decision record names them).
+  if (request.method === "tools/call") return toolsCall(ctx, request);
+  const params = withoutGatewayMeta(request.params);
+  const msg: JsonRpcRequest = params === request.params ? request : { ...request, params: params! };
   if (LISTS[msg.method]) return aggregateList(ctx, msg);
   switch (msg.method) {
-    case "tools/call":
-      return toolsCall(ctx, msg);
     case "prompts/get":
       return byName(ctx, msg, "prompt");
     case "resources/read":

@@ -3,7 +3,8 @@
  * record per tools/list — appended to the caller's team chain in its LedgerDO, which makes them
  * durable before the append returns (the write-ahead point). Owns turning governance's records
  * into ledger bodies: arguments kept hashed until mappings say otherwise ([G]), results only as
- * a hash, never a secret or a token — except, for a tool whose mapping declares a compensation,
+ * a hash, the names (never the values) of the client's `portcullis/` `_meta` keys the forward
+ * dropped, never a secret or a token — except, for a tool whose mapping declares a compensation,
  * the compensation resolved against the call (exactly the argument and result values its
  * references name, src/governance/rollback.ts), kept on the outcome so a run can be rolled back
  * from the ledger alone. Every append is bounded (LEDGER_WRITE_TIMEOUT_MS), and a call's refusal
@@ -112,6 +113,8 @@ export function callLedger(t: LedgerTarget): CallLedger {
         would_block: r.decision.wouldBlock ? { ...r.decision.wouldBlock } : null,
         unverified_read: r.decision.unverifiedRead === true,
       };
+      // The client's `portcullis/` `_meta` keys the forward dropped: names only (present only when any were).
+      if (r.strippedMeta?.length) body.stripped_meta = [...r.strippedMeta];
       const spec = t.compensationOf?.(r.upstream, r.tool);
       const receipt = await write(draft("decision", body, id), id);
       if (spec) compensable.set(id, { spec, args: r.arguments });

@@ -23,6 +23,7 @@ import {
   isRequest,
 } from "../wire/jsonrpc.ts";
 import { grantReachesUpstream } from "../governance/grant-scope.ts";
+import { withoutGatewayMeta } from "../governance/call-answers.ts";
 import { mergeCapabilities, mergeInstructions, openLegacyClientLeg, sessionLeg } from "./legs.ts";
 import { splitUri } from "./names.ts";
 import { relayServerRequest } from "./relay.ts";
@@ -182,20 +183,22 @@ function legacyContext(
 async function clientMessage(fc: FrontContext, store: Store, rec: SessionRecord, msg: JsonRpcNotification | JsonRpcResponse): Promise<Response> {
   const accepted = () => new Response(null, { status: 202 });
   if (isNotification(msg)) {
+    // Forwarded notifications lose the client's `portcullis/` `_meta` keys (that namespace is the gateway's).
     if (msg.method === "notifications/cancelled" && msg.params && (typeof msg.params.requestId === "string" || typeof msg.params.requestId === "number")) {
       // The upstream knows the request by the gateway-made id it was sent under (forward.ts), kept in the id map.
       const sent = await store.lookupRequest(fc.principal.sub, JSON.stringify(msg.params.requestId));
       const up = sent ? fc.cfg.upstreams.find((u) => u.name === sent.upstream) : undefined;
       const leg = up ? legOf(rec, up) : null;
       if (up && leg?.era === "legacy" && sent?.upstreamId) {
-        fc.waitUntil(postUpstream(up, leg, { ...msg, params: { ...msg.params, requestId: sent.upstreamId } }).catch(() => undefined));
+        fc.waitUntil(postUpstream(up, leg, { ...msg, params: { ...withoutGatewayMeta(msg.params), requestId: sent.upstreamId } }).catch(() => undefined));
       }
       return accepted();
     }
     if (msg.method === "notifications/roots/list_changed") {
       for (const up of fc.cfg.upstreams) {
         const leg = legOf(rec, up);
-        if (leg?.era === "legacy") fc.waitUntil(postUpstream(up, leg, msg).catch(() => undefined));
+        if (leg?.era === "legacy")
+          fc.waitUntil(postUpstream(up, leg, { ...msg, ...(msg.params ? { params: withoutGatewayMeta(msg.params)! } : {}) }).catch(() => undefined));
       }
     }
     return accepted();

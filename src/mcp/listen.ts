@@ -7,6 +7,7 @@
  * client did not ask for, anything before the ack, or anything once the stream has ended.
  */
 import type { UpstreamConfig } from "../config/load.ts";
+import { withoutGatewayMeta } from "../governance/call-answers.ts";
 import { type JsonObject, type JsonRpcNotification, type JsonRpcRequest, isNotification, isObject } from "../wire/jsonrpc.ts";
 import type { FrontContext } from "./context.ts";
 import { listChangeFlags, modernLegFor } from "./legs.ts";
@@ -85,7 +86,8 @@ export async function listen(fc: FrontContext, req: Request, msg: JsonRpcRequest
       const mine = perUpstreamSubs.get(up.name);
       if (mine?.length) notifications.resourceSubscriptions = mine;
       if (Object.keys(notifications).length === 0) return;
-      const params: JsonObject = { ...(msg.params ?? {}), notifications };
+      // The client's `portcullis/` `_meta` keys stay here: that namespace is the gateway's.
+      const params: JsonObject = { ...(withoutGatewayMeta(msg.params) ?? {}), notifications };
       frames = requestUpstream(
         up,
         leg,

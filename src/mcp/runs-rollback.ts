@@ -1,13 +1,16 @@
 /**
  * The execution of a run's rollback plan (src/governance/rollback.ts), re-exported by ./runs.ts:
  * `rollbackRun` calls each compensation on the upstream that exposes it, newest first, at most 3
- * attempts with backoff, with `_meta["portcullis/idempotency_key"]` (a hash of run and step), then
- * its read-back with backoff (`verified | verification_failed | unverified`), each step recorded
- * on the run's team chain before and after it runs. Compensations bypass grant globs and upstream
- * allow/deny (an operator is deliberately undoing), need the operator (or admin) role, and respect
- * the kill switch. Also `upstreamToolNames`, an upstream's whole tools/list. Must never: run a
- * compensation without the operator role or under a halt covering it, call a step's compensation
- * twice under different keys, or call anything on a dry run.
+ * attempts with backoff, with `_meta["portcullis/idempotency_key"]` (an HMAC of run and step
+ * under a key derived from the gateway's signing secret, src/governance/rollback.ts), then its
+ * read-back with backoff (`verified | verification_failed | unverified`), each step recorded on
+ * the run's team chain before and after it runs (with the key's SHA-256, never the key).
+ * Compensations bypass grant globs and upstream allow/deny (an operator is deliberately undoing),
+ * need the operator (or admin) role, and respect the kill switch. Also `upstreamToolNames`, an
+ * upstream's whole tools/list. Must never: run a compensation without the operator role or under a
+ * halt covering it, run one without a secret-derived key (no signing secret fails the step), call a
+ * step's compensation twice under different keys, put a key in a report, a record or a log, or
+ * call anything on a dry run.
  */
 import type { GatewayConfig, UpstreamConfig } from "../config/load.ts";
 import { principalHas, type Principal } from "../config/principal.ts";
@@ -15,6 +18,9 @@ import type { Env } from "../env.ts";
 import {
   COMPENSATION_ATTEMPTS,
   IDEMPOTENCY_META,
+  idempotencyKey,
+  idempotencyKeyHash,
+  idempotencySecretFrom,
   type PlannedCompensation,
   planRollback,
   type RollbackPlan,
@@ -44,7 +50,8 @@ export interface StepReport {
   decision_id: string;
   upstream: string;
   tool: string;
-  idempotency_key: string;
+  /** SHA-256 of the idempotency key the compensation was sent with (never the key); null when none was derived (a dry run, a step not run). */
+  idempotency_key_sha256: string | null;
   state: "compensated" | "failed" | "skipped" | "would_run" | "not_run";
   attempts: number;
   verification: VerificationStatus | null;
@@ -144,7 +151,7 @@ export async function rollbackRun(ctx: RollbackContext, run: string, opts: Rollb
     decision_id: c.decision_id,
     upstream: c.upstream,
     tool: c.tool,
-    idempotency_key: c.idempotency_key,
+    idempotency_key_sha256: null,
     attempts: 0,
     verification: null,
     reason: null,
@@ -210,8 +217,10 @@ export async function rollbackRun(ctx: RollbackContext, run: string, opts: Rollb
     const refusal = up ? await haltOf(env, caller, view, up, c) : `upstream ${c.upstream} is no longer configured`;
     const tools = up && !refusal ? await toolsOf(up) : null;
     const missing = tools && (!tools.has(c.tool) ? c.tool : c.verification && !tools.has(c.verification.tool) ? c.verification.tool : null);
-    const problem = refusal ?? (missing ? `upstream ${c.upstream} offers no tool ${missing}` : null);
-    if (problem || !up) {
+    // The step's key, derived only now (an agent reads its own plans) from the secret only the gateway holds.
+    const key = refusal || missing ? null : await stepKey(env, cfg, view, c);
+    const problem = refusal ?? (missing ? `upstream ${c.upstream} offers no tool ${missing}` : key && "problem" in key ? key.problem : null);
+    if (problem || !up || !key || "problem" in key) {
       const reason = problem ?? "no upstream";
       await record(c, "failed", { reason });
       steps.push({ ...base(c), state: "failed", reason });
@@ -219,22 +228,23 @@ export async function rollbackRun(ctx: RollbackContext, run: string, opts: Rollb
       stopped = true;
       continue;
     }
+    const keyed = { ...base(c), idempotency_key_sha256: idempotencyKeyHash(key.value) };
     // Write-ahead: the step is on the record before the upstream sees the compensation.
-    await record(c, "started");
+    await record(c, "started", { key });
     const errors: string[] = [];
     let attempts = 0;
     let done = false;
     while (attempts < COMPENSATION_ATTEMPTS && !done) {
       if (attempts > 0) await sleep(ATTEMPT_BACKOFF_MS[attempts - 1] ?? 500);
       attempts++;
-      const p = legProblem(await call(up, c.tool, c.arguments, c.idempotency_key));
+      const p = legProblem(await call(up, c.tool, c.arguments, key.value));
       if (p === null) done = true;
       else errors.push(`attempt ${attempts}: ${p}`);
     }
     if (!done) {
       const reason = `the compensation failed ${attempts} times`;
-      await record(c, "failed", { attempts, reason, errors });
-      steps.push({ ...base(c), state: "failed", attempts, reason, errors });
+      await record(c, "failed", { attempts, reason, errors, key });
+      steps.push({ ...keyed, state: "failed", attempts, reason, errors });
       remaining.push(c.decision_id);
       stopped = true;
       continue;
@@ -260,8 +270,8 @@ export async function rollbackRun(ctx: RollbackContext, run: string, opts: Rollb
         reason = `read-back: ${met.reason}`;
       }
     }
-    await record(c, "compensated", { attempts, verification, reason, errors });
-    steps.push({ ...base(c), state: "compensated", attempts, verification, reason, errors });
+    await record(c, "compensated", { attempts, verification, reason, errors, key });
+    steps.push({ ...keyed, state: "compensated", attempts, verification, reason, errors });
   }
   return {
     ok: true,
@@ -276,6 +286,21 @@ export async function rollbackRun(ctx: RollbackContext, run: string, opts: Rollb
       complete: remaining.length === 0 && plan.not_reversible.length === 0,
     },
   };
+}
+
+/**
+ * The idempotency key of step `c`, from the signing key in the gateway's signing secret (the one a
+ * previous execution of the step used, else the active one) — or why there is none: without the
+ * secret the step fails rather than run under a key an agent could compute.
+ */
+async function stepKey(env: Env, cfg: GatewayConfig, view: RunView, c: PlannedCompensation): Promise<{ value: string; kid: string } | { problem: string }> {
+  const name = cfg.auth.signingKeySecret;
+  const secret = idempotencySecretFrom(env[name], c.key_id);
+  if ("problem" in secret)
+    return {
+      problem: `no idempotency key can be derived (${secret.problem}: the Worker secret ${name}); refused rather than send a key an agent could compute`,
+    };
+  return { value: await idempotencyKey(secret, view.run, c.decision_id), kid: secret.kid };
 }
 
 /** The halt covering this compensation — for the operator running it or for the run's principal — or null; an unreadable kill switch refuses it. */

@@ -62,7 +62,7 @@ registerOperatorTool({
 registerOperatorTool({
   name: "portcullis.plan_rollback",
   description:
-    "What rolling a run back would do: the compensations newest first (tool, arguments, read-back, idempotency key), which need approval, which steps cannot be undone and why, which are already undone. Calls nothing.",
+    "What rolling a run back would do: the compensations newest first (tool, arguments, read-back; each step's idempotency key is derived only when it runs), which need approval, which steps cannot be undone and why, which are already undone. Calls nothing.",
   inputSchema: runArgs,
   roles: [...READERS],
   run: async (args, { env, principal }) => {

@@ -13,12 +13,16 @@
  * covering the upstream refuses the compensation (the upstream sees nothing); validate_mapping
  * names a compensation tool the upstream does not offer; `portcullis runs list|show|rollback`; the
  * agent tools on /mcp (`portcullis.list_runs`, `get_run`, `get_action_trace`, `plan_rollback`,
- * `dry_run_rollback`, `validate_mapping`) answer about the caller's own runs only. Owns
+ * `dry_run_rollback`, `validate_mapping`) answer about the caller's own runs only; an agent that
+ * sends the compensating tool first with `_meta["portcullis/idempotency_key"]` set to what it can
+ * compute reaches the upstream without that key (the decision names it as stripped) and the
+ * rollback still compensates, `verified`; keys reach the ledger and reports only as SHA-256. Owns
  * the gateway and upstream it starts. Must never: leave them running, or reach beyond 127.0.0.1.
  */
 import { Client, StreamableHTTPClientTransport } from "@modelcontextprotocol/client";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { generateSigningKey } from "../../src/identity/keys.ts";
+import { canonicalHash, sha256Hex } from "../../src/wire/canonical.ts";
 import { freePort, type Proc, startPortcullis } from "./harness.ts";
 import { resolve } from "node:path";
 import { root } from "./harness.ts";
@@ -125,7 +129,8 @@ describe("rollback of a run", () => {
     ]);
     expect(plan.not_reversible).toEqual([]);
     expect(plan.nothing_to_undo).toHaveLength(1); // the read
-    expect(new Set(plan.compensations.map((s: Any) => s.idempotency_key)).size).toBe(4);
+    // The plan carries no idempotency key (an agent reads its own plans): keys are derived only when a compensation runs.
+    expect(JSON.stringify(plan)).not.toMatch(/idempotency_key"/);
 
     const before = notes.total();
     const dry = await rollback(operator, run, {});
@@ -145,10 +150,14 @@ describe("rollback of a run", () => {
     expect(done.json.remaining).toEqual([]);
     expect(done.json.complete).toBe(true);
     for (const n of [a, b, c]) expect(notes.notes.has(n.id)).toBe(false);
-    // Each compensation carried its step's key to the upstream.
+    // Each compensation carried its step's own key to the upstream; the report (and the ledger) keep only its SHA-256.
     const keyed = notes.log.slice(before).filter((l) => l.tool !== "read_note");
-    expect(keyed.map((l) => l.key)).toEqual(plan.compensations.map((s: Any) => s.idempotency_key));
+    expect(keyed.map((l) => sha256Hex(l.key ?? ""))).toEqual(done.json.steps.map((s: Any) => s.idempotency_key_sha256));
+    expect(new Set(keyed.map((l) => l.key)).size).toBe(4);
     expect(keyed.every((l) => l.applied)).toBe(true);
+    // None is what an agent could compute from its run id and its receipts' decision ids.
+    expect(keyed.map((l) => l.key)).not.toContain(canonicalHash({ run, step: plan.compensations[0].decision_id }));
+    expect(JSON.stringify(done.json)).not.toContain(keyed[0]!.key!);
 
     const mid = notes.total();
     const again = await rollback(operator, run, { confirm: true });
@@ -157,10 +166,18 @@ describe("rollback of a run", () => {
     expect(again.json.plan.already_compensated).toHaveLength(4);
     expect(notes.total()).toBe(mid);
 
-    // Every step is on the ledger: started and compensated, with its key and verification.
+    // Every step is on the ledger: started and compensated, with its key's SHA-256 (never the key) and verification.
     const steps = await ledgerKinds(gw.origin, auditor, "rollback.step", (es) => es.filter((e: Any) => e.body.run === run).length >= 8);
     const mine = steps.filter((e: Any) => e.body.run === run);
     expect(mine.filter((e: Any) => e.body.state === "started")).toHaveLength(4);
+    expect(
+      mine
+        .filter((e: Any) => e.body.state === "started")
+        .map((e: Any) => e.body.idempotency_key_sha256)
+        .sort(),
+    ).toEqual(keyed.map((l) => sha256Hex(l.key ?? "")).sort());
+    expect(mine.every((e: Any) => e.body.idempotency_key_id === "runs-e2e")).toBe(true);
+    for (const l of keyed) expect(JSON.stringify(mine)).not.toContain(l.key!);
     expect(mine.filter((e: Any) => e.body.state === "compensated").map((e: Any) => e.body.verification)).toEqual([
       "verified",
       "verified",
@@ -255,6 +272,55 @@ describe("rollback of a run", () => {
     expect(shown.json.plan.not_reversible).toHaveLength(1);
     expect(shown.json.plan.not_reversible[0]).toMatchObject({ tool: "create_draft" });
     expect(shown.json.plan.not_reversible[0].reason).toMatch(/outputSchema.*cannot be rolled back automatically/);
+  });
+});
+
+describe("the portcullis/ _meta namespace is the gateway's", () => {
+  it("an agent that pre-sends the compensating call with the rollback's key (as it could compute it) cannot make the upstream swallow the real compensation", async () => {
+    const token = await agentGrant("agent:sly");
+    const { client, run } = await agentRun(token);
+    // The step to be rolled back: a mapped call with a compensation (delete_note, read back), in run `run`.
+    const created: Any = await client.callTool({ name: "create_note", arguments: { title: "keep me undone" } });
+    expect(created.isError, JSON.stringify(created)).not.toBe(true);
+    const note = created.structuredContent.id as string;
+    const step = created._meta["portcullis/receipt"].decision_id as string;
+    // What the agent can compute: the old key, SHA-256(JCS({run, step})) of its run id and its receipt's decision id.
+    const guessed = canonicalHash({ run, step });
+    // In another run (so the attacked run stays fully reversible), it sends the compensating tool
+    // itself — on a decoy note — with that key, so that an upstream honouring keys would answer the
+    // real compensation later from this call, without deleting the note.
+    const other = await agentRun(token);
+    const decoy = await structured(other.client, "create_note", { title: "decoy" });
+    const before = notes.log.length;
+    const sent: Any = await other.client.callTool({
+      name: "delete_note",
+      arguments: { id: decoy.id },
+      _meta: { "portcullis/idempotency_key": guessed, "portcullis/anything": "x", "vendor/trace": "t-1" },
+    });
+    expect(sent.isError, JSON.stringify(sent)).not.toBe(true);
+    const pre = notes.log.slice(before).filter((l) => l.tool === "delete_note");
+    expect(pre).toHaveLength(1);
+    // The upstream got the call without any portcullis/ key of the agent's.
+    expect(pre[0]!.key).toBeNull();
+    // The decision record says what was dropped: the names, never the values.
+    const decisions = await ledgerKinds(gw.origin, auditor, "decision", (es) => es.some((e: Any) => e.id === sent._meta["portcullis/receipt"].decision_id));
+    const mine = decisions.find((e: Any) => e.id === sent._meta["portcullis/receipt"].decision_id);
+    expect(mine.body.stripped_meta).toEqual(["portcullis/idempotency_key", "portcullis/anything"]);
+    expect(JSON.stringify(decisions)).not.toContain(guessed);
+    expect(decisions.find((e: Any) => e.id === step).body).not.toHaveProperty("stripped_meta");
+
+    // The operator's rollback of the attacked run still compensates at the upstream, and reads it back.
+    const mid = notes.log.length;
+    const r = await rollback(operator, run, { confirm: true });
+    expect(r.status, JSON.stringify(r.json)).toBe(200);
+    expect(r.json.steps.map((s: Any) => [s.decision_id, s.tool, s.state, s.verification])).toEqual([[step, "delete_note", "compensated", "verified"]]);
+    expect(r.json.complete).toBe(true);
+    const comp = notes.log.slice(mid).filter((l) => l.tool === "delete_note");
+    expect(comp).toHaveLength(1);
+    expect(comp[0]!.applied).toBe(true);
+    expect(comp[0]!.key).not.toBeNull();
+    expect(comp[0]!.key).not.toBe(guessed);
+    expect(notes.notes.has(note)).toBe(false);
   });
 });
 

@@ -242,7 +242,7 @@ function runDetailOf(steps: RunStep[]): RunDetail {
           arguments: c.arguments,
           verification: c.verification,
           needs_approval: c.approval === "required",
-          idempotency_key: "k".repeat(64),
+          key_id: null,
           retried: false,
         };
       }),
@@ -271,7 +271,7 @@ describe("run pages", () => {
     step(3, { tool: "create_draft", compensation: { v: 1, status: "unavailable", reason: `the result broke the tool's outputSchema ${EVIL}` } }),
     step(4, {
       tool: "update_note",
-      rollback: { state: "compensated", attempts: 2, verification: "verified", reason: null, at: "2026-12-01T12:05:00Z", by: `human:${EVIL}` },
+      rollback: { state: "compensated", attempts: 2, verification: "verified", reason: null, at: "2026-12-01T12:05:00Z", by: `human:${EVIL}`, key_id: null },
     }),
   ];
   const detail = runDetailOf(steps);
@@ -332,7 +332,7 @@ describe("run pages", () => {
         decision_id: c.decision_id,
         upstream: c.upstream,
         tool: c.tool,
-        idempotency_key: c.idempotency_key,
+        idempotency_key_sha256: null,
         state: c.needs_approval ? ("skipped" as const) : ("would_run" as const),
         attempts: 0,
         verification: null,
@@ -353,7 +353,9 @@ describe("run pages", () => {
     const dry = /<section id="dry-run">([\s\S]*?)<\/section>/.exec(t)![1]!;
     expect([...dry.matchAll(/<span class="state [a-z]*">([a-z_]+)<\/span>/g)].map((m) => m[1])).toEqual(["skipped", "would_run"]);
     // Nothing left to undo: the Roll back controls are disabled.
-    const done = runDetailOf([step(1, { rollback: { state: "compensated", attempts: 1, verification: "verified", reason: null, at: "x", by: "human:o" } })]);
+    const done = runDetailOf([
+      step(1, { rollback: { state: "compensated", attempts: 1, verification: "verified", reason: null, at: "x", by: "human:o", key_id: null } }),
+    ]);
     const d = await html(RunPage({ viewer: viewer({ roles: ["operator"] }), detail: done, scope: {}, operator: true }));
     expect(d).toContain('id="plan-empty"');
     expect(d).toMatch(/<button type="submit" id="rollback-button" disabled="">/);

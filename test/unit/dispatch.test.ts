@@ -3,7 +3,8 @@
  * replaced by a recording fake upstream (globalThis.fetch): list aggregation and filtering,
  * aliased (over 64 characters) names resolved from a cold catalog, catalog isolation between
  * principals whose credentials make an upstream list different tools, list_changed
- * invalidation, and the leg's answered / failed / uncertain / auth results.
+ * invalidation, the client's `portcullis/` `_meta` keys dropped from every forwarded request, and
+ * the leg's answered / failed / uncertain / auth results.
  */
 import { NO_HALTS } from "../../src/governance/steps.ts";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
@@ -183,6 +184,21 @@ describe("dispatch and aggregation", () => {
     const many = await dispatch(ctx([alpha, beta]), rpc("vendor/custom"));
     expect(many.response.error?.code).toBe(-32601);
     expect(seen.filter((s) => s.body.method === "vendor/custom")).toHaveLength(1);
+  });
+
+  it("the client's portcullis/ _meta keys reach no upstream, on a tools/call or any other forwarded request; other keys go verbatim", async () => {
+    const solo = mk("solo", "http://127.0.0.1:9005/solo", { namespaced: false });
+    const meta = { "portcullis/idempotency_key": "AGENT-KEY", "portcullis/x": 1, "vendor/trace": "t-1" };
+    await dispatch(ctx([solo]), rpc("tools/call", { name: "search", arguments: {}, _meta: meta }));
+    await dispatch(ctx([solo]), rpc("prompts/get", { name: "p", _meta: meta }));
+    await dispatch(ctx([solo]), rpc("vendor/custom", { a: 1, _meta: meta }));
+    const forwarded = seen.filter((s) => s.body.method !== "tools/list");
+    expect(forwarded.map((s) => [s.body.method, s.body.params?._meta])).toEqual([
+      ["tools/call", { "vendor/trace": "t-1" }],
+      ["prompts/get", { "vendor/trace": "t-1" }],
+      ["vendor/custom", { "vendor/trace": "t-1" }],
+    ]);
+    expect(JSON.stringify(seen)).not.toContain("AGENT-KEY");
   });
 
   it("concurrent calls of one principal each get their own answer", async () => {

@@ -2,8 +2,9 @@
  * The governed tools/call (src/governance/call.ts) with injected fakes: every collaborator
  * records what it saw, and a recording upstream leg counts what reached it. Shows the step
  * order (write-ahead before forward, outcome before answer), the three leg results, an
- * upstream auth error, and fail-closed refusals: a step that throws refuses the call and the
- * upstream sees nothing.
+ * upstream auth error, fail-closed refusals (a step that throws refuses the call and the
+ * upstream sees nothing), and the client's `portcullis/` `_meta` keys dropped before forwarding
+ * (named, never valued, in the decision record; the gateway's own keys added after).
  */
 import { describe, expect, it } from "vitest";
 import type { UpstreamConfig } from "../../src/config/load.ts";
@@ -14,6 +15,7 @@ import { type CatalogTool, catalogEntry, schemaHash } from "../../src/governance
 import {
   CatalogUnreadable,
   type Decision,
+  type DecisionRecord,
   type LegResult,
   NO_HALTS,
   NO_HOLDS,
@@ -264,6 +266,49 @@ describe("governToolCall", () => {
     expect(JSON.stringify(a)).not.toContain("123-45-6789");
     expect(JSON.parse(text(a))).toEqual({ name: "ada", ssn: "****" });
     expect((f.seen[0]!.params!._meta as JsonObject)["portcullis/obligations"]).toEqual(["mask:ssn"]);
+  });
+
+  it("the client's portcullis/ _meta keys never reach the upstream; other keys go verbatim; the decision names what was dropped; the gateway's keys are added after", async () => {
+    const records: DecisionRecord[] = [];
+    const f = fakes(answered({ content: [{ type: "text", text: "ok" }] }), { policy: withObligations(["mask:ssn"]) });
+    f.deps.ledger = {
+      ...f.deps.ledger,
+      decision: async (r) => {
+        records.push(r);
+        return { chain: "infra", seq: 1, hash: "h1", decision_id: "d1" };
+      },
+    };
+    const c = call("alpha__do_it");
+    const meta = {
+      progressToken: "p1",
+      "vendor/trace": { id: "t-1" },
+      "portcullis/idempotency_key": "AGENT-COMPUTED-KEY",
+      "portcullis/obligations": [],
+      "portcullis/receipt": { seq: 1 },
+    };
+    c.request = { ...c.request, params: { ...c.request.params, _meta: meta } };
+    await governToolCall(f.deps, c);
+    expect(f.seen).toHaveLength(1);
+    // Only the gateway's own key under portcullis/ (its obligations push-down), every other key as sent.
+    expect(f.seen[0]!.params!._meta).toEqual({ progressToken: "p1", "vendor/trace": { id: "t-1" }, "portcullis/obligations": ["mask:ssn"] });
+    expect(JSON.stringify(f.seen)).not.toContain("AGENT-COMPUTED-KEY");
+    expect(records.map((r) => r.strippedMeta)).toEqual([["portcullis/idempotency_key", "portcullis/obligations", "portcullis/receipt"]]);
+    expect(JSON.stringify(records)).not.toContain("AGENT-COMPUTED-KEY");
+
+    // Without an obligation, a client's portcullis/obligations does not pass as the gateway's; without any, nothing is named.
+    const g = fakes(answered({ content: [{ type: "text", text: "ok" }] }));
+    const gRecords: DecisionRecord[] = [];
+    g.deps.ledger = {
+      ...g.deps.ledger,
+      decision: async (r) => {
+        gRecords.push(r);
+        return { chain: "infra", seq: 1, hash: "h1", decision_id: "d1" };
+      },
+    };
+    await governToolCall(g.deps, c);
+    await governToolCall(g.deps, call("alpha__do_it"));
+    expect(g.seen.map((r) => r.params!._meta)).toEqual([{ progressToken: "p1", "vendor/trace": { id: "t-1" } }, { progressToken: "p1" }]);
+    expect(gRecords.map((r) => r.strippedMeta)).toEqual([["portcullis/idempotency_key", "portcullis/obligations", "portcullis/receipt"], undefined]);
   });
 
   describe("per-tool timeout and retry (mapping)", () => {

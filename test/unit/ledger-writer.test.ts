@@ -3,7 +3,8 @@
  * — the decision append and the outcome append, each as a throw, a hang (past the write bound)
  * and a partial write (a record the ledger did not confirm) — refuses the call before the
  * upstream sees anything, or holds the result back; never a result without its records. Also:
- * what a decision record keeps (arguments hashed, never raw) and the receipt the answer carries.
+ * what a decision record keeps (arguments hashed, never raw; the names, never the values, of the
+ * client's `portcullis/` `_meta` keys the forward dropped) and the receipt the answer carries.
  */
 import { describe, expect, it, vi } from "vitest";
 import type { LedgerApi } from "../../durable-objects/records.ts";
@@ -59,9 +60,10 @@ function fakeLedger(faultAt: number, fault: Fault) {
   return { env, entries };
 }
 
-async function run(faultAt: number, fault: Fault, args: JsonObject = { secret_arg: "hunter2" }) {
+async function run(faultAt: number, fault: Fault, args: JsonObject = { secret_arg: "hunter2" }, meta?: JsonObject) {
   const { env, entries } = fakeLedger(faultAt, fault);
   let reached = 0;
+  const sent: JsonObject[] = [];
   const deps: GovernanceDeps = {
     catalog: { resolve: async (name) => ({ upstream: up, tool: (await catalogEntry({ name: name.slice(7), inputSchema: {} }, name))! }) },
     killSwitch: NO_HALTS,
@@ -70,8 +72,9 @@ async function run(faultAt: number, fault: Fault, args: JsonObject = { secret_ar
     holds: NO_HOLDS,
     ledger: callLedger({ env, principal: agent, signing: { secret: "PORTCULLIS_SIGNING_KEY", gateway: "http://127.0.0.1" }, waitUntil: () => undefined }),
     upstream: {
-      call: async (): Promise<LegResult> => {
+      call: async (_t, request): Promise<LegResult> => {
         reached++;
+        sent.push(request.params ?? {});
         return { kind: "answered", response: { jsonrpc: "2.0", id: 1, result: { content: [{ type: "text", text: "RESULT-XYZ" }] } }, status: 200 };
       },
     },
@@ -81,13 +84,13 @@ async function run(faultAt: number, fault: Fault, args: JsonObject = { secret_ar
   const call: ToolCall = {
     principal: agent,
     era: "modern",
-    request: { jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: "alpha__do", arguments: args } },
+    request: { jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: "alpha__do", arguments: args, ...(meta ? { _meta: meta } : {}) } },
     exposedName: "alpha__do",
     arguments: args,
     runId: "run-9",
   };
   const answer = await governToolCall(deps, call);
-  return { answer, reached, entries, text: JSON.stringify(answer) };
+  return { answer, reached, entries, sent, text: JSON.stringify(answer) };
 }
 
 describe("the ledger write path under faults", () => {
@@ -113,6 +116,16 @@ describe("the ledger write path under faults", () => {
     });
     expect(JSON.stringify(r.entries)).not.toContain("RESULT-XYZ");
     expect((r.answer.response.result!._meta as JsonObject)[RECEIPT_META]).toEqual({ chain: "team-a", seq: 2, hash: outcome.hash, decision_id: decision.id });
+  });
+
+  it("a decision names the client's portcullis/ _meta keys the forward dropped (names only, never values); none dropped, no field", async () => {
+    const r = await run(0, "none", { x: 1 }, { "portcullis/idempotency_key": "AGENT-KEY-VALUE", "vendor/trace": "t-1" });
+    expect(r.sent.map((p) => p._meta)).toEqual([{ "vendor/trace": "t-1" }]);
+    const decision = r.entries.find((e) => e.kind === "decision")!;
+    expect(decision.body.stripped_meta).toEqual(["portcullis/idempotency_key"]);
+    expect(JSON.stringify(r.entries)).not.toContain("AGENT-KEY-VALUE");
+    const plain = await run(0, "none", { x: 1 }, { "vendor/trace": "t-1" });
+    expect(plain.entries.find((e) => e.kind === "decision")!.body).not.toHaveProperty("stripped_meta");
   });
 
   for (const fault of ["throw", "hang", "partial"] as const) {

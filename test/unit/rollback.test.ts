@@ -3,7 +3,9 @@
  * mapping schema (src/config/mapping-schema.ts): load-time checks of a compensation's shape and
  * references; resolving `$args` / `$result` (structuredContent, or one text block of JSON) into
  * the record an outcome keeps, and refusing to when the result broke its outputSchema, the call
- * failed or was uncertain, or a reference names nothing; the idempotency key; read-back checks;
+ * failed or was uncertain, or a reference names nothing; the idempotency key (an HMAC under the
+ * gateway's signing secret: not the old computable hash, one per secret, stable per step, and the
+ * signing key a step started with kept for its retries); read-back checks;
  * rebuilding a run from its records (out of order, duplicated, another principal's decisions
  * ignored); and the plan — newest first, approval, not reversible with why, already undone.
  */
@@ -11,8 +13,13 @@ import { describe, expect, it } from "vitest";
 import { parseMappingFile } from "../../src/config/mapping-schema.ts";
 import {
   compensationFor,
+  IDEMPOTENCY_KEY_CONTEXT,
   idempotencyKey,
+  idempotencyKeyHash,
+  idempotencySecretFrom,
+  type PlannedCompensation,
   planRollback,
+  rollbackStepBody,
   resolveTemplate,
   resultValue,
   type RunEntry,
@@ -20,6 +27,8 @@ import {
   verificationMet,
 } from "../../src/governance/rollback.ts";
 import type { CompensationSpec } from "../../src/config/mapping-schema.ts";
+import { generateSigningKey } from "../../src/identity/keys.ts";
+import { canonicalHash } from "../../src/wire/canonical.ts";
 
 const DELETE: CompensationSpec = {
   tool: "delete_note",
@@ -208,10 +217,62 @@ describe("resolving a compensation against one call", () => {
     });
   });
 
-  it("the idempotency key is a hash of run and step: stable, and distinct per step and per run", () => {
-    expect(idempotencyKey("run-1", "d1")).toBe(idempotencyKey("run-1", "d1"));
-    expect(idempotencyKey("run-1", "d1")).toMatch(/^[0-9a-f]{64}$/);
-    expect(new Set([idempotencyKey("run-1", "d1"), idempotencyKey("run-1", "d2"), idempotencyKey("run-2", "d1")]).size).toBe(3);
+  it("the idempotency key is an HMAC under the gateway's signing secret: not the computable hash, one per secret, the same per step", async () => {
+    const one = await generateSigningKey("k1");
+    const two = await generateSigningKey("k2");
+    const s1 = idempotencySecretFrom(JSON.stringify(one.privateJwk), null);
+    const s2 = idempotencySecretFrom(JSON.stringify(two.privateJwk), null);
+    if ("problem" in s1 || "problem" in s2) throw new Error("no secret");
+    expect(s1).toEqual({ kid: "k1", d: one.privateJwk.d });
+    const k = await idempotencyKey(s1, "run-1", "d1");
+    expect(k).toMatch(/^[0-9a-f]{64}$/);
+    // What an agent can compute from its run id and its receipt's decision id is not the key.
+    expect(k).not.toBe(canonicalHash({ run: "run-1", step: "d1" }));
+    // The same inputs give the same key (every retry); another secret another key; distinct per step and per run.
+    expect(await idempotencyKey(s1, "run-1", "d1")).toBe(k);
+    expect(await idempotencyKey(s2, "run-1", "d1")).not.toBe(k);
+    const keys = await Promise.all([idempotencyKey(s1, "run-1", "d2"), idempotencyKey(s1, "run-2", "d1")]);
+    expect(new Set([k, ...keys]).size).toBe(3);
+    // It is HMAC-SHA256(SHA-256(context ‖ d), JCS({run, step})).
+    const material = await crypto.subtle.digest("SHA-256", new TextEncoder().encode(IDEMPOTENCY_KEY_CONTEXT + one.privateJwk.d));
+    const hmac = await crypto.subtle.importKey("raw", material, { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
+    const mac = await crypto.subtle.sign("HMAC", hmac, new TextEncoder().encode('{"run":"run-1","step":"d1"}'));
+    expect(k).toBe([...new Uint8Array(mac)].map((b) => b.toString(16).padStart(2, "0")).join(""));
+  });
+
+  it("the signing key of idempotency keys: the active one of a key set, the one a step started with on a retry, and no key without a secret", async () => {
+    const a = (await generateSigningKey("a")).privateJwk;
+    const b = (await generateSigningKey("b")).privateJwk;
+    const set = JSON.stringify({ keys: [a, b], active: "b" });
+    expect(idempotencySecretFrom(set, null)).toEqual({ kid: "b", d: b.d });
+    expect(idempotencySecretFrom(set, "a")).toEqual({ kid: "a", d: a.d });
+    expect(idempotencySecretFrom(JSON.stringify({ keys: [b], active: "b" }), "a")).toEqual({ problem: expect.stringMatching(/signing key a .* no longer/) });
+    const { kid: _kid, ...noKid } = a;
+    expect(idempotencySecretFrom(JSON.stringify(noKid), null)).toEqual({ kid: "key", d: a.d });
+    for (const missing of [undefined, "", "  ", "not json", JSON.stringify({ kty: "OKP", crv: "Ed25519", x: a.x }), JSON.stringify({ keys: [] })])
+      expect(idempotencySecretFrom(missing, null)).toHaveProperty("problem");
+    // The reason never carries the secret's text.
+    expect(JSON.stringify(idempotencySecretFrom(JSON.stringify({ kty: "RSA", d: "SECRET-D" }), null))).not.toContain("SECRET-D");
+  });
+
+  it("a rollback.step record keeps the key's SHA-256 and its signing key's id, never the key", () => {
+    const view = { run: "run-1", team: "t", principal: "agent:a", started_at: "x", last_at: "x", steps: [] };
+    const c: PlannedCompensation = {
+      decision_id: "d1",
+      seq: 1,
+      upstream: "notes",
+      step_tool: "create_note",
+      tool: "delete_note",
+      arguments: { id: "n1" },
+      verification: null,
+      needs_approval: false,
+      key_id: null,
+      retried: false,
+    };
+    const body = rollbackStepBody(view, c, "started", "human:o", "rb-1", { key: { value: "THE-KEY", kid: "k1" } });
+    expect(body).toMatchObject({ idempotency_key_sha256: idempotencyKeyHash("THE-KEY"), idempotency_key_id: "k1" });
+    expect(JSON.stringify(body)).not.toContain("THE-KEY");
+    expect(rollbackStepBody(view, c, "skipped", "human:o", "rb-1")).toMatchObject({ idempotency_key_sha256: null, idempotency_key_id: null });
   });
 
   it("a read-back is verified when every expected path has its value (canonical equality)", () => {
@@ -291,7 +352,9 @@ describe("a run from its ledger records", () => {
       ["d2", { id: "n2" }, true],
       ["d1", { id: "n1" }, false],
     ]);
-    expect(plan.compensations[0]!.idempotency_key).toBe(idempotencyKey("run-1", "d2"));
+    // The plan (which an agent may read) carries no key: it is derived only when the compensation runs.
+    expect(plan.compensations.map((c) => c.key_id)).toEqual([null, null]);
+    expect(JSON.stringify(plan)).not.toMatch(/idempotency_key/);
     expect(plan.not_reversible.map((n) => [n.decision_id, n.reason])).toEqual([
       ["d7", expect.stringMatching(/outcome is pending/)],
       ["d5", expect.stringMatching(/declares no compensation/)],
@@ -306,15 +369,16 @@ describe("a run from its ledger records", () => {
       step(20, "d2", "started"),
       step(21, "d2", "compensated"),
       step(22, "d2", "failed"),
-      step(23, "d1", "started"),
-      step(24, "d1", "failed", { attempts: 3 }),
+      step(23, "d1", "started", { idempotency_key_id: "k-old" }),
+      step(24, "d1", "failed", { attempts: 3, idempotency_key_id: "k-new" }),
     ];
     const view = runView("run-1", "agent:a", more, NOW)!;
     expect(view.steps[1]!.rollback).toMatchObject({ state: "compensated", verification: "verified" });
     expect(view.steps[0]!.rollback).toMatchObject({ state: "failed", attempts: 3 });
     const plan = planRollback(view);
     expect(plan.already_compensated).toEqual(["d2"]);
-    expect(plan.compensations.map((c) => [c.decision_id, c.retried, c.idempotency_key])).toEqual([["d1", true, idempotencyKey("run-1", "d1")]]);
+    // A retry derives its key from the signing key the step's first execution used (so the key is the same).
+    expect(plan.compensations.map((c) => [c.decision_id, c.retried, c.key_id])).toEqual([["d1", true, "k-old"]]);
   });
 
   it("a compensation naming a tool the upstream does not offer is not reversible", () => {
