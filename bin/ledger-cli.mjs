@@ -26,13 +26,20 @@ const HELP = {
   trace    print one call's records (decision, holds, outcome)
 Each command takes --help. Give the token in PORTCULLIS_TOKEN (a --token on the command line is
 visible to other processes on this machine).`,
-  verify: `usage: portcullis ledger verify --file EXPORT.ndjson [--key JWKS_FILE] [--checkpoint FILE]... [--receipt R] [--json]
+  verify: `usage: portcullis ledger verify --file EXPORT.ndjson --key JWKS_FILE [--gateway URL] [--checkpoint FILE]... [--receipt R] [--json]
        portcullis ledger verify --url GATEWAY [--team T] [--key JWKS_FILE] [--checkpoint FILE]... [--receipt R] [--json]
+  VALID means: every entry of every chain (the _global chain included) re-hashes and links, and is
+  covered by a checkpoint signed by one of the given keys for the gateway the export's header names.
   --file F        the export (NDJSON, as GET /v1/ledger/export returns it)
   --url GATEWAY   fetch the export from GATEWAY/v1/ledger/export (token: PORTCULLIS_TOKEN or --token),
-                  and, without --key, the public keys from GATEWAY/.well-known/jwks.json
+                  and, without --key, the public keys from GATEWAY/.well-known/jwks.json (the export's
+                  header must then name GATEWAY, or the URL given with --gateway)
   --team T        with --url: only team T's chain (and _global)
   --key FILE      the gateway's public keys: a JWKS {"keys": [...]} or one JWK (private parts are ignored)
+  --gateway URL   the gateway these keys belong to: the export's header must name it
+  --allow-unanchored-tail
+                  accept entries after a chain's last signed checkpoint (reported with their count);
+                  without it such a tail is INVALID, since nothing the gateway signed covers it
   --checkpoint F  a checkpoint saved earlier (its signed note, or its JSON): the export must contain what it covers
   --receipt R     a receipt {chain, seq, hash, decision_id} (JSON text, or a file; a tool result carrying
                   _meta["portcullis/receipt"] will do): also prove that call is in the verified export
@@ -55,9 +62,9 @@ function help(cmd) {
 }
 
 const REPEATABLE = new Set(["checkpoint"]);
-const BOOLEAN = new Set(["json", "help", "quiet"]);
+const BOOLEAN = new Set(["json", "help", "quiet", "allow-unanchored-tail"]);
 export const KNOWN = {
-  verify: ["file", "url", "token", "team", "key", "checkpoint", "receipt", "json", "quiet", "help"],
+  verify: ["file", "url", "token", "team", "key", "gateway", "allow-unanchored-tail", "checkpoint", "receipt", "json", "quiet", "help"],
   export: ["url", "token", "team", "out", "json", "help"],
   trace: ["url", "token", "team", "json", "help"],
 };
@@ -154,16 +161,13 @@ function printReport(report, receipt, verdict) {
       const c = report.chains[n];
       console.log(`  ${pad(n, w)}${num(c.entries, 9)}${verified(c)}${num(c.anchored, 10)}${num(c.unanchored, 12)}`);
     }
-    if (report.ok && names.some((n) => report.chains[n].unanchored > 0)) console.log("  (unanchored: chained, but no signed checkpoint covers them yet)");
+    if (report.ok && report.unanchoredAccepted > 0)
+      console.log(`  (accepted with --allow-unanchored-tail: ${report.unanchoredAccepted} entries chained, but under no signed checkpoint yet)`);
   }
   for (const w of report.warnings) console.log(`  warning: ${w}`);
   if (receipt && verdict) {
     const r = `receipt ${receipt.chain} seq ${receipt.seq} (decision ${receipt.decision_id})`;
-    console.log(
-      verdict.ok
-        ? `  ${r}: in the export (${verdict.kind})${verdict.anchored ? ", under a signed checkpoint" : ", not yet under a signed checkpoint"}`
-        : `  ${r}: NOT PROVEN: ${verdict.reason}`,
-    );
+    console.log(verdict.ok ? `  ${r}: in the export (${verdict.kind}), under a signed checkpoint` : `  ${r}: NOT PROVEN: ${verdict.reason}`);
   }
 }
 
@@ -190,9 +194,13 @@ async function verifyCommand(a) {
     source = (await get(base, "/v1/ledger/export", tokenOf(a), { team: a.team })).body;
   }
   const progress = a.quiet ? undefined : (n) => process.stderr.write(`portcullis ledger verify: ${n} lines read\n`);
+  // Keys fetched from --url belong to that gateway; keys from a file, to the one --gateway names (if given).
+  const expected = a.gateway ? gatewayOf(a.gateway).href : base && !a.key ? base.href : undefined;
   const report = await verifyExport(ndjsonLines(source), jwks, {
     onProgress: progress,
     checkpoints,
+    gateway: expected,
+    allowUnanchoredTail: Boolean(a["allow-unanchored-tail"]),
     keep: receipt ? (e) => e.chain === receipt.chain && e.seq === receipt.seq : undefined,
   });
   const verdict = receipt ? verifyReceipt(receipt, report) : null;

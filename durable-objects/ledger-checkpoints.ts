@@ -3,7 +3,8 @@
  * its storage and SQLite, the env, the in-memory ChainState, the chain name, the alarm and a
  * clock): which signing key the stored settings name (or why there is none), signing a checkpoint
  * of the head and storing it in one transaction, and anchoring the newest checkpoint of a team
- * chain in `_global` with backoff on failure. The object decides when these run and keeps at most
+ * chain in `_global` with backoff on failure, and the checkpoint an export ends a chain with
+ * (`checkpointAt`: exactly the size exported). The object decides when these run and keeps at most
  * one signing in flight. Must never: sign anything but the committed head, change memory before
  * the transaction that stores it, let a failure escape as anything but a recorded problem or an
  * anchor retry, or put any part of a secret in a problem text.
@@ -11,7 +12,8 @@
 import type { Env } from "../src/env.ts";
 import { checkpointOrigin, signCheckpoint, type SigningKey, signingKeyFrom } from "../src/ledger/checkpoint.ts";
 import { backoff, CHECKPOINT_WITHIN_MS, FLUSH_DELAY_MS, message } from "./ledger-drafts.ts";
-import type { CheckpointSqlRow } from "./ledger-rows.ts";
+import type { Checkpoint } from "../src/ledger/checkpoint.ts";
+import { type CheckpointSqlRow, type EntrySqlRow, toCheckpoint } from "./ledger-rows.ts";
 import { type ChainState, readMeta, setDue, setProblem, type Trouble, writeMeta } from "./ledger-state.ts";
 import { GLOBAL_CHAIN, ledgerObject } from "./names.ts";
 import type { LedgerSigning } from "./records.ts";
@@ -115,4 +117,32 @@ export async function retryAnchor(h: CheckpointHandles): Promise<number | undefi
   const anchorTrouble = readMeta<Trouble>(h.sql, "anchor_trouble");
   if (!anchorTrouble || anchorTrouble.retryAt <= h.now()) await anchor(h);
   return readMeta<Trouble>(h.sql, "anchor_trouble")?.retryAt;
+}
+
+/**
+ * A signed checkpoint of exactly `size` entries, for an export that ends there: the stored one
+ * when the chain has it; else, when `size` is still the head, the regular checkpoint (signed,
+ * stored and anchored by `signHead`); else one signed now over entry `size`'s stored hash and
+ * handed back unstored (the chain's own checkpoints stay in order of size, which the D1 flush and
+ * the anchoring rely on). Null when the chain has fewer entries or no usable signing key (the
+ * export then ends unanchored, and the verifier says so).
+ */
+export async function checkpointAt(h: CheckpointHandles, size: number, signHead: () => Promise<void>): Promise<Checkpoint | null> {
+  const n = Math.floor(Number(size) || 0);
+  if (n < 1 || n > h.state.head.seq) return null;
+  const stored = () => h.sql.exec<CheckpointSqlRow>("SELECT * FROM checkpoints WHERE size = ?", n).toArray()[0];
+  let row = stored();
+  if (!row && n === h.state.head.seq) {
+    await signHead();
+    row = stored();
+  }
+  const chain = h.chain();
+  if (row) return toCheckpoint(chain, row);
+  const entry = h.sql.exec<EntrySqlRow>("SELECT * FROM entries WHERE seq = ?", n).toArray()[0];
+  const signing = h.state.signing === undefined ? undefined : (JSON.parse(h.state.signing) as LedgerSigning);
+  const key = signingKey(h.env, signing);
+  if (!entry || typeof key === "string") return null;
+  const hash = String(entry.hash);
+  const note = await signCheckpoint(checkpointOrigin(signing!.gateway, chain), n, hash, key);
+  return { chain, size: n, hash, at: new Date(h.now()).toISOString(), note };
 }

@@ -25,7 +25,7 @@ import type { Env } from "../src/env.ts";
 import type { Head } from "../src/ledger/chain.ts";
 import type { Checkpoint } from "../src/ledger/checkpoint.ts";
 import type { EntryDraft, LedgerEntry } from "../src/ledger/records.ts";
-import { type CheckpointHandles, checkpointNow, retryAnchor } from "./ledger-checkpoints.ts";
+import { type CheckpointHandles, checkpointAt, checkpointNow, retryAnchor } from "./ledger-checkpoints.ts";
 import { commitBatch, type Waiting } from "./ledger-commit.ts";
 import {
   ALARM_OVERDUE_MS,
@@ -284,6 +284,12 @@ export class LedgerDO extends DurableObject<Env> implements LedgerApi {
   async checkpoints(afterSize: number): Promise<Checkpoint[]> {
     await settle(this.signing);
     return checkpointsAfter(this.sql, afterSize);
+  }
+
+  /** A signed checkpoint of exactly `size` entries (an export ends each chain with one), or null (see ledger-checkpoints.ts). */
+  async checkpointAt(size: number): Promise<Checkpoint | null> {
+    await settle(this.signing);
+    return checkpointAt(this.checkpointing, size, () => this.startCheckpoint());
   }
 
   async status(): Promise<LedgerStatus> {

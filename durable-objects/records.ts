@@ -193,6 +193,11 @@ export interface LedgerApi {
   traceCall(id: string): Promise<LedgerEntry[]>;
   /** Signed checkpoints with size > `afterSize`, oldest first (at most 1000 per call: page with the last size). */
   checkpoints(afterSize: number): Promise<Checkpoint[]>;
+  /**
+   * A checkpoint signed over exactly `size` entries (stored, or signed now when the chain has moved
+   * on), or null when the chain holds fewer or has no signing key: what an export ends a chain with.
+   */
+  checkpointAt(size: number): Promise<Checkpoint | null>;
   /** The object's own account: head, checkpoint, D1 flush and global anchoring state, group-commit counters. */
   status(): Promise<LedgerStatus>;
 }

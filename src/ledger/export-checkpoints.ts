@@ -9,7 +9,7 @@
  * signature does not verify.
  */
 import { EMPTY_HEAD, type Head } from "./chain.ts";
-import { type NoteVerdict, verifyCheckpoint } from "./checkpoint.ts";
+import { checkpointOrigin, type NoteVerdict, verifyCheckpoint } from "./checkpoint.ts";
 import { type Jwks, type Problem, short, type VerifyOptions } from "./export-format.ts";
 import { GENESIS, GLOBAL_CHAIN, type LedgerEntry } from "./records.ts";
 
@@ -74,10 +74,25 @@ export class ChainChecks {
   protected notes = new Map<string, Promise<NoteVerdict>>();
   protected readonly jwks: Jwks;
   protected readonly opts: VerifyOptions;
+  /** The gateway the export's header names (null until it is read): every signed origin must be this gateway's. */
+  protected gateway: string | null = null;
 
   constructor(jwks: Jwks, opts: VerifyOptions = {}) {
     this.jwks = jwks;
     this.opts = opts;
+  }
+
+  /**
+   * Why a verified note's origin is not this export's chain `chain` of the header's gateway, or
+   * null. A note names its gateway inside the signed text, so a header that names another gateway
+   * (or a note lifted from another gateway with the same key) is a forgery, not a warning.
+   */
+  protected originProblem(origin: string, chain: string): string | null {
+    if (!origin.endsWith(`/ledger/${chain}`)) return `is signed for origin ${origin}, not chain ${chain}`;
+    if (this.gateway !== null && origin !== checkpointOrigin(this.gateway, chain)) {
+      return `is signed for origin ${origin}, not ${checkpointOrigin(this.gateway, chain)}: the export's header names gateway ${this.gateway}, the signature another`;
+    }
+    return null;
   }
 
   protected problem(p: Problem): void {
@@ -118,6 +133,11 @@ export class ChainChecks {
         this.problem({ chain: chain ?? null, seq: null, line: null, reason: `${what} is signed for origin ${verdict.origin}, not a ledger chain` });
         continue;
       }
+      const other = this.originProblem(verdict.origin, chain);
+      if (other) {
+        this.problem({ chain, seq: null, line: null, reason: `${what} ${other}` });
+        continue;
+      }
       if (!this.chains.has(chain)) {
         this.problem({ chain, seq: null, line: null, reason: `${what} covers ${verdict.size} entries of chain ${chain}, which this export does not hold` });
         continue;
@@ -141,7 +161,8 @@ export class ChainChecks {
     const verdict = await this.verifyNote(b.note);
     if (!verdict.ok) return bad(`the committed checkpoint of ${b.chain} at size ${size} does not verify: ${verdict.reason}`);
     if (verdict.size !== size || verdict.hash !== b.hash) return bad(`the committed size and hash of ${b.chain} differ from its signed note`);
-    if (!verdict.origin.endsWith(`/ledger/${b.chain}`)) return bad(`the committed note of ${b.chain} is signed for origin ${verdict.origin}`);
+    const other = this.originProblem(verdict.origin, b.chain);
+    if (other) return bad(`the committed note of ${b.chain} ${other}`);
     const target = this.chains.get(b.chain);
     if (!target) {
       this.absent.add(b.chain);

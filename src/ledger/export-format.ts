@@ -63,6 +63,8 @@ export interface ExportReport {
   warnings: string[];
   /** Lines read (up to the last non-empty one). */
   lines: number;
+  /** Entries accepted under `allowUnanchoredTail` (0 when none, or when the option is off). */
+  unanchoredAccepted: number;
   /** Entries kept by `opts.keep`, when given. */
   kept?: LedgerEntry[];
 }
@@ -75,6 +77,14 @@ export interface VerifyOptions {
   checkpoints?: (string | Checkpoint)[];
   /** Entries to keep in `report.kept` (for receipts). */
   keep?(entry: LedgerEntry): boolean;
+  /**
+   * Accept entries after a chain's last signed checkpoint (reported in `warnings` with their
+   * count). Off by default: VALID then means every entry of every chain is under a checkpoint the
+   * given keys signed. Never accepts an export in which no signed checkpoint verified at all.
+   */
+  allowUnanchoredTail?: boolean;
+  /** The gateway the keys belong to (its URL): the header must name it. Without it the header's gateway is checked against the signed origins only. */
+  gateway?: string;
 }
 
 /** The gateway's public keys, as a JWKS. */

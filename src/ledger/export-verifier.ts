@@ -4,11 +4,13 @@
  * export and the verdict on it: every line parsed and classified (the header, entries, checkpoint
  * lines; an unreadable line attributed to the chain and seq it most likely held); every entry
  * re-hashed and checked for contiguous seq and prev links; each checkpoint line's shape and
- * signed note checked; truncation below any checkpoint detected; each chain's anchored size and
- * unanchored tail reported. The chains' state, the notes and the claims checkpoints make live in
+ * signed note checked against the header's gateway; truncation below any checkpoint detected; the
+ * `_global` chain required; each chain's anchored size reported and an unanchored tail refused
+ * (or, when asked, accepted and counted). The chains' state, the notes and the claims checkpoints make live in
  * ./export-checkpoints.ts. Memory grows by 32 bytes per entry (its hash), never by the entries
  * themselves unless asked to keep some. Must never: call an export valid when any line, entry,
- * link or checkpoint fails, or trust a field no hash or signature covers.
+ * link or checkpoint fails, when an entry is under no checkpoint the given keys signed (unless
+ * the caller accepts a tail), or trust a field no hash or signature covers.
  */
 import { verifyChain } from "./chain.ts";
 import { checkpointOrigin } from "./checkpoint.ts";
@@ -141,6 +143,23 @@ export class ExportVerifier extends ChainChecks {
     }
     this.header = { v: h.v, gateway: h.gateway, generated_at: h.generated_at, chains: [...new Set(h.chains as string[])] };
     if (Array.isArray(h.teams) && h.teams.every((t) => typeof t === "string")) this.header.teams = h.teams as string[];
+    this.gateway = h.gateway;
+    if (this.opts.gateway !== undefined && checkpointOrigin(this.opts.gateway, GLOBAL_CHAIN) !== checkpointOrigin(h.gateway, GLOBAL_CHAIN)) {
+      this.problem({
+        chain: null,
+        seq: null,
+        line: n,
+        reason: `the export's header names gateway ${h.gateway}, not ${this.opts.gateway} (whose keys these are)`,
+      });
+    }
+    if (!this.header.chains.includes(GLOBAL_CHAIN)) {
+      this.problem({
+        chain: GLOBAL_CHAIN,
+        seq: null,
+        line: n,
+        reason: `the export's header lists no ${GLOBAL_CHAIN} chain: every export holds the gateway's own chain (it commits every team's checkpoints)`,
+      });
+    }
     for (const c of this.header.chains) this.state(c);
     this.current = this.header.chains[0] ?? null;
     await this.givenCheckpoints();
@@ -210,14 +229,49 @@ export class ExportVerifier extends ChainChecks {
     if (verdict.size !== size || verdict.hash !== c.hash) {
       return bad(`the checkpoint line says size ${size} and hash ${short(c.hash)}, its signed note says ${verdict.size} and ${short(verdict.hash)}`);
     }
-    if (!verdict.origin.endsWith(`/ledger/${st.name}`))
-      return bad(`the checkpoint at size ${size} is signed for origin ${verdict.origin}, not chain ${st.name}`);
-    if (this.header && verdict.origin !== checkpointOrigin(this.header.gateway, st.name)) {
-      this.warnings.add(
-        `checkpoints of ${st.name} are signed for origin ${verdict.origin}, not ${checkpointOrigin(this.header.gateway, st.name)} (the header's gateway)`,
-      );
-    }
+    const other = this.originProblem(verdict.origin, st.name);
+    if (other) return bad(`the checkpoint at size ${size} ${other}`);
     this.claim(st, { size, hash: verdict.hash, line: n, what: `the checkpoint on line ${n}` });
+  }
+
+  /**
+   * Entries after a chain's newest signed checkpoint: no signature covers them, so anyone could
+   * have written them (an appended record, or a chain rewritten and re-hashed after its checkpoints
+   * were stripped). A problem naming the range, unless `allowUnanchoredTail` accepts it (a warning
+   * with the count); never accepted when no signed checkpoint verified at all. Returns the entries
+   * accepted.
+   */
+  private unanchoredTails(): number {
+    let accepted = 0;
+    let anchoredAny = false;
+    let entries = 0;
+    for (const st of this.chains.values()) {
+      entries += st.head.seq;
+      if (st.anchored > 0) anchoredAny = true;
+      if (st.broken || st.head.seq <= st.anchored) continue;
+      const range = `${st.anchored + 1}..${st.head.seq}`;
+      const count = st.head.seq - st.anchored;
+      if (this.opts.allowUnanchoredTail) {
+        accepted += count;
+        this.warnings.add(`accepted an unanchored tail of ${st.name}: seq ${range} (${count} ${count === 1 ? "entry" : "entries"}) under no signed checkpoint`);
+        continue;
+      }
+      this.problem({
+        chain: st.name,
+        seq: st.anchored + 1,
+        line: null,
+        reason: `unanchored: entries ${range} of ${st.name} (${count}) are under no checkpoint signed by the given keys, so nothing proves the gateway wrote them (a later export, after the next checkpoint, covers them; --allow-unanchored-tail accepts them knowingly)`,
+      });
+    }
+    if (entries > 0 && !anchoredAny && this.problems.length === 0) {
+      this.problem({
+        chain: null,
+        seq: null,
+        line: null,
+        reason: "no checkpoint signed by the given keys verified: the export proves nothing about what the gateway wrote",
+      });
+    }
+    return this.problems.length === 0 ? accepted : 0;
   }
 
   /** The report on everything pushed (truncation below a checkpoint is only visible now). Ends the run: later pushes are refused. */
@@ -253,6 +307,7 @@ export class ExportVerifier extends ChainChecks {
         this.warnings.add(`the ${GLOBAL_CHAIN} chain commits checkpoints of chains this team-limited export does not hold: ${missing.join(", ")}`);
       }
     }
+    const accepted = this.unanchoredTails();
     const chains: Record<string, ChainReport> = {};
     for (const st of this.chains.values()) {
       chains[st.name] = {
@@ -270,6 +325,7 @@ export class ExportVerifier extends ChainChecks {
       problems: this.problems,
       warnings: [...this.warnings],
       lines: this.last,
+      unanchoredAccepted: accepted,
     };
     if (this.problems[0]) report.firstBad = this.problems[0];
     if (this.opts.keep) report.kept = this.kept;

@@ -4,7 +4,8 @@
  * `verifyReceipt` checks it against the report of a verified export and the entries kept from it.
  * Reads no export itself and verifies no signature: it trusts only a report whose `ok` is true.
  * Must never: accept a receipt when the export did not verify, when the entry at its seq is
- * missing, has another hash, or belongs to another decision.
+ * missing, has another hash, belongs to another decision, or is under no signed checkpoint (an
+ * unanchored tail accepted by `allowUnanchoredTail` proves no receipt).
  */
 import { entryShapeProblem } from "./chain.ts";
 import { type ExportReport, HEX64, isObject, short } from "./export-format.ts";
@@ -30,14 +31,16 @@ export function receiptFrom(value: unknown): ChainReceipt | null {
   return null;
 }
 
-export type ReceiptVerdict = { ok: true; chain: string; seq: number; kind: string; anchored: boolean } | { ok: false; reason: string };
+/** `anchored` is always true when `ok`: a receipt is proven only under a signed checkpoint (kept for readers of the JSON report). */
+export type ReceiptVerdict = { ok: true; chain: string; seq: number; kind: string; anchored: true } | { ok: false; reason: string };
 
 /**
  * Checks a receipt against a verified export: the export verifies, it holds the receipt's chain
  * up to its seq, and the entry there has the receipt's hash and is the decision's (its id) or one
- * of its records (`body.decision_id`, e.g. the outcome). `entries` must include that entry
- * (verifyExport's `keep`; the report's `kept` by default). `anchored` says a signed checkpoint
- * covers it. A receipt for a record that was removed or changed does not verify.
+ * of its records (`body.decision_id`, e.g. the outcome), and a checkpoint signed by the given
+ * keys covers it. `entries` must include that entry (verifyExport's `keep`; the report's `kept` by
+ * default). A receipt for a record that was removed, changed, or appended after the last signed
+ * checkpoint does not verify.
  */
 export function verifyReceipt(receipt: unknown, report: ExportReport, entries: Iterable<LedgerEntry> = report.kept ?? []): ReceiptVerdict {
   const r = receiptFrom(receipt);
@@ -69,5 +72,14 @@ export function verifyReceipt(receipt: unknown, report: ExportReport, entries: I
     return { ok: false, reason: `the entry at ${r.chain} seq ${r.seq} is not a record of decision ${r.decision_id}` };
   }
   if (entryShapeProblem(entry)) return { ok: false, reason: "the kept entry is malformed" };
-  return { ok: true, chain: r.chain, seq: r.seq, kind: entry.kind, anchored: r.seq <= chain.anchored };
+  if (r.seq > chain.anchored) {
+    // A hash chain proves only that the file is consistent with itself: whoever wrote the file
+    // could have appended this record. Only the gateway's signature over a checkpoint covering it
+    // says the gateway wrote it.
+    return {
+      ok: false,
+      reason: `the entry ${r.chain} seq ${r.seq} is not under a signed checkpoint (the export's checkpoints cover ${chain.anchored} entries of ${r.chain}): nothing the gateway signed proves it; verify a later export`,
+    };
+  }
+  return { ok: true, chain: r.chain, seq: r.seq, kind: entry.kind, anchored: true };
 }

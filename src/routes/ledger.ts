@@ -35,7 +35,9 @@ async function scope(env: Env, principal: Principal, team: string | null): Promi
 /**
  * GET /v1/ledger/export[?team=T]: a header line, then the global chain and each chain in scope,
  * each chain's signed checkpoints before its entries — so an export cut short anywhere is
- * detectably incomplete, not merely unanchored. The header says which teams it was limited to.
+ * detectably incomplete, not merely unanchored — and after them a checkpoint of exactly the entries
+ * exported, so a verifier finds every entry under a signature. The header says which teams it was
+ * limited to.
  */
 export async function exportRoute(env: Env, principal: Principal, team: string | null, gateway: string): Promise<Response> {
   const chains = await scope(env, principal, team);
@@ -47,6 +49,8 @@ export async function exportRoute(env: Env, principal: Principal, team: string |
   let i = -1;
   let after = 0;
   let chainDone = true;
+  /** Sizes of the current chain's checkpoint lines already sent. */
+  let sent = new Set<number>();
   const body = new ReadableStream<Uint8Array>({
     start(c) {
       c.enqueue(line({ export: { v: 1, gateway, generated_at: new Date().toISOString(), chains: all, ...(limited ? { teams: chains } : {}) } }));
@@ -63,13 +67,25 @@ export async function exportRoute(env: Env, principal: Principal, team: string |
             chainDone = true;
             continue;
           }
-          for (const checkpoint of await ledger.checkpoints(0)) c.enqueue(line({ checkpoint }));
+          sent = new Set();
+          for (const checkpoint of await ledger.checkpoints(0)) {
+            sent.add(checkpoint.size);
+            c.enqueue(line({ checkpoint }));
+          }
           return;
         }
         const ledger = ledgerObject(env, all[i]!)!;
         const page = await ledger.read(after, PAGE);
         if (page.length === 0) {
           chainDone = true;
+          // The chain ends with a checkpoint of exactly what was exported, so every entry of the
+          // export is under a signature (none when the gateway has no signing key: the verifier
+          // then reports the unanchored tail).
+          const last = after > 0 && !sent.has(after) ? await ledger.checkpointAt(after) : null;
+          if (last) {
+            c.enqueue(line({ checkpoint: last }));
+            return;
+          }
           continue;
         }
         after = page.at(-1)!.seq;

@@ -1,7 +1,8 @@
 /**
  * `portcullis ledger` in Node, as an auditor runs it (no gateway needed): a seeded export over two
- * team chains and `_global` written to a temp file verifies (exit 0, entries, anchored size and
- * unanchored tail per chain); a tampered copy does not (exit 1, first bad seq and reason); `--json`
+ * team chains and `_global` written to a temp file verifies (exit 0, entries and anchored size per
+ * chain); one with an unanchored tail does not unless --allow-unanchored-tail accepts it (counted),
+ * and a receipt in that tail is never proven; a tampered copy does not (exit 1, first bad seq and reason); `--json`
  * carries the same verdict; receipts are proven or refused; a long export shows progress on
  * stderr; and the `--url` forms (verify, export, trace) fetch from a loopback stand-in for the
  * gateway with the token from PORTCULLIS_TOKEN, never printing it.
@@ -26,8 +27,11 @@ const TOKEN = "auditor-token-not-for-printing";
 /** Runs the CLI with Node 22 (this process's), a clean token environment, and a time limit. */
 const cli = (args: string[], env: Record<string, string> = {}): Promise<Run> => runScript(CLI, args, env);
 
-/** A seeded export: team-a (110 entries, checkpoints at 32/64/96 — 14 unanchored), team-b (90, anchored at its head), `_global`. */
-async function seededExport(pair: { privateJwk: JsonWebKey }, sizes: Record<string, number> = { "team-a": 110, "team-b": 90 }) {
+/**
+ * A seeded export: team-a (110 entries, checkpoints at 32/64/96 and its head — or, with `tail`,
+ * not at its head: 14 unanchored), team-b (90, anchored at its head), `_global`.
+ */
+async function seededExport(pair: { privateJwk: JsonWebKey }, sizes: Record<string, number> = { "team-a": 110, "team-b": 90 }, tail = false) {
   const key = signingKeyFrom(JSON.stringify(pair.privateJwk));
   let x = 42;
   const rand = () => {
@@ -82,7 +86,7 @@ async function seededExport(pair: { privateJwk: JsonWebKey }, sizes: Record<stri
     const es = chainEntries(chain, EMPTY_HEAD, drafts);
     entries[chain] = es;
     for (const e of es) lines.push(JSON.stringify({ entry: e }));
-    const sizesToSign = chain === "team-a" ? [32, 64, 96].filter((s) => s <= count) : [count];
+    const sizesToSign = chain === "team-a" ? [...new Set([32, 64, 96, ...(tail ? [] : [count])])].filter((s) => s <= count) : [count];
     for (const size of sizesToSign) {
       const e = es[size - 1]!;
       const note = await signCheckpoint(checkpointOrigin(GW, chain), size, e.hash, key);
@@ -122,6 +126,7 @@ beforeAll(async () => {
   publicJwk = pair.publicJwk;
   fx = await seededExport(pair);
   writeFileSync(file("export.ndjson"), ndjson(fx.lines));
+  writeFileSync(file("tail.ndjson"), ndjson((await seededExport(pair, undefined, true)).lines));
   writeFileSync(file("jwks.json"), JSON.stringify({ keys: [pair.publicJwk] }));
   // team-a seq 58 (the outcome of decision team-a-d56, seq 57) changed in place: one byte of its body.
   const i = fx.lines.findIndex((l) => l.startsWith('{"entry":{"v":1,"chain":"team-a","seq":58,'));
@@ -145,15 +150,35 @@ afterAll(() => {
 });
 
 describe("portcullis ledger verify --file", () => {
-  it("a valid export: exit 0, entries, anchored size and unanchored tail per chain", async () => {
+  it("a valid export: exit 0, entries and anchored size per chain", async () => {
     const r = await cli(["verify", "--file", file("export.ndjson"), "--key", file("jwks.json")]);
     expect(r.stderr).toBe("");
     expect(r.code).toBe(0);
     expect(r.stdout).toContain(`export of ${GW}, generated 2026-12-02T00:00:00.000Z: VALID`);
-    expect(r.stdout).toMatch(/team-a\s+110\s+96\s+14\n/);
+    expect(r.stdout).toMatch(/team-a\s+110\s+110\s+0\n/);
     expect(r.stdout).toMatch(/team-b\s+90\s+90\s+0\n/);
-    expect(r.stdout).toMatch(/_global\s+4\s+4\s+0\n/);
-    expect(r.stdout).toContain("unanchored: chained, but no signed checkpoint covers them yet");
+    expect(r.stdout).toMatch(/_global\s+5\s+5\s+0\n/);
+  });
+
+  it("an unanchored tail: exit 1 naming the range; --allow-unanchored-tail accepts it with its count; a receipt in it is never proven", async () => {
+    const r = await cli(["verify", "--file", file("tail.ndjson"), "--key", file("jwks.json")]);
+    expect(r.code).toBe(1);
+    expect(r.stdout).toContain("INVALID");
+    expect(r.stdout).toContain("first bad: team-a seq 97: unanchored: entries 97..110 of team-a (14) are under no checkpoint signed by the given keys");
+    const ok = await cli(["verify", "--file", file("tail.ndjson"), "--key", file("jwks.json"), "--allow-unanchored-tail"]);
+    expect(ok.code).toBe(0);
+    expect(ok.stdout).toContain("VALID");
+    expect(ok.stdout).toMatch(/team-a\s+110\s+96\s+14\n/);
+    expect(ok.stdout).toContain("warning: accepted an unanchored tail of team-a: seq 97..110 (14 entries) under no signed checkpoint");
+    expect(ok.stdout).toContain("accepted with --allow-unanchored-tail: 14 entries chained, but under no signed checkpoint yet");
+    const receipt = JSON.stringify({ chain: "team-a", seq: 101, hash: fx.entries["team-a"]![100]!.hash, decision_id: "team-a-d100" });
+    const inTail = await cli(["verify", "--file", file("tail.ndjson"), "--key", file("jwks.json"), "--allow-unanchored-tail", "--json", "--receipt", receipt]);
+    expect(inTail.code).toBe(1);
+    expect(JSON.parse(inTail.stdout)).toMatchObject({
+      ok: true,
+      unanchoredAccepted: 14,
+      receipt: { ok: false, reason: expect.stringMatching(/not under a signed checkpoint/) },
+    });
   });
 
   it("a tampered copy: exit 1 with the first bad seq and the reason", async () => {
@@ -174,7 +199,7 @@ describe("portcullis ledger verify --file", () => {
       ok: true,
       lines: fx.lines.length,
       problems: [],
-      chains: { "team-a": { entries: 110, anchored: 96, unanchored: 14 }, "team-b": { entries: 90, anchored: 90, unanchored: 0 } },
+      chains: { "team-a": { entries: 110, anchored: 110, unanchored: 0 }, "team-b": { entries: 90, anchored: 90, unanchored: 0 } },
     });
     expect(good.header).toEqual({ v: 1, gateway: GW, generated_at: "2026-12-02T00:00:00.000Z", chains: ["team-a", "team-b", "_global"] });
     const bad = await cli(["verify", "--file", file("tampered.ndjson"), "--key", file("jwks.json"), "--json"]);
@@ -200,7 +225,7 @@ describe("portcullis ledger verify --file", () => {
       JSON.stringify({ chain: "team-a", seq: 101, hash: fx.entries["team-a"]![100]!.hash, decision_id: "team-a-d100" }),
     ]);
     expect(inline.code).toBe(0);
-    expect(JSON.parse(inline.stdout).receipt).toEqual({ ok: true, chain: "team-a", seq: 101, kind: "decision", anchored: false });
+    expect(JSON.parse(inline.stdout).receipt).toEqual({ ok: true, chain: "team-a", seq: 101, kind: "decision", anchored: true });
     for (const f of ["removed.ndjson", "tampered.ndjson"]) {
       const r = await cli(["verify", "--file", file(f), "--key", file("jwks.json"), "--receipt", file("receipt.json")]);
       expect(r.code).toBe(1);
@@ -227,11 +252,13 @@ describe("portcullis ledger verify --file", () => {
         !l.startsWith('{"entry":{"v":1,"chain":"_global"') &&
         !l.startsWith('{"checkpoint":{"chain":"_global"') &&
         !l.includes('"size":96') &&
+        !l.includes('{"checkpoint":{"chain":"team-a","size":110') &&
         !/"chain":"team-a","seq":(8[1-9]|9\d|1\d\d),/.test(l),
     );
     writeFileSync(file("cut.ndjson"), ndjson(cut));
-    expect((await cli(["verify", "--file", file("cut.ndjson"), "--key", file("jwks.json")])).code).toBe(0);
-    const r = await cli(["verify", "--file", file("cut.ndjson"), "--key", file("jwks.json"), "--checkpoint", file("cp96.note")]);
+    // On its own the cut export looks like one with a tail (team-a anchored at 64, holding 80).
+    expect((await cli(["verify", "--file", file("cut.ndjson"), "--key", file("jwks.json"), "--allow-unanchored-tail"])).code).toBe(0);
+    const r = await cli(["verify", "--file", file("cut.ndjson"), "--key", file("jwks.json"), "--allow-unanchored-tail", "--checkpoint", file("cp96.note")]);
     expect(r.code).toBe(1);
     expect(r.stdout).toContain("first bad: team-a seq 81: truncated: the checkpoint you gave (#1) covers 96 entries of team-a, the export holds 80");
   });
@@ -315,7 +342,8 @@ describe("portcullis ledger --url (a loopback stand-in for the gateway)", () => 
 
   it("verify --url: fetches the export with the token from PORTCULLIS_TOKEN, and the JWKS without it", async () => {
     seen.length = 0;
-    const r = await cli(["verify", "--url", `${url}/mcp`, "--team", "team-a"], { PORTCULLIS_TOKEN: TOKEN });
+    // The stand-in serves keys at its own URL and an export whose header names GW: --gateway says these keys are GW's.
+    const r = await cli(["verify", "--url", `${url}/mcp`, "--team", "team-a", "--gateway", GW], { PORTCULLIS_TOKEN: TOKEN });
     expect(r.code).toBe(0);
     expect(r.stdout).toContain("VALID");
     expect(seen).toEqual([
@@ -325,6 +353,10 @@ describe("portcullis ledger --url (a loopback stand-in for the gateway)", () => 
     const withFlag = await cli(["verify", "--url", url, "--token", TOKEN, "--key", file("jwks.json"), "--json"]);
     expect(withFlag.code).toBe(0);
     expect(JSON.parse(withFlag.stdout).ok).toBe(true);
+    // Keys fetched from one gateway, an export naming another: refused.
+    const other = await cli(["verify", "--url", url, "--quiet"], { PORTCULLIS_TOKEN: TOKEN });
+    expect(other.code).toBe(1);
+    expect(other.stdout).toContain(`the export's header names gateway ${GW}, not ${url}/ (whose keys these are)`);
   });
 
   it("a refused token or an unreachable gateway: exit 3, the reason, never the token", async () => {

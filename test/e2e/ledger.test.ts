@@ -3,14 +3,23 @@
  * recording upstream leave one contiguous team chain (seq 1..n, no repeated prev), D1 rows that
  * match the chain one to one, an export that verifies offline with the gateway's public keys,
  * and receipts in every answer that verify against that export; an auditor sees only its team.
+ * And `portcullis ledger verify` on a real export, fetched at once: VALID without any flag (the
+ * export ends each chain with a signed checkpoint), while every forgery an attacker holding the
+ * file could make — checkpoints stripped, a blocked record rewritten and the chain re-hashed, a
+ * made-up call appended, the header's gateway swapped, the `_global` chain dropped — exits 1 with
+ * a reason, with and without --receipt.
  */
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { generateSigningKey } from "../../src/identity/keys.ts";
+import { chainEntries } from "../../src/ledger/chain.ts";
 import type { LedgerEntry } from "../../src/ledger/records.ts";
 import { verifyExport, verifyReceipt } from "../../src/ledger/verify.ts";
 import { startModernOnlyUpstream } from "../fixtures/modern-only-upstream.ts";
 import { freePort, type Proc, startPortcullis } from "./harness.ts";
-import { grantFor, modern } from "./mcp.ts";
+import { grantFor, modern, runScript } from "./mcp.ts";
 
 type Upstream = Awaited<ReturnType<typeof startModernOnlyUpstream>>;
 let upstream: Upstream;
@@ -138,5 +147,146 @@ describe("the ledger through the gateway", () => {
       .filter((o) => o.entry?.kind === "blocked")
       .map((o) => o.entry.body);
     expect(blocked).toEqual([expect.objectContaining({ principal: "agent:narrow", tool: "bump", check: "grant" })]);
+  });
+});
+
+describe("portcullis ledger verify on a real export, and on forgeries of it", () => {
+  const CLI = join(import.meta.dirname, "../../bin/ledger-cli.mjs");
+  const TEAM = "team-forge";
+  let dir: string;
+  let auditor: string;
+  let receipt: { chain: string; seq: number; hash: string; decision_id: string };
+  let lines: string[];
+  const file = (name: string) => join(dir, name);
+  const write = (name: string, ls: string[]) => {
+    writeFileSync(file(name), `${ls.join("\n")}\n`);
+    return file(name);
+  };
+  const parsed = (l: string) => JSON.parse(l) as { export?: Record<string, unknown>; entry?: LedgerEntry; checkpoint?: unknown };
+
+  beforeAll(async () => {
+    dir = mkdtempSync(join(tmpdir(), "portcullis-forgery-"));
+    const agent = await token("agent:forger", TEAM, ["agent"], ["bump"]);
+    const ok = await call(agent, "bump", 1);
+    expect(ok.result?.isError).not.toBe(true);
+    receipt = ok.result._meta["portcullis/receipt"];
+    const denied = await call(agent, "ask_anything", 2); // outside the grant: a blocked record
+    expect(denied.result?.isError).toBe(true);
+    auditor = await token("human:forge-audit", TEAM, ["auditor"]);
+    // Exported at once: well inside the gateway's 10 s checkpoint cadence.
+    const exp = await runScript(CLI, ["export", "--url", origin, "--out", file("real.ndjson")], { PORTCULLIS_TOKEN: auditor });
+    expect(exp.code, exp.stderr).toBe(0);
+    lines = readFileSync(file("real.ndjson"), "utf8")
+      .split("\n")
+      .filter((l) => l !== "");
+    writeFileSync(file("jwks.json"), await (await fetch(`${origin}/.well-known/jwks.json`)).text());
+    writeFileSync(file("receipt.json"), JSON.stringify(receipt));
+  }, 120_000);
+  afterAll(() => {
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
+
+  const verify = (f: string, ...extra: string[]) => runScript(CLI, ["verify", "--file", f, "--key", file("jwks.json"), "--quiet", ...extra]);
+
+  it("the export as fetched: VALID, every chain anchored, the receipt proven — no flag needed", async () => {
+    const r = await verify(file("real.ndjson"), "--receipt", file("receipt.json"));
+    expect(r.code, r.stdout).toBe(0);
+    expect(r.stdout).toContain(`export of ${origin}`);
+    expect(r.stdout).toMatch(new RegExp(`${TEAM}\\s+(\\d+)\\s+\\1\\s+0\\n`));
+    expect(r.stdout).toContain(`receipt ${TEAM} seq ${receipt.seq}`);
+    expect(r.stdout).toContain("under a signed checkpoint");
+    const byUrl = await runScript(CLI, ["verify", "--url", origin, "--quiet", "--receipt", file("receipt.json")], { PORTCULLIS_TOKEN: auditor });
+    expect(byUrl.code, byUrl.stdout).toBe(0);
+    expect(byUrl.stdout).toContain("VALID");
+  });
+
+  /** The team chain's entries as exported, and a helper that re-chains drafts after a seq. */
+  const team = () => lines.map(parsed).flatMap((o) => (o.entry?.chain === TEAM ? [o.entry] : []));
+  const withoutCheckpoints = (ls: string[]) => ls.filter((l) => !l.startsWith('{"checkpoint"'));
+  const replaceTeam = (ls: string[], entries: LedgerEntry[]) => {
+    const out = ls.filter((l) => parsed(l).entry?.chain !== TEAM);
+    const header = out.findIndex((l) => l.startsWith('{"export"'));
+    return [...out.slice(0, header + 1), ...entries.map((entry) => JSON.stringify({ entry })), ...out.slice(header + 1)];
+  };
+
+  it("forgeries exit 1 with a reason, with and without --receipt", async () => {
+    const es = team();
+    const blocked = es.find((e) => e.kind === "blocked")!;
+    expect(blocked).toBeTruthy();
+    // 1. Every signed checkpoint removed.
+    const stripped = write("stripped.ndjson", withoutCheckpoints(lines));
+    // 2. The blocked record rewritten (it now says the call was allowed to another tool), the chain re-hashed from there, checkpoints removed.
+    const rewrittenTail = chainEntries(
+      TEAM,
+      { seq: blocked.seq - 1, hash: blocked.prev },
+      es.slice(blocked.seq - 1).map((e) => (e.seq === blocked.seq ? { ...e, body: { ...e.body, tool: "read_only_lookup", reason: "nothing happened" } } : e)),
+    );
+    const rewritten = write("rewritten.ndjson", withoutCheckpoints(replaceTeam(lines, [...es.slice(0, blocked.seq - 1), ...rewrittenTail])));
+    // 3. A made-up transfer_money call appended (decision and outcome, chained onto the real head), and a receipt for it.
+    const head = es.at(-1)!;
+    const made = chainEntries(TEAM, { seq: head.seq, hash: head.hash }, [
+      {
+        kind: "decision",
+        id: "forged-decision",
+        at: new Date().toISOString(),
+        body: { principal: "agent:forger", team: TEAM, upstream: "rec", tool: "transfer_money", arguments: { to: "mallory", amount: 1e6 }, decision: "allow" },
+      },
+      { kind: "outcome", id: "forged-outcome", at: new Date().toISOString(), body: { decision_id: "forged-decision", status: "succeeded" } },
+    ]);
+    const appended = write("appended.ndjson", replaceTeam(lines, [...es, ...made]));
+    const forgedReceipt = JSON.stringify({ chain: TEAM, seq: made[1]!.seq, hash: made[1]!.hash, decision_id: "forged-decision" });
+    // 4. The header's gateway swapped for another.
+    const swapped = write(
+      "swapped.ndjson",
+      lines.map((l) => (l.startsWith('{"export"') ? l.replace(JSON.stringify(origin), JSON.stringify("https://gateway.attacker.example")) : l)),
+    );
+    // 5. No _global chain: its lines gone and the header no longer lists it.
+    const noGlobal = write(
+      "no-global.ndjson",
+      lines
+        .filter((l) => (parsed(l).entry?.chain ?? (parsed(l).checkpoint as { chain?: string } | undefined)?.chain) !== "_global")
+        .map((l) => (l.startsWith('{"export"') ? l.replace('"_global",', "") : l)),
+    );
+    expect(readFileSync(noGlobal, "utf8")).not.toContain('"_global"');
+
+    const cases: [string, string, RegExp][] = [
+      ["checkpoints stripped", stripped, /unanchored: entries 1\.\.\d+ of _global|unanchored: entries 1\.\.\d+ of team-forge/],
+      ["rewritten and re-hashed", rewritten, /differ from what was signed|unanchored/],
+      ["a call appended", appended, new RegExp(`unanchored: entries ${made[0]!.seq}\\.\\.${made[1]!.seq} of ${TEAM}`)],
+      ["header swapped", swapped, /header names gateway https:\/\/gateway\.attacker\.example, the signature another/],
+      ["no _global", noGlobal, /lists no _global chain/],
+    ];
+    for (const [what, f, reason] of cases) {
+      for (const extra of [[], ["--receipt", file("receipt.json")], ["--receipt", forgedReceipt]]) {
+        const r = await verify(f, ...extra);
+        expect(r.code, `${what} ${extra.join(" ")}: ${r.stdout}`).toBe(1);
+        expect(r.stdout, what).toContain("INVALID");
+        expect(r.stdout, what).toMatch(reason);
+        if (extra.length) expect(r.stdout, what).toContain("NOT PROVEN");
+      }
+    }
+    // Accepting a tail knowingly: the appended export is then VALID with the count, but the made-up call's receipt is still not proven.
+    const tail = await verify(appended, "--allow-unanchored-tail", "--receipt", forgedReceipt);
+    expect(tail.code).toBe(1);
+    expect(tail.stdout).toContain("VALID");
+    expect(tail.stdout).toContain("accepted with --allow-unanchored-tail: 2 entries");
+    expect(tail.stdout).toMatch(/NOT PROVEN: the entry team-forge seq \d+ is not under a signed checkpoint/);
+    // The stripped export stays INVALID with the flag: _global's commitments still sign team-forge, but nothing signs _global's entries… and with no signature at all, nothing is proven.
+    const bare = write(
+      "bare.ndjson",
+      withoutCheckpoints(lines).filter((l) => parsed(l).entry?.chain !== "_global"),
+    );
+    const none = await verify(bare, "--allow-unanchored-tail");
+    expect(none.code, none.stdout).toBe(1);
+    expect(none.stdout).toContain("no checkpoint signed by the given keys verified");
+  });
+
+  it("keys fetched from --url belong to that gateway: an export naming another is refused unless --gateway says so", async () => {
+    // Another gateway's URL for the same keys: the keys are this gateway's, the header names this gateway.
+    const other = await runScript(CLI, ["verify", "--file", file("real.ndjson"), "--key", file("jwks.json"), "--gateway", "https://other.example", "--quiet"]);
+    expect(other.code).toBe(1);
+    expect(other.stdout).toContain(`the export's header names gateway ${origin}, not https://other.example`);
+    const same = await runScript(CLI, ["verify", "--file", file("real.ndjson"), "--key", file("jwks.json"), "--gateway", `${origin}/`, "--quiet"]);
+    expect(same.code, same.stdout).toBe(0);
   });
 });

@@ -539,10 +539,26 @@ describe("(c) truncation", () => {
           reason: expect.stringMatching(/^truncated: .* covers 96 entries of team-a, the export holds/),
         });
       } else {
-        expect(r.ok).toBe(true);
         expect(r.chains["team-a"]).toMatchObject({ entries: k, anchored: 96, unanchored: k - 96 });
+        if (k === 96) expect(r.ok).toBe(true);
+        else {
+          // Entries after the last signed checkpoint: INVALID by default, naming the range.
+          expect(r.ok).toBe(false);
+          expect(r.firstBad).toMatchObject({
+            chain: "team-a",
+            seq: 97,
+            reason: expect.stringMatching(new RegExp(`^unanchored: entries 97\\.\\.${k} of team-a \\(${k - 96}\\)`)),
+          });
+        }
       }
     }
+    // Accepted only when asked, and counted.
+    const lines = tail.lines.filter(
+      (l) => !/^\{"entry":\{"v":1,"chain":"team-a","seq":10[5-9],/.test(l) && !l.startsWith('{"entry":{"v":1,"chain":"team-a","seq":110,'),
+    );
+    const accepted = await verifyExport(lines, tail.jwks, { allowUnanchoredTail: true });
+    expect(accepted).toMatchObject({ ok: true, unanchoredAccepted: 8, chains: { "team-a": { entries: 104, anchored: 96, unanchored: 8 } } });
+    expect(accepted.warnings.join()).toMatch(/accepted an unanchored tail of team-a: seq 97\.\.104 \(8 entries\)/);
   });
 
   it("in the recommended order (_global first, checkpoints before entries) every cut of the file is detected", async () => {
@@ -577,7 +593,14 @@ describe("(c) truncation", () => {
       const r = await verifyExport(lines, tail.jwks);
       if (from <= 96)
         expect(r.firstBad).toMatchObject({ chain: "team-a", seq: Math.ceil(from / 32) * 32, reason: expect.stringMatching(/differ from what was signed/) });
-      else expect(r).toMatchObject({ ok: true, chains: { "team-a": { anchored: 96, unanchored: 14 } } });
+      else {
+        // Above the last checkpoint nothing signed tells the rewrite apart: refused as unanchored, accepted only when asked.
+        expect(r).toMatchObject({ ok: false, firstBad: { chain: "team-a", seq: 97, reason: expect.stringMatching(/^unanchored: entries 97\.\.110/) } });
+        expect(await verifyExport(lines, tail.jwks, { allowUnanchoredTail: true })).toMatchObject({
+          ok: true,
+          chains: { "team-a": { anchored: 96, unanchored: 14 } },
+        });
+      }
     }
   });
 
@@ -585,15 +608,15 @@ describe("(c) truncation", () => {
     const a = tail.entries["team-a"]!;
     // The export cut after team-a seq 80, its later checkpoints and the _global chain gone: on its own it looks fine.
     const cut = tail.lines.slice(0, tail.at["team-a"]![81]!).filter((l) => !l.includes('"size":96'));
-    expect((await verifyExport(cut, tail.jwks)).ok).toBe(true);
+    expect((await verifyExport(cut, tail.jwks, { allowUnanchoredTail: true })).ok).toBe(true);
     const saved = await signCheckpoint(checkpointOrigin(GW, "team-a"), 96, a[95]!.hash, tail.key);
-    expect((await verifyExport(cut, tail.jwks, { checkpoints: [saved] })).firstBad).toMatchObject({
+    expect((await verifyExport(cut, tail.jwks, { checkpoints: [saved], allowUnanchoredTail: true })).firstBad).toMatchObject({
       chain: "team-a",
       seq: 81,
       line: null,
       reason: expect.stringMatching(/truncated: the checkpoint you gave \(#1\) covers 96/),
     });
-    expect((await verifyExport(tail.lines, tail.jwks, { checkpoints: [saved] })).ok).toBe(true);
+    expect((await verifyExport(tail.lines, tail.jwks, { checkpoints: [saved], allowUnanchoredTail: true })).ok).toBe(true);
     const forged = await signCheckpoint(
       checkpointOrigin(GW, "team-a"),
       96,
@@ -701,13 +724,21 @@ describe("(e) receipts", () => {
     expect(verifyReceipt(receipt, await verifyExport(fx.lines, fx.jwks))).toMatchObject({ ok: false, reason: expect.stringMatching(/not kept/) });
   });
 
-  it("in the unanchored tail: verifies (not yet anchored); removed there and the chain re-hashed to hide it: does not", async () => {
+  it("in the unanchored tail: never proven (nothing signed covers it); removed there and the chain re-hashed to hide it: does not verify either", async () => {
     const tail = await build(WITH_TAIL);
     const a = tail.entries["team-a"]!;
     const target = a[99]!; // seq 100, after the last checkpoint (96)
     const receipt = { chain: "team-a", seq: 100, hash: target.hash, decision_id: target.id };
     const keep = (e: LedgerEntry) => e.chain === "team-a";
-    expect(verifyReceipt(receipt, await verifyExport(tail.lines, tail.jwks, { keep }))).toMatchObject({ ok: true, anchored: false });
+    // By default the export itself is refused; with the tail accepted, the receipt is still not proven.
+    expect(verifyReceipt(receipt, await verifyExport(tail.lines, tail.jwks, { keep }))).toMatchObject({
+      ok: false,
+      reason: expect.stringMatching(/does not verify/),
+    });
+    expect(verifyReceipt(receipt, await verifyExport(tail.lines, tail.jwks, { keep, allowUnanchoredTail: true }))).toMatchObject({
+      ok: false,
+      reason: expect.stringMatching(/not under a signed checkpoint/),
+    });
     // Seq 100 removed and 101..110 re-chained as 100..109: the export verifies (it is all unanchored), the receipt does not.
     const rechained = chainEntries("team-a", { seq: 99, hash: a[98]!.hash }, a.slice(100));
     const lines = tail.lines.flatMap((l) => {
@@ -715,13 +746,16 @@ describe("(e) receipts", () => {
       if (e?.chain !== "team-a" || e.seq < 100) return [l];
       return e.seq === 100 ? [] : [entryLine(rechained[e.seq - 101]!)];
     });
-    const report = await verifyExport(lines, tail.jwks, { keep });
+    const report = await verifyExport(lines, tail.jwks, { keep, allowUnanchoredTail: true });
     expect(report).toMatchObject({ ok: true, chains: { "team-a": { entries: 109, anchored: 96, unanchored: 13 } } });
     expect(verifyReceipt(receipt, report)).toMatchObject({ ok: false, reason: expect.stringMatching(/changed or replaced/) });
     // Removed at the very end of the tail: not in the export at all.
     const cutLast = tail.lines.filter((l) => !l.startsWith('{"entry":{"v":1,"chain":"team-a","seq":110,'));
     expect(
-      verifyReceipt({ ...receipt, seq: 110, hash: a[109]!.hash, decision_id: a[109]!.id }, await verifyExport(cutLast, tail.jwks, { keep })),
+      verifyReceipt(
+        { ...receipt, seq: 110, hash: a[109]!.hash, decision_id: a[109]!.id },
+        await verifyExport(cutLast, tail.jwks, { keep, allowUnanchoredTail: true }),
+      ),
     ).toMatchObject({
       ok: false,
       reason: expect.stringMatching(/not in it/),
