@@ -10,7 +10,7 @@
  * failure into "allow": a step that cannot answer throws, and call.ts refuses the call.
  */
 import type { UpstreamConfig } from "../config/load.ts";
-import type { Principal } from "../config/principal.ts";
+import { lookAlike, type Principal } from "../config/principal.ts";
 import type { JsonObject, JsonRpcRequest, JsonRpcResponse } from "../wire/jsonrpc.ts";
 import type { CatalogTool } from "./catalog.ts";
 
@@ -70,14 +70,15 @@ export function haltFor(state: KillSwitchState, call: ToolCall, upstream: Upstre
     switch (h.scope) {
       case "global":
         return true;
+      // Team and principal halts cover every spelling of their target (folded): a halt can only ever cover more.
       case "team":
-        return h.target === p.team;
+        return h.target !== null && h.target !== undefined && lookAlike(h.target, p.team);
       case "upstream":
         return h.target === upstream.name;
       case "tool":
         return h.target === call.exposedName;
       case "principal":
-        return h.target === p.sub;
+        return h.target !== null && h.target !== undefined && lookAlike(h.target, p.sub);
       case "grant":
         return p.jti !== undefined && h.target === p.jti;
     }

@@ -23,7 +23,7 @@ import type { CallContext } from "../../src/mcp/context.ts";
 import { cachedKillSwitchReader, changeKillSwitch, haltableLeg, killSwitchReader, killSwitchStatus, stateOf } from "../../src/mcp/killswitch.ts";
 import { configOr503 } from "../../src/routes/config-view.ts";
 import type { JsonObject, JsonRpcRequest } from "../../src/wire/jsonrpc.ts";
-import { NO_LEDGER } from "../../src/governance/steps.ts";
+import { haltFor, NO_LEDGER } from "../../src/governance/steps.ts";
 import { DEFAULT_EGRESS_RULES } from "../../src/config/egress-schema.ts";
 import { testConfig, testUpstream } from "./fixtures.ts";
 import { allEntries } from "./fixtures.ts";
@@ -538,5 +538,16 @@ describe("changeKillSwitch, /v1/killswitch and the operator tools", () => {
     expect(denied).toBeUndefined(); // an unknown tool for this role: a JSON-RPC error, no result
     const resumed = await operator(admin, "tools/call", { name: "portcullis.resume", arguments: { scope: "team", target, reason: "over" } });
     expect((resumed.structuredContent as { changed: boolean }).changed).toBe(true);
+  });
+});
+
+describe("haltFor: a halt of a principal or team covers every spelling of it", () => {
+  const halt = (scope: "principal" | "team", target: string) => ({ version: 1, halts: [{ scope, target, reason: "incident", by: "human:root" }] });
+  it("a halt typed Agent:Leg stops agent:leg (folded names: a halt can only cover more), and never another principal", () => {
+    expect(haltFor(halt("principal", "Agent:Leg") as KillSwitchState, CALL, UP)).toMatchObject({ check: "kill_switch" });
+    expect(haltFor(halt("principal", "agent:leg") as KillSwitchState, CALL, UP)).toMatchObject({ check: "kill_switch" });
+    expect(haltFor(halt("team", "RED") as KillSwitchState, CALL, UP)).toMatchObject({ check: "kill_switch" });
+    expect(haltFor(halt("principal", "agent:other") as KillSwitchState, CALL, UP)).toBeNull();
+    expect(haltFor(halt("team", "blue") as KillSwitchState, CALL, UP)).toBeNull();
   });
 });
