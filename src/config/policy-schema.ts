@@ -92,7 +92,7 @@ const DOTTED_PATH = /^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$/;
 const scope = z.enum(["principal", "run", "grant"]).default("principal");
 
 const matchSchema = z.strictObject({
-  /** Globs over the exposed tool name (as clients see it). */
+  /** Globs over the exposed tool name (as clients see it); with `upstream` also over that upstream's own tool name (stable under namespacing). */
   tool: oneOrMany(glob).optional(),
   /** Globs over the upstream's name. */
   upstream: oneOrMany(glob).optional(),

@@ -131,6 +131,7 @@ async function executeCall(
       runId: call.runId,
       upstream: target.upstream.name,
       tool: target.tool.name,
+      exposed: call.exposedName,
       arguments: call.arguments,
       argumentsKept: fullAudit(decision.obligations) ? "full" : (mapping?.arguments ?? "hashed"),
       classification,

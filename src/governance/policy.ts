@@ -9,8 +9,10 @@
  * "allow": a rule whose condition cannot be evaluated fails closed (it matches, as a deny).
  *
  * Semantics of `evaluate` (documented here because operators and the ledger rely on it):
- * - A rule matches when every `match` field holds (globs over the exposed tool name, upstream,
- *   principal and team; effect, blast radius, externality and reversibility of the
+ * - A rule matches when every `match` field holds (globs over the exposed tool name — or, when
+ *   the rule also names an `upstream`, over that upstream's own tool name, the tool's stable
+ *   identity: `{upstream: everything, tool: get-sum}` keeps matching whatever the tool is exposed
+ *   as —, the upstream, principal and team; effect, blast radius, externality and reversibility of the
  *   classification; any of the roles), its `window` holds at `now` (UTC; `outside: true`
  *   inverts it; an overnight range such as 22:00-06:00 uses the day of `now`), its `magnitude`
  *   threshold is exceeded (a tool whose mapping declares no `magnitude.from_arg` has none, so
@@ -73,7 +75,9 @@ export type ListFacts = Pick<PolicyFacts, "principal" | "exposedName" | "upstrea
 // ---- matching -----------------------------------------------------------------------------
 
 function staticMatch(r: CompiledRule, f: ListFacts): boolean {
-  if (r.tool && !r.tool(f.exposedName)) return false;
+  // `tool` globs the exposed name; a rule that also names an upstream matches that upstream's own
+  // tool name too — the stable identity, which no namespacing change moves.
+  if (r.tool && !r.tool(f.exposedName) && !(r.upstream && r.tool(f.tool))) return false;
   if (r.upstream && !r.upstream(f.upstream)) return false;
   const c = f.classification;
   if (r.effect && !r.effect.has(c.effect)) return false;

@@ -297,7 +297,10 @@ export interface DecisionRecord {
   team: string;
   runId: string | null;
   upstream: string;
+  /** The upstream's own tool name: with `upstream`, the tool's stable identity. */
   tool: string;
+  /** The name the client called it by (as exposed; it moves when namespacing changes). */
+  exposed: string;
   /** The call's arguments; the ledger keeps them as the mapping says (canonical, hashed or redacted). */
   arguments: JsonObject | undefined;
   /** How the ledger keeps them: the mapping's `arguments` (default hashed), or full under `audit:full`. */

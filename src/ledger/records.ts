@@ -92,6 +92,7 @@ export interface DecisionBody extends JsonObject {
   team: string;
   run: string | null;
   upstream: string;
+  /** The upstream's own tool name: with `upstream`, the stable identity of the tool. */
   tool: string;
   /** The arguments as kept: the value (full), `{sha256}` (hashed) or null (redacted). */
   arguments: Json;
@@ -108,6 +109,8 @@ export interface DecisionBody extends JsonObject {
   would_block: Json;
   /** An unmapped tool run because its annotations say read-only (`unclassified_reads: observe`). */
   unverified_read: boolean;
+  // `exposed`: the name the agent called the tool by; it moves when namespacing
+  // changes, `upstream` + `tool` do not. Absent in records written before it was kept.
   // `stripped_meta` (only when any were dropped): the names of the client's `_meta` keys under
   // `portcullis/` (the gateway's namespace) dropped before forwarding — names only, never values.
 }

@@ -93,6 +93,7 @@ export function callLedger(t: LedgerTarget): CallLedger {
         run: r.runId,
         upstream: r.upstream,
         tool: r.tool,
+        exposed: r.exposed,
         // As the mapping says: the canonical value (full), its hash (hashed, the default) or nothing (redacted).
         arguments:
           r.arguments === undefined || r.argumentsKept === "redacted"

@@ -104,7 +104,9 @@ describe("the ledger write path under faults", () => {
       team: "team-a",
       run: "run-9",
       upstream: "alpha",
+      // Both names: the stable identity (upstream and its own tool name) and the name the agent called.
       tool: "do",
+      exposed: "alpha__do",
       arguments_mode: "hashed",
       arguments: { sha256: canonicalHash({ secret_arg: "hunter2" }) },
     });

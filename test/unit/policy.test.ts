@@ -835,3 +835,33 @@ describe("policySchema (parsePolicy)", () => {
       expect(parsePolicy({ rules: [{ ...RATE_RULE, history: { count: { tool: "x", within } } }] }).ok).toBe(false);
   });
 });
+
+describe("a rule names a tool by its stable identity (upstream and the upstream's own name)", () => {
+  // The same tool of upstream `everything`, exposed first alone (no namespace), then namespaced beside a second upstream.
+  const alone = facts({ exposedName: "get-sum", upstream: "everything", tool: "get-sum" });
+  const namespaced = facts({ exposedName: "everything__get-sum", upstream: "everything", tool: "get-sum" });
+  const other = facts({ exposedName: "other__get-sum", upstream: "other", tool: "get-sum" });
+  const decide = (rules: Rules, f: PolicyFacts) => evaluate(compile(rules), f).decision;
+  it("{upstream, tool} keeps matching when the tool's exposed name changes, and only that upstream's tool", () => {
+    const rules = [deny("no-sums", { match: { upstream: "everything", tool: "get-sum" } })];
+    expect(decide(rules, alone)).toBe("deny");
+    expect(decide(rules, namespaced)).toBe("deny");
+    expect(decide(rules, other)).toBe("allow");
+    expect(listVerdict(compile(rules), namespaced)).toBe("hidden");
+    expect(listVerdict(compile(rules), other)).toBe("listed");
+  });
+  it("a rule by exposed name keeps working as before: it matches the exposed name only", () => {
+    const byExposed = [hold("h", { match: { tool: "everything__get-sum" } })];
+    expect(decide(byExposed, namespaced)).toBe("require_approval");
+    expect(decide(byExposed, alone)).toBe("allow");
+    // Without an upstream, `tool` is the exposed name: a bare own name does not follow a rename (the reason to name the upstream).
+    expect(decide([deny("d", { match: { tool: "get-sum" } })], namespaced)).toBe("allow");
+    // With an upstream, the exposed form still matches too.
+    expect(decide([deny("d", { match: { upstream: "everything", tool: "everything__get-*" } })], namespaced)).toBe("deny");
+  });
+  it("obligations follow the rule that matched by stable identity", () => {
+    const v = evaluate(compile([allow("masked", { match: { upstream: "everything", tool: "get-sum" }, obligations: ["redact:$.token"] })]), namespaced);
+    expect(v.decision).toBe("allow");
+    expect(v.obligations.map((o) => o.spec)).toEqual(["redact:$.token"]);
+  });
+});
