@@ -64,7 +64,7 @@ export function violation(decision: Decision, r: Refusal): Decision {
  */
 export async function decideCall(deps: GovernanceDeps, call: ToolCall): Promise<Verdict> {
   // 4 resolve: the grant first (same answer whether or not the tool exists), then the catalog.
-  if (call.exposedName.startsWith("portcullis.")) return { kind: "answer", answer: unknownTool(call) }; // the gateway's own tools are answered before this path
+  // A `portcullis.` name outside the grant is refused like any other: the gateway's agent tools are grant-scoped (agent-tools.ts).
   if (!grantAllowsTool(call.principal, call.exposedName)) {
     return {
       kind: "refused",
@@ -74,6 +74,7 @@ export async function decideCall(deps: GovernanceDeps, call: ToolCall): Promise<
       },
     };
   }
+  if (call.exposedName.startsWith("portcullis.")) return { kind: "answer", answer: unknownTool(call) }; // the gateway's own tools are answered before this path
   let target: Awaited<ReturnType<ToolCatalog["resolve"]>>;
   try {
     target = await deps.catalog.resolve(call.exposedName);

@@ -4,11 +4,17 @@
  * which obligations — about the caller's own grant only; and the run tools ([R], answered by
  * src/mcp/runs.ts agentRunTool) — `portcullis.list_runs`, `get_run`, `get_action_trace`,
  * `plan_rollback`, `dry_run_rollback` about the caller's own runs, and `validate_mapping`. Owns
- * their definitions as tools/list shows them and the check of their arguments. Must never:
- * execute, record or change anything (a preview runs steps 4–8 of the governed path read-only; a
- * dry run calls nothing), or answer for another principal.
+ * their definitions as tools/list shows them, the check of their arguments, and the rule that a
+ * grant decides them like any tool: an agent tool is listed and callable only where the grant's tool
+ * globs cover its name (`portcullis.*`, or one name such as `portcullis.plan_rollback`); `*`, the
+ * "everything" glob, covers them too (so wide grants keep them), and a grant without globs (the
+ * unauthenticated loopback actor) reaches every tool. Must never: execute, record or change
+ * anything (a preview runs steps 4–8 of the governed path read-only; a dry run calls nothing),
+ * answer for another principal, or be offered to a grant whose globs do not cover it.
  */
 import type { GatewayConfig } from "../config/load.ts";
+import type { Principal } from "../config/principal.ts";
+import { grantAllowsTool } from "../governance/grant-scope.ts";
 import { isObject, type JsonObject } from "../wire/jsonrpc.ts";
 
 export const PREVIEW_TOOL_NAME = "portcullis.preview_impact";
@@ -90,9 +96,21 @@ export const RUN_TOOLS: JsonObject[] = [
 ];
 export const RUN_TOOL_NAMES: ReadonlySet<string> = new Set(RUN_TOOLS.map((t) => String(t.name)));
 
-/** The agent tools this config offers on /mcp (preview_impact last, where clients have always found it). */
-export function agentTools(cfg: GatewayConfig): JsonObject[] {
-  return cfg.agentTools ? [...RUN_TOOLS, PREVIEW_TOOL] : [];
+/** Every agent tool's name. */
+export const AGENT_TOOL_NAMES: ReadonlySet<string> = new Set([...RUN_TOOL_NAMES, PREVIEW_TOOL_NAME]);
+
+/**
+ * Whether `name` is an agent tool this config offers to `p`: agent tools on (`gateway.agent_tools`)
+ * and the grant's globs cover the name, exactly as for an upstream tool (grant-scope.ts). A name
+ * this answers false for goes the governed path, which refuses it as outside the grant (or unknown).
+ */
+export function offersAgentTool(cfg: GatewayConfig, p: Principal, name: string): boolean {
+  return cfg.agentTools && AGENT_TOOL_NAMES.has(name) && grantAllowsTool(p, name);
+}
+
+/** The agent tools this config offers `p` on /mcp: those its grant covers (preview_impact last, where clients have always found it). */
+export function agentTools(cfg: GatewayConfig, p: Principal): JsonObject[] {
+  return cfg.agentTools ? [...RUN_TOOLS, PREVIEW_TOOL].filter((t) => grantAllowsTool(p, String(t.name))) : [];
 }
 
 /** `{name, arguments}` of a preview request, or why they are not usable. */

@@ -4,7 +4,7 @@
  * Owns: paging through each upstream (the page walk skills/list shares, see skills.ts), renaming,
  * filtering, the modern caching hints, and handing every complete tools/list to the tool
  * catalog (catalog.ts) so tools/call resolves from what was listed; hiding what policy denies
- * unconditionally, and adding the gateway's agent tools. Must never: touch any field of a tool,
+ * unconditionally, and adding the gateway's agent tools the grant covers. Must never: touch any field of a tool,
  * prompt or resource other than its name/uri (schemas pass verbatim), or list a tool the caller cannot call.
  */
 import type { UpstreamConfig } from "../config/load.ts";
@@ -61,10 +61,10 @@ function policyLists(ctx: CallContext, up: UpstreamConfig, item: JsonObject, gov
   return policy.listed(ctx.principal, target, classifyTool(target, mappingsOf(ctx.cfg)));
 }
 
-/** The gateway's agent tools go at the end of a complete tools/list (the last page). */
+/** The gateway's agent tools the caller's grant covers (agent-tools.ts) go at the end of a complete tools/list (the last page). */
 function withAgentTools(ctx: CallContext, kind: ListKind, items: Json[], lastPage: boolean): Json[] {
   if (kind.key !== "tools" || !lastPage) return items;
-  const own = agentTools(ctx.cfg);
+  const own = agentTools(ctx.cfg, ctx.principal);
   return own.length ? [...items, ...own] : items;
 }
 

@@ -30,7 +30,7 @@ import { ErrorCode, type JsonObject, type JsonRpcRequest, errorResponse, isObjec
 import { exposeHandle, governedFromEdge, splitHandle, splitName, splitUri } from "./names.ts";
 import { directoryRead, skillsGet, skillsList } from "./skills.ts";
 import { forOwnerOnly, ownTasksOnly, recordCreatedTasks, unknownTask } from "./task-owners.ts";
-import { PREVIEW_TOOL_NAME, previewArgs, RUN_TOOL_NAMES } from "./agent-tools.ts";
+import { offersAgentTool, PREVIEW_TOOL_NAME, previewArgs } from "./agent-tools.ts";
 import { agentRunTool } from "./runs.ts";
 
 function fail(msg: JsonRpcRequest, code: number, message: string, status = 200, data?: JsonObject): Outcome {
@@ -131,8 +131,8 @@ async function toolsCall(ctx: CallContext, msg: JsonRpcRequest): Promise<Outcome
   const args = msg.params?.arguments;
   if (args !== undefined && !isObject(args))
     return fail(msg, ErrorCode.InvalidParams, "Invalid params: tools/call arguments must be an object (or absent)", ctx.era === "modern" ? 400 : 200);
-  if (name === PREVIEW_TOOL_NAME && ctx.cfg.agentTools) return previewImpact(ctx, msg);
-  if (RUN_TOOL_NAMES.has(name) && ctx.cfg.agentTools) return agentRunTool(ctx, msg);
+  // An agent tool the grant does not cover goes the governed path like any tool: refused there as outside the grant, on the record.
+  if (offersAgentTool(ctx.cfg, ctx.principal, name)) return name === PREVIEW_TOOL_NAME ? previewImpact(ctx, msg) : agentRunTool(ctx, msg);
   const governed = governedFromEdge(ctx.cfg.upstreams, name, ctx.route);
   const answer = await governToolCall(governance(ctx), toolCallOf(ctx, msg, governed));
   const target = splitName(ctx.cfg.upstreams, name);

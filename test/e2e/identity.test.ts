@@ -1,6 +1,7 @@
 /**
- * Grants end to end on the production build: per-grant tool lists in both eras, calls outside a
- * grant refused before any upstream sees them, session and run ownership, no token passthrough,
+ * Grants end to end on the production build: per-grant tool lists in both eras (the gateway's
+ * agent tools included: a grant for one tool lists exactly that tool), calls outside a grant
+ * refused before any upstream sees them, session and run ownership, no token passthrough,
  * and RFC 9728 discovery from a 401 (auth.oauth off: no authorization server named, and the 401
  * says how to get a grant).
  */
@@ -13,6 +14,8 @@ const origin = new URL(url).origin;
 let keys: KeySet;
 let tokenA = "";
 let tokenB = "";
+let tokenOne = "";
+let tokenWithAgentTools = "";
 const open: { client: Client; transport: StreamableHTTPClientTransport }[] = [];
 
 async function grant(sub: string, tools: string[]) {
@@ -23,6 +26,8 @@ beforeAll(async () => {
   keys = await parseKeySet(inject("signingKey"));
   tokenA = await grant("agent:alice", ["everything__*"]);
   tokenB = await grant("agent:bob", ["conf__test_simple_text", "conf__test_echo_headers", "modern__*"]);
+  tokenOne = await grant("agent:one", ["everything__echo"]);
+  tokenWithAgentTools = await grant("agent:carol", ["everything__echo", "portcullis.*"]);
 });
 
 afterEach(async () => {
@@ -49,15 +54,9 @@ for (const mode of ["legacy", { pin: "2026-07-28" }] as Mode[]) {
     it("two agents with different globs see different tools, prompts and resources", async () => {
       const a = await connect(mode, tokenA);
       const b = await connect(mode, tokenB);
-      // The gateway's own agent tool (gateway.agent_tools) is offered to every grant; upstream tools follow the globs.
-      const all = (await a.client.listTools()).tools.map((t) => t.name);
-      expect(all.at(-1)).toBe("portcullis.preview_impact");
-      const upstreamOnly = (n: string) => !n.startsWith("portcullis.");
-      const ta = all.filter(upstreamOnly);
-      const tb = (await b.client.listTools()).tools
-        .map((t) => t.name)
-        .filter(upstreamOnly)
-        .sort();
+      // Neither grant covers the gateway's agent tools (portcullis.*): each lists its upstream tools alone.
+      const ta = (await a.client.listTools()).tools.map((t) => t.name);
+      const tb = (await b.client.listTools()).tools.map((t) => t.name).sort();
       expect(ta.length).toBeGreaterThan(3);
       expect(ta.every((n) => n.startsWith("everything__"))).toBe(true);
       expect(tb).toEqual(["conf__test_echo_headers", "conf__test_simple_text", "modern__ask_model", "modern__ask_name", "modern__ask_roots", "modern__bump"]);
@@ -67,6 +66,31 @@ for (const mode of ["legacy", { pin: "2026-07-28" }] as Mode[]) {
       expect(rb.every((u) => u.startsWith("conf+") || u.startsWith("modern+"))).toBe(true);
       expect(rb).toContain("modern+modern://note");
       expect((await a.client.listPrompts()).prompts.every((p) => p.name.startsWith("everything__"))).toBe(true);
+    });
+
+    it("a grant for one tool lists exactly that tool; the agent tools are listed and callable only where the grant covers them", async () => {
+      const one = await connect(mode, tokenOne);
+      expect((await one.client.listTools()).tools.map((t) => t.name)).toEqual(["everything__echo"]);
+      // An agent tool outside the grant gets the refusal any tool outside the grant gets.
+      for (const name of ["portcullis.plan_rollback", "portcullis.list_runs", "portcullis.preview_impact"]) {
+        const r = await one.client.callTool({ name, arguments: { run: "run-e2e-0001" } });
+        expect(r.isError, name).toBe(true);
+        expect(JSON.stringify(r.content), name).toContain(`Blocked by Portcullis: tool \\"${name}\\" is outside the grant of agent:one`);
+      }
+      const carol = await connect(mode, tokenWithAgentTools);
+      expect((await carol.client.listTools()).tools.map((t) => t.name)).toEqual([
+        "everything__echo",
+        "portcullis.list_runs",
+        "portcullis.get_run",
+        "portcullis.get_action_trace",
+        "portcullis.plan_rollback",
+        "portcullis.dry_run_rollback",
+        "portcullis.validate_mapping",
+        "portcullis.preview_impact",
+      ]);
+      const preview = await carol.client.callTool({ name: "portcullis.preview_impact", arguments: { name: "everything__echo", arguments: { message: "hi" } } });
+      expect(preview.isError).toBeFalsy();
+      expect(preview.structuredContent).toBeDefined();
     });
 
     it("denies calls outside the grant at the door with a reason, and the upstream sees nothing", async () => {

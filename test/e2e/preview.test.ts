@@ -90,7 +90,7 @@ afterAll(async () => {
 });
 
 describe("lists follow policy", () => {
-  it("a tool denied unconditionally is not listed; one whose deny depends on its arguments is; the agent tool is offered", async () => {
+  it("a tool denied unconditionally is not listed; one whose deny depends on its arguments is; the agent tool is offered to a '*' grant", async () => {
     const token = await grant("agent:lists", ["agent"]);
     const names = ((await rpc("/mcp", token, "tools/list")).result.tools as { name: string }[]).map((t) => t.name);
     expect(names).not.toContain("bump");
@@ -107,7 +107,12 @@ describe("lists follow policy", () => {
 
 describe("preview_impact executes nothing", () => {
   it("reports allowed, held, blocked by rule, blocked by condition and outside the grant — and the upstream sees no call", async () => {
-    const token = await grant("agent:preview", ["agent"], ["ask_*", LONG_TOOL, "bump"]);
+    // The agent tool is granted like any tool: without a glob covering it, it is refused as outside the grant.
+    const without = await grant("agent:preview", ["agent"], ["ask_*", LONG_TOOL, "bump"]);
+    const refused = await rpc("/mcp", without, "tools/call", { name: "portcullis.preview_impact", arguments: { name: "ask_name" } });
+    expect(refused.result.isError).toBe(true);
+    expect(refused.result.content[0].text).toContain('tool "portcullis.preview_impact" is outside the grant of agent:preview');
+    const token = await grant("agent:preview", ["agent"], ["ask_*", LONG_TOOL, "bump", "portcullis.preview_impact"]);
     const before = calls();
     const preview = async (name: string, args?: Record<string, unknown>) =>
       (await rpc("/mcp", token, "tools/call", { name: "portcullis.preview_impact", arguments: { name, ...(args ? { arguments: args } : {}) } })).result
