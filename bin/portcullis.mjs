@@ -139,7 +139,9 @@ Each command takes --help.`,
   --team T           its team (default "default"): its holds, ledger chain and kill-switch scope; lowercase,
                      not starting with "_" (_global is the gateway's own ledger chain)
   --role R,...       roles: agent (default), approver, auditor, operator, admin
-  --tools GLOB,...   the tools it may see and call (exposed names, globs; default none)
+  --tools GLOB,...   the tools it may see and call (exposed names, globs; default none), the gateway's own
+                     agent tools included: e.g. --tools 'everything__*,portcullis.*' (portcullis.* = the
+                     run, rollback-plan and preview tools; or one, e.g. portcullis.plan_rollback; '*' covers all)
   --ttl 1h           lifetime: seconds, or 30m / 1h / 1d (default 1h)
   locally, signed with the dev key (.portcullis/dev-signing-key.json; PORTCULLIS_DEV_KEY_FILE overrides):
   --port N           for the local gateway on port N: iss = aud = http://127.0.0.1:N (the default, 8787)
@@ -163,7 +165,8 @@ exit: 0 minted, 1 refused (conflicting gateway flags, a reserved or non-canonica
   --url GATEWAY      the gateway (needs auth.oauth.enabled and an enrollment template)
   --sub PRINCIPAL    who signs in with the code (e.g. human:alice)
   --role R,...       roles of the grant (default agent; each must be in the template's roles)
-  --tools GLOB,...   tool globs of the grant (default: the template's; each must be covered by it)
+  --tools GLOB,...   tool globs of the grant (default: the template's; each must be covered by it);
+                     the agent tools need portcullis.* (or their names) like any tool
   --ttl 8h           lifetime of the grant, refreshes included: seconds, or 30m / 8h / 1d (default:
                      the template's lifetime; at most it and auth.max_token_lifetime)
   --code-ttl 24h     how long the code itself can be used (default 24h, at most 7d)
