@@ -3,8 +3,8 @@
  * to a running gateway. Owns the command's flags; the edit of the config file through the yaml
  * Document API (the upstream is appended to `upstreams:`; comments, order and every other entry are
  * kept); the checks made before anything is written — a duplicate name, a URL or header value that
- * carries a credential inline (bin/clients-cli.mjs's rule: it must be a `${NAME}` reference, and the
- * secret to set is named), and the whole resulting config validated as `check` and `doctor` do
+ * carries a credential inline (src/config/inline-secret.ts's rule, the config loader's: it must be a
+ * `${NAME}` reference, and the secret to set is named), and the whole resulting config validated as `check` and `doctor` do
  * (schema, mappings, policy and each upstream's egress; every problem at once); the atomic write
  * (temp file + rename, the file's mode kept); the reload (bin/reload-cli.mjs putConfig); and the
  * output and exit codes: 0 added (and reloaded), 1 refused (a problem in the result, a write that
@@ -18,7 +18,8 @@ import { readFileSync } from "node:fs";
 import { isDeepStrictEqual } from "node:util";
 import { isMap, isSeq, parse, parseDocument, stringify } from "yaml";
 import { parseOptions, UsageError } from "./cli-args.mjs";
-import { looksLikeCredential, SCHEME, secretName, urlProblem, writeAtomic } from "./clients-cli.mjs";
+import { INLINE_SECRET, inlineSecretProblem, secretName } from "../src/config/inline-secret.ts";
+import { urlProblem, writeAtomic } from "./clients-cli.mjs";
 import { exitCodeOf, FetchError, gatewayOf, Refused, tokenOf } from "./gateway-http.mjs";
 import { ConfigRefused, putConfig, versionLine } from "./reload-cli.mjs";
 
@@ -120,15 +121,11 @@ function inputProblems(file, name, url, headers, existing) {
       `--url carries a credential (${where}), which never goes in the config file: drop it from the URL and send it as a header instead, e.g. --header "Authorization: Bearer \${${secretName(name, "Authorization", new Set())}}"`,
     );
   }
+  // The config loader's rule and wording (src/config/inline-secret.ts), said as the flag to give.
   const taken = new Set();
   for (const [h, v] of headers) {
-    const literal = v.replace(/\$\{[^}]*\}/g, "");
-    if (!looksLikeCredential(h, literal)) continue;
-    const secret = secretName(name, h, taken);
-    const scheme = SCHEME.exec(v)?.[0].trim();
-    problems.push(
-      `--header ${h}: the value looks like an inline secret, which never goes in the config file (it would be committed, and shown to anyone who reads it): write it as --header "${h}: ${scheme ? `${scheme} ` : ""}\${${secret}}" and set the secret: export ${secret}=… for portcullis dev, npx wrangler secret put ${secret} for a deployed gateway`,
-    );
+    const inline = inlineSecretProblem(name, h, v, taken, "flag");
+    if (inline) problems.push(`--header ${h}: ${inline}`);
   }
   return problems;
 }
@@ -241,7 +238,13 @@ async function add(a, deps) {
   const v = await deps.validate(file, { text: next, onLoopback, secrets: "static" });
   // A duplicate name is already explained above, with what to do.
   const dup = existing.includes(a.name) ? /duplicate upstream name/ : null;
-  if (!v.ok) for (const p of v.problems) if (!problems.includes(p) && !dup?.test(p)) problems.push(p);
+  // So is an inline secret in one of its --header values (the loader refuses it too, as upstreams[N].headers.H).
+  const flagged = new Set(problems.filter((p) => p.startsWith("--header ") && p.includes(INLINE_SECRET)).map((p) => p.slice(9, p.indexOf(":")).toLowerCase()));
+  const sameSecret = (p) => {
+    const m = /^upstreams\[(\d+)\]\.headers\.([A-Za-z0-9-]+): /.exec(p);
+    return m !== null && Number(m[1]) === entries.length && flagged.has(m[2].toLowerCase()) && p.includes(INLINE_SECRET);
+  };
+  if (!v.ok) for (const p of v.problems) if (!problems.includes(p) && !dup?.test(p) && !sameSecret(p)) problems.push(p);
   if (problems.length) throw new Problems(problems);
 
   const notes = [];

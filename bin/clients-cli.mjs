@@ -14,8 +14,8 @@
  * reference and the command names the secret to set, never its value), print one, overwrite an
  * existing backup, write anything on --dry-run, or point a client at PORTCULLIS_TOKEN (the
  * operator CLI's admin and approver grants: an agent started from an operator's shell would run
- * with them). bin/add-cli.mjs reuses its inline-secret rule (looksLikeCredential, secretName),
- * urlProblem and writeAtomic.
+ * with them). What counts as an inline secret is src/config/inline-secret.ts's rule (the config
+ * loader's and `add`'s too); bin/add-cli.mjs reuses this file's urlProblem and writeAtomic.
  */
 import { copyFileSync, constants, existsSync, readFileSync, realpathSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { homedir, platform } from "node:os";
@@ -24,6 +24,7 @@ import { pathToFileURL } from "node:url";
 import { Document, isMap, isSeq, parseDocument } from "yaml";
 import { parseOptions, UsageError } from "./cli-args.mjs";
 import { exitCodeOf } from "./gateway-http.mjs";
+import { looksLikeCredential, SCHEME, SENSITIVE_HEADER, secretName } from "../src/config/inline-secret.ts";
 
 const CLIENTS = ["claude-code", "claude-desktop", "cursor", "vscode"];
 const DEFAULT_GATEWAY = "http://127.0.0.1:8787/mcp";
@@ -369,19 +370,8 @@ const isGatewayEntry = (s, gateway) => s.name === ENTRY || (s.url !== undefined 
 // ---------------------------------------------------------------------------------------------
 // Secrets: what looks like a credential, and the references that replace it.
 
-const SENSITIVE_HEADER = /^(authorization|proxy-authorization|cookie)$|token|secret|key|auth|password|passwd|session|credential|signature/i;
-export const SCHEME = /^\s*(bearer|basic|token|apikey|api-key|digest)\s+/i;
-const KNOWN_PREFIX = /(sk-|sk_live_|sk_test_|ghp_|gho_|ghu_|ghs_|github_pat_|glpat-|xox[abposr]-|AKIA|AIza|pat_|eyJ)[A-Za-z0-9_-]/;
-
-/** True when `literal` (a header value without its `${…}` references) carries credential material. */
-export function looksLikeCredential(header, literal) {
-  const rest = literal.replace(SCHEME, "").trim();
-  if (!rest) return false;
-  if (SENSITIVE_HEADER.test(header)) return true;
-  if (SCHEME.test(literal)) return true;
-  if (KNOWN_PREFIX.test(rest)) return true;
-  return rest.split(/\s+/).some((w) => w.length >= 20 && /[A-Za-z]/.test(w) && /\d/.test(w) && /^[A-Za-z0-9_\-.+/=~]+$/.test(w));
-}
+// The rule itself (looksLikeCredential, secretName) is src/config/inline-secret.ts's: the config
+// loader, `check` and `add` refuse by it too.
 
 /** `${env:X}`, `${X}`, `${X:-default}` → `${X}`; anything else in `${…}` (an input, a client variable) → null. */
 function envRefs(value) {
@@ -400,21 +390,6 @@ function envRefs(value) {
   });
   const literal = value.replace(/\$\{[^}]*\}/g, "");
   return { text, refs, literal, unresolvable, droppedDefault };
-}
-
-const upperSnake = (s) =>
-  s
-    .toUpperCase()
-    .replace(/[^A-Z0-9]+/g, "_")
-    .replace(/^_+|_+$/g, "");
-
-/** A secret name for upstream `up`'s `header` not in `taken`: GITHUB_TOKEN for Authorization, GITHUB_X_API_KEY otherwise. */
-export function secretName(up, header, taken) {
-  const base = `${upperSnake(up)}_${/^(proxy-)?authorization$/i.test(header) ? "TOKEN" : upperSnake(header) || "SECRET"}`.replace(/^(\d)/, "_$1");
-  let name = base;
-  for (let n = 2; taken.has(name); n++) name = `${base}_${n}`;
-  taken.add(name);
-  return name;
 }
 
 /**

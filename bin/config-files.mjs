@@ -4,14 +4,16 @@
  * upstream), both relative to the config file — the Worker gets one self-contained config text
  * (PORTCULLIS_CONFIG) and never reads files. Owns that resolution and its error messages. Must
  * never: follow a path outside what the config names, or let a file that fails to parse through
- * (every problem is reported, and the caller refuses to start).
+ * (every problem is reported, and the caller refuses to start; a YAML error shows its file, line and
+ * column and the lines around it, src/config/problems.ts).
  * Run as `node bin/config-files.mjs FILE`, it prints FILE's inlined text (what a deploy passes as
  * PORTCULLIS_CONFIG), or every problem on stderr and exits 1.
  */
 import { existsSync, readdirSync, readFileSync, realpathSync, statSync } from "node:fs";
-import { basename, dirname, extname, isAbsolute, resolve } from "node:path";
+import { basename, dirname, extname, isAbsolute, relative, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parse, stringify } from "yaml";
+import { yamlProblem } from "../src/config/problems.ts";
 
 /** `text` with `policy`/`mappings_dir` files inlined; `problems` lists every file that could not be read or parsed. */
 export function inlineConfigFiles(text, configFile) {
@@ -58,6 +60,12 @@ export function inlineConfigFiles(text, configFile) {
   return { text: changed ? stringify(doc, { lineWidth: 0 }) : text, problems };
 }
 
+/** `file` as the user would name it: relative to the working directory when inside it. */
+function shown(file) {
+  const rel = relative(process.cwd(), file);
+  return rel && !rel.startsWith("..") && !isAbsolute(rel) ? rel : file;
+}
+
 function readYaml(file, what, problems) {
   let text;
   try {
@@ -69,7 +77,8 @@ function readYaml(file, what, problems) {
   try {
     return parse(text, { uniqueKeys: true }) ?? {};
   } catch (e) {
-    problems.push(`${what}: ${String(e.message).split("\n")[0]}`);
+    // `policies/strict.yaml line 3, column 5: <reason>`, then the lines around it.
+    problems.push(yamlProblem(e, text, shown(file)));
     return undefined;
   }
 }

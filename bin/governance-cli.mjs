@@ -134,10 +134,12 @@ export async function loadGatewayConfig(file) {
   const inlined = inlineConfigFiles(raw, file);
   if (inlined.problems.length) throw new ConfigProblem(file, inlined.problems);
   const { loadConfig, ConfigError } = await src("config/load.ts");
+  // Given the CEL compiler, a config with problems reports its policy conditions' problems with them.
+  const { compileCondition } = await src("governance/policy-cel.ts");
   // PORTCULLIS_ORIGIN is what the CLI tells a gateway it starts; it has no meaning here.
   const { PORTCULLIS_ORIGIN: _origin, ...vars } = process.env;
   try {
-    return { cfg: loadConfig(inlined.text, vars), raw };
+    return { cfg: loadConfig(inlined.text, vars, { source: file, conditions: compileCondition }), raw };
   } catch (e) {
     if (e instanceof ConfigError) throw new ConfigProblem(file, e.problems);
     throw e;

@@ -414,8 +414,10 @@ async function validate(file, { onLoopback = true, secrets = "env", text: given 
     secrets === "env" ? { ...process.env } : new Proxy({}, { get: (_t, k) => (typeof k === "string" && k !== "PORTCULLIS_ORIGIN" ? `<${k}>` : undefined) });
   const { compiledPolicy } = await import(resolve(root, "src/governance/engine.ts"));
   const { PolicyError } = await import(resolve(root, "src/governance/policy.ts"));
+  // The CEL compiler: a config with problems also reports its policy conditions' problems at once.
+  const { compileCondition } = await import(resolve(root, "src/governance/policy-cel.ts"));
   try {
-    const cfg = loadConfig(text, vars);
+    const cfg = loadConfig(text, vars, { source: file, conditions: compileCondition });
     try {
       compiledPolicy(cfg);
     } catch (e) {

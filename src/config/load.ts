@@ -1,10 +1,14 @@
 /**
  * Config loading: YAML text → validated, resolved `GatewayConfig`.
- * Owns: YAML parsing, reporting every validation error at once, `${NAME}` / `${NAME:-fallback}` expansion from
- * Worker secrets/vars, duration parsing and namespace defaults, and the principal spaces of the
- * identity providers (each external issuer, Cloudflare Access): no two may overlap, and the
- * loopback actor is in none, each refusal naming both sources. Must never: include a secret's
- * value in an error message, or return a config that failed any check.
+ * Owns: YAML parsing (a syntax error shows its line and neighbours, problems.ts), reporting every
+ * problem of every layer at once — schema (unknown keys with a "did you mean"), headers (a
+ * `${NAME}` unset, an inline secret: inline-secret.ts's rule), identity, policy and mappings, and,
+ * given the caller's CEL compiler (config cannot import governance), the `when` condition of every
+ * rule whose text is readable even when other layers failed — `${NAME}` / `${NAME:-fallback}`
+ * expansion from Worker secrets/vars, duration parsing and namespace defaults, and the principal
+ * spaces of the identity providers (each external issuer, Cloudflare Access): no two may overlap,
+ * and the loopback actor is in none, each refusal naming both sources. Must never: include a
+ * secret's value in an error message, or return a config that failed any check.
  */
 import { parse as parseYaml } from "yaml";
 import type { EgressRules } from "./egress-schema.ts";
@@ -13,6 +17,8 @@ import { parsePolicy, type PolicyConfig } from "./policy-schema.ts";
 import { type PrincipalSpace, principalNameProblem, reservedNameProblem, spaceOf, foldedName } from "./principal.ts";
 import type { Role } from "./roles.ts";
 import { configSchema, type ParsedConfig } from "./schema.ts";
+import { inlineSecretProblem } from "./inline-secret.ts";
+import { parseOptions, yamlProblem } from "./problems.ts";
 import { durationMs } from "./duration.ts";
 import { type OAuthConfig, oauthOf } from "./oauth.ts";
 
@@ -148,28 +154,94 @@ function formatPath(path: PropertyKey[]): string {
 }
 
 function validateConfig(raw: unknown): { ok: true; config: ParsedConfig } | { ok: false; problems: string[] } {
-  const res = configSchema.safeParse(raw);
+  const res = configSchema.safeParse(raw, parseOptions);
   if (res.success) return { ok: true, config: res.data };
   const problems = res.error.issues.map((i) => `${formatPath(i.path)}: ${i.message}`);
   return { ok: false, problems };
 }
 
-export function loadConfig(yamlText: string, vars: Record<string, unknown>): GatewayConfig {
+/** A CEL compiler (src/governance/policy-cel.ts compileCondition): a problem, or anything else when the condition compiles. */
+export type ConditionCompiler = (source: string) => { problem: string } | object;
+
+export interface LoadOptions {
+  /** What the text is called in a YAML error (`portcullis.yaml line 5, column 1: …`); default `config`. */
+  source?: string;
+  /**
+   * Compiles policy `when` conditions: when the config has problems, every readable rule's
+   * condition is compiled too, so its CEL problems are reported with the rest (on success the
+   * caller's policy compile reports them).
+   */
+  conditions?: ConditionCompiler;
+}
+
+const isRecord = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === "object" && !Array.isArray(v);
+
+/** `policy.rules[i].when: <problem>` for each rule whose `when` is a condition's text (the schema owns every other shape). */
+function conditionProblems(policy: unknown, compile: ConditionCompiler): string[] {
+  const rules = isRecord(policy) && Array.isArray(policy.rules) ? policy.rules : [];
+  const out: string[] = [];
+  rules.forEach((r, i) => {
+    const when = isRecord(r) ? r.when : undefined;
+    if (typeof when !== "string" || when.length === 0 || when.length > 4096) return;
+    const c = compile(when);
+    if ("problem" in c && typeof c.problem === "string") out.push(`policy.rules[${i}].when: ${c.problem}`);
+  });
+  return out;
+}
+
+/** The inline-secret problems of the upstreams' headers as written (for a config the schema refused). */
+function inlineSecrets(upstreams: unknown): string[] {
+  const out: string[] = [];
+  (Array.isArray(upstreams) ? upstreams : []).forEach((u, i) => {
+    if (!isRecord(u) || !isRecord(u.headers)) return;
+    const name = typeof u.name === "string" ? u.name : "upstream";
+    const taken = new Set<string>();
+    for (const [k, val] of Object.entries(u.headers)) {
+      const inline = typeof val === "string" ? inlineSecretProblem(name, k, val, taken) : null;
+      if (inline) out.push(`upstreams[${i}].headers.${k}: ${inline}`);
+    }
+  });
+  return out;
+}
+
+export function loadConfig(yamlText: string, vars: Record<string, unknown>, opts: LoadOptions = {}): GatewayConfig {
   let raw: unknown;
   try {
     raw = parseYaml(yamlText, { uniqueKeys: true });
   } catch (e) {
-    throw new ConfigError([`YAML: ${(e as Error).message.split("\n")[0]}`]);
+    throw new ConfigError([yamlProblem(e, yamlText, opts.source ?? "config")]);
   }
-  const v = validateConfig(raw ?? {});
-  if (!v.ok) throw new ConfigError(v.problems);
-  const c = v.config;
+  raw ??= {};
+  // Every layer's problems at once: what failed, plus the CEL of every rule that can be read.
+  const refuse = (problems: string[]): never => {
+    const policy = isRecord(raw) ? raw.policy : undefined;
+    const cel = opts.conditions ? conditionProblems(policy, opts.conditions).filter((p) => !problems.includes(p)) : [];
+    throw new ConfigError([...problems, ...cel]);
+  };
+  const v = validateConfig(raw);
+  if (!v.ok) {
+    // The policy and mappings sections are checked by their own schemas: readable without the rest.
+    const r = isRecord(raw) ? raw : {};
+    const sections = governanceOf(
+      {
+        policy: r.policy,
+        mappings: isRecord(r.mappings) ? r.mappings : undefined,
+        mappings_dir: typeof r.mappings_dir === "string" ? r.mappings_dir : undefined,
+      },
+      null,
+    );
+    refuse([...v.problems, ...inlineSecrets(r.upstreams), ...sections.problems]);
+  }
+  const c = (v as { config: ParsedConfig }).config;
   const problems: string[] = [];
   const single = c.upstreams.length === 1;
   const upstreams = c.upstreams.map((u, i): UpstreamConfig => {
     const headers: Record<string, string> = {};
+    const taken = new Set<string>();
     // A header whose whole value expands empty is not sent (`Authorization: "${TOKEN:-}"` with TOKEN unset).
     for (const [k, val] of Object.entries(u.headers ?? {})) {
+      const inline = inlineSecretProblem(u.name, k, val, taken);
+      if (inline) problems.push(`upstreams[${i}].headers.${k}: ${inline}`);
       const expanded = expand(val, vars, `upstreams[${i}].headers.${k}`, problems);
       if (expanded !== "") headers[k] = expanded;
     }
@@ -192,7 +264,6 @@ export function loadConfig(yamlText: string, vars: Record<string, unknown>): Gat
     if (u.description !== undefined) out.description = u.description;
     return out;
   });
-  if (problems.length) throw new ConfigError(problems);
   const a = c.auth;
   const issuerProblemsLater: string[] = [];
   const auth: AuthConfig = {
@@ -240,9 +311,12 @@ export function loadConfig(yamlText: string, vars: Record<string, unknown>): Gat
   const origin = startedOrigin(vars.PORTCULLIS_ORIGIN);
   if (typeof origin === "string") auth.origin = origin;
   else if (origin) issuerProblems.push(origin.problem);
-  if (issuerProblems.length) throw new ConfigError(issuerProblems);
-  const governance = governanceOf(c, upstreams);
-  if (governance.problems.length) throw new ConfigError(governance.problems);
+  const governance = governanceOf(
+    c,
+    upstreams.map((u) => u.name),
+  );
+  problems.push(...issuerProblems, ...governance.problems);
+  if (problems.length) refuse(problems);
   return {
     actor: c.actor,
     auth,
@@ -345,8 +419,8 @@ function startedOrigin(v: unknown): string | { problem: string } | undefined {
   return u.origin;
 }
 
-/** The policy and mappings sections, checked against the upstreams; the mode they imply. */
-function governanceOf(c: ParsedConfig, upstreams: UpstreamConfig[]) {
+/** The policy and mappings sections, checked against the upstreams (`names`; null: unknown, not checked); the mode they imply. */
+function governanceOf(c: Pick<ParsedConfig, "policy" | "mappings" | "mappings_dir"> & { mode?: ParsedConfig["mode"] }, names: string[] | null) {
   const problems: string[] = [];
   if (c.mappings_dir !== undefined) {
     problems.push("mappings_dir: the Worker reads no files; start with `portcullis dev --config FILE`, which inlines the directory as `mappings:`");
@@ -358,8 +432,8 @@ function governanceOf(c: ParsedConfig, upstreams: UpstreamConfig[]) {
   if (!p.ok) problems.push(...p.problems);
   const m = parseMappings(c.mappings ?? {});
   problems.push(...m.problems);
-  const names = new Set(upstreams.map((u) => u.name));
-  for (const up of Object.keys(m.mappings)) if (!names.has(up)) problems.push(`mappings.${up}: no upstream is named ${up}`);
+  const known = names === null ? null : new Set(names);
+  if (known) for (const up of Object.keys(m.mappings)) if (!known.has(up)) problems.push(`mappings.${up}: no upstream is named ${up}`);
   const loaded = Object.values(m.mappings).some((tools) => Object.keys(tools).length > 0);
   return {
     problems,

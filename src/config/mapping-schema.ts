@@ -9,7 +9,7 @@
  * once, each with its path. Owns: field names, types, bounds, defaults and the load-time rules
  * (retries only for read_only and idempotent tools; a compensation's shape, the syntax of its
  * `$args.<path>` / `$result.<path>` references, which may not reach arguments the ledger is told
- * to redact, and its tool and read-back tool being mapped in the same file). Must never: accept an unknown field, do I/O (reading the files is the loader's job),
+ * to redact, and its tool and read-back tool being mapped in the same file). Must never: accept an unknown field (each is refused naming the nearest known one), do I/O (reading the files is the loader's job),
  * or resolve a compensation (that is src/governance/rollback.ts's; whether the upstream really
  * offers its tools is checked where its tools/list is known: rollback time and
  * `portcullis.validate_mapping`).
@@ -17,6 +17,7 @@
 import { z } from "zod";
 import { isObject, type Json, type JsonObject } from "../wire/jsonrpc.ts";
 import { durationMs } from "./duration.ts";
+import { parseOptions } from "./problems.ts";
 
 export type MappingEffect = "read_only" | "idempotent" | "reversible" | "irreversible";
 export const EFFECTS = ["read_only", "idempotent", "reversible", "irreversible"] as const satisfies readonly MappingEffect[];
@@ -265,7 +266,7 @@ export function formatMappingPath(where: string, path: readonly PropertyKey[]): 
  * (YAML null) is a problem: a mapping file with nothing in it is almost certainly a mistake.
  */
 export function parseMappingFile(raw: unknown, where: string): { tools: Record<string, ToolMapping>; problems: string[] } {
-  const res = mappingFileSchema.safeParse(raw === null || raw === undefined ? undefined : raw);
+  const res = mappingFileSchema.safeParse(raw === null || raw === undefined ? undefined : raw, parseOptions);
   if (!res.success) {
     const problems = res.error.issues.map(
       (i) => `${formatMappingPath(where, i.path)}: ${raw == null && i.path.length === 0 ? "is empty (expected `tools:`)" : i.message}`,

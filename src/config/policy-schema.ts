@@ -3,10 +3,11 @@
  * magnitude thresholds, time windows, decision, reason, owner, obligations, per-rule observe) and
  * budgets, with its parsed type `PolicyConfig`; plus the small pure parsers the policy compiler
  * shares with it (durations, obligation spec strings, time-of-day ranges). Every problem is
- * reported at once with its path; unknown fields are rejected. Must never: compile or evaluate a
+ * reported at once with its path; unknown fields are rejected, naming the nearest known one. Must never: compile or evaluate a
  * CEL condition (src/governance/policy.ts owns that), do I/O, or accept a field it does not know.
  */
 import { z } from "zod";
+import { parseOptions } from "./problems.ts";
 import { ROLES } from "./roles.ts";
 
 /** Rule ids: what the ledger and the model see as "rule". */
@@ -197,7 +198,7 @@ function formatPath(path: PropertyKey[]): string {
 
 /** Validates a `policy:` section; every problem at once, each prefixed by its path under `at` (default `policy`). */
 export function parsePolicy(raw: unknown, at = "policy"): { ok: true; policy: PolicyConfig } | { ok: false; problems: string[] } {
-  const res = policySchema.safeParse(raw);
+  const res = policySchema.safeParse(raw, parseOptions);
   if (res.success) return { ok: true, policy: res.data };
   return { ok: false, problems: res.error.issues.map((i) => `${at}${formatPath(i.path)}: ${i.message}`) };
 }

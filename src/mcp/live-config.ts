@@ -17,6 +17,7 @@ import { ConfigError, type GatewayConfig, loadConfig } from "../config/load.ts";
 import type { Env } from "../env.ts";
 import { compiledPolicy } from "../governance/engine.ts";
 import { PolicyError } from "../governance/policy.ts";
+import { compileCondition } from "../governance/policy-cel.ts";
 import { clearCatalog } from "./catalog-store.ts";
 import { bounded } from "../wire/bounded.ts";
 
@@ -29,7 +30,8 @@ export const CONFIG_WATCH_MS = 1000;
 
 /** Parses config text with the Worker's loader: loadConfig, then the policy compile; ConfigError names every problem. */
 export function parseConfigText(text: string, env: Env): GatewayConfig {
-  const config = loadConfig(text, env as Record<string, unknown>);
+  // With the CEL compiler, a config refused for anything also names its policy conditions' problems.
+  const config = loadConfig(text, env as Record<string, unknown>, { conditions: compileCondition });
   // A policy that does not compile (CEL, globs, windows) refuses the config, every problem named.
   try {
     compiledPolicy(config);

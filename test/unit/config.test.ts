@@ -134,7 +134,7 @@ ${extra}`;
   // biome-ignore-end lint/suspicious/noTemplateCurlyInString: see biome-ignore-start
 
   it("rejects YAML with duplicate keys and an empty upstream list", () => {
-    expect(problems("upstreams: []\nupstreams: []\n")[0]).toMatch(/YAML/);
+    expect(problems("upstreams: []\nupstreams: []\n")[0]).toMatch(/^config line 2, column 1: Map keys must be unique\n/);
     expect(problems("upstreams: []\n")[0]).toMatch(/at least one upstream/);
   });
 });

@@ -817,16 +817,16 @@ describe("policySchema (parsePolicy)", () => {
     has(/^policy\.rules\[0\]\.id: rule ids are/);
     has(/^policy\.rules\[0\]\.decision:/);
     has(/^policy\.rules\[0\]\.reason:/);
-    has(/^policy\.rules\[0\]\.match: Unrecognized key: "tools"/);
+    has(/^policy\.rules\[0\]\.match: unknown key "tools" — did you mean "tool"\?$/);
     has(/^policy\.rules\[0\]\.window\.hours:/);
     has(/^policy\.rules\[0\]\.obligations\[0\]: obligation "Mask"/);
-    has(/^policy\.rules\[0\]: Unrecognized key: "extra"/);
+    has(/^policy\.rules\[0\]: unknown key "extra"$/);
     has(/^policy\.rules\[1\]\.history\.count\.within:/);
     has(/^policy\.rules\[2\]\.id: duplicate rule id "ok" \(also rules\[1\]\)/);
     has(/^policy\.rules\[2\]\.window: name days, hours, or both/);
     has(/^policy\.rules\[2\]\.magnitude\.over:/);
     has(/^policy\.budgets\.run\.calls:/);
-    has(/^policy: Unrecognized key: "colour"/);
+    has(/^policy: unknown key "colour"$/);
   });
   it("durations: ms, s, m, h, d and positive milliseconds", () => {
     for (const within of ["500ms", "30s", "1m", "2h", "1d", 1500])
