@@ -189,7 +189,7 @@ function conditionProblems(policy: unknown, compile: ConditionCompiler): string[
   return out;
 }
 
-/** The inline-secret problems of the upstreams' headers as written (for a config the schema refused). */
+/** The inline-secret problems of the upstreams' headers as written (read defensively: the schema may have refused them). */
 function inlineSecrets(upstreams: unknown): string[] {
   const out: string[] = [];
   (Array.isArray(upstreams) ? upstreams : []).forEach((u, i) => {
@@ -233,15 +233,12 @@ export function loadConfig(yamlText: string, vars: Record<string, unknown>, opts
     refuse([...v.problems, ...inlineSecrets(r.upstreams), ...sections.problems]);
   }
   const c = (v as { config: ParsedConfig }).config;
-  const problems: string[] = [];
+  const problems: string[] = inlineSecrets(c.upstreams);
   const single = c.upstreams.length === 1;
   const upstreams = c.upstreams.map((u, i): UpstreamConfig => {
     const headers: Record<string, string> = {};
-    const taken = new Set<string>();
     // A header whose whole value expands empty is not sent (`Authorization: "${TOKEN:-}"` with TOKEN unset).
     for (const [k, val] of Object.entries(u.headers ?? {})) {
-      const inline = inlineSecretProblem(u.name, k, val, taken);
-      if (inline) problems.push(`upstreams[${i}].headers.${k}: ${inline}`);
       const expanded = expand(val, vars, `upstreams[${i}].headers.${k}`, problems);
       if (expanded !== "") headers[k] = expanded;
     }
