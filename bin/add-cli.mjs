@@ -21,7 +21,7 @@ import { parseOptions, UsageError } from "./cli-args.mjs";
 import { INLINE_SECRET, inlineSecretProblem, secretName } from "../src/config/inline-secret.ts";
 import { urlProblem, writeAtomic } from "./clients-cli.mjs";
 import { exitCodeOf, FetchError, gatewayOf, Refused, tokenOf } from "./gateway-http.mjs";
-import { ConfigRefused, putConfig, versionLine } from "./reload-cli.mjs";
+import { checkRulesBeforeReload, ConfigRefused, putConfig, versionLine } from "./reload-cli.mjs";
 
 export const HELP = `usage: portcullis add --config FILE --name NAME --url URL [--header "K: V"]... [--namespace | --no-namespace]
                       [--allow GLOB,...] [--deny GLOB,...] [--timeout 30s] [--local | --deployed]
@@ -44,7 +44,9 @@ export const HELP = `usage: portcullis add --config FILE --name NAME --url URL [
   --local / --deployed  where the gateway runs, for the egress check (default: local unless auth.required
                      is true), as for portcullis doctor
   --gateway URL      then reload FILE into the gateway at URL (PUT /v1/config, an admin token) and print the
-                     new config version; the gateway checks it again with its own secrets
+                     new config version; the gateway checks it again with its own secrets. As reload does,
+                     in enforce a rule that matches no real tool (e.g. one naming a tool by the name it had
+                     before this add namespaced it) stops the reload
   --dry-run          print the resulting FILE and write nothing (nor reload)
   --json             print {ok, config, upstream, written, problems, notes, secrets, reload?} (with --dry-run: yaml)
 Give the token in PORTCULLIS_TOKEN (a --token on the command line is visible to other processes on this machine).
@@ -284,6 +286,16 @@ async function add(a, deps) {
     if (a.json) console.log(JSON.stringify(result, null, 2));
     else say(`  next: portcullis reload --config ${file} --url GATEWAY (a running gateway), or restart portcullis dev`);
     return 0;
+  }
+  // As reload does: in enforce, a rule that would match no real tool after this add (its names moved, say) stops the reload.
+  try {
+    await checkRulesBeforeReload(file, { json: a.json, gateway: base });
+  } catch (e) {
+    if (e instanceof Refused) {
+      if (!a.json) console.error(`${file} was written, but not reloaded: fix the rules above, then: portcullis reload --config ${file} --url ${a.gateway}`);
+      throw new Refused(`${e.message}; ${file} was written, the gateway keeps its previous config`);
+    }
+    throw e;
   }
   try {
     result.reload = await putConfig(base, token, v.text);

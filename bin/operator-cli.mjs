@@ -85,10 +85,13 @@ exit: 0 PASS, 1 FAIL (or an invalid config), 2 usage, 3 the probe could not be r
   else initialize, then tools/list; the config's headers with \${NAME} from this environment; no
   redirect followed) and reports whether it answered. An upstream the egress rules refuse is not
   contacted. An upstream with per-principal credentials that refuses this command's missing
-  credential (401/403) counts as reachable.
+  credential (401/403) counts as reachable. With every upstream's tool list in hand, --live also
+  checks the policy against them: a rule (or history query) that matches no real tool is named,
+  with the nearest real names; in enforce a deny or require_approval rule, or one with
+  obligations, that matches nothing is a problem (exit 1), otherwise a warning.
   --local / --deployed  where the gateway will run (default: local unless auth.required is true)
   --timeout             per upstream, with --live (default 5s)
-  --json                print {ok, config, where, problems} (and upstreams, with --live)
+  --json                print {ok, config, where, problems} (and upstreams, warnings, unmatched_rules, with --live)
 exit: 0 sound (and every upstream reachable), 1 a problem or an unreachable upstream, 2 usage`,
 };
 
@@ -608,7 +611,16 @@ export async function upstreamReachability(cfg, { timeoutMs, onLoopback }) {
       const started = Date.now();
       try {
         const r = await listUpstreamTools(up, { timeoutMs });
-        return { ...base, reachable: true, contacted: true, era: r.era, protocol_version: r.protocolVersion, tools: r.tools.length, ms: Date.now() - started };
+        return {
+          ...base,
+          reachable: true,
+          contacted: true,
+          era: r.era,
+          protocol_version: r.protocolVersion,
+          tools: r.tools.length,
+          tool_names: r.tools.map((t) => t.name),
+          ms: Date.now() - started,
+        };
       } catch (e) {
         const error = e?.message ?? String(e);
         // It answered, but wants the credential each principal brings: reachable.
@@ -618,6 +630,76 @@ export async function upstreamReachability(cfg, { timeoutMs, onLoopback }) {
       }
     }),
   );
+}
+
+/**
+ * The policy against the upstreams' real tool lists (`upstreams` from upstreamReachability):
+ * `{ checked, reason?, unmatched: [{…, line}] }`. Checked only when every upstream listed its
+ * tools — a rule naming an unreachable upstream's tool cannot be told dead.
+ */
+export async function policyCoverage(cfg, upstreams) {
+  const missing = upstreams.filter((u) => !Array.isArray(u.tool_names));
+  if (missing.length) return { checked: false, reason: `not checked: ${missing.map((u) => u.name).join(", ")} listed no tools`, unmatched: [] };
+  const [{ compiledPolicy }, { unmatchedRules, describeUnmatched }, { exposeName }] = await Promise.all([
+    src("governance/engine.ts"),
+    src("governance/policy-coverage.ts"),
+    src("mcp/names.ts"),
+  ]);
+  const known = cfg.upstreams.flatMap((up) =>
+    (upstreams.find((u) => u.name === up.name)?.tool_names ?? []).map((tool) => ({ upstream: up.name, tool, exposed: exposeName(up, tool) })),
+  );
+  return { checked: true, unmatched: coverageOver(cfg, known, { compiledPolicy, unmatchedRules, describeUnmatched }) };
+}
+
+function coverageOver(cfg, known, { compiledPolicy, unmatchedRules, describeUnmatched }) {
+  const asList = (v) => (v === undefined ? undefined : Array.isArray(v) ? v : [v]);
+  const rules = new Map((cfg.policy?.rules ?? []).map((r) => [r.id, { tool: asList(r.match?.tool), upstream: asList(r.match?.upstream) }]));
+  return unmatchedRules(compiledPolicy(cfg), known, (id) => rules.get(id) ?? {}).map((u) => ({ ...u, line: describeUnmatched(u, known.length) }));
+}
+
+/**
+ * The policy against the tools the mappings name (offline, for `check`): the unmatched rules, each
+ * with its report line ("… which matches no tool of the N the mappings name"). Only upstreams
+ * with a mapping count: a rule on an unmapped upstream's tool cannot be told dead offline.
+ */
+export async function mappedCoverage(cfg) {
+  const [{ compiledPolicy }, { unmatchedRules, describeUnmatched }, { exposeName }] = await Promise.all([
+    src("governance/engine.ts"),
+    src("governance/policy-coverage.ts"),
+    src("mcp/names.ts"),
+  ]);
+  const mapped = cfg.upstreams.filter((up) => cfg.mappings?.[up.name]);
+  if (mapped.length === 0) return [];
+  const known = mapped.flatMap((up) => Object.keys(cfg.mappings[up.name]).map((tool) => ({ upstream: up.name, tool, exposed: exposeName(up, tool) })));
+  // Rules about upstreams without a mapping are not judged here.
+  const judged = { ...cfg, policy: cfg.policy, upstreams: mapped };
+  return coverageOver(judged, known, {
+    compiledPolicy,
+    unmatchedRules,
+    describeUnmatched: (u, n) => describeUnmatched(u, n).replace(/ known( —|$)/, " the mappings name$1"),
+  }).filter((u) => !u.names.some((n) => cfg.upstreams.some((up) => !mapped.includes(up) && `upstream ${up.name}` === n)));
+}
+
+/**
+ * The policy of config FILE against its upstreams' real tool lists, contacted from this machine
+ * (as `doctor --live` does): `{ checked, reason?, mode?, unmatched, blocking }`, where `blocking`
+ * are the unmatched rules that refuse the config in enforce. Never throws for a config that does
+ * not load here or an upstream that does not answer: the check is then skipped, with the reason.
+ */
+export async function liveCoverageOf(file, { timeoutMs = 5000, onLoopback = true } = {}) {
+  let cfg;
+  try {
+    const { loadGatewayConfig } = await import("./governance-cli.mjs");
+    cfg = (await loadGatewayConfig(file)).cfg;
+  } catch {
+    return { checked: false, reason: "not checked: the config does not load with this environment", unmatched: [], blocking: [] };
+  }
+  const upstreams = await upstreamReachability(cfg, { timeoutMs, onLoopback });
+  const down = upstreams.filter((u) => !u.reachable);
+  if (down.length)
+    return { checked: false, reason: `not checked: ${down.map((u) => u.name).join(", ")} did not list its tools from here`, unmatched: [], blocking: [] };
+  const coverage = await policyCoverage(cfg, upstreams);
+  return { ...coverage, mode: cfg.mode, blocking: cfg.mode === "enforce" ? coverage.unmatched.filter((u) => u.blocking) : [] };
 }
 
 async function doctorCommand(a, deps) {
@@ -656,15 +738,29 @@ async function doctorCommand(a, deps) {
     upstreams = await upstreamReachability(cfg, { timeoutMs, onLoopback: local });
   }
   const unreachable = upstreams.filter((u) => !u.reachable);
+  // Rules that name no real tool: in enforce a deny, require_approval or obligation that matches nothing refuses the config; otherwise reported.
+  const coverage = cfg && unreachable.length === 0 ? await policyCoverage(cfg, upstreams) : { checked: false, unmatched: [] };
+  const enforce = cfg?.mode === "enforce";
+  const dead = coverage.unmatched.filter((u) => enforce && u.blocking);
+  const notes = coverage.unmatched.filter((u) => !(enforce && u.blocking));
+  for (const u of dead) problems.push(`${u.line} (in enforce the gateway would allow what this rule means to stop: fix its match)`);
   const ok = problems.length === 0 && unreachable.length === 0;
   if (a.json) {
     const all = [...problems, ...unreachable.filter((u) => u.contacted).map((u) => `upstream ${u.name} unreachable: ${u.error}`)];
-    console.log(JSON.stringify({ ok, config: a.config, where, problems: all, upstreams }, null, 2));
+    const shown = upstreams.map(({ tool_names: _names, ...u }) => u);
+    console.log(
+      JSON.stringify(
+        { ok, config: a.config, where, problems: all, warnings: notes.map((u) => u.line), unmatched_rules: coverage.unmatched, upstreams: shown },
+        null,
+        2,
+      ),
+    );
     return ok ? 0 : 1;
   }
   const n = v.ok ? v.cfg.upstreams.length : cfg?.upstreams.length;
   console.log(`${a.config}: ${problems.length === 0 ? "sound" : "refused"} (${where}${n !== undefined ? `; ${plural(n, "upstream")}` : ""})`);
   for (const p of problems) console.log(`  - ${p}`);
+  for (const u of notes) console.log(`  warning: ${u.line}`);
   if (upstreams.length) console.log("upstreams:");
   for (const u of upstreams) {
     if (u.reachable && u.note) console.log(`  REACHABLE   ${u.name} (${u.url}): ${u.note}`);

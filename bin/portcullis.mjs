@@ -917,12 +917,16 @@ async function main() {
     const a = options("check", rest);
     if (typeof a.config !== "string") usageError("check", "give --config FILE (or --self-probe)");
     const v = await validate(a.config, { text: configFileText("check", a.config) });
+    // Rules, obligations and history queries that name no tool the mappings name: warnings (doctor --live and reload check the real lists).
+    const { mappedCoverage } = await import("./operator-cli.mjs");
+    const warnings = v.ok ? (await mappedCoverage(v.cfg)).map((u) => u.line) : [];
     if (a.json) {
-      console.log(JSON.stringify({ ok: v.ok, config: a.config, problems: v.ok ? [] : v.problems }, null, 2));
+      console.log(JSON.stringify({ ok: v.ok, config: a.config, problems: v.ok ? [] : v.problems, warnings }, null, 2));
       process.exit(v.ok ? 0 : 1);
     }
     if (v.ok) {
       console.log(`${a.config}: ok`);
+      for (const w of warnings) console.log(`  warning: ${w}`);
       return;
     }
     console.error(`${a.config}: invalid\n${v.problems.map((p) => `  - ${p}`).join("\n")}`);

@@ -16,18 +16,51 @@ import { parseOptions, UsageError } from "./cli-args.mjs";
 import { inlineConfigFiles } from "./config-files.mjs";
 import { answerOf, exitCodeOf, FetchError, gatewayOf, Refused, refusal, send, tokenOf } from "./gateway-http.mjs";
 
-const HELP = `usage: portcullis reload --config FILE --url GATEWAY [--json]
+const HELP = `usage: portcullis reload --config FILE --url GATEWAY [--force] [--json]
   stores FILE (its policy and mappings_dir files inlined) as the next version of the gateway's
   config: upstreams, mappings and policy change without a redeploy, every isolate serves it within
   seconds, and open sessions are told their tool list changed. The gateway validates it whole
   against its own secrets and egress rules; a config with any problem is refused (each one
   printed) and the previous one keeps serving. The change is a ledger record naming the version
   and you. Needs an admin token.
+  Before sending, the policy is checked against the upstreams' real tool lists (contacted from
+  this machine, as doctor --live does): in enforce, a deny or require_approval rule, or a rule with
+  obligations, that matches no tool refuses the reload (exit 1, each rule named with the nearest
+  real names) — the policy would say deny while the gateway allows. --force sends it anyway. When
+  the upstreams cannot be listed from here the check is skipped, and says so.
 Give the token in PORTCULLIS_TOKEN (a --token on the command line is visible to other processes on this machine).
-exit: 0 stored (or already current), 1 the config was refused, 2 usage or an unreadable file, 3 refused otherwise or unreachable`;
+exit: 0 stored (or already current), 1 the config was refused (by the gateway, or by the rule check), 2 usage or an unreadable file, 3 refused otherwise or unreachable`;
 
-export const KNOWN = ["config", "url", "token", "json", "help"];
-const BOOLEAN = new Set(["json", "help"]);
+export const KNOWN = ["config", "url", "token", "force", "json", "help"];
+const BOOLEAN = new Set(["json", "help", "force"]);
+
+/**
+ * The rule check before a reload (bin/operator-cli.mjs liveCoverageOf): throws Refused when, in
+ * enforce, a rule that should stop calls matches no real tool, unless `force`. Prints what it
+ * found (to stderr, or in `report` for --json). Shared with `add --gateway`.
+ */
+export async function checkRulesBeforeReload(file, { force = false, json = false, gateway } = {}) {
+  const { liveCoverageOf } = await import("./operator-cli.mjs");
+  const onLoopback = gateway ? ["127.0.0.1", "localhost", "[::1]"].includes(gateway.hostname) : true;
+  const c = await liveCoverageOf(file, { onLoopback });
+  const say = (line) => {
+    if (!json) console.error(line);
+  };
+  if (!c.checked) say(`portcullis reload: rules ${c.reason}`);
+  for (const u of c.unmatched) if (!c.blocking.includes(u)) say(`portcullis reload: warning: ${u.line}`);
+  if (c.blocking.length === 0) return c;
+  const lines = c.blocking.map((u) => u.line);
+  if (force) {
+    for (const l of lines) say(`portcullis reload: --force: sent although ${l}`);
+    return c;
+  }
+  if (json) console.log(JSON.stringify({ ok: false, problems: lines, unmatched_rules: c.unmatched }, null, 2));
+  else
+    console.error(
+      `portcullis reload: not sent: in enforce, ${lines.length === 1 ? "a rule matches" : "rules match"} no real tool (the gateway would allow what ${lines.length === 1 ? "it means" : "they mean"} to stop); the previous config keeps serving:\n  - ${lines.join("\n  - ")}\nfix the rule's match (or --force)`,
+    );
+  throw new Refused(`${lines.length} rule${lines.length === 1 ? "" : "s"} matching no tool in ${file}`);
+}
 
 /** FILE's text with its policy and mappings inlined; a UsageError naming every file problem. */
 function configText(file) {
@@ -78,6 +111,7 @@ async function reload(a) {
   const base = gatewayOf(a.url);
   const token = tokenOf(a);
   const text = configText(a.config);
+  await checkRulesBeforeReload(a.config, { force: Boolean(a.force), json: Boolean(a.json), gateway: base });
   let json;
   try {
     json = await putConfig(base, token, text);

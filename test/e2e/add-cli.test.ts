@@ -225,6 +225,22 @@ describe("portcullis add", () => {
     }
   }, 180_000);
 
+  it("in enforce, an add that would leave a deny rule matching no tool (its tool renamed by namespacing) is not reloaded; the rule is named with the real name", async () => {
+    // One upstream, not namespaced: its tool is test_simple_text, and the rule names it so (by exposed name).
+    const other = join(dir, "renames.yaml");
+    writeFileSync(
+      other,
+      `mode: enforce\nactor: local:e2e\nauth:\n  required: true\n  audience: ${origin}\negress:\n  allow_loopback: true\nupstreams:\n  - name: conf\n    url: ${conf.url}\npolicy:\n  rules:\n    - id: no-text\n      match: { tool: test_simple_text }\n      decision: deny\n      reason: not this one\n`,
+    );
+    const r = await runScript(resolve(root, "bin/portcullis.mjs"), ["add", "--config", other, "--local", "--name", "third", "--url", second.url, "--gateway", origin], {
+      PORTCULLIS_TOKEN: admin,
+    });
+    expect(r.code, r.stdout + r.stderr).toBe(1);
+    expect(r.stderr).toMatch(/rule no-text \(deny\): match names "test_simple_text", which matches no tool of the \d+ known — did you mean "conf__test_simple_text" or "third__test_simple_text"\?/);
+    expect(r.stderr).toContain("was written, but not reloaded");
+    expect(readFileSync(other, "utf8")).toContain("name: third");
+  });
+
   it("without a token for --gateway it is a usage error and writes nothing", async () => {
     const text = readFileSync(file, "utf8");
     const r = await add(["--name", "third", "--url", second.url, "--gateway", origin], "");

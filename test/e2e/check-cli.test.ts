@@ -79,6 +79,29 @@ describe("portcullis check on a bad file", () => {
     expect(r.stdout + r.stderr).not.toContain(secret.slice(8, 24));
   });
 
+  it("warns where a rule names a tool no mapping names (did you mean), and stays valid (exit 0)", () => {
+    const mapping = "tools:\n  get-sum: { effect: read_only }\n  get-env: { effect: read_only }\n";
+    const rules = [
+      "policy:\n  rules:",
+      "    - id: big-sums\n      match: { upstream: one, tool: get-summ }\n      decision: require_approval\n      reason: a typo",
+      "    - id: no-env\n      match: { upstream: one, tool: get-env }\n      decision: deny\n      reason: fine",
+      "    - id: counted\n      history: { count: { tool: get-sums, within: 1m } }\n      when: history.count > 5\n      decision: deny\n      reason: a typo in the history glob",
+      "",
+    ].join("\n");
+    const r = check({ "portcullis.yaml": `mappings_dir: mappings\n${UP}${rules}`, "mappings/one.yaml": mapping });
+    expect(r.status, r.stdout + r.stderr).toBe(0);
+    expect(r.stdout).toContain("portcullis.yaml: ok");
+    expect(r.stdout).toMatch(
+      /warning: rule big-sums \(require_approval\): match names "upstream one", "get-summ", which matches no tool of the 2 the mappings name — did you mean "get-sum"\?/,
+    );
+    expect(r.stdout).toMatch(
+      /warning: rule counted \(deny\): history\.count\.tool names "get-sums", which matches no tool of the 2 the mappings name — did you mean "get-sum"\?/,
+    );
+    expect(r.stdout).not.toContain("rule no-env");
+    const j = JSON.parse(check({ "portcullis.yaml": `mappings_dir: mappings\n${UP}${rules}`, "mappings/one.yaml": mapping }, "--json").stdout);
+    expect(j).toMatchObject({ ok: true, warnings: [expect.stringMatching(/^rule big-sums/), expect.stringMatching(/^rule counted/)] });
+  });
+
   it("still passes the repo's own portcullis.yaml", () => {
     const r = spawnSync(process.execPath, [join(root, "bin/portcullis.mjs"), "check", "--config", "portcullis.yaml"], {
       cwd: root,

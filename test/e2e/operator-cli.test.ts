@@ -290,4 +290,42 @@ describe("portcullis doctor --live", () => {
     expect(e.code).toBe(1);
     expect(JSON.parse(e.stdout).upstreams[0]).toMatchObject({ name: "conf", reachable: false, contacted: false });
   });
+
+  it("a rule that matches no real tool: in enforce a deny is a problem (exit 1) naming the rule and the nearest real name; in observe a warning", async () => {
+    const config = (mode: string) =>
+      [
+        `mode: ${mode}`,
+        "egress:\n  allow_loopback: true",
+        `upstreams:\n  - name: conf\n    url: ${inject("conformanceUrl")}`,
+        "policy:\n  rules:",
+        // A typo: no tool is called test_simple_textt.
+        "    - id: no-text\n      match: { tool: test_simple_textt }\n      decision: deny\n      reason: typo",
+        // The stable form, right: it matches.
+        "    - id: no-image\n      match: { upstream: conf, tool: test_image_content }\n      decision: deny\n      reason: fine",
+        // An upstream that does not exist, on an allow rule: reported, never a problem.
+        "    - id: other\n      match: { upstream: nowhere }\n      decision: allow\n      reason: dead but harmless",
+        "",
+      ].join("\n");
+    const enforce = join(dir, "doctor-dead-enforce.yaml");
+    writeFileSync(enforce, config("enforce"));
+    const r = await cli(["doctor", "--config", enforce, "--live"]);
+    expect(r.code, r.stdout + r.stderr).toBe(1);
+    expect(r.stdout).toContain("refused");
+    expect(r.stdout).toMatch(
+      /rule no-text \(deny\): match names "test_simple_textt", which matches no tool of the \d+ known — did you mean "test_simple_text"\?/,
+    );
+    expect(r.stdout).not.toContain("rule no-image");
+    expect(r.stdout).toMatch(/warning: rule other \(allow\): match names "upstream nowhere"/);
+    const j = JSON.parse((await cli(["doctor", "--config", enforce, "--live", "--json"])).stdout);
+    expect(j.ok).toBe(false);
+    expect(j.unmatched_rules.map((u: Any) => [u.rule, u.blocking, u.nearest])).toEqual([
+      ["no-text", true, ["test_simple_text"]],
+      ["other", false, []],
+    ]);
+    const observe = join(dir, "doctor-dead-observe.yaml");
+    writeFileSync(observe, config("observe"));
+    const o = await cli(["doctor", "--config", observe, "--live"]);
+    expect(o.code, o.stdout).toBe(0);
+    expect(o.stdout).toMatch(/warning: rule no-text \(deny\): .* did you mean "test_simple_text"\?/);
+  });
 });

@@ -9,7 +9,8 @@
  * upstream at initialize); the time from the reload's answer to the tool being listed is printed.
  * A broken config is refused whole (400, every problem, the CLI exits 1) and the old tools keep
  * serving; the operator tool `portcullis.reload` stores a version too; each stored version is a
- * `config.changed` record naming the version and the actor. All on loopback.
+ * `config.changed` record naming the version and the actor. In enforce, a config whose deny rule
+ * matches no real tool is not sent by `reload` (did you mean …), unless --force. All on loopback.
  */
 import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -220,4 +221,35 @@ describe("hot reload", () => {
       await modern.close();
     }
   }, 180_000);
+
+  it("in enforce, a deny rule that matches no real tool is refused by reload with 'did you mean'; the old config keeps serving; --force sends it", async () => {
+    const typo = join(dir, "typo.yaml");
+    writeFileSync(
+      typo,
+      `mode: enforce\n${config({ deny: false, second: true })}policy:\n  rules:\n    - id: no-text\n      match: { upstream: conf, tool: test_simple_textt }\n      decision: deny\n      reason: a typo\n`,
+    );
+    const client = await connect("typo-check", `${origin}/mcp`, agent);
+    try {
+      const before = await names(client.client);
+      expect(before).not.toContain(HIDDEN); // the served config (version 2) denies it
+      const r = await reload(typo);
+      expect(r.code, r.stdout + r.stderr).toBe(1);
+      expect(r.stderr).toContain("not sent: in enforce, a rule matches no real tool");
+      expect(r.stderr).toMatch(
+        /rule no-text \(deny\): match names "upstream conf", "test_simple_textt", which matches no tool of the \d+ known — did you mean "test_simple_text"\?/,
+      );
+      expect(r.stderr).toContain("the previous config keeps serving");
+      // Nothing was sent: the served config still hides the tool.
+      await new Promise((res) => setTimeout(res, 1500));
+      expect(await names(client.client)).not.toContain(HIDDEN);
+      const forced = await runScript(resolve(root, "bin/portcullis.mjs"), ["reload", "--config", typo, "--url", origin, "--force"], {
+        PORTCULLIS_TOKEN: admin,
+      });
+      expect(forced.code, forced.stdout + forced.stderr).toBe(0);
+      expect(forced.stderr).toMatch(/--force: sent although rule no-text/);
+      expect(forced.stdout).toMatch(/reloaded: config version 3/);
+    } finally {
+      await client.close();
+    }
+  }, 120_000);
 });

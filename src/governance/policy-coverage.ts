@@ -1,0 +1,112 @@
+/**
+ * Policy coverage: which rules of a compiled policy name tools that do not exist. Given the tools
+ * the gateway knows (from the mappings offline, or the upstreams' live lists), `unmatchedRules`
+ * finds every rule whose `match` names tools (by `tool`, or by `upstream` alone) and matches none
+ * of them, and every history query whose tool glob counts no tool, each with the nearest real
+ * names when the rule names one exactly ("did you mean get-sum"). `blocking` marks what must
+ * refuse a config in enforce: a deciding (not observe) `deny` or `require_approval` rule, or a
+ * rule carrying obligations, that matches nothing — a policy that says deny while the gateway
+ * allows. Matching is the engine's own (policy.ts): `tool` over the exposed name, and over the
+ * upstream's own name when the rule names an upstream. Must never: do I/O, decide a call, or call
+ * a rule dead when a tool it names exists.
+ */
+import { didYouMean } from "../config/problems.ts";
+import { globMatch } from "../wire/glob.ts";
+import type { CompiledPolicy, CompiledRule } from "./policy-compile.ts";
+
+/** One tool as the gateway would expose it: its stable identity (upstream, the upstream's own name) and its exposed name. */
+export interface KnownTool {
+  upstream: string;
+  tool: string;
+  exposed: string;
+}
+
+/** A rule (or one of its history queries) that names no tool that exists. */
+export interface UnmatchedRule {
+  rule: string;
+  decision: CompiledRule["decision"];
+  observe: boolean;
+  /** Where in the rule: `match` or `history.<kind>.tool`. */
+  where: string;
+  /** The names or globs it gives there. */
+  names: string[];
+  /** The nearest real names to the exact names it gives (empty when none is close, or for globs). */
+  nearest: string[];
+  /** In enforce, this refuses the config: a deciding deny or require_approval rule, or one with obligations, that matches no tool. */
+  blocking: boolean;
+}
+
+const isGlob = (g: string) => /[*?]/.test(g);
+
+function matchesSome(r: CompiledRule, tools: readonly KnownTool[]): boolean {
+  return tools.some((t) => (!r.upstream || r.upstream(t.upstream)) && (!r.tool || r.tool(t.exposed) || (r.upstream !== null && r.tool(t.tool))));
+}
+
+/**
+ * The nearest real names to the exact names given: a tool whose own name is exactly the name (it
+ * was renamed for agents by namespacing: its exposed name), else the closest by edit distance.
+ */
+function nearestOf(names: readonly string[], candidates: readonly string[], tools: readonly KnownTool[] = []): string[] {
+  const out = new Set<string>();
+  for (const n of names) {
+    if (isGlob(n)) continue;
+    const renamed = tools.filter((t) => t.tool === n && t.exposed !== n).map((t) => t.exposed);
+    if (renamed.length) {
+      for (const r of renamed) out.add(r);
+      continue;
+    }
+    const near = didYouMean(n, candidates);
+    if (near !== undefined) out.add(near);
+  }
+  return [...out];
+}
+
+/**
+ * The rules of `policy` that name tools none of `tools` is, and the history queries that count
+ * none. `globsOf(rule)` gives the rule's own `match.tool` and `match.upstream` texts (the compiled
+ * rule keeps only predicates), so a report can quote them.
+ */
+export function unmatchedRules(
+  policy: CompiledPolicy,
+  tools: readonly KnownTool[],
+  globsOf: (ruleId: string) => { tool?: string[]; upstream?: string[] },
+): UnmatchedRule[] {
+  const out: UnmatchedRule[] = [];
+  const exposed = [...new Set(tools.map((t) => t.exposed))];
+  const own = [...new Set(tools.map((t) => t.tool))];
+  const upstreams = [...new Set(tools.map((t) => t.upstream))];
+  for (const r of policy.rules) {
+    const blocking = !r.observe && (r.decision !== "allow" || r.obligations.length > 0);
+    if ((r.tool || r.upstream) && !matchesSome(r, tools)) {
+      const g = globsOf(r.id);
+      const names = [...(g.upstream ?? []).map((u) => `upstream ${u}`), ...(g.tool ?? [])];
+      const nearest = [
+        ...nearestOf(g.tool ?? [], r.upstream ? [...own, ...exposed] : exposed, r.upstream ? [] : tools),
+        ...nearestOf(g.upstream ?? [], upstreams),
+      ];
+      out.push({ rule: r.id, decision: r.decision, observe: r.observe, where: "match", names, nearest, blocking });
+    }
+    for (const q of r.historyQueries) {
+      if (exposed.some((n) => globMatch(q.tool, n))) continue;
+      // A history query that counts nothing makes its rule read 0 / false: report it; it refuses like its rule would.
+      out.push({
+        rule: r.id,
+        decision: r.decision,
+        observe: r.observe,
+        where: `history.${q.kind}.tool`,
+        names: [q.tool],
+        nearest: nearestOf([q.tool], exposed, tools),
+        blocking,
+      });
+    }
+  }
+  return out;
+}
+
+/** One line for a report: `rule no-env (deny): match names get-envv, which matches no tool of the 12 known — did you mean "get-env"?` */
+export function describeUnmatched(u: UnmatchedRule, known: number): string {
+  const kind = `${u.decision}${u.observe ? ", observe" : ""}`;
+  const what = u.names.length ? u.names.map((n) => JSON.stringify(n)).join(", ") : "(nothing)";
+  const near = u.nearest.length ? ` — did you mean ${u.nearest.map((n) => JSON.stringify(n)).join(" or ")}?` : "";
+  return `rule ${u.rule} (${kind}): ${u.where} names ${what}, which matches no tool of the ${known} known${near}`;
+}

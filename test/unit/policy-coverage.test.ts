@@ -1,0 +1,89 @@
+/**
+ * Policy coverage (src/governance/policy-coverage.ts): which rules name tools that do not exist —
+ * a typo, a tool renamed for agents by namespacing, an upstream that is gone, a history glob that
+ * counts nothing — with the nearest real names, and which of them refuse a config in enforce.
+ */
+import { describe, expect, it } from "vitest";
+import { type PolicyInput, parsePolicy } from "../../src/config/policy-schema.ts";
+import { compilePolicy } from "../../src/governance/policy.ts";
+import { describeUnmatched, type KnownTool, unmatchedRules } from "../../src/governance/policy-coverage.ts";
+
+type Rules = NonNullable<PolicyInput["rules"]>;
+const coverage = (rules: Rules, tools: KnownTool[]) => {
+  const parsed = parsePolicy({ rules });
+  if (!parsed.ok) throw new Error(parsed.problems.join("; "));
+  const globs = new Map(
+    rules.map((r) => [
+      r.id,
+      {
+        tool: r.match?.tool === undefined ? undefined : [r.match.tool].flat(),
+        upstream: r.match?.upstream === undefined ? undefined : [r.match.upstream].flat(),
+      },
+    ]),
+  );
+  return unmatchedRules(compilePolicy(parsed.policy, { mode: "enforce", unclassifiedReads: "block" }), tools, (id) => globs.get(id) ?? {});
+};
+const ALONE: KnownTool[] = [
+  { upstream: "everything", tool: "get-sum", exposed: "get-sum" },
+  { upstream: "everything", tool: "get-env", exposed: "get-env" },
+];
+const NAMESPACED: KnownTool[] = [
+  { upstream: "everything", tool: "get-sum", exposed: "everything__get-sum" },
+  { upstream: "everything", tool: "get-env", exposed: "everything__get-env" },
+  { upstream: "files", tool: "read", exposed: "files__read" },
+];
+
+describe("unmatchedRules", () => {
+  it("a rule that matches a tool is not reported; one with a typo is, with the nearest name, and blocks when it denies or holds", () => {
+    const u = coverage(
+      [
+        { id: "ok", match: { tool: "get-env" }, decision: "deny", reason: "r" },
+        { id: "typo", match: { tool: "get-summ" }, decision: "require_approval", reason: "r" },
+        { id: "allowed-typo", match: { tool: "get-envv" }, decision: "allow", reason: "r" },
+        { id: "shadow", match: { tool: "get-summ" }, decision: "deny", reason: "r", mode: "observe" },
+        { id: "masks", match: { tool: "get-envv" }, decision: "allow", reason: "r", obligations: ["redact:$.token"] },
+      ],
+      ALONE,
+    );
+    expect(u.map((x) => [x.rule, x.blocking, x.nearest])).toEqual([
+      ["typo", true, ["get-sum"]],
+      ["allowed-typo", false, ["get-env"]],
+      ["shadow", false, ["get-sum"]],
+      ["masks", true, ["get-env"]],
+    ]);
+    expect(describeUnmatched(u[0]!, ALONE.length)).toBe(
+      'rule typo (require_approval): match names "get-summ", which matches no tool of the 2 known — did you mean "get-sum"?',
+    );
+  });
+  it("a rule by exposed name that namespacing renamed is reported with the new name; the stable form is not", () => {
+    const u = coverage(
+      [
+        { id: "old", match: { tool: "get-sum" }, decision: "deny", reason: "r" },
+        { id: "stable", match: { upstream: "everything", tool: "get-sum" }, decision: "deny", reason: "r" },
+      ],
+      NAMESPACED,
+    );
+    expect(u.map((x) => [x.rule, x.nearest])).toEqual([["old", ["everything__get-sum"]]]);
+  });
+  it("an upstream that does not exist, a rule with no tool or upstream, and a history glob that counts nothing", () => {
+    const u = coverage(
+      [
+        { id: "gone", match: { upstream: "filez" }, decision: "deny", reason: "r" },
+        { id: "everyone", match: { role: "agent" }, decision: "deny", reason: "r" },
+        {
+          id: "counted",
+          match: { tool: "files__*" },
+          history: { count: { tool: "files__raed", within: "1m" } },
+          when: "history.count > 1",
+          decision: "deny",
+          reason: "r",
+        },
+      ],
+      NAMESPACED,
+    );
+    expect(u.map((x) => [x.rule, x.where, x.nearest])).toEqual([
+      ["gone", "match", ["files"]],
+      ["counted", "history.count.tool", ["files__read"]],
+    ]);
+  });
+});
