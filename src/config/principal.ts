@@ -7,8 +7,8 @@
  * Access claims, OAuth templates, config), the principal spaces of the identity providers, and
  * the look-alike comparison separation of duties uses. Must never: hold the token itself (only
  * its jti), widen a grant, put a name's value into a reason, or fold names where ownership is
- * decided (ownership compares the canonical names exactly; only the refusal of self-approval
- * compares folded forms, so folding can only ever deny).
+ * decided (ownership compares the canonical names exactly; only refusals — self-approval, a
+ * kill-switch halt of a principal or team — compare folded forms, so folding can only ever deny).
  */
 import { type Budget, hasRole, type Role } from "./roles.ts";
 
@@ -145,8 +145,9 @@ export function mintedPrincipalProblem(sub: string, spaces: readonly PrincipalSp
 
 /**
  * Whether two principal names could be the same person to a reader: equal once folded. Separation
- * of duties refuses an approver whose name looks like the requester's; it is never used to grant
- * anything (ownership compares exactly), so a fold can only deny.
+ * of duties refuses an approver whose name looks like the requester's, and a halt covers every
+ * spelling of its target; it is never used to grant anything (ownership compares exactly), so a
+ * fold can only deny.
  */
 export function lookAlike(a: string, b: string): boolean {
   return a === b || foldedName(a) === foldedName(b);
