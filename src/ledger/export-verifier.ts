@@ -67,6 +67,7 @@ export class ExportVerifier extends ChainChecks {
   fork(): ExportVerifier {
     const f = new ExportVerifier(this.jwks, this.opts);
     f.header = this.header;
+    f.gateway = this.gateway;
     f.n = this.n;
     f.last = this.last;
     f.seenFirst = this.seenFirst;

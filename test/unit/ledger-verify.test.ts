@@ -479,6 +479,24 @@ describe("a seeded 200-entry export", () => {
     expect(d.problems.map((p) => p.reason).join()).toMatch(/commits checkpoints of team-b, which this unfiltered export does not hold/);
   });
 
+  it("a header naming another gateway than the signatures, or no _global chain, is invalid (full runs and forked ones alike)", async () => {
+    const swapped = [fx.lines[0]!.replace(JSON.stringify(GW), JSON.stringify("https://evil.example")), ...fx.lines.slice(1)];
+    const r = await verifyExport(swapped, fx.jwks);
+    expect(r.ok).toBe(false);
+    expect(r.firstBad?.reason).toMatch(/header names gateway https:\/\/evil\.example, the signature another/);
+    const v = new ExportVerifier(fx.jwks);
+    await v.push(swapped[0]!);
+    const f = v.fork();
+    for (const l of swapped.slice(1)) await f.push(l);
+    expect(f.finish().ok).toBe(false);
+    expect((await verifyExport(fx.lines, fx.jwks, { gateway: "https://other.example" })).firstBad?.reason).toMatch(
+      /names gateway https:\/\/gw\.example\.com, not https:\/\/other\.example/,
+    );
+    expect((await verifyExport(fx.lines, fx.jwks, { gateway: `${GW}/` })).ok).toBe(true);
+    const noGlobal = [fx.lines[0]!.replace(',"_global"', ""), ...fx.lines.slice(1).filter((l) => !l.includes('"chain":"_global"'))];
+    expect((await verifyExport(noGlobal, fx.jwks)).problems.map((p) => p.reason).join()).toMatch(/lists no _global chain/);
+  });
+
   it("unreadable lines, a missing header and an empty export are invalid, with the line number", async () => {
     expect((await verifyExport([], fx.jwks)).firstBad).toMatchObject({ reason: "the export is empty" });
     expect((await verifyExport(fx.lines.slice(1), fx.jwks)).firstBad).toMatchObject({ line: 1, reason: expect.stringMatching(/not the export header/) });
