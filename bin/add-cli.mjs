@@ -19,13 +19,14 @@ import { isDeepStrictEqual } from "node:util";
 import { isMap, isSeq, parse, parseDocument, stringify } from "yaml";
 import { parseOptions, UsageError } from "./cli-args.mjs";
 import { INLINE_SECRET, inlineSecretProblem, secretName } from "../src/config/inline-secret.ts";
+import { renamedUpstreams, renameProblem } from "../src/mcp/names.ts";
 import { urlProblem, writeAtomic } from "./clients-cli.mjs";
 import { exitCodeOf, FetchError, gatewayOf, Refused, tokenOf } from "./gateway-http.mjs";
 import { checkRulesBeforeReload, ConfigRefused, putConfig, versionLine } from "./reload-cli.mjs";
 
 export const HELP = `usage: portcullis add --config FILE --name NAME --url URL [--header "K: V"]... [--namespace | --no-namespace]
                       [--allow GLOB,...] [--deny GLOB,...] [--timeout 30s] [--local | --deployed]
-                      [--gateway URL] [--dry-run] [--json]
+                      [--gateway URL] [--force] [--dry-run] [--json]
   appends an upstream to the upstreams: of FILE (comments and order kept) and, with --gateway, reloads
   FILE into that running gateway, so open sessions of both eras see its tools without a restart.
   Nothing is written unless the whole resulting config is valid, as check and doctor see it: schema,
@@ -47,6 +48,10 @@ export const HELP = `usage: portcullis add --config FILE --name NAME --url URL [
                      new config version; the gateway checks it again with its own secrets. As reload does,
                      in enforce a rule that matches no real tool (e.g. one naming a tool by the name it had
                      before this add namespaced it) stops the reload
+  --force            accept that this add renames another upstream's tools for agents: the one upstream FILE
+                     had is served unprefixed, and with two every tool is NAME__tool, so adding a second
+                     renames the first's tools; without --force that is refused and nothing is written
+                     (open sessions listed the old names; grants and rules written for them stop matching)
   --dry-run          print the resulting FILE and write nothing (nor reload)
   --json             print {ok, config, upstream, written, problems, notes, secrets, reload?} (with --dry-run: yaml)
 Give the token in PORTCULLIS_TOKEN (a --token on the command line is visible to other processes on this machine).
@@ -68,10 +73,11 @@ export const KNOWN = [
   "gateway",
   "token",
   "dry-run",
+  "force",
   "json",
   "help",
 ];
-const BOOLEAN = new Set(["namespace", "no-namespace", "local", "deployed", "dry-run", "json", "help"]);
+const BOOLEAN = new Set(["namespace", "no-namespace", "local", "deployed", "dry-run", "force", "json", "help"]);
 const REPEATABLE = new Set(["header"]);
 
 /** A refusal found before anything was written: every problem, printed by the command. */
@@ -249,12 +255,16 @@ async function add(a, deps) {
   if (!v.ok) for (const p of v.problems) if (!problems.includes(p) && !dup?.test(p) && !sameSecret(p)) problems.push(p);
   if (problems.length) throw new Problems(problems);
 
+  // Adding an upstream must not rename another's tools under agents (the one upstream FILE had,
+  // unprefixed by default, is prefixed once there are two): refused, nothing written, unless --force.
+  const before = v.ok ? await deps.validate(file, { text, onLoopback, secrets: "static" }) : null;
+  const renamed = before?.ok ? renamedUpstreams(before.cfg.upstreams, v.cfg.upstreams) : [];
+  if (renamed.length && !a.force)
+    throw new Problems(renamed.map((r) => `${renameProblem(r).replace("force the reload", "add --force")}; ${file} is as it was`));
+
   const notes = [];
-  // The one upstream FILE had, unprefixed by default, is prefixed now that there are two.
-  if (entries.length === 1 && entries[0].namespace === undefined && typeof entries[0].name === "string")
-    notes.push(
-      `with two upstreams, ${entries[0].name}'s tools are now exposed as ${entries[0].name}__<tool> (clients and policies that name them unprefixed must change)`,
-    );
+  for (const r of renamed)
+    notes.push(`--force: ${r.upstream}'s tools are now exposed as ${r.after} (clients, grants and rules that name them ${r.before} must change)`);
   const secrets = [...new Set(headers.flatMap(([, val]) => refsOf(val)))].map((name) => ({
     name,
     set_here: typeof process.env[name] === "string",
@@ -298,7 +308,7 @@ async function add(a, deps) {
     throw e;
   }
   try {
-    result.reload = await putConfig(base, token, v.text);
+    result.reload = await putConfig(base, token, v.text, { force: renamed.length > 0 });
   } catch (e) {
     const again = `fix ${file}, then: portcullis reload --config ${file} --url ${a.gateway}`;
     if (e instanceof ConfigRefused) {

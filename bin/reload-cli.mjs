@@ -26,8 +26,10 @@ const HELP = `usage: portcullis reload --config FILE --url GATEWAY [--force] [--
   Before sending, the policy is checked against the upstreams' real tool lists (contacted from
   this machine, as doctor --live does): in enforce, a deny or require_approval rule, or a rule with
   obligations, that matches no tool refuses the reload (exit 1, each rule named with the nearest
-  real names) — the policy would say deny while the gateway allows. --force sends it anyway. When
-  the upstreams cannot be listed from here the check is skipped, and says so.
+  real names) — the policy would say deny while the gateway allows. The gateway also refuses a
+  config that renames an upstream's tools for agents (its namespacing changes: open sessions listed
+  the old names). --force sends it anyway and accepts the rename. When the upstreams cannot be
+  listed from here the rule check is skipped, and says so.
 Give the token in PORTCULLIS_TOKEN (a --token on the command line is visible to other processes on this machine).
 exit: 0 stored (or already current), 1 the config was refused (by the gateway, or by the rule check), 2 usage or an unreadable file, 3 refused otherwise or unreachable`;
 
@@ -90,8 +92,8 @@ export class ConfigRefused extends Refused {
  * Throws ConfigRefused when the gateway refuses the config (the previous one keeps serving),
  * FetchError when it refuses otherwise or cannot be reached. Used by `reload` and `add --gateway`.
  */
-export async function putConfig(base, token, text) {
-  const { res, where } = await send(base, "PUT", "/v1/config", token, { body: { config: text }, timeoutMs: 30_000 });
+export async function putConfig(base, token, text, { force = false } = {}) {
+  const { res, where } = await send(base, "PUT", "/v1/config", token, { body: force ? { config: text, force: true } : { config: text }, timeoutMs: 30_000 });
   const answer = await answerOf(res);
   const json = answer.json;
   if (res.status === 400 && Array.isArray(json?.problems)) throw new ConfigRefused(where, json.problems.map(String));
@@ -114,7 +116,7 @@ async function reload(a) {
   await checkRulesBeforeReload(a.config, { force: Boolean(a.force), json: Boolean(a.json), gateway: base });
   let json;
   try {
-    json = await putConfig(base, token, text);
+    json = await putConfig(base, token, text, { force: Boolean(a.force) });
   } catch (e) {
     if (!(e instanceof ConfigRefused)) throw e;
     if (a.json) console.log(JSON.stringify({ ok: false, problems: e.problems }, null, 2));

@@ -6,7 +6,8 @@
  * grants, policy, rate limits and history, the ledger, holds and the kill switch see: the name
  * /mcp exposes, so a rule or grant written for /mcp governs the route identically).
  * Owns: the `<upstream>__<name>` and `<upstream>+<uri>` conventions, the 64-character tool-name
- * budget and the edge ↔ governed mapping. Must never: map one exposed name to two upstreams
+ * budget, the edge ↔ governed mapping, and which upstreams a config change would rename for
+ * agents (`renamedUpstreams`). Must never: map one exposed name to two upstreams
  * (upstream names contain no `_`, so the first `__` is always the split point), or give
  * governance a name other than the one /mcp would have given the same tool.
  */
@@ -103,4 +104,36 @@ export function splitGoverned(upstreams: UpstreamConfig[], governed: string, rou
   const as = upstreams.map((u) => governedUpstream(u, route));
   const t = splitName(as, governed);
   return t ? { up: upstreams[as.indexOf(t.up)]!, name: t.name } : null;
+}
+
+/** One upstream whose exposed names a config change moves: how its tools were named before and after. */
+export interface Renamed {
+  upstream: string;
+  /** e.g. `get-sum` → `everything__get-sum` (a tool name shown as an example). */
+  before: string;
+  after: string;
+}
+
+/**
+ * The upstreams, present in both configs under one name, whose tools agents would see under other
+ * names after the change (their namespacing differs: a second upstream added beside one that was
+ * served transparently, `namespace` changed). Open sessions listed the old names, and rules and
+ * grants written for them would stop matching, so a reload refuses such a change unless forced.
+ */
+export function renamedUpstreams(before: readonly UpstreamConfig[], after: readonly UpstreamConfig[]): Renamed[] {
+  const out: Renamed[] = [];
+  for (const b of before) {
+    const a = after.find((u) => u.name === b.name);
+    if (!a || a.namespaced === b.namespaced) continue;
+    out.push({ upstream: b.name, before: exposeName(b, "<tool>"), after: exposeName(a, "<tool>") });
+  }
+  return out;
+}
+
+/** The problem line for one renamed upstream (reload, add, PUT /v1/config). */
+export function renameProblem(r: Renamed): string {
+  const fix = r.after.includes(SEP)
+    ? `it cannot keep bare names beside other upstreams: write rules as {upstream: ${r.upstream}, tool: …} so they keep matching, tell its agents, then force the reload to accept the rename`
+    : `set namespace: true on ${r.upstream} to keep its names, or force the reload to accept the rename`;
+  return `upstream ${r.upstream}: this change renames every tool of ${r.upstream} for agents (${r.before} becomes ${r.after}); open sessions listed the old names, and grants and rules written for them stop matching. ${fix}`;
 }

@@ -4,7 +4,8 @@
  * bin/config-files.mjs FILE` prints it), raw or as JSON `{config}`. It is validated whole, as the
  * gateway would serve it — the real loader against this Worker's secrets and vars, the policy
  * compile, the gateway's own URL, the egress rules from this request's vantage — and a config
- * with any problem is refused (400, every problem) while the previous one keeps serving; a sound
+ * with any problem is refused (400, every problem) while the previous one keeps serving — so is
+ * one that would rename an upstream's tools for agents, unless forced (`force`); a sound
  * one is stored in ConfigDO as the next version, its `config.changed` ledger record (version and
  * actor) durable before the 200 `{version, sha256, changed}`. Every isolate serves it within
  * about a second (src/mcp/live-config.ts). Must never: store a config that failed a check, echo a
@@ -12,6 +13,7 @@
  * the verified grant.
  */
 import { ledgerSigning } from "../mcp/ledger-writer.ts";
+import { renamedUpstreams, renameProblem } from "../mcp/names.ts";
 import { Hono } from "hono";
 import { configObject } from "../../durable-objects/names.ts";
 import type { GatewayConfig } from "../config/load.ts";
@@ -49,13 +51,26 @@ function detailOf(cfg: GatewayConfig): JsonObject {
   };
 }
 
-/** Validates `text` as the gateway would serve it and stores it as the next version (admin only). */
-export async function reloadConfig(env: Env, served: GatewayConfig, req: Request, by: Principal, text: string): Promise<ReloadResult> {
+/**
+ * Validates `text` as the gateway would serve it and stores it as the next version (admin only).
+ * A config that would rename an upstream's tools for agents (its namespacing changes) is refused
+ * unless `force`: open sessions listed the old names.
+ */
+export async function reloadConfig(env: Env, served: GatewayConfig, req: Request, by: Principal, text: string, force = false): Promise<ReloadResult> {
   if (!by.authenticated || !principalHas(by, "admin")) return { ok: false, status: 403, message: `only an admin may reload the config; ${by.sub} is not one` };
   if (typeof text !== "string" || text.trim() === "")
     return { ok: false, status: 400, message: "the config text is empty", problems: ["the config text is empty"] };
   const checked = candidateProblems(text, env, req);
   if (!checked.ok) return { ok: false, status: 400, message: "the config was refused; the previous one keeps serving", problems: checked.problems };
+  const renamed = renamedUpstreams(served.upstreams, checked.config.upstreams);
+  if (renamed.length && !force) {
+    return {
+      ok: false,
+      status: 400,
+      message: "the config would rename tools agents have listed; the previous one keeps serving (force to accept the rename)",
+      problems: renamed.map(renameProblem),
+    };
+  }
   const sha256 = sha256Hex(text);
   try {
     const signing = ledgerSigning(served);
@@ -91,6 +106,8 @@ configRoutes.put("/v1/config", admin, async (c) => {
     );
   }
   let text = body.text;
+  // ?force=true (or "force": true in a JSON body): accept a config that renames tools agents have listed.
+  let force = new URL(req.url).searchParams.get("force") === "true";
   if ((req.headers.get("content-type") ?? "").toLowerCase().startsWith("application/json")) {
     let parsed: unknown;
     try {
@@ -101,8 +118,9 @@ configRoutes.put("/v1/config", admin, async (c) => {
       return jsonResponse({ error: "invalid_request", error_description: "a JSON body is {config: <the config YAML text>}" }, 400, NO_STORE);
     }
     text = cfgText;
+    if ((parsed as Record<string, unknown>).force === true) force = true;
   }
-  const r = await reloadConfig(c.env, c.var.cfg, req, c.var.principal, text);
+  const r = await reloadConfig(c.env, c.var.cfg, req, c.var.principal, text, force);
   if (r.ok) return jsonResponse({ version: r.version, sha256: r.sha256, changed: r.changed }, 200, NO_STORE);
   return jsonResponse(
     {

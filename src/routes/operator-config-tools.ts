@@ -15,14 +15,17 @@ registerOperatorTool({
     "Hot-reloads the gateway config (upstreams, mappings, policy) without a redeploy: `config` is the whole portcullis.yaml text with mappings and policy inlined (`node bin/config-files.mjs FILE` prints it). A config with any problem is refused whole, every problem named, and the previous one keeps serving; a sound one becomes the next version, recorded on the ledger, and every isolate serves it within seconds.",
   inputSchema: {
     type: "object",
-    properties: { config: { type: "string", minLength: 1, maxLength: MAX_CONFIG_BODY_BYTES } },
+    properties: {
+      config: { type: "string", minLength: 1, maxLength: MAX_CONFIG_BODY_BYTES },
+      force: { type: "boolean", description: "accept a config that renames an upstream's tools for agents (its namespacing changes)" },
+    },
     required: ["config"],
     additionalProperties: false,
   },
   roles: ["admin"],
   run: async (args, { env, cfg, principal, req }) => {
     if (typeof args.config !== "string") throw new Error("config must be the config YAML text");
-    const r = await reloadConfig(env, cfg, req, principal, args.config);
+    const r = await reloadConfig(env, cfg, req, principal, args.config, args.force === true);
     if (!r.ok) throw new Error(r.problems?.length ? `${r.message}:\n- ${r.problems.join("\n- ")}` : r.message);
     return { version: r.version, sha256: r.sha256, changed: r.changed } satisfies JsonObject;
   },

@@ -225,18 +225,34 @@ describe("portcullis add", () => {
     }
   }, 180_000);
 
-  it("in enforce, an add that would leave a deny rule matching no tool (its tool renamed by namespacing) is not reloaded; the rule is named with the real name", async () => {
+  it("an add that renames another upstream's tools is refused (file unchanged) unless --force; then, in enforce, a deny rule left matching no tool stops the reload, named with the real name", async () => {
     // One upstream, not namespaced: its tool is test_simple_text, and the rule names it so (by exposed name).
     const other = join(dir, "renames.yaml");
     writeFileSync(
       other,
       `mode: enforce\nactor: local:e2e\nauth:\n  required: true\n  audience: ${origin}\negress:\n  allow_loopback: true\nupstreams:\n  - name: conf\n    url: ${conf.url}\npolicy:\n  rules:\n    - id: no-text\n      match: { tool: test_simple_text }\n      decision: deny\n      reason: not this one\n`,
     );
-    const r = await runScript(resolve(root, "bin/portcullis.mjs"), ["add", "--config", other, "--local", "--name", "third", "--url", second.url, "--gateway", origin], {
-      PORTCULLIS_TOKEN: admin,
-    });
+    const before = readFileSync(other, "utf8");
+    const addThird = (...extra: string[]) =>
+      runScript(
+        resolve(root, "bin/portcullis.mjs"),
+        ["add", "--config", other, "--local", "--name", "third", "--url", second.url, "--gateway", origin, ...extra],
+        {
+          PORTCULLIS_TOKEN: admin,
+        },
+      );
+    // Adding a second upstream would rename conf's tools (served unprefixed alone): refused, nothing written.
+    const renaming = await addThird();
+    expect(renaming.code, renaming.stdout + renaming.stderr).toBe(1);
+    expect(renaming.stderr).toContain("upstream conf: this change renames every tool of conf for agents (<tool> becomes conf__<tool>)");
+    expect(renaming.stderr).toContain("add --force");
+    expect(readFileSync(other, "utf8")).toBe(before);
+    // Accepting the rename: then the rule that named test_simple_text by its old name matches nothing, and the reload is not sent.
+    const r = await addThird("--force");
     expect(r.code, r.stdout + r.stderr).toBe(1);
-    expect(r.stderr).toMatch(/rule no-text \(deny\): match names "test_simple_text", which matches no tool of the \d+ known — did you mean "conf__test_simple_text" or "third__test_simple_text"\?/);
+    expect(r.stderr).toMatch(
+      /rule no-text \(deny\): match names "test_simple_text", which matches no tool of the \d+ known — did you mean "conf__test_simple_text" or "third__test_simple_text"\?/,
+    );
     expect(r.stderr).toContain("was written, but not reloaded");
     expect(readFileSync(other, "utf8")).toContain("name: third");
   });

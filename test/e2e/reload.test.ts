@@ -10,9 +10,10 @@
  * A broken config is refused whole (400, every problem, the CLI exits 1) and the old tools keep
  * serving; the operator tool `portcullis.reload` stores a version too; each stored version is a
  * `config.changed` record naming the version and the actor. In enforce, a config whose deny rule
- * matches no real tool is not sent by `reload` (did you mean …), unless --force. All on loopback.
+ * matches no real tool is not sent by `reload` (did you mean …), unless --force; and a config that
+ * would rename an upstream's tools for agents is refused by the gateway unless forced. All on loopback.
  */
-import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import type { Client } from "@modelcontextprotocol/client";
@@ -248,6 +249,31 @@ describe("hot reload", () => {
       expect(forced.code, forced.stdout + forced.stderr).toBe(0);
       expect(forced.stderr).toMatch(/--force: sent although rule no-text/);
       expect(forced.stdout).toMatch(/reloaded: config version 3/);
+    } finally {
+      await client.close();
+    }
+  }, 120_000);
+
+  it("a config that renames an upstream's tools for agents (its namespacing changes) is refused by the gateway unless forced", async () => {
+    // One upstream, namespace left to the default: served unprefixed, so conf__<tool> would become <tool>.
+    const bare = join(dir, "bare.yaml");
+    writeFileSync(bare, config({ deny: false, second: false }).replace("    namespace: true\n", ""));
+    const client = await connect("rename-check", `${origin}/mcp`, agent);
+    try {
+      const r = await reload(bare);
+      expect(r.code, r.stdout + r.stderr).toBe(1);
+      expect(r.stderr).toContain("400: the config was refused; the previous one keeps serving");
+      expect(r.stderr).toContain("upstream conf: this change renames every tool of conf for agents (conf__<tool> becomes <tool>)");
+      const put = await api(origin, admin, "/v1/config", { method: "PUT", body: { config: readFileSync(bare, "utf8") } });
+      expect(put.status).toBe(400);
+      await new Promise((res) => setTimeout(res, 1500));
+      expect((await names(client.client)).some((n) => n.startsWith("conf__"))).toBe(true);
+      const forced = await runScript(resolve(root, "bin/portcullis.mjs"), ["reload", "--config", bare, "--url", origin, "--force"], {
+        PORTCULLIS_TOKEN: admin,
+      });
+      expect(forced.code, forced.stdout + forced.stderr).toBe(0);
+      expect(forced.stdout).toMatch(/reloaded: config version 4/);
+      expect(await within(SERVE_BOUND_MS, async () => (await names(client.client)).includes("test_simple_text"))).not.toBeNull();
     } finally {
       await client.close();
     }

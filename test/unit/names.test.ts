@@ -11,6 +11,8 @@ import type { Principal } from "../../src/config/principal.ts";
 import { parsePolicy } from "../../src/config/policy-schema.ts";
 import {
   exposeName,
+  renamedUpstreams,
+  renameProblem,
   exposeUri,
   governedFromEdge,
   governedName,
@@ -82,6 +84,21 @@ describe("exposed names", () => {
     expect(toolAllowed(f, "echo")).toBe(true);
     expect(toolAllowed(f, "write_file")).toBe(false);
     expect(toolAllowed(f, "read_secret_key")).toBe(false);
+  });
+});
+
+describe("renamedUpstreams: which upstreams a config change renames for agents", () => {
+  it("a second upstream beside one served unprefixed renames the first's tools; an explicit namespace keeps them; a new upstream renames nothing", () => {
+    const alone = up("everything", { namespaced: false });
+    const prefixed = up("everything", { namespaced: true });
+    const other = up("files", { namespaced: true });
+    expect(renamedUpstreams([alone], [prefixed, other])).toEqual([{ upstream: "everything", before: "<tool>", after: "everything__<tool>" }]);
+    expect(renamedUpstreams([prefixed], [prefixed, other])).toEqual([]);
+    expect(renamedUpstreams([prefixed, other], [alone])).toEqual([{ upstream: "everything", before: "everything__<tool>", after: "<tool>" }]);
+    expect(renamedUpstreams([alone], [alone])).toEqual([]);
+    expect(renameProblem(renamedUpstreams([alone], [prefixed, other])[0]!)).toMatch(
+      /^upstream everything: this change renames every tool of everything for agents \(<tool> becomes everything__<tool>\).*force the reload/,
+    );
   });
 });
 
