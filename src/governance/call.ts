@@ -1,6 +1,6 @@
 /**
  * The governed tools/call: one function that reads top to bottom in the request-path order of
- * DESIGN.md — resolve → kill switch → classify → validate → decide (steps 4–8, side-effect free,
+ * docs/architecture.md — resolve → kill switch → classify → validate → decide (steps 4–8, side-effect free,
  * in call-decide.ts) → budget → hold → write-ahead → forward → obligations → outcome → answer
  * (answer shapes in call-answers.ts) — and `governedPassThrough`, its documented
  * equivalent for requests that reach a tool without naming it (tasks/* that deliver a tool's
