@@ -36,7 +36,7 @@ export const backoff = (failures: number): number => Math.min(1_000 * 2 ** Math.
 export const MAX_PAGE = 1_000;
 
 /** Kinds whose entry id names the event itself: appending the same id again returns the stored entry. */
-export const IDEMPOTENT_KINDS = new Set<string>(["checkpoint", "config.changed", "hold.expired"]);
+export const IDEMPOTENT_KINDS = new Set<string>(["checkpoint", "config.changed", "hold.expired", "policy.unmatched"]);
 
 const isObject = (v: unknown): v is Record<string, unknown> => v !== null && typeof v === "object" && !Array.isArray(v);
 export const message = (err: unknown): string => (err instanceof Error ? err.message : String(err));

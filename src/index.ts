@@ -9,6 +9,7 @@ import { checkOrigin } from "./identity/origin.ts";
 import { canonicalUrl, protectedResourceMetadata } from "./identity/metadata.ts";
 import { publicJwks } from "./identity/tokens.ts";
 import { readiness, summary } from "./mcp/health.ts";
+import { policyWatchReport } from "./mcp/policy-watch.ts";
 import { liveConfigOr503, requestConfig, servableConfig } from "./routes/config-view.ts";
 import { configRoutes } from "./routes/config-admin.ts";
 import { deleteCredentialRoute, putCredentialRoute } from "./routes/credentials.ts";
@@ -126,7 +127,9 @@ app.get("/readyz", async (c) => {
     detail = true;
   }
   const body = await readiness(await requestConfig(c.env, shared, req));
-  return c.json(detail ? body : { ok: body.ok }, body.ok ? 200 : 503, { "cache-control": "no-store" });
+  // Operators also see the policy watch: rules that match none of the tools the upstreams listed last (src/mcp/policy-watch.ts).
+  const policy = policyWatchReport();
+  return c.json(detail ? { ...body, ...(policy ? { policy } : {}) } : { ok: body.ok }, body.ok ? 200 : 503, { "cache-control": "no-store" });
 });
 
 // What the caller can see: the same gate as /mcp, so counts follow the grant and the upstreams' allow/deny.

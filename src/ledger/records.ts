@@ -21,6 +21,7 @@ export type EntryKind =
   | "outcome"
   | "blocked"
   | "tools.listed"
+  | "policy.unmatched"
   | "hold.created"
   | "hold.approved"
   | "hold.rejected"
@@ -41,6 +42,7 @@ export const ENTRY_KINDS: readonly EntryKind[] = [
   "outcome",
   "blocked",
   "tools.listed",
+  "policy.unmatched",
   "hold.created",
   "hold.approved",
   "hold.rejected",

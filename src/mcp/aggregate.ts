@@ -15,6 +15,7 @@ import { grantAllowsTool, grantReachesUpstream } from "../governance/grant-scope
 import { exposeName, exposeUri, governedName } from "./names.ts";
 import { toolAllowed } from "../governance/grant-scope.ts";
 import { rememberTools } from "./catalog.ts";
+import { watchPolicy } from "./policy-watch.ts";
 import { agentTools } from "./agent-tools.ts";
 import { catalogEntry } from "../governance/catalog.ts";
 import { classifyTool } from "../governance/classify.ts";
@@ -133,7 +134,9 @@ export async function allPages(
  * upstream's allow/deny hid — governed names (on /mcp/<upstream> the ones /mcp would show), so the
  * record reads the same whichever path listed.
  */
-function recordListing(ctx: CallContext, listedBy: (readonly [UpstreamConfig, Json[]])[], shownItems: Json[]): void {
+function recordListing(ctx: CallContext, listedBy: (readonly [UpstreamConfig, Json[]])[], shownItems: Json[], complete: boolean): void {
+  // Every upstream's whole list in hand: the policy is checked against the real tools (reported, never blocking).
+  watchPolicy(ctx, listedBy, complete);
   const seen = new Set(shownItems.flatMap((t) => (isObject(t) && typeof t.name === "string" ? [t.name] : [])));
   const shown: string[] = [];
   const hidden: string[] = [];
@@ -156,10 +159,10 @@ export async function aggregateList(ctx: CallContext, msg: JsonRpcRequest): Prom
     const r = out.response.result;
     if (!isObject(r) || !Array.isArray(r[kind.key])) return out;
     const listed = r[kind.key] as Json[];
-    if (kind.key === "tools" && typeof msg.params?.cursor !== "string" && (typeof r.nextCursor !== "string" || r.nextCursor === ""))
-      rememberTools(ctx, up, listed);
+    const whole = typeof msg.params?.cursor !== "string" && (typeof r.nextCursor !== "string" || r.nextCursor === "");
+    if (kind.key === "tools" && whole) rememberTools(ctx, up, listed);
     const filtered = listed.map((i) => renameItem(ctx, kind, up, i)).filter((i): i is Json => i !== null);
-    if (kind.key === "tools") recordListing(ctx, [[up, listed]], filtered);
+    if (kind.key === "tools") recordListing(ctx, [[up, listed]], filtered, whole);
     const items = withAgentTools(ctx, kind, filtered, typeof r.nextCursor !== "string" || r.nextCursor === "");
     const ttls = typeof r.ttlMs === "number" ? [r.ttlMs] : [];
     const scopes = typeof r.cacheScope === "string" ? [r.cacheScope] : [];
@@ -176,10 +179,11 @@ export async function aggregateList(ctx: CallContext, msg: JsonRpcRequest): Prom
   const scopes: string[] = [];
   const perUpstream = await Promise.all(
     ups.map(async (up) => {
-      const none = { up, raw: [] as Json[], items: [] as Json[] };
+      const none = { up, raw: [] as Json[], items: [] as Json[], complete: false };
       if (!grantReachesUpstream(ctx.principal, up)) return none;
       const caps = await ctx.capabilities(up).catch(() => undefined);
-      if (caps && !isObject(caps[kind.capability])) return none;
+      // An upstream that declares no tools has none: its empty list is complete.
+      if (caps && !isObject(caps[kind.capability])) return { ...none, complete: true };
       const raw: Json[] = [];
       const pages = await allPages(ctx, up, msg, kind.key, (i) => {
         raw.push(i);
@@ -188,7 +192,7 @@ export async function aggregateList(ctx: CallContext, msg: JsonRpcRequest): Prom
       if (kind.key === "tools" && pages.complete) rememberTools(ctx, up, raw);
       ttls.push(...pages.ttls);
       scopes.push(...pages.scopes);
-      return { up, raw, items: pages.items };
+      return { up, raw, items: pages.items, complete: pages.complete };
     }),
   );
   const items = perUpstream.flatMap((p) => p.items);
@@ -197,6 +201,7 @@ export async function aggregateList(ctx: CallContext, msg: JsonRpcRequest): Prom
       ctx,
       perUpstream.map((p) => [p.up, p.raw] as const),
       items,
+      perUpstream.every((p) => p.complete),
     );
   const result: JsonObject = { [kind.key]: withAgentTools(ctx, kind, items, true) };
   return { response: { jsonrpc: "2.0", id: msg.id, result: stampCache(ctx, result, ttls, scopes) }, status: 200 };

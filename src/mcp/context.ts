@@ -50,6 +50,8 @@ export interface Relay {
 export interface CallLedger extends LedgerWriter {
   /** The names shown and those hidden from this caller (not awaited by the list). */
   listed(shown: string[], hidden: string[]): void;
+  /** Rules of the served policy that match none of the tools the upstreams list (src/mcp/policy-watch.ts), `id` naming the report; not awaited (absent in test fakes: not recorded). */
+  unmatched?(id: string, body: JsonObject): void;
   /** A hold created or consumed by the governed path, durable on the team's chain when it resolves; the entry's id. */
   hold(kind: "hold.created" | "hold.consumed", body: HoldBody): Promise<string>;
 }

@@ -162,6 +162,14 @@ export function callLedger(t: LedgerTarget): CallLedger {
       await write(d, d.id);
       return d.id;
     },
+    unmatched(id, body) {
+      const d = draft("policy.unmatched", { principal: p.sub, team: p.team, ...body }, id);
+      t.waitUntil(
+        batchedAppend(t.env, p.team, t.signing, [d], LEDGER_WRITE_TIMEOUT_MS).catch((e) =>
+          console.error("portcullis: policy.unmatched record not written", String(e)),
+        ),
+      );
+    },
     listed(shown, hidden) {
       const d = draft("tools.listed", { principal: p.sub, team: p.team, shown, hidden });
       t.waitUntil(

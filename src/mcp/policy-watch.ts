@@ -1,0 +1,82 @@
+/**
+ * The policy watch: whenever a complete tools/list has been read from every upstream of the
+ * served config (a catalog refresh, after `notifications/tools/list_changed` or a TTL), the policy
+ * is checked against those real tools (src/governance/policy-coverage.ts). A rule that stops
+ * matching — an upstream dropped or renamed the tool it names — is reported at once: one JSON log
+ * line, a `policy.unmatched` record on the caller's team chain (its id names the report, so the
+ * same report is stored once per chain), and the isolate's latest report, which `/readyz` shows
+ * operators. In enforce a tool that appears unmapped is blocked by the baseline as before; this
+ * only tells. Runs only on tools/list, never on a tools/call. Must never: throw into the listing,
+ * block the answer, report from a partial set of lists (an upstream the caller's grant does not
+ * reach, or a page cut short), or log a tool's arguments or a grant.
+ */
+import type { UpstreamConfig } from "../config/load.ts";
+import { compiledPolicy } from "../governance/engine.ts";
+import { describeUnmatched, type KnownTool, unmatchedRules } from "../governance/policy-coverage.ts";
+import { canonicalJson, sha256Hex } from "../wire/canonical.ts";
+import { isObject, type Json, type JsonObject } from "../wire/jsonrpc.ts";
+import type { CallContext } from "./context.ts";
+import { exposeName } from "./names.ts";
+
+/** What /readyz shows operators: the newest report this isolate made. */
+export interface PolicyWatchReport {
+  at: string;
+  policy_version: string;
+  mode: string;
+  tools: number;
+  /** One line per rule (or history query) that matches no listed tool, with the nearest real names. */
+  unmatched: string[];
+}
+
+let latest: PolicyWatchReport | null = null;
+/** The signature of the last report per policy version (bounded: a few versions). */
+const reported = new Map<string, string>();
+const MAX_VERSIONS = 8;
+
+/** The newest report of this isolate (null before any complete listing). */
+export function policyWatchReport(): PolicyWatchReport | null {
+  return latest;
+}
+
+/** For tests: forget what this isolate reported. */
+export function resetPolicyWatch(): void {
+  latest = null;
+  reported.clear();
+}
+
+const asList = (v: unknown): string[] | undefined => (v === undefined ? undefined : Array.isArray(v) ? v.map(String) : [String(v)]);
+
+/**
+ * Checks the served policy against `lists` (every upstream's complete raw tools/list as read for
+ * this caller). `complete` false (an upstream missing or cut short): nothing is judged.
+ */
+export function watchPolicy(ctx: CallContext, lists: readonly (readonly [UpstreamConfig, Json[]])[], complete: boolean): void {
+  try {
+    const cfg = ctx.cfg;
+    if (!complete || !cfg.policy || (cfg.policy.rules ?? []).length === 0) return;
+    if (cfg.upstreams.some((up) => !lists.some(([u]) => u.name === up.name))) return;
+    const known: KnownTool[] = lists.flatMap(([up, raw]) =>
+      raw.flatMap((t) => (isObject(t) && typeof t.name === "string" ? [{ upstream: up.name, tool: t.name, exposed: exposeName(up, t.name) }] : [])),
+    );
+    const policy = compiledPolicy(cfg);
+    const rules = new Map((cfg.policy.rules ?? []).map((r) => [r.id, { tool: asList(r.match?.tool), upstream: asList(r.match?.upstream) }]));
+    const unmatched = unmatchedRules(policy, known, (id) => rules.get(id) ?? {});
+    const lines = unmatched.map((u) => describeUnmatched(u, known.length));
+    const signature = canonicalJson(lines);
+    if (reported.get(policy.version) === signature) return;
+    if (reported.size >= MAX_VERSIONS && !reported.has(policy.version)) reported.delete(reported.keys().next().value as string);
+    reported.set(policy.version, signature);
+    latest = { at: new Date().toISOString(), policy_version: policy.version, mode: cfg.mode, tools: known.length, unmatched: lines };
+    if (unmatched.length === 0) return;
+    console.warn(JSON.stringify({ event: "policy_unmatched", policy_version: policy.version, mode: cfg.mode, rules: lines }));
+    const body: JsonObject = {
+      policy_version: policy.version,
+      mode: cfg.mode,
+      tools: known.length,
+      rules: unmatched.map((u) => ({ rule: u.rule, decision: u.decision, where: u.where, names: u.names, nearest: u.nearest, blocking: u.blocking })),
+    };
+    ctx.ledger.unmatched?.(`policy.unmatched:${sha256Hex(`${policy.version}\n${signature}`)}`, body);
+  } catch (e) {
+    console.error("portcullis: the policy watch failed", String((e as Error)?.message ?? e));
+  }
+}
