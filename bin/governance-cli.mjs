@@ -314,13 +314,16 @@ export async function listUpstreamTools(up, { timeoutMs = DEFAULT_TIMEOUT_MS } =
  * `banner.lines[i]` with its classification and hashes; each upstream says whether it answered.
  */
 export async function classifyConfig(cfg, { timeoutMs = DEFAULT_TIMEOUT_MS } = {}) {
-  const [{ catalogEntry }, { classificationBanner, classifyTool }, { mappingsOf }, { exposeName }, { toolAllowed }] = await Promise.all([
-    src("governance/catalog.ts"),
-    src("governance/classify.ts"),
-    src("governance/engine.ts"),
-    src("mcp/names.ts"),
-    src("governance/grant-scope.ts"),
-  ]);
+  const [{ catalogEntry }, { classificationBanner, classifyTool }, { mappingsOf, compiledPolicy }, { exposeName }, { toolAllowed }, { toolPolicy }] =
+    await Promise.all([
+      src("governance/catalog.ts"),
+      src("governance/classify.ts"),
+      src("governance/engine.ts"),
+      src("mcp/names.ts"),
+      src("governance/grant-scope.ts"),
+      src("governance/policy.ts"),
+    ]);
+  const policy = compiledPolicy(cfg);
   const mappings = mappingsOf(cfg);
   const listed = await Promise.all(
     cfg.upstreams.map(async (up) => {
@@ -347,8 +350,8 @@ export async function classifyConfig(cfg, { timeoutMs = DEFAULT_TIMEOUT_MS } = {
       const tool = catalogEntry(item, exposeName(up, item.name));
       if (tool) targets.push({ upstream: up, tool });
     }
-    const notListed = Object.keys(cfg.mappings[up.name] ?? {}).filter((t) => !seen.has(t)).length;
-    return { ...base, reachable: true, era, protocolVersion, listed: seen.size, hidden, mappedNotListed: notListed };
+    const notListed = Object.keys(cfg.mappings[up.name] ?? {}).filter((t) => !seen.has(t));
+    return { ...base, reachable: true, era, protocolVersion, listed: seen.size, hidden, mappedNotListed: notListed.length, mappedNotListedNames: notListed };
   });
   const banner = classificationBanner(
     targets.map((t) => ({ upstream: t.upstream.name, tool: t.tool })),
@@ -358,6 +361,17 @@ export async function classifyConfig(cfg, { timeoutMs = DEFAULT_TIMEOUT_MS } = {
     const line = banner.lines[i];
     const c = classifyTool(t, mappings);
     const m = mappings.get(t.upstream.name, t.tool.name);
+    // What the policy makes of it, beside the classification: the mapping alone does not decide.
+    const tp = toolPolicy(policy, {
+      exposedName: t.tool.exposedName,
+      upstream: t.upstream.name,
+      tool: t.tool.name,
+      classification: c,
+      mapping: m,
+      annotations: t.tool.annotations,
+    });
+    const decided = `${tp.decision}${tp.rule ? ` by rule ${tp.rule}` : " (no rule: the baseline)"}`;
+    line.why = `${line.why}; policy: ${decided}${tp.hidden ? ", hidden from agents" : ""}${tp.sometimes.length ? `; ${tp.sometimes.join("; ")}` : ""}`;
     return {
       upstream: t.upstream.name,
       tool: t.tool.name,
@@ -369,6 +383,7 @@ export async function classifyConfig(cfg, { timeoutMs = DEFAULT_TIMEOUT_MS } = {
       ...(c.verb ? { verb: c.verb } : {}),
       axes: { reversibility: c.axes.reversibility, blast_radius: c.axes.blastRadius, externality: c.axes.externality },
       source: c.source,
+      policy: { decision: tp.decision, rule: tp.rule, hidden: tp.hidden, sometimes: tp.sometimes },
       schema_hash: t.tool.schemaHash,
       ...(m?.schemaHash ? { pinned_schema_hash: m.schemaHash } : {}),
       ...(t.tool.annotations ? { annotations: t.tool.annotations } : {}),
@@ -383,9 +398,12 @@ function upstreamLine(u, { forBanner = false } = {}) {
       ? `  NOTE  upstream ${u.name} (${u.url}) not reachable for the banner: ${u.error}; its tools are classified when the gateway lists them`
       : `  UNREACHABLE ${u.name} (${u.url}): ${u.error}`;
   }
-  const extra = [u.hidden ? `${u.hidden} hidden by allow/deny` : "", u.mappedNotListed ? `${plural(u.mappedNotListed, "mapped tool")} not listed` : ""].filter(
-    Boolean,
-  );
+  const names = u.mappedNotListedNames ?? [];
+  const shown = names.slice(0, 6).join(", ") + (names.length > 6 ? ", …" : "");
+  const extra = [
+    u.hidden ? `${u.hidden} hidden by allow/deny` : "",
+    u.mappedNotListed ? `${plural(u.mappedNotListed, "mapped tool")} the upstream does not list now (a server may list some tools only to clients that declare sampling, elicitation or roots, or lack ones its mapping names: ${shown})` : "",
+  ].filter(Boolean);
   return `  ${u.name} (${u.url}, ${u.era} ${u.protocolVersion}): ${plural(u.listed, "tool")} listed${extra.length ? `, ${extra.join(", ")}` : ""}`;
 }
 

@@ -105,8 +105,9 @@ describe("portcullis classify", () => {
       expect(Object.keys(mapped), `${name} is in mappings/everything.yaml`).toContain(name);
       expect(line(r.stdout, "everything", name), name).toMatch(/^ {2}OK {4}\S+ +mapped: (read_only|idempotent|reversible|irreversible)/);
     }
-    expect(line(r.stdout, "everything", "echo")).toMatch(/mapped: read_only$/);
-    expect(line(r.stdout, "everything", "get-env")).toMatch(/mapped: read_only, approval required$/);
+    expect(line(r.stdout, "everything", "echo")).toMatch(/mapped: read_only; policy: allow \(no rule: the baseline\)$/);
+    // The mapping says approval required; with no rule the baseline holds it — each line shows what the policy makes of the tool.
+    expect(line(r.stdout, "everything", "get-env")).toMatch(/mapped: read_only, approval required; policy: require_approval \(no rule: the baseline\)$/);
     expect(r.stdout).toMatch(/^ {2}everything \(http:\/\/127\.0\.0\.1:\d+\/mcp, legacy 2025-\d\d-\d\d\): \d+ tools listed/m);
     expect(r.stderr).toBe("");
 
@@ -123,6 +124,9 @@ describe("portcullis classify", () => {
     expect(report.totals).toEqual({ OK: listed.length, NOTE: 0, WARN: 0, BLOCK: 0 });
     expect(report.upstreams).toMatchObject([{ name: "everything", reachable: true, era: "legacy" }]);
     expect(report.tools.map((t) => t.tool).sort()).toEqual(listed.map((t) => String(t.name)).sort());
+    expect(report.tools.find((t) => t.tool === "get-env")).toMatchObject({
+      policy: { decision: "require_approval", rule: null, hidden: false, sometimes: [] },
+    });
     for (const t of report.tools) {
       expect(t).toMatchObject({ level: "OK", mapped: true, source: "mapping", exposed_name: t.tool });
       expect(t.schema_hash).toBe(schemaHash(listed.find((l) => l.name === t.tool)!));

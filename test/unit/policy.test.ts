@@ -15,6 +15,7 @@ import {
   listVerdict,
   type PolicyFacts,
   PolicyError,
+  toolPolicy,
 } from "../../src/governance/policy.ts";
 import { type Classification, type Decision, historyKey, type HistoryQuery, type Mode, type ToolMapping } from "../../src/governance/steps.ts";
 
@@ -863,5 +864,27 @@ describe("a rule names a tool by its stable identity (upstream and the upstream'
     const v = evaluate(compile([allow("masked", { match: { upstream: "everything", tool: "get-sum" }, obligations: ["redact:$.token"] })]), namespaced);
     expect(v.decision).toBe("allow");
     expect(v.obligations.map((o) => o.spec)).toEqual(["redact:$.token"]);
+  });
+});
+
+describe("toolPolicy: what the policy makes of a tool for everyone (banner, console)", () => {
+  const view = (rules: Rules, f: Partial<PolicyFacts> = {}, mode: Mode = "enforce") => {
+    const { exposedName, upstream, tool, classification, mapping, annotations } = facts(f);
+    return toolPolicy(compile(rules, { mode }), { exposedName, upstream, tool, classification, mapping, annotations });
+  };
+  it("an unconditional deny decides it and hides it; a conditional hold is 'sometimes'; no rule: the baseline", () => {
+    expect(view([deny("no-pay", { match: { upstream: "pay", tool: "send" } })])).toEqual({ decision: "deny", rule: "no-pay", hidden: true, sometimes: [] });
+    expect(view([hold("big", { match: { tool: "pay__send" }, when: "args.amount > 100" })])).toEqual({
+      decision: "allow",
+      rule: null,
+      hidden: false,
+      sometimes: ["require_approval when args.amount > 100 (rule big)"],
+    });
+    expect(view([deny("ops-only", { match: { tool: "pay__*", team: "ops" } })]).sometimes).toEqual(["deny for some teams (rule ops-only)"]);
+    expect(view([], { mapping: { ...MAPPING, approval: "required" } })).toMatchObject({ decision: "require_approval", rule: null });
+    expect(view([], { classification: DEFAULT, mapping: undefined })).toMatchObject({ decision: "deny", rule: null, hidden: false });
+    // Observe rules never decide; in observe mode nothing is hidden.
+    expect(view([deny("shadow", { mode: "observe" })])).toMatchObject({ decision: "allow", sometimes: [] });
+    expect(view([deny("d")], {}, "observe")).toMatchObject({ decision: "deny", hidden: false });
   });
 });
