@@ -1,15 +1,25 @@
 /** @jsxImportSource hono/jsx */
 /**
  * The tool-classification page: every tool the viewer's grant reaches with its banner level (OK
- * mapped, NOTE heuristic read, WARN heuristic write, BLOCK unclassified or drifted) and why, the
- * totals, and the upstreams whose tools could not be listed. Tool names and reasons are JSX text.
+ * mapped, NOTE heuristic read, WARN heuristic write, BLOCK unclassified or drifted) and why, what
+ * the policy makes of it (the decision a call gets with no other facts, the rule or the baseline,
+ * whether agents see it at all, and the rules that apply only sometimes), the totals, and the
+ * upstreams whose tools could not be listed. Tool names and reasons are JSX text.
  * Must never: list a tool the viewer's grant does not reach, or render a tool's name as markup.
  */
 import type { BannerLevel, BannerLine } from "../governance/classify.ts";
+import type { ToolPolicy } from "../governance/policy.ts";
 import { Layout, type Viewer } from "./layout.tsx";
 
 export interface ToolRow extends BannerLine {
   exposedName: string;
+  /** What the policy makes of the tool; null when it could not be computed. */
+  policy: ToolPolicy | null;
+}
+
+/** `deny (rule no-env) · hidden from agents` / `allow (the baseline)`. */
+function policyText(p: ToolPolicy): string {
+  return `${p.decision}${p.rule ? ` (rule ${p.rule})` : " (the baseline: no rule decides it)"}${p.hidden ? " · hidden from agents" : ""}`;
 }
 
 const LEVEL_CLASS: Record<BannerLevel, string> = { OK: "ok", NOTE: "muted", WARN: "warn", BLOCK: "bad" };
@@ -31,6 +41,7 @@ export function ToolsPage(props: { viewer: Viewer; mode: string; rows: ToolRow[]
               <th>Tool</th>
               <th>Upstream / its tool</th>
               <th>Why</th>
+              <th>Policy</th>
             </tr>
           </thead>
           <tbody>
@@ -40,6 +51,12 @@ export function ToolsPage(props: { viewer: Viewer; mode: string; rows: ToolRow[]
                 <td>{r.exposedName}</td>
                 <td>{`${r.upstream} / ${r.tool}`}</td>
                 <td>{r.why}</td>
+                <td>
+                  {r.policy ? policyText(r.policy) : "—"}
+                  {r.policy?.sometimes.map((s) => (
+                    <div class="muted">{s}</div>
+                  ))}
+                </td>
               </tr>
             ))}
           </tbody>

@@ -13,8 +13,9 @@ import { governance } from "./dispatch.ts";
 import { modernContext } from "./modern.ts";
 import { allPages } from "./aggregate.ts";
 import { catalogEntry, type CatalogTool } from "../governance/catalog.ts";
-import { type Banner, classificationBanner } from "../governance/classify.ts";
-import { mappingsOf } from "../governance/engine.ts";
+import { type Banner, classificationBanner, classifyTool } from "../governance/classify.ts";
+import { compiledPolicy, mappingsOf } from "../governance/engine.ts";
+import { type ToolPolicy, toolPolicy } from "../governance/policy.ts";
 import { toolAllowed } from "../governance/grant-scope.ts";
 import { exposeName } from "./names.ts";
 import { modernMeta } from "./upstream.ts";
@@ -32,12 +33,12 @@ export async function previewFor(fc: FrontContext, req: Request, name: string, a
  * it — what `portcullis classify` prints, served by the gateway (operator tool). Lists nothing
  * to the ledger and changes nothing.
  */
-export async function classificationOf(fc: FrontContext, req: Request): Promise<{ banner: Banner; unlisted: string[] }> {
+export async function classificationOf(fc: FrontContext, req: Request): Promise<{ banner: Banner; unlisted: string[]; policies: ToolPolicy[] }> {
   // A 2026-07-28 request carries its protocol metadata itself (modern legs add none).
   const msg: JsonRpcRequest = { jsonrpc: "2.0", id: "portcullis-classify", method: "tools/list", params: { _meta: modernMeta({}) } };
   const ctx = modernContext(fc, req, msg, null, async () => undefined);
   const unlisted: string[] = [];
-  const tools: { upstream: string; tool: CatalogTool }[] = [];
+  const tools: { upstream: string; tool: CatalogTool; up: (typeof fc.cfg.upstreams)[number] }[] = [];
   await Promise.all(
     fc.cfg.upstreams.map(async (up) => {
       const pages = await allPages(ctx, up, msg, "tools", (i) => i).catch(() => null);
@@ -45,10 +46,23 @@ export async function classificationOf(fc: FrontContext, req: Request): Promise<
       for (const item of pages?.items ?? []) {
         if (!isObject(item) || typeof item.name !== "string" || !toolAllowed(up, item.name)) continue;
         const entry = catalogEntry(item, exposeName(up, item.name));
-        if (entry) tools.push({ upstream: up.name, tool: entry });
+        if (entry) tools.push({ upstream: up.name, tool: entry, up });
       }
     }),
   );
   tools.sort((a, b) => a.tool.exposedName.localeCompare(b.tool.exposedName));
-  return { banner: classificationBanner(tools, mappingsOf(fc.cfg)), unlisted: unlisted.sort() };
+  const mappings = mappingsOf(fc.cfg);
+  // Beside each tool's classification, what the policy makes of it (the mapping alone does not decide).
+  const policy = compiledPolicy(fc.cfg);
+  const policies = tools.map((t) =>
+    toolPolicy(policy, {
+      exposedName: t.tool.exposedName,
+      upstream: t.upstream,
+      tool: t.tool.name,
+      classification: classifyTool({ upstream: t.up, tool: t.tool }, mappings),
+      mapping: mappings.get(t.upstream, t.tool.name),
+      annotations: t.tool.annotations,
+    }),
+  );
+  return { banner: classificationBanner(tools, mappings), unlisted: unlisted.sort(), policies };
 }

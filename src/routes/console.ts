@@ -229,18 +229,18 @@ consoleRoutes.get("/console/tools", signedIn, async (c) => {
   const cfg = c.var.cfg;
   try {
     const view = await requestConfig(c.env, cfg, c.req.raw, p);
-    const { banner, unlisted } = await classificationOf(
+    const { banner, unlisted, policies } = await classificationOf(
       { env: c.env, cfg: view, principal: p, gateway: canonicalUrl(cfg), waitUntil: waitUntil(c) },
       c.req.raw,
     );
     const ups = new Map(view.upstreams.map((u) => [u.name, u]));
     const totals: Record<BannerLevel, number> = { OK: 0, NOTE: 0, WARN: 0, BLOCK: 0 };
     const rows: ToolRow[] = [];
-    for (const line of banner.lines) {
+    for (const [i, line] of banner.lines.entries()) {
       const up = ups.get(line.upstream);
       const exposedName = up ? exposeName(up, line.tool) : line.tool;
       if (!up || !grantAllowsTool(p, exposedName)) continue;
-      rows.push({ ...line, exposedName });
+      rows.push({ ...line, exposedName, policy: policies[i] ?? null });
       totals[line.level]++;
     }
     return htmlResponse(ToolsPage({ viewer: c.var.viewer, mode: cfg.mode, rows, totals, unlisted }));

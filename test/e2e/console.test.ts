@@ -324,7 +324,11 @@ describe.skipIf(!hasChromium)("the approver console in Chromium", () => {
     await page.goto(`${origin}/console/killswitch`);
     expect(await page.locator("#ks-status").textContent().then(str)).toMatch(/version \d+/);
     await page.goto(`${origin}/console/tools`);
-    expect(await page.locator("table.tools").textContent().then(str)).toContain("rec / bump");
+    const toolsTable = await page.locator("table.tools").textContent().then(str);
+    expect(toolsTable).toContain("rec / bump");
+    // Beside the classification, what the policy makes of each tool.
+    expect(toolsTable).toContain("Policy");
+    expect(toolsTable).toMatch(/(allow|deny|require_approval) \((rule [\w.:-]+|the baseline: no rule decides it)\)/);
     await shot(page, "09-tools");
   });
 

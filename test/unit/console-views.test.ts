@@ -173,7 +173,16 @@ describe("pages render hostile strings inert", () => {
       ToolsPage({
         viewer: viewer(),
         mode: "enforce",
-        rows: [{ upstream: `u${EVIL}`, tool: `t${EVIL}`, exposedName: `e${EVIL}`, level: "WARN", why: `w${EVIL}` }],
+        rows: [
+          {
+            upstream: `u${EVIL}`,
+            tool: `t${EVIL}`,
+            exposedName: `e${EVIL}`,
+            level: "WARN",
+            why: `w${EVIL}`,
+            policy: { decision: "deny", rule: `r${EVIL}`, hidden: true, sometimes: [`s${EVIL}`] },
+          },
+        ],
         totals: { OK: 0, NOTE: 0, WARN: 1, BLOCK: 0 },
         unlisted: [EVIL],
       }),
@@ -185,6 +194,39 @@ describe("pages render hostile strings inert", () => {
     const ledger = await html(pages[0]!);
     expect(ledger).toContain(`href="/console/ledger/${encodeURIComponent(`x${EVIL}`).replace(/'/g, "&#39;")}"`);
     expect(ledger).toMatch(/href="\/console\/ledger\?tool=%3C%2Fscript%3E/);
+  });
+
+  it("the Tools page shows what the policy makes of each tool: its decision, rule, whether agents see it, and the rules that apply sometimes", async () => {
+    const page = await html(
+      ToolsPage({
+        viewer: viewer(),
+        mode: "enforce",
+        rows: [
+          {
+            upstream: "everything",
+            tool: "get-env",
+            exposedName: "get-env",
+            level: "OK",
+            why: "mapped: read_only",
+            policy: { decision: "deny", rule: "demo-no-env", hidden: true, sometimes: [] },
+          },
+          {
+            upstream: "everything",
+            tool: "get-sum",
+            exposedName: "get-sum",
+            level: "OK",
+            why: "mapped: read_only",
+            policy: { decision: "allow", rule: null, hidden: false, sometimes: ["require_approval when args.a + args.b &gt; 100 (rule demo-big-sums)"] },
+          },
+        ],
+        totals: { OK: 2, NOTE: 0, WARN: 0, BLOCK: 0 },
+        unlisted: [],
+      }),
+    );
+    expect(page).toContain("<th>Policy</th>");
+    expect(page).toContain("deny (rule demo-no-env) · hidden from agents");
+    expect(page).toContain("allow (the baseline: no rule decides it)");
+    expect(page).toContain("(rule demo-big-sums)");
   });
 
   it("the kill switch offers halt and resume to an admin only", async () => {
