@@ -237,6 +237,10 @@ describe.skipIf(!hasChromium)("OAuth for hosted clients, from nothing, in Chromi
       code_challenge_methods_supported: ["S256"],
       authorization_response_iss_parameter_supported: true,
     });
+    // A grant is a JWT with the same jti and second-resolution times: one re-minted within the second it was minted in is the
+    // same text. Refresh in a later second, so the new grant is told apart by its iat (it is re-minted either way).
+    const mintedAt = Number(jwtPart(before.access_token, 1).iat);
+    while (Math.floor(Date.now() / 1000) <= mintedAt) await new Promise((r) => setTimeout(r, 100));
     p.saveTokens(await refreshAuthorization(origin, { metadata, clientInformation: p.info!, refreshToken: before.refresh_token!, resource: mcpUrl }));
     const after = p.saved!;
     expect(after.access_token).not.toBe(before.access_token);
