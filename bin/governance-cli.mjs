@@ -402,7 +402,9 @@ function upstreamLine(u, { forBanner = false } = {}) {
   const shown = names.slice(0, 6).join(", ") + (names.length > 6 ? ", …" : "");
   const extra = [
     u.hidden ? `${u.hidden} hidden by allow/deny` : "",
-    u.mappedNotListed ? `${plural(u.mappedNotListed, "mapped tool")} the upstream does not list now (a server may list some tools only to clients that declare sampling, elicitation or roots, or lack ones its mapping names: ${shown})` : "",
+    u.mappedNotListed
+      ? `${plural(u.mappedNotListed, "mapped tool")} the upstream does not list now (a server may list some tools only to clients that declare sampling, elicitation or roots, or lack ones its mapping names: ${shown})`
+      : "",
   ].filter(Boolean);
   return `  ${u.name} (${u.url}, ${u.era} ${u.protocolVersion}): ${plural(u.listed, "tool")} listed${extra.length ? `, ${extra.join(", ")}` : ""}`;
 }
