@@ -35,7 +35,7 @@
  *   would have done in `wouldBlock` (the effective decision, or a stronger shadow rule);
  *   `rule` stays the rule that would have blocked. `mode` is the gateway's mode — except for
  *   facts so malformed that the policy cannot answer at all: that deny is applied in `enforce`
- *   whatever the gateway mode (fail closed, DESIGN.md invariant 1).
+ *   whatever the gateway mode (fail closed, docs/architecture.md invariant 1).
  * - `owner` is the owner of the deny rule that decided (before the mode relaxed it); shadow
  *   rules and the baseline never set it (the grant's issuer is not known here).
  */
@@ -263,7 +263,7 @@ export function evaluate(p: CompiledPolicy, facts: PolicyFacts): Decision {
   } catch (e) {
     // Unreachable for well-typed facts (every rule failure is a rule failing closed). Facts that
     // cannot be read at all mean the policy cannot answer, which refuses the call in every gateway
-    // mode (DESIGN.md invariant 1): this one decision is applied in enforce whatever the mode.
+    // mode (docs/architecture.md invariant 1): this one decision is applied in enforce whatever the mode.
     const reason = `the policy could not be evaluated (${e instanceof Error ? e.message : String(e)}); the call is refused to fail closed`;
     return { decision: "deny", rule: null, reason, obligations: [], mode: "enforce", policyVersion: p.version };
   }

@@ -1,5 +1,5 @@
 /**
- * The steps of a governed tools/call (DESIGN.md, request path 5–13), each with the signature it
+ * The steps of a governed tools/call (docs/architecture.md, request path 5–13), each with the signature it
  * keeps, and the collaborators each is handed (kill-switch state, mappings, policy, hold store,
  * ledger, history, upstream leg). Steps whose issue has not landed yet are explicit pass-throughs
  * here — `NO_HALTS` and `NO_HOLDS` — for tests and routes without those stores; `NO_MAPPINGS`,

@@ -1,7 +1,7 @@
 /**
  * The /mcp route and the per-upstream routes `/mcp/<upstream>`: the gate (role agent, loopback
  * actor allowed, config scoped to the grant — the same gate for both, so a grant minted for the
- * gateway works on every route), then era routing (REFERENCE §1.1) — a body with
+ * gateway works on every route), then era routing (docs/architecture.md, protocol eras) — a body with
  * `_meta[protocolVersion]`, or a 2026-07-28 header without a session, is modern; `initialize` and
  * `Mcp-Session-Id` are legacy; GET and DELETE without a session from a modern client get 405 —
  * and the front that serves it. `/mcp/<upstream>` serves the view of that one upstream

@@ -1,5 +1,5 @@
 /**
- * The layer rule of DESIGN.md as data, and the checker the layer test runs: every import under
+ * The layer rule of docs/architecture.md as data, and the checker the layer test runs: every import under
  * `src/` and `durable-objects/` must point at the file's own layer or one it is allowed to use.
  * Owns the table of layers and their allowed imports. Must never: read anything but source text.
  */

@@ -1,5 +1,5 @@
 // Grant tokens: mint/verify round trip, key rotation, the public JWKS, and the RFC 8725 negative
-// matrix (REFERENCE §6.1). Forged tokens are signed with the gateway's real key wherever the
+// matrix (RFC 8725 §3, JWT best current practices). Forged tokens are signed with the gateway's real key wherever the
 // property under test is not the signature, so each rejection is caused by that property alone.
 import { base64url, exportJWK, generateKeyPair, SignJWT } from "jose";
 import { beforeAll, describe, expect, it } from "vitest";
