@@ -321,7 +321,7 @@ export async function classifyConfig(cfg, { timeoutMs = DEFAULT_TIMEOUT_MS } = {
       src("governance/engine.ts"),
       src("mcp/names.ts"),
       src("governance/grant-scope.ts"),
-      src("governance/policy.ts"),
+      src("governance/policy-view.ts"),
     ]);
   const policy = compiledPolicy(cfg);
   const mappings = mappingsOf(cfg);

@@ -652,9 +652,7 @@ export async function policyCoverage(cfg, upstreams) {
 }
 
 function coverageOver(cfg, known, { compiledPolicy, unmatchedRules, describeUnmatched }) {
-  const asList = (v) => (v === undefined ? undefined : Array.isArray(v) ? v : [v]);
-  const rules = new Map((cfg.policy?.rules ?? []).map((r) => [r.id, { tool: asList(r.match?.tool), upstream: asList(r.match?.upstream) }]));
-  return unmatchedRules(compiledPolicy(cfg), known, (id) => rules.get(id) ?? {}).map((u) => ({ ...u, line: describeUnmatched(u, known.length) }));
+  return unmatchedRules(compiledPolicy(cfg), known, cfg.policy).map((u) => ({ ...u, line: describeUnmatched(u, known.length) }));
 }
 
 /**

@@ -8,7 +8,7 @@
  * Must never: list a tool the viewer's grant does not reach, or render a tool's name as markup.
  */
 import type { BannerLevel, BannerLine } from "../governance/classify.ts";
-import type { ToolPolicy } from "../governance/policy.ts";
+import type { ToolPolicy } from "../governance/policy-view.ts";
 import { Layout, type Viewer } from "./layout.tsx";
 
 export interface ToolRow extends BannerLine {

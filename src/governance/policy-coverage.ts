@@ -10,6 +10,7 @@
  * upstream's own name when the rule names an upstream. Must never: do I/O, decide a call, or call
  * a rule dead when a tool it names exists.
  */
+import type { PolicyConfig } from "../config/policy-schema.ts";
 import { didYouMean } from "../config/problems.ts";
 import { globMatch } from "../wire/glob.ts";
 import type { CompiledPolicy, CompiledRule } from "./policy-compile.ts";
@@ -61,16 +62,16 @@ function nearestOf(names: readonly string[], candidates: readonly string[], tool
   return [...out];
 }
 
+const asList = (v: string | string[] | undefined): string[] | undefined => (v === undefined ? undefined : Array.isArray(v) ? v : [v]);
+
 /**
- * The rules of `policy` that name tools none of `tools` is, and the history queries that count
- * none. `globsOf(rule)` gives the rule's own `match.tool` and `match.upstream` texts (the compiled
- * rule keeps only predicates), so a report can quote them.
+ * The rules of `policy` (compiled from `source`, the config's `policy:` section) that name tools
+ * none of `tools` is, and the history queries that count none. The compiled rules keep only
+ * predicates, so a report quotes each rule's `match.tool` and `match.upstream` from `source`.
  */
-export function unmatchedRules(
-  policy: CompiledPolicy,
-  tools: readonly KnownTool[],
-  globsOf: (ruleId: string) => { tool?: string[]; upstream?: string[] },
-): UnmatchedRule[] {
+export function unmatchedRules(policy: CompiledPolicy, tools: readonly KnownTool[], source: PolicyConfig): UnmatchedRule[] {
+  const texts = new Map((source.rules ?? []).map((r) => [r.id, { tool: asList(r.match?.tool), upstream: asList(r.match?.upstream) }]));
+  const globsOf = (id: string): { tool?: string[]; upstream?: string[] } => texts.get(id) ?? {};
   const out: UnmatchedRule[] = [];
   const exposed = [...new Set(tools.map((t) => t.exposed))];
   const own = [...new Set(tools.map((t) => t.tool))];

@@ -3,7 +3,8 @@
  * re-exported here) turns a validated `policy:` section into matchers compiled once (globs, CEL
  * conditions, durations, windows, obligations; every problem at once as a `PolicyError`), `evaluate` decides one call from the
  * facts it is handed, `historyQueries` says which history answers that needs, `listVerdict`
- * whether `tools/list` shows a tool, and `budgetLimits` which call budgets apply. Preview is
+ * whether `tools/list` shows a tool, and `budgetLimits` which call budgets apply (a tool's
+ * caller-independent view, for the banner and console, is policy-view.ts). Preview is
  * `evaluate` itself: it has no side effects. Must never: read storage, a clock or the network
  * (history, `now` and the mapping are handed in), throw from `evaluate`, or let an error turn into
  * "allow": a rule whose condition cannot be evaluated fails closed (it matches, as a deny).
@@ -74,7 +75,8 @@ export type ListFacts = Pick<PolicyFacts, "principal" | "exposedName" | "upstrea
 
 // ---- matching -----------------------------------------------------------------------------
 
-function staticMatch(r: CompiledRule, f: ListFacts): boolean {
+/** Whether the rule's match fields hold for these facts (no condition, window or magnitude). Shared with policy-view.ts. */
+export function staticMatch(r: CompiledRule, f: ListFacts): boolean {
   // `tool` globs the exposed name; a rule that also names an upstream matches that upstream's own
   // tool name too — the stable identity, which no namespacing change moves.
   if (r.tool && !r.tool(f.exposedName) && !(r.upstream && r.tool(f.tool))) return false;
@@ -209,7 +211,7 @@ function applies(r: CompiledRule, f: PolicyFacts, scope: () => CelScope): boolea
 
 const STRENGTH: Record<Verdict, number> = { allow: 0, require_approval: 1, deny: 2 };
 
-interface Effective {
+export interface Effective {
   decision: Verdict;
   rule: string | null;
   reason: string;
@@ -233,7 +235,8 @@ function fromHits(top: Hit[]): Effective {
   return e;
 }
 
-function baseline(p: CompiledPolicy, f: PolicyFacts): Effective {
+/** The decision when no deciding rule matches (mapping, unclassified reads, else deny). Shared with policy-view.ts. */
+export function baseline(p: CompiledPolicy, f: PolicyFacts): Effective {
   const c = f.classification;
   const what = `${f.upstream}/${f.tool}`;
   if (c.source === "mapping") {
@@ -348,55 +351,6 @@ export function listVerdict(p: CompiledPolicy, facts: ListFacts): "hidden" | "li
   if (p.mode !== "enforce") return "listed";
   for (const r of p.rules) if (r.unconditional && !r.observe && r.decision === "deny" && staticMatch(r, facts)) return "hidden";
   return "listed";
-}
-
-/** What the policy makes of one tool for everyone (the start banner, the console's Tools page). */
-export interface ToolPolicy {
-  /** What a call with no other facts gets: a deciding rule that always applies, else the baseline. */
-  decision: "allow" | "deny" | "require_approval";
-  /** The rule that decides it always, or null (the baseline decides). */
-  rule: string | null;
-  /** Hidden from every agent's tools/list (an unconditional deny, in enforce). */
-  hidden: boolean;
-  /** The other rules that may apply: `require_approval when args.a + args.b > 100 (rule demo-big-sums)`. */
-  sometimes: string[];
-}
-
-/**
- * The policy's view of one tool, independent of any caller: the rules whose tool, upstream and
- * classification fields match it; those without a condition or a principal, team or role field
- * decide it always (deny over require_approval over allow), the rest "sometimes", each with its
- * condition. Observe rules are left out (they never decide). Pure.
- */
-export function toolPolicy(
-  p: CompiledPolicy,
-  f: Pick<PolicyFacts, "exposedName" | "upstream" | "tool" | "classification" | "mapping" | "annotations">,
-): ToolPolicy {
-  const anyone = { sub: "", team: "", roles: [], tools: null, authenticated: true } as unknown as Principal;
-  const facts = { ...f, principal: anyone } as ListFacts;
-  const always: CompiledRule[] = [];
-  const sometimes: string[] = [];
-  for (const r of p.rules) {
-    if (r.observe) continue;
-    const forWhom = [r.principal ? "some principals" : "", r.team ? "some teams" : "", r.roles ? `role ${r.roles.join("|")}` : ""].filter(Boolean);
-    if (!staticMatch({ ...r, principal: null, team: null, roles: null }, facts)) continue;
-    if (r.unconditional && forWhom.length === 0) {
-      always.push(r);
-      continue;
-    }
-    const conds = [
-      ...(r.when ? [`when ${r.when.source}`] : []),
-      ...(r.history ? ["by history"] : []),
-      ...(r.magnitudeOver !== null ? [`over ${r.magnitudeOver}`] : []),
-    ];
-    if (r.window) conds.push("in its time window");
-    if (forWhom.length) conds.push(`for ${forWhom.join(", ")}`);
-    sometimes.push(`${r.decision} ${conds.join(" ")} (rule ${r.id})`);
-  }
-  const top = always.find((r) => r.decision === "deny") ?? always.find((r) => r.decision === "require_approval") ?? always[0];
-  if (top) return { decision: top.decision, rule: top.id, hidden: p.mode === "enforce" && top.decision === "deny", sometimes };
-  const b = baseline(p, { ...(facts as PolicyFacts), arguments: undefined, runId: null, now: 0, history: { answers: {} } });
-  return { decision: b.decision, rule: null, hidden: false, sometimes };
 }
 
 /**

@@ -44,8 +44,6 @@ export function resetPolicyWatch(): void {
   reported.clear();
 }
 
-const asList = (v: unknown): string[] | undefined => (v === undefined ? undefined : Array.isArray(v) ? v.map(String) : [String(v)]);
-
 /**
  * Checks the served policy against `lists` (every upstream's complete raw tools/list as read for
  * this caller). `complete` false (an upstream missing or cut short): nothing is judged.
@@ -59,8 +57,7 @@ export function watchPolicy(ctx: CallContext, lists: readonly (readonly [Upstrea
       raw.flatMap((t) => (isObject(t) && typeof t.name === "string" ? [{ upstream: up.name, tool: t.name, exposed: exposeName(up, t.name) }] : [])),
     );
     const policy = compiledPolicy(cfg);
-    const rules = new Map((cfg.policy.rules ?? []).map((r) => [r.id, { tool: asList(r.match?.tool), upstream: asList(r.match?.upstream) }]));
-    const unmatched = unmatchedRules(policy, known, (id) => rules.get(id) ?? {});
+    const unmatched = unmatchedRules(policy, known, cfg.policy);
     const lines = unmatched.map((u) => describeUnmatched(u, known.length));
     const signature = canonicalJson(lines);
     if (reported.get(policy.version) === signature) return;

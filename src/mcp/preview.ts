@@ -15,7 +15,7 @@ import { allPages } from "./aggregate.ts";
 import { catalogEntry, type CatalogTool } from "../governance/catalog.ts";
 import { type Banner, classificationBanner, classifyTool } from "../governance/classify.ts";
 import { compiledPolicy, mappingsOf } from "../governance/engine.ts";
-import { type ToolPolicy, toolPolicy } from "../governance/policy.ts";
+import { type ToolPolicy, toolPolicy } from "../governance/policy-view.ts";
 import { toolAllowed } from "../governance/grant-scope.ts";
 import { exposeName } from "./names.ts";
 import { modernMeta } from "./upstream.ts";

@@ -12,16 +12,7 @@ type Rules = NonNullable<PolicyInput["rules"]>;
 const coverage = (rules: Rules, tools: KnownTool[]) => {
   const parsed = parsePolicy({ rules });
   if (!parsed.ok) throw new Error(parsed.problems.join("; "));
-  const globs = new Map(
-    rules.map((r) => [
-      r.id,
-      {
-        tool: r.match?.tool === undefined ? undefined : [r.match.tool].flat(),
-        upstream: r.match?.upstream === undefined ? undefined : [r.match.upstream].flat(),
-      },
-    ]),
-  );
-  return unmatchedRules(compilePolicy(parsed.policy, { mode: "enforce", unclassifiedReads: "block" }), tools, (id) => globs.get(id) ?? {});
+  return unmatchedRules(compilePolicy(parsed.policy, { mode: "enforce", unclassifiedReads: "block" }), tools, parsed.policy);
 };
 const ALONE: KnownTool[] = [
   { upstream: "everything", tool: "get-sum", exposed: "get-sum" },

@@ -15,8 +15,8 @@ import {
   listVerdict,
   type PolicyFacts,
   PolicyError,
-  toolPolicy,
 } from "../../src/governance/policy.ts";
+import { toolPolicy } from "../../src/governance/policy-view.ts";
 import { type Classification, type Decision, historyKey, type HistoryQuery, type Mode, type ToolMapping } from "../../src/governance/steps.ts";
 
 type Rules = NonNullable<PolicyInput["rules"]>;
