@@ -2,7 +2,8 @@
  * `portcullis add`: registers one upstream in a portcullis.yaml and, with --gateway, hot-adds it
  * to a running gateway. Owns the command's flags; the edit of the config file through the yaml
  * Document API (the upstream is appended to `upstreams:`; comments, order and every other entry are
- * kept); the checks made before anything is written — a duplicate name, a URL or header value that
+ * kept; the one upstream already there keeps its own tool names, `namespace: false` written on it);
+ * the checks made before anything is written — a duplicate name, a URL or header value that
  * carries a credential inline (src/config/inline-secret.ts's rule, the config loader's: it must be a
  * `${NAME}` reference, and the secret to set is named), and the whole resulting config validated as `check` and `doctor` do
  * (schema, mappings, policy and each upstream's egress; every problem at once); the atomic write
@@ -38,20 +39,22 @@ export const HELP = `usage: portcullis add --config FILE --name NAME --url URL [
   --header "K: V"    a header sent to it (repeatable). A credential never goes in FILE inline: write it as
                      "Authorization: Bearer \${NAME}" and set the secret (export NAME=... for portcullis dev,
                      npx wrangler secret put NAME for a deployed gateway); an inline one is refused
-  --namespace / --no-namespace  prefix its tool names with NAME__ or not (default: prefixed when FILE
-                     has several upstreams; --no-namespace only with a single upstream)
+  --namespace / --no-namespace  prefix its tool names with NAME__ or not (default: prefixed, written
+                     as namespace: true, when FILE already has an upstream; one upstream at most keeps
+                     its own names). Adding never renames another upstream's tools: when FILE has one
+                     upstream served with its own names, namespace: false is written on it
   --allow GLOB,...   expose only these of its tools;  --deny GLOB,...  hide these
   --timeout 30s      per request to it (500ms, 30s, 2m)
   --local / --deployed  where the gateway runs, for the egress check (default: local unless auth.required
                      is true), as for portcullis doctor
   --gateway URL      then reload FILE into the gateway at URL (PUT /v1/config, an admin token) and print the
                      new config version; the gateway checks it again with its own secrets. As reload does,
-                     in enforce a rule that matches no real tool (e.g. one naming a tool by the name it had
-                     before this add namespaced it) stops the reload
-  --force            accept that this add renames another upstream's tools for agents: the one upstream FILE
-                     had is served unprefixed, and with two every tool is NAME__tool, so adding a second
-                     renames the first's tools; without --force that is refused and nothing is written
-                     (open sessions listed the old names; grants and rules written for them stop matching)
+                     in enforce a rule that matches no real tool (a typo, a tool the upstream dropped)
+                     stops the reload
+  --force            accept a result that renames another upstream's tools for agents (add itself keeps
+                     every name; a rename comes from FILE's own settings); without --force that is refused
+                     and nothing is written (open sessions listed the old names; grants and rules written
+                     for them stop matching)
   --dry-run          print the resulting FILE and write nothing (nor reload)
   --json             print {ok, config, upstream, written, problems, notes, secrets, reload?} (with --dry-run: yaml)
 Give the token in PORTCULLIS_TOKEN (a --token on the command line is visible to other processes on this machine).
@@ -162,6 +165,36 @@ function readConfigDoc(file) {
 }
 
 /**
+ * FILE's `text` with `namespace: false` written on its one upstream when that upstream has no
+ * `namespace` of its own: it is served with its own names alone, and this keeps them beside the
+ * upstream being added (which is prefixed NAME__). A line inserted after its `name:` line, in the
+ * entry's indentation; through the yaml Document API when the entry is flow-style or the insert
+ * would not read back as that one change. `text` itself when there is nothing to keep.
+ */
+function keepingNames(text, doc, entries) {
+  if (entries.length !== 1 || entries[0].namespace !== undefined) return text;
+  const entry = doc.get("upstreams", true).items.find((n) => isMap(n));
+  const expected = parse(text, { uniqueKeys: false });
+  expected.upstreams.find((u) => u && typeof u === "object").namespace = false;
+  const pair = entry.flow ? undefined : entry.items.find((it) => it.key?.value === "name");
+  if (pair?.key?.range && pair.value?.range) {
+    const keyAt = pair.key.range[0];
+    const lineStart = text.lastIndexOf("\n", keyAt - 1) + 1;
+    const nl = text.indexOf("\n", pair.value.range[1]);
+    const at = nl < 0 ? text.length : nl + 1;
+    const line = `${" ".repeat(keyAt - lineStart)}namespace: false # keeps its own tool names beside other upstreams (portcullis add)\n`;
+    const inserted = `${text.slice(0, at)}${nl < 0 ? "\n" : ""}${line}${text.slice(at)}`;
+    try {
+      if (isDeepStrictEqual(parse(inserted, { uniqueKeys: false }), expected)) return inserted;
+    } catch {
+      /* the Document's text, then */
+    }
+  }
+  entry.set("namespace", false);
+  return doc.toString({ lineWidth: 0 });
+}
+
+/**
  * FILE's `text` with `upstream` appended to its `upstreams:`. Spliced in as text after the last
  * entry, in the list's own indentation, so every other byte stays as it was; when the list is
  * absent, empty or flow-style (or the splice would not read back as the same config), through
@@ -231,7 +264,8 @@ async function add(a, deps) {
   const file = a.config;
   const { text, doc, entries, existing } = readConfigDoc(file);
   const upstream = { name: a.name, url: a.url };
-  if (a.namespace) upstream.namespace = true;
+  // Its naming is its own: beside other upstreams it is written prefixed, so no later add or removal moves its names.
+  if (a.namespace || (entries.length > 0 && !a["no-namespace"])) upstream.namespace = true;
   if (a["no-namespace"]) upstream.namespace = false;
   if (headers.length) upstream.headers = Object.fromEntries(headers);
   if (allow) upstream.allow = allow;
@@ -239,7 +273,9 @@ async function add(a, deps) {
   if (a.timeout !== undefined) upstream.timeout = /^\d+$/.test(a.timeout) ? Number(a.timeout) : a.timeout;
 
   const problems = inputProblems(file, a.name, a.url, headers, existing);
-  const next = withUpstream(text, doc, upstream);
+  // The one upstream FILE has keeps its names (unless this add asks for bare names itself, which the schema then refuses).
+  const kept = a["no-namespace"] ? text : keepingNames(text, doc, entries);
+  const next = withUpstream(kept, kept === text ? doc : parseDocument(kept, { uniqueKeys: true }), upstream);
 
   // The whole result, as check and doctor see it: secrets are the Worker's (a static check), egress from where it runs.
   const onLoopback = a.local ? true : a.deployed ? false : !/^\s*required:\s*true\b/m.test(next);
@@ -263,6 +299,10 @@ async function add(a, deps) {
     throw new Problems(renamed.map((r) => `${renameProblem(r).replace("force the reload", "add --force")}; ${file} is as it was`));
 
   const notes = [];
+  if (kept !== text)
+    notes.push(
+      `${existing[0] ?? "the upstream already there"} keeps its own tool names (namespace: false written on it); ${a.name}'s tools are ${a.name}__<tool>`,
+    );
   for (const r of renamed)
     notes.push(`--force: ${r.upstream}'s tools are now exposed as ${r.after} (clients, grants and rules that name them ${r.before} must change)`);
   const secrets = [...new Set(headers.flatMap(([, val]) => refsOf(val)))].map((name) => ({

@@ -277,11 +277,12 @@ export const configSchema = z
           message: "mode none cannot send secrets: drop the ${...} headers or use mode brokered",
         });
       }
-      if (cfg.upstreams.length > 1 && u.namespace === false) {
+      const bare = cfg.upstreams.findIndex((o) => o.namespace === false);
+      if (u.namespace === false && bare !== i) {
         ctx.addIssue({
           code: "custom",
           path: ["upstreams", i, "namespace"],
-          message: "namespace: false is only allowed with a single upstream (names from several upstreams would collide)",
+          message: `namespace: false is already on upstreams[${bare}] (${cfg.upstreams[bare]!.name}): one upstream at most keeps its own names, the others are prefixed NAME__ so no two tools share a name`,
         });
       }
     });

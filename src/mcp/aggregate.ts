@@ -1,7 +1,8 @@
 /**
  * List aggregation: tools/list, prompts/list, resources/list and resources/templates/list
  * across every configured upstream, with exposed names and grant/allow-deny filtering.
- * Owns: paging through each upstream (the page walk skills/list shares, see skills.ts), renaming,
+ * Owns: paging through each upstream (the page walk skills/list shares, see skills.ts), renaming
+ * (prefixed upstreams' names, beside at most one transparent upstream's own, names.ts),
  * filtering, the modern caching hints, and handing every complete tools/list to the tool
  * catalog (catalog.ts) so tools/call resolves from what was listed; hiding what policy denies
  * unconditionally, and adding the gateway's agent tools the grant covers. Must never: touch any field of a tool,
@@ -12,7 +13,7 @@ import type { CallContext, Outcome } from "./context.ts";
 import { forward } from "./forward.ts";
 import { type Json, type JsonObject, type JsonRpcRequest, isObject } from "../wire/jsonrpc.ts";
 import { grantAllowsTool, grantReachesUpstream } from "../governance/grant-scope.ts";
-import { exposeName, exposeUri, governedName } from "./names.ts";
+import { exposeName, exposeUri, governedName, shadowed } from "./names.ts";
 import { toolAllowed } from "../governance/grant-scope.ts";
 import { rememberTools } from "./catalog.ts";
 import { watchPolicy } from "./policy-watch.ts";
@@ -32,7 +33,7 @@ export const LISTS: Record<string, ListKind> = {
 function renameItem(ctx: CallContext, kind: ListKind, up: UpstreamConfig, item: Json): Json | null {
   if (!isObject(item)) return item;
   if (kind.key === "tools") {
-    if (typeof item.name !== "string" || !toolAllowed(up, item.name)) return null;
+    if (typeof item.name !== "string" || !toolAllowed(up, item.name) || shadowed(ctx.cfg.upstreams, up, item.name, "name")) return null;
     const exposed = exposeName(up, item.name);
     // The grant and the policy judge the governed name (on /mcp/<upstream>: the one /mcp shows).
     const governed = governedName(up, item.name, ctx.route);
@@ -41,11 +42,18 @@ function renameItem(ctx: CallContext, kind: ListKind, up: UpstreamConfig, item: 
     return exposed === item.name ? item : { ...item, name: exposed };
   }
   if (!grantReachesUpstream(ctx.principal, up)) return null;
-  if (!up.namespaced) return item;
+  if (!up.namespaced) return shadowedItem(ctx.cfg.upstreams, up, kind, item) ? null : item;
   if (kind.key === "prompts" && typeof item.name === "string") return { ...item, name: exposeName(up, item.name, Number.POSITIVE_INFINITY) };
   if (kind.key === "resources" && typeof item.uri === "string") return { ...item, uri: exposeUri(up, item.uri) };
   if (kind.key === "resourceTemplates" && typeof item.uriTemplate === "string") return { ...item, uriTemplate: exposeUri(up, item.uriTemplate) };
   return item;
+}
+
+/** A transparent upstream's prompt or resource whose own name or URI reads as a prefixed upstream's (names.ts `shadowed`). */
+function shadowedItem(ups: readonly UpstreamConfig[], up: UpstreamConfig, kind: ListKind, item: JsonObject): boolean {
+  if (kind.key === "prompts") return typeof item.name === "string" && shadowed(ups, up, item.name, "name");
+  const uri = kind.key === "resources" ? item.uri : item.uriTemplate;
+  return typeof uri === "string" && shadowed(ups, up, uri, "uri");
 }
 
 /**
@@ -143,7 +151,8 @@ function recordListing(ctx: CallContext, listedBy: (readonly [UpstreamConfig, Js
   for (const [up, raw] of listedBy) {
     for (const t of raw) {
       if (!isObject(t) || typeof t.name !== "string") continue;
-      (seen.has(exposeName(up, t.name)) ? shown : hidden).push(governedName(up, t.name, ctx.route));
+      const listed = seen.has(exposeName(up, t.name)) && !shadowed(ctx.cfg.upstreams, up, t.name, "name");
+      (listed ? shown : hidden).push(governedName(up, t.name, ctx.route));
     }
   }
   ctx.ledger.listed(shown, hidden);

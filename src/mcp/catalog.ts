@@ -30,7 +30,8 @@ const MAX_PAGES = 50;
 
 function keyOf(ctx: CallContext, up: UpstreamConfig): string {
   const scope = up.credentials.mode === "per_principal" ? `p:${ctx.principal.sub}` : "shared";
-  return `${up.name}\u0000${up.url}\u0000${ctx.era}\u0000${scope}`;
+  // Its naming is part of the key: a reload that prefixes an upstream does not serve the old names.
+  return `${up.name}\u0000${up.url}\u0000${up.namespaced}\u0000${ctx.era}\u0000${scope}`;
 }
 
 function build(up: UpstreamConfig, listed: Json[], route: RouteView | undefined): Map<string, CatalogTool> {

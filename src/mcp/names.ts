@@ -1,6 +1,8 @@
 /**
  * Exposed names: how upstream tool/prompt names, resource URIs and task ids appear to clients
- * when several upstreams are aggregated, and how to map them back; and, on a `/mcp/<upstream>`
+ * when several upstreams are aggregated, and how to map them back. Each upstream's naming is its
+ * own (`namespaced`): at most one upstream is served with its own names (transparent) beside any
+ * number of prefixed ones, so adding an upstream never renames another's tools. On a `/mcp/<upstream>`
  * route (route-view.ts), the split between the edge name (what that route's client sees: the
  * upstream's own name, since the view's upstream is not namespaced) and the governed name (what
  * grants, policy, rate limits and history, the ledger, holds and the kill switch see: the name
@@ -8,8 +10,10 @@
  * Owns: the `<upstream>__<name>` and `<upstream>+<uri>` conventions, the 64-character tool-name
  * budget, the edge ↔ governed mapping, and which upstreams a config change would rename for
  * agents (`renamedUpstreams`). Must never: map one exposed name to two upstreams
- * (upstream names contain no `_`, so the first `__` is always the split point), or give
- * governance a name other than the one /mcp would have given the same tool.
+ * (upstream names contain no `_`, so the first `__` is always the split point, and a prefix
+ * that names a prefixed upstream is that upstream's: the transparent upstream's own names that
+ * look prefixed are shadowed, `shadowed`), or give governance a name other than the one /mcp
+ * would have given the same tool.
  */
 import type { UpstreamConfig } from "../config/load.ts";
 
@@ -35,34 +39,55 @@ export function exposeName(up: UpstreamConfig, name: string, limit = MAX_TOOL_NA
   return `${up.name}${SEP}${name.slice(0, keep)}_${fnv1a(name)}`;
 }
 
-/** Splits an exposed name into (upstream, name-as-exposed-after-prefix). */
-export function splitName(upstreams: UpstreamConfig[], exposed: string): { up: UpstreamConfig; name: string } | null {
-  if (upstreams.length === 1 && !upstreams[0]!.namespaced) return { up: upstreams[0]!, name: exposed };
-  const i = exposed.indexOf(SEP);
+/** The one upstream served with its own names (`namespaced: false`), if any. */
+export function transparentOf(upstreams: readonly UpstreamConfig[]): UpstreamConfig | undefined {
+  return upstreams.find((u) => !u.namespaced);
+}
+
+/** The prefixed upstream a `<upstream><sep>…` text names, and the rest of the text after the separator. */
+function prefixedOwner(upstreams: readonly UpstreamConfig[], exposed: string, sep: string): { up: UpstreamConfig; rest: string } | null {
+  const i = exposed.indexOf(sep);
   if (i <= 0) return null;
-  const up = upstreams.find((u) => u.name === exposed.slice(0, i));
-  if (!up) return null;
-  return { up, name: exposed.slice(i + SEP.length) };
+  const up = upstreams.find((u) => u.namespaced && u.name === exposed.slice(0, i));
+  return up ? { up, rest: exposed.slice(i + sep.length) } : null;
+}
+
+/**
+ * Splits an exposed name into (upstream, name-as-exposed-after-prefix): a prefix naming a prefixed
+ * upstream is that upstream's; any other name is the transparent upstream's own (if there is one).
+ */
+export function splitName(upstreams: readonly UpstreamConfig[], exposed: string): { up: UpstreamConfig; name: string } | null {
+  const owner = prefixedOwner(upstreams, exposed, SEP);
+  if (owner) return { up: owner.up, name: owner.rest };
+  const bare = transparentOf(upstreams);
+  return bare ? { up: bare, name: exposed } : null;
 }
 
 export function exposeUri(up: UpstreamConfig, uri: string): string {
   return up.namespaced ? `${up.name}+${uri}` : uri;
 }
 
-export function splitUri(upstreams: UpstreamConfig[], exposed: string): { up: UpstreamConfig; uri: string } | null {
-  if (upstreams.length === 1 && !upstreams[0]!.namespaced) return { up: upstreams[0]!, uri: exposed };
-  const i = exposed.indexOf("+");
-  if (i <= 0) return null;
-  const up = upstreams.find((u) => u.name === exposed.slice(0, i));
-  if (!up) return null;
-  return { up, uri: exposed.slice(i + 1) };
+export function splitUri(upstreams: readonly UpstreamConfig[], exposed: string): { up: UpstreamConfig; uri: string } | null {
+  const owner = prefixedOwner(upstreams, exposed, "+");
+  if (owner) return { up: owner.up, uri: owner.rest };
+  const bare = transparentOf(upstreams);
+  return bare ? { up: bare, uri: exposed } : null;
+}
+
+/**
+ * Whether the transparent upstream `up`'s own name or URI reads as another upstream's (a tool
+ * `db__query` beside a prefixed upstream `db`): such an item is not listed, and calls by that name
+ * go to the prefixed upstream, so one exposed name never means two tools.
+ */
+export function shadowed(upstreams: readonly UpstreamConfig[], up: UpstreamConfig, own: string, kind: "name" | "uri"): boolean {
+  return !up.namespaced && prefixedOwner(upstreams, own, kind === "name" ? SEP : "+") !== null;
 }
 
 /** Task ids and other opaque handles use the same prefix as names. */
 export function exposeHandle(up: UpstreamConfig, handle: string): string {
   return exposeName(up, handle, Number.POSITIVE_INFINITY);
 }
-export function splitHandle(upstreams: UpstreamConfig[], exposed: string) {
+export function splitHandle(upstreams: readonly UpstreamConfig[], exposed: string) {
   return splitName(upstreams, exposed);
 }
 
@@ -88,7 +113,7 @@ export function governedName(up: UpstreamConfig, name: string, route: RouteView 
 }
 
 /** The governed name of a tool name as this route's client sent it (on /mcp the two are the same). */
-export function governedFromEdge(upstreams: UpstreamConfig[], edge: string, route: RouteView | undefined): string {
+export function governedFromEdge(upstreams: readonly UpstreamConfig[], edge: string, route: RouteView | undefined): string {
   if (!route) return edge;
   const t = splitName(upstreams, edge);
   return t ? governedName(t.up, t.name, route) : edge;
@@ -99,7 +124,11 @@ export function governedFromEdge(upstreams: UpstreamConfig[], edge: string, rout
  * the upstream as the request serves it (so its edge names stay as they are), or null when none
  * of them owns the name (on a route: a name of another upstream).
  */
-export function splitGoverned(upstreams: UpstreamConfig[], governed: string, route: RouteView | undefined): { up: UpstreamConfig; name: string } | null {
+export function splitGoverned(
+  upstreams: readonly UpstreamConfig[],
+  governed: string,
+  route: RouteView | undefined,
+): { up: UpstreamConfig; name: string } | null {
   if (!route) return splitName(upstreams, governed);
   const as = upstreams.map((u) => governedUpstream(u, route));
   const t = splitName(as, governed);
@@ -117,7 +146,7 @@ export interface Renamed {
 /**
  * The upstreams, present in both configs under one name, whose tools agents would see under other
  * names after the change (their namespacing differs: a second upstream added beside one that was
- * served transparently, `namespace` changed). Open sessions listed the old names, and rules and
+ * served transparently by default and has no `namespace: false` of its own, `namespace` changed). Open sessions listed the old names, and rules and
  * grants written for them would stop matching, so a reload refuses such a change unless forced.
  */
 export function renamedUpstreams(before: readonly UpstreamConfig[], after: readonly UpstreamConfig[]): Renamed[] {
@@ -133,7 +162,7 @@ export function renamedUpstreams(before: readonly UpstreamConfig[], after: reado
 /** The problem line for one renamed upstream (reload, add, PUT /v1/config). */
 export function renameProblem(r: Renamed): string {
   const fix = r.after.includes(SEP)
-    ? `it cannot keep bare names beside other upstreams: write rules as {upstream: ${r.upstream}, tool: …} so they keep matching, tell its agents, then force the reload to accept the rename`
+    ? `set namespace: false on ${r.upstream} to keep its names (one upstream may keep its own names beside prefixed ones), or force the reload to accept the rename`
     : `set namespace: true on ${r.upstream} to keep its names, or force the reload to accept the rename`;
   return `upstream ${r.upstream}: this change renames every tool of ${r.upstream} for agents (${r.before} becomes ${r.after}); open sessions listed the old names, and grants and rules written for them stop matching. ${fix}`;
 }

@@ -8,7 +8,7 @@
  * operators. In enforce a tool that appears unmapped is blocked by the baseline as before; this
  * only tells. Runs only on tools/list, never on a tools/call. Must never: throw into the listing,
  * block the answer, report from a partial set of lists (an upstream the caller's grant does not
- * reach, or a page cut short), or log a tool's arguments or a grant.
+ * reach, a page cut short, or a `/mcp/<upstream>` route's one upstream), or log a tool's arguments or a grant.
  */
 import type { UpstreamConfig } from "../config/load.ts";
 import { compiledPolicy } from "../governance/engine.ts";
@@ -16,7 +16,7 @@ import { describeUnmatched, type KnownTool, unmatchedRules } from "../governance
 import { canonicalJson, sha256Hex } from "../wire/canonical.ts";
 import { isObject, type Json, type JsonObject } from "../wire/jsonrpc.ts";
 import type { CallContext } from "./context.ts";
-import { exposeName } from "./names.ts";
+import { exposeName, shadowed } from "./names.ts";
 
 /** What /readyz shows operators: the newest report this isolate made. */
 export interface PolicyWatchReport {
@@ -51,10 +51,16 @@ export function resetPolicyWatch(): void {
 export function watchPolicy(ctx: CallContext, lists: readonly (readonly [UpstreamConfig, Json[]])[], complete: boolean): void {
   try {
     const cfg = ctx.cfg;
-    if (!complete || !cfg.policy || (cfg.policy.rules ?? []).length === 0) return;
+    // A /mcp/<upstream> route lists one upstream of the config: a partial set, never judged.
+    if (!complete || ctx.route || !cfg.policy || (cfg.policy.rules ?? []).length === 0) return;
     if (cfg.upstreams.some((up) => !lists.some(([u]) => u.name === up.name))) return;
     const known: KnownTool[] = lists.flatMap(([up, raw]) =>
-      raw.flatMap((t) => (isObject(t) && typeof t.name === "string" ? [{ upstream: up.name, tool: t.name, exposed: exposeName(up, t.name) }] : [])),
+      raw.flatMap((t) =>
+        // A tool whose name reads as another upstream's is not served (names.ts shadowed): it matches nothing.
+        isObject(t) && typeof t.name === "string" && !shadowed(cfg.upstreams, up, t.name, "name")
+          ? [{ upstream: up.name, tool: t.name, exposed: exposeName(up, t.name) }]
+          : [],
+      ),
     );
     const policy = compiledPolicy(cfg);
     const unmatched = unmatchedRules(policy, known, cfg.policy);

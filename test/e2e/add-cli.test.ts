@@ -144,7 +144,7 @@ describe("portcullis add", () => {
       // --dry-run: the resulting file on stdout, nothing written, nothing reloaded.
       const dry = await add(["--name", "second", "--url", second.url, "--header", "X-Test: add-cli", "--dry-run", "--gateway", origin]);
       expect(dry.code, dry.stderr).toBe(0);
-      expect(dry.stdout).toBe(`${original}  - name: second\n    url: ${second.url}\n    headers:\n      X-Test: add-cli\n`);
+      expect(dry.stdout).toBe(`${original}  - name: second\n    url: ${second.url}\n    namespace: true\n    headers:\n      X-Test: add-cli\n`);
       expect(dry.stderr).toContain("dry run");
       expect(readFileSync(file, "utf8")).toBe(original);
       expect(changed).toEqual({ legacy: 0, modern: 0 });
@@ -163,7 +163,7 @@ describe("portcullis add", () => {
       expect(written).toContain("allow_loopback: true   # the upstreams of this test listen on loopback");
       expect(parse(written).upstreams).toEqual([
         { name: "conf", url: conf.url, namespace: true, timeout: "30s" },
-        { name: "second", url: second.url, headers: { "X-Test": "add-cli" } },
+        { name: "second", url: second.url, namespace: true, headers: { "X-Test": "add-cli" } },
       ]);
 
       // Both open sessions are told, then list the new upstream's tools.
@@ -225,36 +225,52 @@ describe("portcullis add", () => {
     }
   }, 180_000);
 
-  it("an add that renames another upstream's tools is refused (file unchanged) unless --force; then, in enforce, a deny rule left matching no tool stops the reload, named with the real name", async () => {
+  it("an add keeps the upstream already there under its own names (namespace: false written on it); in enforce, a deny rule that matches no real tool stops the reload, with did you mean", async () => {
     // One upstream, not namespaced: its tool is test_simple_text, and the rule names it so (by exposed name).
     const other = join(dir, "renames.yaml");
-    writeFileSync(
-      other,
-      `mode: enforce\nactor: local:e2e\nauth:\n  required: true\n  audience: ${origin}\negress:\n  allow_loopback: true\nupstreams:\n  - name: conf\n    url: ${conf.url}\npolicy:\n  rules:\n    - id: no-text\n      match: { tool: test_simple_text }\n      decision: deny\n      reason: not this one\n`,
+    const base = `mode: enforce\nactor: local:e2e\nauth:\n  required: true\n  audience: ${origin}\negress:\n  allow_loopback: true\nupstreams:\n  - name: conf\n    url: ${conf.url}\n`;
+    const rule = (tool: string) => `policy:\n  rules:\n    - id: no-text\n      match: { tool: ${tool} }\n      decision: deny\n      reason: not this one\n`;
+    writeFileSync(other, base + rule("test_simple_text"));
+    // The gateway serves that config first (conf alone, under its own names: a rename of the earlier config's conf__…, forced).
+    const served = await runScript(resolve(root, "bin/portcullis.mjs"), ["reload", "--config", other, "--url", origin, "--force"], { PORTCULLIS_TOKEN: admin });
+    expect(served.code, served.stdout + served.stderr).toBe(0);
+    const addThird = (file: string) =>
+      runScript(resolve(root, "bin/portcullis.mjs"), ["add", "--config", file, "--local", "--name", "third", "--url", second.url, "--gateway", origin], {
+        PORTCULLIS_TOKEN: admin,
+      });
+    const kept = await addThird(other);
+    expect(kept.code, kept.stdout + kept.stderr).toBe(0);
+    expect(kept.stdout).toContain("conf keeps its own tool names (namespace: false written on it); third's tools are third__<tool>");
+    const written = readFileSync(other, "utf8");
+    expect(written).toContain(
+      `  - name: conf\n    namespace: false # keeps its own tool names beside other upstreams (portcullis add)\n    url: ${conf.url}\n`,
     );
-    const before = readFileSync(other, "utf8");
-    const addThird = (...extra: string[]) =>
-      runScript(
-        resolve(root, "bin/portcullis.mjs"),
-        ["add", "--config", other, "--local", "--name", "third", "--url", second.url, "--gateway", origin, ...extra],
-        {
-          PORTCULLIS_TOKEN: admin,
-        },
-      );
-    // Adding a second upstream would rename conf's tools (served unprefixed alone): refused, nothing written.
-    const renaming = await addThird();
-    expect(renaming.code, renaming.stdout + renaming.stderr).toBe(1);
-    expect(renaming.stderr).toContain("upstream conf: this change renames every tool of conf for agents (<tool> becomes conf__<tool>)");
-    expect(renaming.stderr).toContain("add --force");
-    expect(readFileSync(other, "utf8")).toBe(before);
-    // Accepting the rename: then the rule that named test_simple_text by its old name matches nothing, and the reload is not sent.
-    const r = await addThird("--force");
+    expect(written).toContain(`  - name: third\n    url: ${second.url}\n    namespace: true\n`);
+    // The rule still names a real tool, so the reload went through; the gateway now serves conf's names beside third__….
+    const s = await connect("add-kept", `${origin}/mcp`, admin);
+    try {
+      let names: string[] = [];
+      for (let i = 0; i < 40 && !names.includes("third__test_simple_text"); i++) {
+        if (i) await new Promise((r) => setTimeout(r, 250));
+        names = (await s.client.listTools()).tools.map((t) => t.name);
+      }
+      expect(names).toContain("third__test_simple_text");
+      expect(names).not.toContain("test_simple_text"); // denied unconditionally by no-text: not listed
+      expect(names).toContain("test_image_content");
+      const denied = await s.client.callTool({ name: "test_simple_text", arguments: {} });
+      expect((denied as { content: { text: string }[] }).content[0]!.text).toMatch(/^Blocked by Portcullis: rule no-text/);
+    } finally {
+      await s.close();
+    }
+
+    // A rule with a typo: in enforce it matches no real tool, so the add writes the file but does not reload.
+    const typo = join(dir, "typo.yaml");
+    writeFileSync(typo, base + rule("test_simple_txt"));
+    const r = await addThird(typo);
     expect(r.code, r.stdout + r.stderr).toBe(1);
-    expect(r.stderr).toMatch(
-      /rule no-text \(deny\): match names "test_simple_text", which matches no tool of the \d+ known — did you mean "conf__test_simple_text" or "third__test_simple_text"\?/,
-    );
+    expect(r.stderr).toMatch(/rule no-text \(deny\): match names "test_simple_txt", which matches no tool of the \d+ known — did you mean "test_simple_text"/);
     expect(r.stderr).toContain("was written, but not reloaded");
-    expect(readFileSync(other, "utf8")).toContain("name: third");
+    expect(readFileSync(typo, "utf8")).toContain("name: third");
   });
 
   it("without a token for --gateway it is a usage error and writes nothing", async () => {

@@ -2,11 +2,10 @@
  * The new user's path that used to fail open, on the production build: the `npm start` demo
  * config (its starter mapping and its two rules: get-sum over 100 held, get-env denied) in front
  * of server-everything, an SDK client on a legacy session that has listed `get-sum`, then
- * `portcullis add --gateway` of a second upstream. Without --force the add is refused and nothing
- * changes: the file is byte for byte as it was and the session's names, the hold and the deny stay.
- * With --force the rename is accepted on purpose, and the demo's rules — written by stable identity,
- * `{upstream: everything, tool: …}` — still hold the big sum and deny get-env under their new names.
- * All on loopback.
+ * `portcullis add --gateway` of a second upstream. The add keeps the first upstream's names
+ * (`namespace: false` written on it) and prefixes the new one's, so the open session keeps every
+ * name it listed, the demo's hold and deny decide the same calls, and the new tools come as
+ * `conf__…`. All on loopback.
  */
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -56,55 +55,49 @@ const add = (...extra: string[]) =>
 const text = (r: { content?: { text?: string }[] }) => r.content?.[0]?.text ?? "";
 
 describe("the demo, then portcullis add --gateway of a second upstream", () => {
-  it("without --force: refused, nothing changed; with --force: the demo's hold and deny still apply under the new names", async () => {
+  it("no tool an open session listed is renamed: the demo's hold and deny still apply, the new upstream's tools come prefixed", async () => {
     const session = await connect("demo-add", `${origin}/mcp`);
     try {
       const listed = (await session.client.listTools()).tools.map((t) => t.name);
       expect(listed).toContain("get-sum");
       expect(listed).not.toContain("get-env"); // denied unconditionally: not even listed
-      const before = readFileSync(file, "utf8");
 
-      const refused = await add();
-      expect(refused.code, refused.stdout + refused.stderr).toBe(1);
-      expect(refused.stderr).toContain("upstream everything: this change renames every tool of everything for agents (<tool> becomes everything__<tool>)");
-      expect(readFileSync(file, "utf8")).toBe(before);
-      // Nothing changed under the open session: the same names, the hold, the deny.
-      expect((await session.client.listTools()).tools.map((t) => t.name)).toEqual(listed);
+      const added = await add();
+      expect(added.code, added.stdout + added.stderr).toBe(0);
+      expect(added.stdout).toContain("everything keeps its own tool names (namespace: false written on it); conf's tools are conf__<tool>");
+      expect(added.stdout).toMatch(/reloaded: config version 1/);
+      const written = readFileSync(file, "utf8");
+      expect(written).toMatch(/- name: everything\n\s+namespace: false/);
+      expect(written).toMatch(/- name: conf\n\s+url: .*\n\s+namespace: true/);
+
+      // The same session, once the gateway serves the new config: every name it listed is still there, conf's beside them.
+      let now: string[] = [];
+      for (let i = 0; i < 40 && !now.some((n) => n.startsWith("conf__")); i++) {
+        if (i) await new Promise((r) => setTimeout(r, 250));
+        now = (await session.client.listTools()).tools.map((t) => t.name);
+      }
+      expect(now.filter((n) => !n.startsWith("conf__"))).toEqual(listed);
+      expect(now).toContain("conf__test_simple_text");
+      // The demo's rules decide the same tools under the same names, in the same session.
       const held = await session.client.callTool({ name: "get-sum", arguments: { a: 500, b: 500 } });
       expect(held.isError).toBe(true);
       expect(text(held as never)).toContain("this call needs approval (rule demo-big-sums");
+      const small = await session.client.callTool({ name: "get-sum", arguments: { a: 1, b: 2 } });
+      expect(text(small as never)).toBe("The sum of 1 and 2 is 3.");
       const denied = await session.client.callTool({ name: "get-env", arguments: {} });
+      expect(denied.isError).toBe(true);
       expect(text(denied as never)).toMatch(/^Blocked by Portcullis: rule demo-no-env/);
-
-      const forced = await add("--force");
-      expect(forced.code, forced.stdout + forced.stderr).toBe(0);
-      expect(forced.stdout).toContain("--force: everything's tools are now exposed as everything__<tool>");
-      expect(forced.stdout).toMatch(/reloaded: config version 1/);
+      // conf's tools are governed under their new names too: unmapped, so the enforce baseline blocks them.
+      const other = await session.client.callTool({ name: "conf__test_simple_text", arguments: {} });
+      expect(other.isError).toBe(true);
+      expect(text(other as never)).toContain("conf/test_simple_text is unclassified (no mapping");
     } finally {
       await session.close();
     }
-    // A new session sees the new names; the rules, written as {upstream, tool}, still decide them.
-    let names: string[] = [];
-    for (let i = 0; i < 40 && !names.includes("everything__get-sum"); i++) {
-      if (i) await new Promise((r) => setTimeout(r, 250));
-      const s = await connect("demo-add-2", `${origin}/mcp`);
-      names = (await s.client.listTools()).tools.map((t) => t.name);
-      await s.close();
-    }
-    expect(names).toContain("everything__get-sum");
-    expect(names).not.toContain("everything__get-env");
-    const after = await connect("demo-add-3", `${origin}/mcp`);
-    try {
-      const held = await after.client.callTool({ name: "everything__get-sum", arguments: { a: 500, b: 500 } });
-      expect(held.isError).toBe(true);
-      expect(text(held as never)).toContain("this call needs approval (rule demo-big-sums");
-      const small = await after.client.callTool({ name: "everything__get-sum", arguments: { a: 1, b: 2 } });
-      expect(text(small as never)).toBe("The sum of 1 and 2 is 3.");
-      const denied = await after.client.callTool({ name: "everything__get-env", arguments: {} });
-      expect(denied.isError).toBe(true);
-      expect(text(denied as never)).toMatch(/^Blocked by Portcullis: rule demo-no-env/);
-    } finally {
-      await after.close();
-    }
+    // Adding again is refused (a duplicate name) and changes nothing.
+    const before = readFileSync(file, "utf8");
+    const again = await add();
+    expect(again.code).toBe(1);
+    expect(readFileSync(file, "utf8")).toBe(before);
   }, 180_000);
 });

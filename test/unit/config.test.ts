@@ -47,6 +47,7 @@ upstreams:
     namespace: false
   - name: dup
     url: ftp://127.0.0.1/b
+    namespace: false
 `);
     const text = p.join("\n");
     expect(p.length).toBeGreaterThanOrEqual(7);
@@ -57,7 +58,9 @@ upstreams:
     expect(text).toMatch(/upstreams\[0\]\.timeout/);
     expect(text).toMatch(/upstreams\[2\]\.url/);
     expect(text).toMatch(/duplicate upstream name "dup"/);
-    expect(text).toMatch(/namespace: false is only allowed with a single upstream/);
+    // One upstream may keep its own names beside prefixed ones; a second namespace: false is refused.
+    expect(text).toMatch(/upstreams\[2\]\.namespace: namespace: false is already on upstreams\[1\] \(dup\): one upstream at most keeps its own names/);
+    expect(text).not.toMatch(/upstreams\[1\]\.namespace/);
   });
 
   it("names a missing secret without revealing any value", () => {

@@ -13,6 +13,7 @@ import {
   exposeName,
   renamedUpstreams,
   renameProblem,
+  shadowed,
   exposeUri,
   governedFromEdge,
   governedName,
@@ -62,6 +63,20 @@ describe("exposed names", () => {
     expect(splitName([t], "test_simple_text")).toEqual({ up: t, name: "test_simple_text" });
     expect(splitUri([t], "test://static-text")).toEqual({ up: t, uri: "test://static-text" });
   });
+  it("one transparent upstream keeps its own names beside prefixed ones; a name with a prefixed upstream's prefix is that upstream's", () => {
+    const t = up("solo", { namespaced: false });
+    expect(splitName([t, a, b], "read__file")).toEqual({ up: t, name: "read__file" });
+    expect(splitName([t, a, b], "alpha__read")).toEqual({ up: a, name: "read" });
+    expect(splitName([t, a, b], "gamma__x")).toEqual({ up: t, name: "gamma__x" });
+    expect(splitName([t, a], "solo__x")).toEqual({ up: t, name: "solo__x" }); // solo is not prefixed: its name is no prefix
+    expect(splitUri([t, a], "test://x")).toEqual({ up: t, uri: "test://x" });
+    expect(splitUri([t, a], "alpha+test://x")).toEqual({ up: a, uri: "test://x" });
+    // The transparent upstream's own names that read as alpha's are shadowed (not listed, never routed to it).
+    expect(shadowed([t, a], t, "alpha__read", "name")).toBe(true);
+    expect(shadowed([t, a], t, "alpha+test://x", "uri")).toBe(true);
+    expect(shadowed([t, a], t, "read", "name")).toBe(false);
+    expect(shadowed([t, a], a, "alpha__read", "name")).toBe(false);
+  });
   it("aliases names over 64 characters deterministically", () => {
     const long = "x".repeat(80);
     const e1 = exposeName(a, long);
@@ -96,6 +111,8 @@ describe("renamedUpstreams: which upstreams a config change renames for agents",
     expect(renamedUpstreams([prefixed], [prefixed, other])).toEqual([]);
     expect(renamedUpstreams([prefixed, other], [alone])).toEqual([{ upstream: "everything", before: "everything__<tool>", after: "<tool>" }]);
     expect(renamedUpstreams([alone], [alone])).toEqual([]);
+    // namespace: false on it keeps its names beside the new one.
+    expect(renamedUpstreams([alone], [alone, other])).toEqual([]);
     expect(renameProblem(renamedUpstreams([alone], [prefixed, other])[0]!)).toMatch(
       /^upstream everything: this change renames every tool of everything for agents \(<tool> becomes everything__<tool>\).*force the reload/,
     );
@@ -189,7 +206,7 @@ describe("dispatch through a /mcp/<upstream> view", () => {
       const reply = (result: JsonObject) =>
         new Response(JSON.stringify({ jsonrpc: "2.0", id: body.id, result }), { headers: { "content-type": "application/json" } });
       if (body.method === "tools/list") {
-        const names = url.includes("alpha") ? ["read", "write", "wipe"] : ["search"];
+        const names = url.includes("alpha") ? ["read", "write", "wipe"] : url.includes("gamma") ? ["read", "beta__search"] : ["search"];
         return reply({ tools: names.map((name) => ({ name, inputSchema: { type: "object" } })) });
       }
       if (body.method === "tools/call") {
@@ -291,6 +308,28 @@ describe("dispatch through a /mcp/<upstream> view", () => {
       { tool: "alpha__wipe", check: "rule", rule: "no-wipe" },
     ]);
     expect(upstreamCalls).toHaveLength(1);
+  });
+
+  it("a transparent upstream beside a prefixed one: its own names, the other's prefixed, a name that reads as the other's shadowed, each call to its owner", async () => {
+    const gamma = up("gamma", { namespaced: false, url: "http://127.0.0.1:9013/gamma", onLoopback: true, egress: alpha.egress });
+    const mixed = testConfig([gamma, beta], { mode: "enforce", policy: parsed.policy, agentTools: true });
+    const grant = ["read", "beta__*"];
+    const listed = await dispatch(ctx(mixed, undefined, grant), rpc("tools/list"));
+    // gamma's own "beta__search" is shadowed by beta's search: one exposed name, one tool.
+    expect(toolNames(listed)).toEqual(["read", "beta__search"]);
+    expect(listedRecords.at(-1)).toEqual({ shown: ["read", "beta__search"], hidden: ["beta__search"] });
+    const bare = await dispatch(ctx(mixed, undefined, grant), rpc("tools/call", { name: "read", arguments: {} }));
+    expect(bare.response.result?.content).toEqual([{ type: "text", text: "ran read" }]);
+    const prefixed = await dispatch(ctx(mixed, undefined, grant), rpc("tools/call", { name: "beta__search", arguments: {} }));
+    expect(prefixed.response.result?.content).toEqual([{ type: "text", text: "ran search" }]);
+    expect(upstreamCalls).toEqual([
+      { url: gamma.url, name: "read" },
+      { url: beta.url, name: "search" },
+    ]);
+    expect(decisions).toEqual([
+      { upstream: "gamma", tool: "read" },
+      { upstream: "beta", tool: "search" },
+    ]);
   });
 
   it("names of /mcp and of other upstreams are unknown on the route, named as the client sent them; nothing is forwarded", async () => {

@@ -62,10 +62,11 @@ describe("watchPolicy", () => {
     expect(policyWatchReport()?.unmatched).toEqual([]);
   });
 
-  it("a partial listing (a page cut short, or an upstream not listed) judges nothing", () => {
+  it("a partial listing (a page cut short, an upstream not listed, a /mcp/<upstream> route's one upstream) judges nothing", () => {
     const { ctx, records } = context();
     watchPolicy(ctx, [[UP, tools("echo")]], false);
     watchPolicy(ctx, [], true);
+    watchPolicy({ ...ctx, route: { upstream: UP.name, prefixed: true } }, [[UP, tools("echo")]], true);
     expect(records).toEqual([]);
     expect(policyWatchReport()).toBeNull();
   });
