@@ -118,13 +118,18 @@ exit: the gateway's exit code once it stops; 2 usage`,
   the bundled demo upstream (server-everything, Streamable HTTP) alone, listening on 127.0.0.1 only
   --port N  its port (default 3001); its endpoint is http://127.0.0.1:N/mcp
 exit: 2 usage; otherwise it runs until stopped`,
-  dev: `usage: portcullis dev --config FILE [--port N]
+  dev: `usage: portcullis dev --config FILE [--port N] [--force]
   a local gateway (wrangler dev on workerd, local D1 and Durable Objects) with that config, on
   http://127.0.0.1:N/mcp; policy and mappings_dir are relative to FILE; every \${NAME} the config
-  names goes to the gateway from this environment. Prints the classification banner once it is up.
+  names goes to the gateway from this environment. Before it starts, the policy is checked against
+  the upstreams' real tool lists (as doctor --live does): in enforce, a deny or require_approval rule,
+  or an obligation, that matches no tool stops it (exit 1, each rule named with the nearest real
+  names); other rules that match nothing are warnings. Prints the classification banner once it is up.
   --config FILE  the portcullis.yaml (validated first: every problem printed, exit 1)
   --port N       its port on 127.0.0.1 (default 8787)
-exit: 1 an invalid config, 2 usage; otherwise the gateway's exit code once it stops`,
+  --force        start although a rule matches no real tool
+exit: 1 an invalid config or a rule that matches nothing in enforce, 2 usage; otherwise the gateway's
+exit code once it stops`,
   token: `usage: portcullis token <command> [options]
   mint     a grant: locally with the dev key (or --key), or through a gateway's POST /v1/grants (--url)
   revoke   revoke a grant on a gateway (POST /v1/grants/JTI/revoke)
@@ -184,7 +189,7 @@ const BOOLEAN = new Set(["help", "json", "local", "deployed"]);
 export const KNOWN = {
   start: ["port", "upstream-port", "persist-to", "help"],
   "demo-upstream": ["port", "help"],
-  dev: ["config", "port", "help"],
+  dev: ["config", "port", "force", "help"],
   check: ["config", "json", "help"],
   doctor: ["config", "local", "deployed", "json", "help"],
   "token mint": ["sub", "team", "role", "tools", "ttl", "max-lifetime", "port", "gateway", "aud", "iss", "key", "url", "token", "json", "help"],
@@ -717,6 +722,30 @@ function stopChildrenOnSignal(children /* read at each signal: callers may add t
   process.on("SIGTERM", onSignal);
 }
 
+/**
+ * `dev`'s check before the gateway starts: the policy of FILE against its upstreams' real tool
+ * lists (bin/operator-cli.mjs liveCoverageOf). In enforce, a rule that should stop calls and
+ * matches no tool stops `dev` (exit 1) unless `force`: nothing is served under a policy that says
+ * deny while the gateway would allow. Unchecked (an upstream not answering) and other unmatched
+ * rules are printed and the gateway starts.
+ */
+async function rulesBeforeStart(file, force) {
+  const { liveCoverageOf } = await import("./operator-cli.mjs");
+  const c = await liveCoverageOf(file);
+  if (!c.checked) console.error(`portcullis dev: rules ${c.reason}; the gateway reports them once it lists them (/readyz, the ledger)`);
+  for (const u of c.unmatched) if (!c.blocking.includes(u)) console.error(`portcullis dev: warning: ${u.line}`);
+  if (c.blocking.length === 0) return;
+  const lines = c.blocking.map((u) => u.line);
+  if (force) {
+    for (const l of lines) console.error(`portcullis dev: --force: starting although ${l}`);
+    return;
+  }
+  console.error(
+    `portcullis dev: not started: in enforce, ${lines.length === 1 ? "a rule matches" : "rules match"} no real tool (the gateway would allow what ${lines.length === 1 ? "it means" : "they mean"} to stop):\n  - ${lines.join("\n  - ")}\nfix the rule's match in ${file} (or --force)`,
+  );
+  process.exit(1);
+}
+
 /** The classification banner once the gateway answers /healthz (bin/governance-cli.mjs); never fails the command. */
 function classificationBanner(opts) {
   return import("./governance-cli.mjs")
@@ -941,6 +970,7 @@ async function main() {
       console.error(`${a.config}: invalid\n${v.problems.map((p) => `  - ${p}`).join("\n")}`);
       process.exit(1);
     }
+    await rulesBeforeStart(a.config, a.force === true);
     const child = startGateway({ configText: v.text, port, signingKey: await devSigningKey(), extraVars: secretsFromEnv(v.text, v.cfg) });
     console.log(`portcullis: gateway on http://127.0.0.1:${port}/mcp`);
     stopChildrenOnSignal([child]);

@@ -102,11 +102,14 @@ export async function putConfig(base, token, text, { force = false } = {}) {
   return json;
 }
 
-/** The line `reload` and `add --gateway` print for a stored version. */
+/** The line `reload` and `add --gateway` print for a stored version, with what the gateway's own rule check reported. */
 export const versionLine = (json) =>
-  json.changed === false
-    ? `already current: config version ${json.version} (sha256 ${json.sha256})`
-    : `reloaded: config version ${json.version} (sha256 ${json.sha256})`;
+  [
+    json.changed === false
+      ? `already current: config version ${json.version} (sha256 ${json.sha256})`
+      : `reloaded: config version ${json.version} (sha256 ${json.sha256})`,
+    ...(Array.isArray(json.warnings) ? json.warnings.map((w) => `  the gateway reports: ${w}`) : []),
+  ].join("\n");
 
 async function reload(a) {
   if (typeof a.config !== "string") throw new UsageError("give --config FILE");

@@ -1,6 +1,7 @@
 /**
  * /readyz and /summary: upstream reachability (cached ≤ 2 s) and a schema-free catalogue whose
- * tool counts are what the caller can list (upstream listings cached ≤ 2 s). Owns the probe (one `server/discover` POST: any
+ * tool counts are what the caller can list (upstream listings cached ≤ 2 s); the uncached tool
+ * names of one upstream (`listTools`, the reload's policy check, policy-live.ts). Owns the probe (one `server/discover` POST: any
  * JSON-RPC answer means the upstream is up) and that count. Must never: include tool schemas or
  * upstream credentials in what it returns, or count a tool the caller could not list.
  */
@@ -65,7 +66,8 @@ async function listedNames(up: UpstreamConfig, sub: string): Promise<string[] | 
   return names;
 }
 
-async function listTools(up: UpstreamConfig, sub: string): Promise<string[] | null> {
+/** Every tool name `up` lists to the gateway under `sub`'s credential scope, read now (null when it cannot be listed). */
+export async function listTools(up: UpstreamConfig, sub: string): Promise<string[] | null> {
   try {
     const rec = await modernClientLeg(up, sub);
     if (!rec.leg) return null;

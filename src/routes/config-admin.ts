@@ -5,7 +5,9 @@
  * gateway would serve it — the real loader against this Worker's secrets and vars, the policy
  * compile, the gateway's own URL, the egress rules from this request's vantage — and a config
  * with any problem is refused (400, every problem) while the previous one keeps serving — so is
- * one that would rename an upstream's tools for agents, unless forced (`force`); a sound
+ * one that would rename an upstream's tools for agents, and, in enforce, one whose deny or
+ * require_approval rule (or obligation) matches no tool the upstreams list now (policy-live.ts),
+ * unless forced (`force`); rules that match nothing otherwise come back as `warnings`. A sound
  * one is stored in ConfigDO as the next version, its `config.changed` ledger record (version and
  * actor) durable before the 200 `{version, sha256, changed}`. Every isolate serves it within
  * about a second (src/mcp/live-config.ts). Must never: store a config that failed a check, echo a
@@ -14,6 +16,7 @@
  */
 import { ledgerSigning } from "../mcp/ledger-writer.ts";
 import { renamedUpstreams, renameProblem } from "../mcp/names.ts";
+import { liveCoverage } from "../mcp/policy-live.ts";
 import { Hono } from "hono";
 import { configObject } from "../../durable-objects/names.ts";
 import type { GatewayConfig } from "../config/load.ts";
@@ -24,7 +27,7 @@ import { sha256Hex } from "../wire/canonical.ts";
 import { readBodyText } from "../wire/body.ts";
 import { jsonResponse } from "../wire/http.ts";
 import type { JsonObject } from "../wire/jsonrpc.ts";
-import { candidateProblems } from "./config-view.ts";
+import { candidateProblems, requestConfig } from "./config-view.ts";
 import { type AppEnv, gate } from "./gate.ts";
 
 /** Largest config text accepted (ConfigDO's own bound). */
@@ -33,7 +36,7 @@ export const MAX_CONFIG_BODY_BYTES = 1024 * 1024;
 const NO_STORE = { "cache-control": "no-store" };
 
 export type ReloadResult =
-  | { ok: true; version: number; sha256: string; changed: boolean }
+  | { ok: true; version: number; sha256: string; changed: boolean; warnings: string[] }
   | { ok: false; status: 400 | 403 | 503; message: string; problems?: string[] };
 
 /** What the ledger record says of a config besides its hash: names, never values. */
@@ -71,6 +74,19 @@ export async function reloadConfig(env: Env, served: GatewayConfig, req: Request
       problems: renamed.map(renameProblem),
     };
   }
+  // The rules against what the upstreams list now: in enforce, one that should stop calls and matches nothing refuses the config.
+  const reach = await requestConfig(env, checked.config, req, by);
+  const coverage = await liveCoverage(checked.config, reach.upstreams, by.sub);
+  if (coverage.blocking.length && !force) {
+    return {
+      ok: false,
+      status: 400,
+      message:
+        "in enforce, a rule that should stop calls matches no real tool (the gateway would allow what it means to stop); the previous config keeps serving (fix the rule's match, or force)",
+      problems: coverage.blocking,
+    };
+  }
+  const warnings = [...coverage.warnings, ...(force ? coverage.blocking.map((l) => `forced: stored although ${l}`) : [])];
   const sha256 = sha256Hex(text);
   try {
     const signing = ledgerSigning(served);
@@ -78,7 +94,7 @@ export async function reloadConfig(env: Env, served: GatewayConfig, req: Request
     const base = typeof env.PORTCULLIS_CONFIG === "string" ? sha256Hex(env.PORTCULLIS_CONFIG) : null;
     const r = await configObject(env).put(text, sha256, by.sub, signing, detailOf(checked.config), base);
     if (!r.ok) return { ok: false, status: 503, message: r.message };
-    return { ok: true, version: r.stored.version, sha256: r.stored.sha256, changed: r.changed };
+    return { ok: true, version: r.stored.version, sha256: r.stored.sha256, changed: r.changed, warnings };
   } catch (e) {
     return {
       ok: false,
@@ -106,7 +122,7 @@ configRoutes.put("/v1/config", admin, async (c) => {
     );
   }
   let text = body.text;
-  // ?force=true (or "force": true in a JSON body): accept a config that renames tools agents have listed.
+  // ?force=true (or "force": true in a JSON body): accept a config that renames tools agents have listed, or whose rules match no tool.
   let force = new URL(req.url).searchParams.get("force") === "true";
   if ((req.headers.get("content-type") ?? "").toLowerCase().startsWith("application/json")) {
     let parsed: unknown;
@@ -121,7 +137,8 @@ configRoutes.put("/v1/config", admin, async (c) => {
     if ((parsed as Record<string, unknown>).force === true) force = true;
   }
   const r = await reloadConfig(c.env, c.var.cfg, req, c.var.principal, text, force);
-  if (r.ok) return jsonResponse({ version: r.version, sha256: r.sha256, changed: r.changed }, 200, NO_STORE);
+  if (r.ok)
+    return jsonResponse({ version: r.version, sha256: r.sha256, changed: r.changed, ...(r.warnings.length ? { warnings: r.warnings } : {}) }, 200, NO_STORE);
   return jsonResponse(
     {
       error: r.status === 400 ? "invalid_config" : r.status === 403 ? "insufficient_scope" : "unavailable",

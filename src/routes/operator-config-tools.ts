@@ -17,7 +17,11 @@ registerOperatorTool({
     type: "object",
     properties: {
       config: { type: "string", minLength: 1, maxLength: MAX_CONFIG_BODY_BYTES },
-      force: { type: "boolean", description: "accept a config that renames an upstream's tools for agents (its namespacing changes)" },
+      force: {
+        type: "boolean",
+        description:
+          "accept a config that renames an upstream's tools for agents (its namespacing changes), or whose deny/approval rule matches no real tool in enforce",
+      },
     },
     required: ["config"],
     additionalProperties: false,
@@ -27,6 +31,6 @@ registerOperatorTool({
     if (typeof args.config !== "string") throw new Error("config must be the config YAML text");
     const r = await reloadConfig(env, cfg, req, principal, args.config, args.force === true);
     if (!r.ok) throw new Error(r.problems?.length ? `${r.message}:\n- ${r.problems.join("\n- ")}` : r.message);
-    return { version: r.version, sha256: r.sha256, changed: r.changed } satisfies JsonObject;
+    return { version: r.version, sha256: r.sha256, changed: r.changed, warnings: r.warnings } satisfies JsonObject;
   },
 });

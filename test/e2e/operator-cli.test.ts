@@ -327,5 +327,15 @@ describe("portcullis doctor --live", () => {
     const o = await cli(["doctor", "--config", observe, "--live"]);
     expect(o.code, o.stdout).toBe(0);
     expect(o.stdout).toMatch(/warning: rule no-text \(deny\): .* did you mean "test_simple_text"\?/);
+
+    // Gateway start: `dev` checks the same before it starts a gateway, and in enforce does not start one.
+    const port = await freePort();
+    const dev = await cli(["dev", "--config", enforce, "--port", String(port)]);
+    expect(dev.code, dev.stdout + dev.stderr).toBe(1);
+    expect(dev.stderr).toContain("portcullis dev: not started: in enforce, a rule matches no real tool");
+    expect(dev.stderr).toMatch(/rule no-text \(deny\): match names "test_simple_textt", .* did you mean "test_simple_text"\?/);
+    expect(dev.stderr).toMatch(/portcullis dev: warning: rule other \(allow\)/);
+    expect(dev.stdout).not.toContain("gateway on");
+    expect(listeningOn(port)).toEqual([]);
   });
 });

@@ -240,7 +240,15 @@ describe("hot reload", () => {
         /rule no-text \(deny\): match names "upstream conf", "test_simple_textt", which matches no tool of the \d+ known — did you mean "test_simple_text"\?/,
       );
       expect(r.stderr).toContain("the previous config keeps serving");
-      // Nothing was sent: the served config still hides the tool.
+      // The gateway makes the same check itself, against what the upstreams list to it: PUT /v1/config is refused too.
+      const put = await api(origin, admin, "/v1/config", { method: "PUT", body: { config: readFileSync(typo, "utf8") } });
+      expect(put.status, JSON.stringify(put.json)).toBe(400);
+      const body = put.json as { error_description: string; problems: string[] };
+      expect(body.error_description).toContain("in enforce, a rule that should stop calls matches no real tool");
+      expect(body.problems).toEqual([
+        expect.stringMatching(/^rule no-text \(deny\): match names "upstream conf", "test_simple_textt", .* did you mean "test_simple_text"\?/),
+      ]);
+      // Nothing was stored: the served config still hides the tool.
       await new Promise((res) => setTimeout(res, 1500));
       expect(await names(client.client)).not.toContain(HIDDEN);
       const forced = await runScript(resolve(root, "bin/portcullis.mjs"), ["reload", "--config", typo, "--url", origin, "--force"], {
@@ -249,6 +257,7 @@ describe("hot reload", () => {
       expect(forced.code, forced.stdout + forced.stderr).toBe(0);
       expect(forced.stderr).toMatch(/--force: sent although rule no-text/);
       expect(forced.stdout).toMatch(/reloaded: config version 3/);
+      expect(forced.stdout).toMatch(/the gateway reports: forced: stored although rule no-text \(deny\)/);
     } finally {
       await client.close();
     }
