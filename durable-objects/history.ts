@@ -1,7 +1,7 @@
 /**
  * HistoryDO: one per principal (`principal:<sub>` in the HISTORY namespace), holding that
- * principal's recent tools/calls — (call id, grant jti, run id, exposed name, numeric arguments,
- * time, status) rows — and its budget counters (calls per grant, calls per run), so policy history
+ * principal's recent tools/calls — (call id, grant jti, run id, exposed name, upstream and its own
+ * tool name, numeric arguments, time, status) rows — and its budget counters (calls per grant, calls per run), so policy history
  * rules and budgets see every call of the principal whichever isolate, session or connection it
  * came through. A thin state machine: the logic is the plain exported functions below over a
  * tiny SQL interface (`HistorySql`), which the class runs inside one synchronous block each, so a
@@ -12,7 +12,7 @@
  * principal is not the one it is named for), or answer a window longer than it keeps rows for.
  */
 import { DurableObject } from "cloudflare:workers";
-import { globMatch } from "../src/wire/glob.ts";
+import { toolGlobMatch } from "../src/wire/glob.ts";
 import {
   HISTORY_BUDGET_RETENTION_MS,
   HISTORY_CALL_RETENTION_MS,
@@ -28,13 +28,24 @@ import {
 
 /** Every table of the object. Created by the first admitted call (ensureTables), never by a read. */
 export const HISTORY_SCHEMA = `
-CREATE TABLE IF NOT EXISTS calls (call_id TEXT PRIMARY KEY, jti TEXT, run_id TEXT, exposed_name TEXT NOT NULL, numbers TEXT NOT NULL, at INTEGER NOT NULL, status TEXT NOT NULL, v INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS calls (call_id TEXT PRIMARY KEY, jti TEXT, run_id TEXT, exposed_name TEXT NOT NULL, numbers TEXT NOT NULL, at INTEGER NOT NULL, status TEXT NOT NULL, v INTEGER NOT NULL, upstream TEXT, tool TEXT);
 CREATE INDEX IF NOT EXISTS calls_at ON calls (at);
 CREATE INDEX IF NOT EXISTS calls_run ON calls (run_id, at);
 CREATE INDEX IF NOT EXISTS calls_jti ON calls (jti, at);
 CREATE TABLE IF NOT EXISTS budgets (scope TEXT NOT NULL, key TEXT NOT NULL, calls INTEGER NOT NULL, last_at INTEGER NOT NULL, PRIMARY KEY (scope, key));
-CREATE TABLE IF NOT EXISTS successes (run_id TEXT NOT NULL, exposed_name TEXT NOT NULL, at INTEGER NOT NULL, PRIMARY KEY (run_id, exposed_name));
+CREATE TABLE IF NOT EXISTS successes (run_id TEXT NOT NULL, exposed_name TEXT NOT NULL, at INTEGER NOT NULL, upstream TEXT, tool TEXT, PRIMARY KEY (run_id, exposed_name));
 `;
+
+/**
+ * Columns added after the first schema, for objects whose tables predate them (SQLite adds a
+ * column in place; rows written before read NULL there and match only exposed-name queries).
+ */
+const ADDED_COLUMNS: ReadonlyArray<readonly [table: string, column: string]> = [
+  ["calls", "upstream"],
+  ["calls", "tool"],
+  ["successes", "upstream"],
+  ["successes", "tool"],
+];
 
 /** The alarm runs at most this often: a row lives between its horizon and its horizon plus this. */
 export const HISTORY_SWEEP_MS = 3_600_000;
@@ -60,8 +71,15 @@ export function sqlOf(storage: SqlStorage): HistorySql {
 export function hasTables(sql: HistorySql): boolean {
   return sql.exec("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'calls'").length > 0;
 }
-export function ensureTables(sql: HistorySql): void {
+/** Creates the tables, or adds the columns a table made by an earlier schema lacks (once per object: `migrated`). */
+export function ensureTables(sql: HistorySql, migrated?: { done: boolean }): void {
   sql.exec(HISTORY_SCHEMA);
+  if (migrated?.done) return;
+  for (const [table, column] of ADDED_COLUMNS) {
+    const has = sql.exec(`SELECT 1 FROM pragma_table_info('${table}') WHERE name = ?`, column).length > 0;
+    if (!has) sql.exec(`ALTER TABLE ${table} ADD COLUMN ${column} TEXT`);
+  }
+  if (migrated) migrated.done = true;
 }
 
 const fail = (why: string): never => {
@@ -74,6 +92,7 @@ const SCOPES = new Set(["principal", "run", "grant"]);
 export function checkQuery(q: HistoryQuerySpec): void {
   if (q === null || typeof q !== "object") fail("a query must be an object");
   if (!isText(q.tool)) fail("a query needs a tool glob of 1–512 characters");
+  if (q.upstream !== undefined && !isText(q.upstream, 64)) fail("a query's upstream glob must be 1–64 characters");
   if (q.kind === "succeeded") {
     if (q.scope !== "run") fail('a "succeeded" query is about the run (scope "run")');
     return;
@@ -90,6 +109,11 @@ function scopeFilter(scope: HistoryQuerySpec["scope"], jti: string | null, runId
   if (scope === "principal") return { where: "", binds: [] };
   if (scope === "grant") return { where: " AND jti IS ?", binds: [jti] };
   return runId === null ? null : { where: " AND run_id = ?", binds: [runId] };
+}
+
+/** A row's names as toolGlobMatch reads them (upstream and tool NULL on rows written before they were kept). */
+function identityOf(r: Record<string, SqlValue>): { exposed: string; upstream: string | null; tool: string | null } {
+  return { exposed: String(r.name), upstream: typeof r.upstream === "string" ? r.upstream : null, tool: typeof r.tool === "string" ? r.tool : null };
 }
 
 function parseNumbers(text: SqlValue): Record<string, unknown> {
@@ -109,13 +133,22 @@ function parseNumbers(text: SqlValue): Record<string, unknown> {
  * every admitted call, whatever its outcome; `succeeded` asks whether a call of the run matching
  * the glob settled as succeeded. Reads only: an object without tables answers zeros.
  */
-export function answerQueries(sql: HistorySql, jti: string | null, runId: string | null, queries: HistoryQuerySpec[], now: number): Array<number | boolean> {
+export function answerQueries(
+  sql: HistorySql,
+  jti: string | null,
+  runId: string | null,
+  queries: HistoryQuerySpec[],
+  now: number,
+  migrated?: { done: boolean },
+): Array<number | boolean> {
   if (!Array.isArray(queries) || queries.length > MAX_QUERIES) fail(`a snapshot takes at most ${MAX_QUERIES} queries`);
   if (!Number.isFinite(now)) fail("now must be a time in ms");
   if (jti !== null && typeof jti !== "string") fail("jti must be a string or null");
   if (runId !== null && typeof runId !== "string") fail("runId must be a string or null");
   for (const q of queries) checkQuery(q);
   const ready = hasTables(sql);
+  // Tables an earlier schema made get its new columns first (nothing is created for an object without tables).
+  if (ready) ensureTables(sql, migrated);
   // One scan per (what, scope, window), however many queries share it.
   const scans = new Map<string, Array<Record<string, SqlValue>>>();
   const scan = (key: string, run: () => Array<Record<string, SqlValue>>) => {
@@ -130,25 +163,29 @@ export function answerQueries(sql: HistorySql, jti: string | null, runId: string
     const filter = scopeFilter(q.scope, jti, runId);
     if (q.kind === "succeeded") {
       if (!ready || filter === null) return false;
-      const rows = scan("succeeded", () => sql.exec("SELECT exposed_name AS name FROM successes WHERE run_id = ?", runId));
-      return rows.some((r) => globMatch(q.tool, String(r.name)));
+      const rows = scan("succeeded", () => sql.exec("SELECT exposed_name AS name, upstream, tool FROM successes WHERE run_id = ?", runId));
+      return rows.some((r) => toolGlobMatch(q, identityOf(r)));
     }
     if (!ready || filter === null) return 0;
     const since = now - q.withinMs;
     if (q.kind === "count") {
       const rows = scan(`count|${q.scope}|${q.withinMs}`, () =>
-        sql.exec(`SELECT exposed_name AS name, COUNT(*) AS n FROM calls WHERE at > ?${filter.where} GROUP BY exposed_name`, since, ...filter.binds),
+        sql.exec(
+          `SELECT exposed_name AS name, upstream, tool, COUNT(*) AS n FROM calls WHERE at > ?${filter.where} GROUP BY exposed_name, upstream, tool`,
+          since,
+          ...filter.binds,
+        ),
       );
       let n = 0;
-      for (const r of rows) if (globMatch(q.tool, String(r.name))) n += Number(r.n);
+      for (const r of rows) if (toolGlobMatch(q, identityOf(r))) n += Number(r.n);
       return n;
     }
     const rows = scan(`total|${q.scope}|${q.withinMs}`, () =>
-      sql.exec(`SELECT exposed_name AS name, numbers FROM calls WHERE at > ?${filter.where}`, since, ...filter.binds),
+      sql.exec(`SELECT exposed_name AS name, upstream, tool, numbers FROM calls WHERE at > ?${filter.where}`, since, ...filter.binds),
     );
     let t = 0;
     for (const r of rows) {
-      if (!globMatch(q.tool, String(r.name))) continue;
+      if (!toolGlobMatch(q, identityOf(r))) continue;
       const x = parseNumbers(r.numbers ?? null)[q.arg];
       if (typeof x === "number" && Number.isFinite(x)) t += x;
     }
@@ -165,6 +202,8 @@ export function checkCall(call: HistoryCall, objectName: string | undefined): vo
   if (call.jti !== undefined && call.jti !== null && typeof call.jti !== "string") fail("jti must be a string");
   if (call.runId !== null && typeof call.runId !== "string") fail("runId must be a string or null");
   if (!isText(call.exposedName)) fail("a call needs an exposed tool name of 1–512 characters");
+  if (call.upstream !== undefined && !isText(call.upstream, 64)) fail("a call's upstream must be a name of 1–64 characters");
+  if (call.tool !== undefined && !isText(call.tool)) fail("a call's own tool name must be 1–512 characters");
   if (!Number.isFinite(call.at)) fail("a call needs its time in ms");
   const nums = call.numbers;
   if (nums === null || typeof nums !== "object" || Array.isArray(nums)) fail("numbers must be an object of numeric arguments by path");
@@ -202,12 +241,19 @@ function bump(sql: HistorySql, scope: "grant" | "run", key: string, at: number):
  * call id again answers ok and counts nothing (a retried RPC). Run it inside one synchronous
  * block (transactionSync): the check and the insert must not be separated by an await.
  */
-export function admitCall(sql: HistorySql, call: HistoryCall, limits: HistoryBudget, objectName: string | undefined, now: number): HistoryAdmission {
+export function admitCall(
+  sql: HistorySql,
+  call: HistoryCall,
+  limits: HistoryBudget,
+  objectName: string | undefined,
+  now: number,
+  migrated?: { done: boolean },
+): HistoryAdmission {
   checkCall(call, objectName);
   if (limits === null || typeof limits !== "object") fail("limits must be an object");
   checkLimit(limits.grantCalls, "grantCalls");
   checkLimit(limits.runCalls, "runCalls");
-  ensureTables(sql);
+  ensureTables(sql, migrated);
   if (sql.exec("SELECT 1 FROM calls WHERE call_id = ?", call.callId).length > 0) return { ok: true };
   const grantKey = call.jti ?? "";
   const grantUsed = used(sql, "grant", grantKey);
@@ -215,7 +261,7 @@ export function admitCall(sql: HistorySql, call: HistoryCall, limits: HistoryBud
   const runUsed = call.runId === null ? 0 : used(sql, "run", call.runId);
   if (limits.runCalls !== undefined && runUsed >= limits.runCalls) return { ok: false, budget: "run", used: runUsed, limit: limits.runCalls };
   sql.exec(
-    "INSERT INTO calls (call_id, jti, run_id, exposed_name, numbers, at, status, v) VALUES (?, ?, ?, ?, ?, ?, 'admitted', ?)",
+    "INSERT INTO calls (call_id, jti, run_id, exposed_name, numbers, at, status, v, upstream, tool) VALUES (?, ?, ?, ?, ?, ?, 'admitted', ?, ?, ?)",
     call.callId,
     call.jti ?? null,
     call.runId,
@@ -223,6 +269,8 @@ export function admitCall(sql: HistorySql, call: HistoryCall, limits: HistoryBud
     JSON.stringify(call.numbers),
     call.at,
     HISTORY_CALL_VERSION,
+    call.upstream ?? null,
+    call.tool ?? null,
   );
   // Counters age by the object's clock, so a caller's skewed `at` cannot shorten their life.
   bump(sql, "grant", grantKey, Math.max(now, call.at));
@@ -233,19 +281,22 @@ export function admitCall(sql: HistorySql, call: HistoryCall, limits: HistoryBud
 const OUTCOMES = new Set<HistoryCallStatus>(["succeeded", "failed", "uncertain"]);
 
 /** Settles an admitted call's outcome once (a later settle of the same call changes nothing); an unknown call id is ignored. A success is remembered for its run. */
-export function settleCall(sql: HistorySql, callId: string, status: HistoryCallStatus, now: number): void {
+export function settleCall(sql: HistorySql, callId: string, status: HistoryCallStatus, now: number, migrated?: { done: boolean }): void {
   if (!OUTCOMES.has(status)) fail(`unknown outcome ${JSON.stringify(status)}`);
   if (typeof callId !== "string") fail("a call id must be a string");
   if (!hasTables(sql)) return;
-  const row = sql.exec("SELECT run_id, exposed_name FROM calls WHERE call_id = ? AND status = 'admitted'", callId)[0];
+  ensureTables(sql, migrated);
+  const row = sql.exec("SELECT run_id, exposed_name, upstream, tool FROM calls WHERE call_id = ? AND status = 'admitted'", callId)[0];
   if (!row) return;
   sql.exec("UPDATE calls SET status = ? WHERE call_id = ?", status, callId);
   if (status === "succeeded" && row.run_id !== null && row.run_id !== undefined)
     sql.exec(
-      "INSERT INTO successes (run_id, exposed_name, at) VALUES (?, ?, ?) ON CONFLICT (run_id, exposed_name) DO UPDATE SET at = MAX(at, excluded.at)",
+      "INSERT INTO successes (run_id, exposed_name, at, upstream, tool) VALUES (?, ?, ?, ?, ?) ON CONFLICT (run_id, exposed_name) DO UPDATE SET at = MAX(at, excluded.at), upstream = excluded.upstream, tool = excluded.tool",
       row.run_id ?? null,
       row.exposed_name ?? null,
       now,
+      row.upstream ?? null,
+      row.tool ?? null,
     );
 }
 
@@ -270,6 +321,8 @@ export function sweep(sql: HistorySql, now: number): number | null {
 
 export class HistoryDO extends DurableObject implements HistoryApi {
   private sql: HistorySql;
+  /** This instance brought the tables to the current schema (ensureTables). */
+  private migrated = { done: false };
 
   constructor(ctx: DurableObjectState, env: unknown) {
     super(ctx, env as never);
@@ -277,18 +330,18 @@ export class HistoryDO extends DurableObject implements HistoryApi {
   }
 
   async snapshot(jti: string | null, runId: string | null, queries: HistoryQuerySpec[], now: number): Promise<Array<number | boolean>> {
-    return answerQueries(this.sql, jti ?? null, runId ?? null, queries, now);
+    return answerQueries(this.sql, jti ?? null, runId ?? null, queries, now, this.migrated);
   }
 
   async admit(call: HistoryCall, limits: HistoryBudget): Promise<HistoryAdmission> {
     // Check and insert in one synchronous transaction: no other request runs in between.
-    const verdict = this.ctx.storage.transactionSync(() => admitCall(this.sql, call, limits, this.ctx.id.name, Date.now()));
+    const verdict = this.ctx.storage.transactionSync(() => admitCall(this.sql, call, limits, this.ctx.id.name, Date.now(), this.migrated));
     if (verdict.ok && (await this.ctx.storage.getAlarm()) === null) await this.ctx.storage.setAlarm(Date.now() + HISTORY_CALL_RETENTION_MS);
     return verdict;
   }
 
   async settle(callId: string, status: Exclude<HistoryCallStatus, "admitted">): Promise<void> {
-    this.ctx.storage.transactionSync(() => settleCall(this.sql, callId, status, Date.now()));
+    this.ctx.storage.transactionSync(() => settleCall(this.sql, callId, status, Date.now(), this.migrated));
   }
 
   override async alarm(): Promise<void> {

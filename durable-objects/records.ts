@@ -276,9 +276,9 @@ export const HISTORY_CALL_VERSION = 1;
 export type HistoryQueryScope = "principal" | "run" | "grant";
 /** One history question (the same shape as governance's HistoryQuery, declared here because the store layer cannot import governance). */
 export type HistoryQuerySpec =
-  | { kind: "count"; tool: string; withinMs: number; scope: HistoryQueryScope }
-  | { kind: "total"; tool: string; arg: string; withinMs: number; scope: HistoryQueryScope }
-  | { kind: "succeeded"; tool: string; scope: "run" };
+  | { kind: "count"; tool: string; upstream?: string; withinMs: number; scope: HistoryQueryScope }
+  | { kind: "total"; tool: string; upstream?: string; arg: string; withinMs: number; scope: HistoryQueryScope }
+  | { kind: "succeeded"; tool: string; upstream?: string; scope: "run" };
 /** One admitted call as HistoryDO keeps it (governance's HistoryEntry). */
 export interface HistoryCall {
   callId: string;
@@ -287,6 +287,9 @@ export interface HistoryCall {
   jti?: string;
   runId: string | null;
   exposedName: string;
+  /** The stable identity: the upstream and its own name for the tool (absent on calls recorded before it was kept). */
+  upstream?: string;
+  tool?: string;
   /** Numeric arguments by dotted path. */
   numbers: Record<string, number>;
   /** When the call was admitted (ms since epoch). */

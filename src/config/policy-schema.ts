@@ -109,16 +109,31 @@ const matchSchema = z.strictObject({
   reversibility: oneOrMany(z.enum(["reversible", "compensable", "irreversible"])).optional(),
 });
 
+/**
+ * A history query's upstream: a glob over upstream names. With it, `tool` matches the upstream's own
+ * tool name as well as the exposed one (the stable identity, as a rule's `match: {upstream, tool}`).
+ */
+const historyUpstream = z
+  .string()
+  .regex(/^[a-z0-9*?-]{1,64}$/, "an upstream name or glob (letters a-z, digits, -, * and ?)")
+  .optional();
+
 const historySchema = z
   .strictObject({
-    /** How many of the caller's earlier admitted calls matching `tool` fall within `within` → `history.count`. */
-    count: z.strictObject({ tool: glob, within: duration, scope }).optional(),
+    /** How many of the caller's earlier admitted calls matching `tool` (on `upstream`) fall within `within` → `history.count`. */
+    count: z.strictObject({ tool: glob, upstream: historyUpstream, within: duration, scope }).optional(),
     /** The sum of numeric argument `arg` over those calls → `history.total`. */
     total: z
-      .strictObject({ tool: glob, arg: z.string().regex(DOTTED_PATH, "a dotted argument path such as amount or order.total"), within: duration, scope })
+      .strictObject({
+        tool: glob,
+        upstream: historyUpstream,
+        arg: z.string().regex(DOTTED_PATH, "a dotted argument path such as amount or order.total"),
+        within: duration,
+        scope,
+      })
       .optional(),
-    /** Whether a call matching `tool` succeeded earlier in this run → `history.succeeded`. */
-    succeeded: z.strictObject({ tool: glob }).optional(),
+    /** Whether a call matching `tool` (on `upstream`) succeeded earlier in this run → `history.succeeded`. */
+    succeeded: z.strictObject({ tool: glob, upstream: historyUpstream }).optional(),
   })
   .refine((h) => h.count !== undefined || h.total !== undefined || h.succeeded !== undefined, "name at least one of count, total, succeeded");
 

@@ -119,11 +119,13 @@ export async function decideCall(deps: GovernanceDeps, call: ToolCall): Promise<
       },
     };
   }
-  const rateQueries = obligationQueries(decision.obligations, call.exposedName);
+  // Rate limits count calls to this tool by its stable identity: a rename under the agent does not reset them.
+  const identity = { upstream: t.upstream.name, tool: t.tool.name };
+  const rateQueries = obligationQueries(decision.obligations, identity);
   const rates = rateQueries.length
     ? await step("history", () => deps.history.snapshot(call.principal.sub, call.principal.jti, call.runId, rateQueries, now))
     : NO_HISTORY_ANSWERS;
-  const problems = obligationProblems(decision.obligations, { exposedName: call.exposedName, history: rates });
+  const problems = obligationProblems(decision.obligations, { exposedName: call.exposedName, identity, history: rates });
   // enforce: the first problem refuses the call before dispatch.
   if (problems.length && decision.mode === "enforce") return { kind: "refused", refusal: problems[0]! };
   if (problems.length) {

@@ -60,7 +60,7 @@ async function governedSteps(deps: GovernanceDeps, call: ToolCall): Promise<Answ
   // 8 (end) budgets: admitted into history atomically, so no reconnect or new session escapes a limit.
   const callId = crypto.randomUUID();
   const limits = deps.policy.limits(call);
-  const recorded = deps.policy.recordsCall ? deps.policy.recordsCall(call.exposedName) : deps.policy.usesHistory;
+  const recorded = deps.policy.recordsCall ? deps.policy.recordsCall(call.exposedName, target.upstream.name, target.tool.name) : deps.policy.usesHistory;
   const admitted = recorded || limits.grantCalls !== undefined || limits.runCalls !== undefined;
   if (admitted) {
     const entry = {
@@ -69,6 +69,8 @@ async function governedSteps(deps: GovernanceDeps, call: ToolCall): Promise<Answ
       ...(call.principal.jti ? { jti: call.principal.jti } : {}),
       runId: call.runId,
       exposedName: call.exposedName,
+      upstream: target.upstream.name,
+      tool: target.tool.name,
       numbers: numbersOf(call.arguments),
       at: deps.clock(),
     };

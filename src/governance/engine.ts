@@ -10,7 +10,7 @@ import type { ToolMapping } from "../config/mapping-schema.ts";
 import type { Principal } from "../config/principal.ts";
 import { budgetLimits, type CompiledPolicy, compilePolicy, evaluate, historyQueries, listVerdict } from "./policy.ts";
 import type { Classification, DecisionInput, Mappings, Policy, Target } from "./steps.ts";
-import { globMatch } from "../wire/glob.ts";
+import { toolGlobMatch } from "../wire/glob.ts";
 
 const compiled = new WeakMap<object, CompiledPolicy>();
 const engines = new WeakMap<object, Policy>();
@@ -48,17 +48,22 @@ function factsOf(input: Omit<DecisionInput, "history">) {
  * its other conditions are not narrowed here — keeping too many is safe, too few is not). A
  * policy whose history rules count only `pay__*` spares every other call two HistoryDO round trips.
  */
-function recordsCallOf(p: CompiledPolicy): (exposedName: string) => boolean {
+function recordsCallOf(p: CompiledPolicy): (exposedName: string, upstream: string, tool: string) => boolean {
   if (!p.usesHistory) return () => false;
-  const counted = p.rules.flatMap((r) => r.historyQueries.map((q) => q.tool));
+  const counted = p.rules.flatMap((r) => r.historyQueries);
+  // Rate limits count the call's own tool by its stable identity (obligations.ts): every call a rate-limited rule could match is kept.
   const rateLimited = p.rules.filter((r) => r.obligations.some((o) => o.kind === "rate_limit"));
   const memo = new Map<string, boolean>();
-  return (name) => {
-    let hit = memo.get(name);
+  return (name, upstream, tool) => {
+    const key = `${upstream}\u0000${tool}\u0000${name}`;
+    let hit = memo.get(key);
     if (hit === undefined) {
-      hit = counted.some((g) => globMatch(g, name)) || rateLimited.some((r) => !r.tool || r.tool(name));
+      const call = { exposed: name, upstream, tool };
+      hit =
+        counted.some((q) => toolGlobMatch(q, call)) ||
+        rateLimited.some((r) => (!r.upstream || r.upstream(upstream)) && (!r.tool || r.tool(name) || (r.upstream !== null && r.tool(tool))));
       if (memo.size >= 4096) memo.clear();
-      memo.set(name, hit);
+      memo.set(key, hit);
     }
     return hit;
   };

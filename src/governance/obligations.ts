@@ -166,26 +166,36 @@ export function compile(o: Obligation): Compiled | string {
 
 // ---- before dispatch ----------------------------------------------------------------------
 
+/** The tool a call is to, by its stable identity: the upstream's name and its own name for the tool. */
+export interface ToolIdentity {
+  upstream: string;
+  tool: string;
+}
+
 export interface DispatchFacts {
+  /** The name the call was made by (what a refusal names). */
   exposedName: string;
-  /** Answers to (at least) `obligationQueries(obligations, exposedName)`. */
+  /** The call's tool: a rate limit counts the caller's calls to it by this identity, whatever name it was exposed under. */
+  identity: ToolIdentity;
+  /** Answers to (at least) `obligationQueries(obligations, identity)`. */
   history: HistorySnapshot;
 }
 
-const rateQuery = (c: Extract<Compiled, { kind: "rate_limit" }>, exposedName: string): HistoryQuery => ({
+const rateQuery = (c: Extract<Compiled, { kind: "rate_limit" }>, id: ToolIdentity): HistoryQuery => ({
   kind: "count",
-  tool: exposedName,
+  tool: id.tool,
+  upstream: id.upstream,
   withinMs: c.windowMs,
   scope: "principal",
 });
 
 /** The history queries the obligations' rate limits need (one per distinct window). */
-export function obligationQueries(obligations: Obligation[], exposedName: string): HistoryQuery[] {
+export function obligationQueries(obligations: Obligation[], identity: ToolIdentity): HistoryQuery[] {
   const out = new Map<string, HistoryQuery>();
   for (const o of obligations) {
     const c = compile(o);
     if (typeof c !== "string" && c.kind === "rate_limit") {
-      const q = rateQuery(c, exposedName);
+      const q = rateQuery(c, identity);
       out.set(historyKey(q), q);
     }
   }
@@ -206,7 +216,7 @@ export function obligationProblems(obligations: Obligation[], facts: DispatchFac
       continue;
     }
     if (c.kind !== "rate_limit") continue;
-    const n = facts.history?.answers?.[historyKey(rateQuery(c, facts.exposedName))];
+    const n = facts.history?.answers?.[historyKey(rateQuery(c, facts.identity))];
     if (typeof n !== "number")
       out.push({
         check: OBLIGATION_CHECK,

@@ -128,10 +128,20 @@ function compileRule(r: PolicyRuleConfig, at: string, problems: string[]): Compi
       return ms ?? 0;
     };
     const h = r.history;
-    if (h.count) history.count = { kind: "count", tool: h.count.tool, withinMs: within(h.count.within, "count"), scope: h.count.scope ?? "principal" };
+    // With an upstream, a query counts by the stable identity (wire/glob.ts toolGlobMatch).
+    const on = (q: { upstream?: string | undefined }) => (q.upstream === undefined ? {} : { upstream: q.upstream });
+    if (h.count)
+      history.count = { kind: "count", tool: h.count.tool, ...on(h.count), withinMs: within(h.count.within, "count"), scope: h.count.scope ?? "principal" };
     if (h.total)
-      history.total = { kind: "total", tool: h.total.tool, arg: h.total.arg, withinMs: within(h.total.within, "total"), scope: h.total.scope ?? "principal" };
-    if (h.succeeded) history.succeeded = { kind: "succeeded", tool: h.succeeded.tool, scope: "run" };
+      history.total = {
+        kind: "total",
+        tool: h.total.tool,
+        ...on(h.total),
+        arg: h.total.arg,
+        withinMs: within(h.total.within, "total"),
+        scope: h.total.scope ?? "principal",
+      };
+    if (h.succeeded) history.succeeded = { kind: "succeeded", tool: h.succeeded.tool, ...on(h.succeeded), scope: "run" };
     for (const q of [history.count, history.total, history.succeeded]) if (q) historyQueries.push(q);
     if (historyQueries.length === 0) problems.push(`${at}.history: name at least one of count, total, succeeded`);
   }

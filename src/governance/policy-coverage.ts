@@ -12,7 +12,7 @@
  */
 import type { PolicyConfig } from "../config/policy-schema.ts";
 import { didYouMean } from "../config/problems.ts";
-import { globMatch } from "../wire/glob.ts";
+import { toolGlobMatch } from "../wire/glob.ts";
 import type { CompiledPolicy, CompiledRule } from "./policy-compile.ts";
 
 /** One tool as the gateway would expose it: its stable identity (upstream, the upstream's own name) and its exposed name. */
@@ -88,15 +88,18 @@ export function unmatchedRules(policy: CompiledPolicy, tools: readonly KnownTool
       out.push({ rule: r.id, decision: r.decision, observe: r.observe, where: "match", names, nearest, blocking });
     }
     for (const q of r.historyQueries) {
-      if (exposed.some((n) => globMatch(q.tool, n))) continue;
+      if (tools.some((t) => toolGlobMatch(q, t))) continue;
       // A history query that counts nothing makes its rule read 0 / false: report it; it refuses like its rule would.
       out.push({
         rule: r.id,
         decision: r.decision,
         observe: r.observe,
         where: `history.${q.kind}.tool`,
-        names: [q.tool],
-        nearest: nearestOf([q.tool], exposed, tools),
+        names: q.upstream === undefined ? [q.tool] : [`upstream ${q.upstream}`, q.tool],
+        nearest:
+          q.upstream === undefined
+            ? nearestOf([q.tool], exposed, tools)
+            : [...nearestOf([q.tool], [...own, ...exposed]), ...nearestOf([q.upstream], upstreams)],
         blocking,
       });
     }

@@ -175,7 +175,7 @@ export interface Policy {
    * Whether a call to `exposedName` must be kept in history: some history query could count it,
    * or some rule with a rate limit could match it. Absent: `usesHistory` answers for every call.
    */
-  recordsCall?(exposedName: string): boolean;
+  recordsCall?(exposedName: string, upstream: string, tool: string): boolean;
   /** Whether any rule could hide a tool from a list (an unconditional deny in enforce): lists skip classifying otherwise. */
   readonly mayHide: boolean;
   /** Whether tools/list shows this tool to this principal (false only for an unconditional deny). */
@@ -198,23 +198,29 @@ export const OPEN_POLICY: Policy = {
 /** Which of the caller's calls a history query counts: all of its principal's, its run's, or its grant's (jti). */
 export type HistoryScope = "principal" | "run" | "grant";
 export type HistoryQuery =
-  /** How many admitted calls whose exposed name matches the glob `tool`, within the last `withinMs`. */
-  | { kind: "count"; tool: string; withinMs: number; scope: HistoryScope }
+  /**
+   * How many admitted calls whose exposed name matches the glob `tool`, within the last `withinMs`;
+   * with `upstream` (a glob over upstream names), the calls to a matching upstream whose own tool
+   * name or exposed name matches `tool` (the stable identity: wire/glob.ts toolGlobMatch).
+   */
+  | { kind: "count"; tool: string; upstream?: string; withinMs: number; scope: HistoryScope }
   /** The sum of numeric argument `arg` (dotted path) over those calls. */
-  | { kind: "total"; tool: string; arg: string; withinMs: number; scope: HistoryScope }
+  | { kind: "total"; tool: string; upstream?: string; arg: string; withinMs: number; scope: HistoryScope }
   /** Whether a call matching `tool` succeeded earlier in this run. */
-  | { kind: "succeeded"; tool: string; scope: "run" };
+  | { kind: "succeeded"; tool: string; upstream?: string; scope: "run" };
 /** Answers to a call's history queries, by `historyKey(query)`. */
 export interface HistorySnapshot {
   answers: Record<string, number | boolean>;
 }
 /** The stable key of a query (the snapshot's index). */
 export function historyKey(q: HistoryQuery): string {
+  // The upstream leads (it contains no "|"): a tool glob may contain anything.
+  const up = q.upstream === undefined ? "" : `@${q.upstream}|`;
   return q.kind === "succeeded"
-    ? `succeeded|${q.scope}|${q.tool}`
+    ? `succeeded|${q.scope}|${up}${q.tool}`
     : q.kind === "count"
-      ? `count|${q.scope}|${q.withinMs}|${q.tool}`
-      : `total|${q.scope}|${q.withinMs}|${q.arg}|${q.tool}`;
+      ? `count|${q.scope}|${q.withinMs}|${up}${q.tool}`
+      : `total|${q.scope}|${q.withinMs}|${q.arg}|${up}${q.tool}`;
 }
 /** One call as history keeps it. Keyed by the grant's principal and the gateway's run — never by anything the client chooses. */
 export interface HistoryEntry {
@@ -224,6 +230,9 @@ export interface HistoryEntry {
   jti?: string;
   runId: string | null;
   exposedName: string;
+  /** The stable identity: the upstream's name and its own name for the tool (what `upstream`-scoped queries count). */
+  upstream: string;
+  tool: string;
   /** Numeric arguments by dotted path (only these are kept: totals need nothing else). */
   numbers: Record<string, number>;
   at: number;

@@ -35,6 +35,8 @@ const entry = (principal: string, callId: string, over: Partial<HistoryEntry>): 
   principal,
   runId: null,
   exposedName: "alpha__send",
+  upstream: "alpha",
+  tool: "send",
   numbers: {},
   at: Date.now(),
   ...over,
@@ -45,8 +47,15 @@ async function seed(principal: string, now: number): Promise<void> {
   const calls: HistoryEntry[] = [
     entry(principal, "c1", { jti: "J1", runId: "R1", exposedName: "alpha__send", numbers: { amount: 5 }, at: now - 10 * MIN }),
     entry(principal, "c2", { jti: "J1", runId: "R2", exposedName: "alpha__send", numbers: { amount: 7 }, at: now - 2 * MIN }),
-    entry(principal, "c3", { jti: "J2", runId: "R1", exposedName: "alpha__read", at: now - 30_000 }),
-    entry(principal, "c4", { jti: "J2", runId: "R2", exposedName: "beta__send", numbers: { amount: 100, "order.total": 3 }, at: now - 3 * HOUR }),
+    entry(principal, "c3", { jti: "J2", runId: "R1", exposedName: "alpha__read", tool: "read", at: now - 30_000 }),
+    entry(principal, "c4", {
+      jti: "J2",
+      runId: "R2",
+      exposedName: "beta__send",
+      upstream: "beta",
+      numbers: { amount: 100, "order.total": 3 },
+      at: now - 3 * HOUR,
+    }),
   ];
   for (const c of calls) expect(await store.admit(c, {})).toEqual({ ok: true });
   await store.settle(principal, "c1", "succeeded");
@@ -132,6 +141,55 @@ describe("HistoryDO snapshots", () => {
       "c3:admitted",
       "c4:succeeded",
     ]);
+  });
+
+  it("a query with an upstream counts by the stable identity: calls to that upstream's own tool under any exposed name, never another upstream's", async () => {
+    const p = "agent:hist-identity";
+    const now = Date.now();
+    // The same tool of alpha, exposed as `send` and then (after a rename) as `alpha__send`; beta's own `send` beside it.
+    await store.admit(entry(p, "i1", { exposedName: "send", numbers: { amount: 2 }, at: now - 3 * MIN }), {});
+    await store.admit(entry(p, "i2", { runId: "RI", exposedName: "alpha__send", numbers: { amount: 3 }, at: now - 2 * MIN }), {});
+    await store.admit(entry(p, "i3", { exposedName: "beta__send", upstream: "beta", numbers: { amount: 100 }, at: now - MIN }), {});
+    await store.settle(p, "i2", "succeeded");
+    const on = (upstream: string, q: HistoryQuery): HistoryQuery => ({ ...q, upstream });
+    expect(
+      await ask(
+        p,
+        undefined,
+        "RI",
+        now,
+        on("alpha", count("send", HOUR, "principal")),
+        on("alpha", total("send", "amount", HOUR, "principal")),
+        on("beta", count("send", HOUR, "principal")),
+        on("*", count("send", HOUR, "principal")),
+        on("alpha", succeeded("send")),
+        on("beta", succeeded("send")),
+        // Without an upstream a glob names exposed names only, as before.
+        count("send", HOUR, "principal"),
+        count("*send", HOUR, "principal"),
+      ),
+    ).toEqual([2, 5, 1, 3, true, false, 1, 3]);
+    // The two forms are distinct queries of one snapshot.
+    expect(historyKey(on("alpha", count("send", HOUR, "principal")))).not.toBe(historyKey(count("send", HOUR, "principal")));
+  });
+
+  it("an object whose tables predate the identity columns gets them on its next read or admit; its old rows match exposed-name queries only", async () => {
+    const p = "agent:hist-old-schema";
+    const now = Date.now();
+    await runInDurableObject(raw(p), (_i, state) => {
+      state.storage.sql.exec(
+        "CREATE TABLE calls (call_id TEXT PRIMARY KEY, jti TEXT, run_id TEXT, exposed_name TEXT NOT NULL, numbers TEXT NOT NULL, at INTEGER NOT NULL, status TEXT NOT NULL, v INTEGER NOT NULL)",
+      );
+      state.storage.sql.exec(
+        "CREATE TABLE successes (run_id TEXT NOT NULL, exposed_name TEXT NOT NULL, at INTEGER NOT NULL, PRIMARY KEY (run_id, exposed_name))",
+      );
+      state.storage.sql.exec("INSERT INTO calls VALUES ('old1', NULL, NULL, 'send', '{}', ?, 'admitted', 1)", now - MIN);
+    });
+    expect(await ask(p, undefined, null, now, count("send", HOUR, "principal"), { ...count("send", HOUR, "principal"), upstream: "alpha" })).toEqual([1, 0]);
+    const cols = await sql(p, "SELECT name FROM pragma_table_info('calls') WHERE name IN ('upstream', 'tool') ORDER BY name");
+    expect(cols.map((c) => c.name)).toEqual(["tool", "upstream"]);
+    expect(await store.admit(entry(p, "new1", { exposedName: "alpha__send", at: now - 30_000 }), {})).toEqual({ ok: true });
+    expect(await ask(p, undefined, null, now, count("*send", HOUR, "principal"), { ...count("send", HOUR, "principal"), upstream: "alpha" })).toEqual([2, 1]);
   });
 
   it("a window holds the calls after now - withinMs; windows past 24 h and malformed queries are refused (the caller fails closed)", async () => {

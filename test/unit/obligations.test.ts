@@ -293,7 +293,8 @@ describe("results that cannot carry a shaping obligation are held back", () => {
 });
 
 const NO_HISTORY: HistorySnapshot = { answers: {} };
-const facts = (history: HistorySnapshot = NO_HISTORY) => ({ exposedName: "alpha__send", history });
+const SEND = { upstream: "alpha", tool: "send" };
+const facts = (history: HistorySnapshot = NO_HISTORY) => ({ exposedName: "alpha__send", identity: SEND, history });
 
 describe("unknown and unusable obligations", () => {
   const unknown = obl("encrypt:aes");
@@ -340,17 +341,17 @@ describe("unknown and unusable obligations", () => {
 
 describe("rate limits", () => {
   const limits = obl("rate_limit:2/1m", "rate_limit:100/1h", "rate_limit:3/60s");
-  const queries = obligationQueries(limits, "alpha__send");
+  const queries = obligationQueries(limits, SEND);
   const snap = (perMinute: number, perHour: number): HistorySnapshot => ({
     answers: { [historyKey(queries[0]!)]: perMinute, [historyKey(queries[1]!)]: perHour },
   });
 
-  it("ask history for the tool's calls by the principal within each distinct window", () => {
+  it("ask history for the principal's calls to the tool, by its stable identity, within each distinct window", () => {
     expect(queries).toEqual([
-      { kind: "count", tool: "alpha__send", withinMs: 60_000, scope: "principal" },
-      { kind: "count", tool: "alpha__send", withinMs: 3_600_000, scope: "principal" },
+      { kind: "count", tool: "send", upstream: "alpha", withinMs: 60_000, scope: "principal" },
+      { kind: "count", tool: "send", upstream: "alpha", withinMs: 3_600_000, scope: "principal" },
     ]);
-    expect(obligationQueries(obl("mask:email", "audit:full"), "alpha__send")).toEqual([]);
+    expect(obligationQueries(obl("mask:email", "audit:full"), SEND)).toEqual([]);
   });
 
   it("refuse in enforce once the count reaches n (the third call of 2/1m), and only report in observe/advise", () => {

@@ -6,6 +6,8 @@
 import { describe, expect, it } from "vitest";
 import { type PolicyInput, parsePolicy } from "../../src/config/policy-schema.ts";
 import { compilePolicy } from "../../src/governance/policy.ts";
+import { policyEngine } from "../../src/governance/engine.ts";
+import { testConfig, testUpstream } from "./fixtures.ts";
 import { describeUnmatched, type KnownTool, unmatchedRules } from "../../src/governance/policy-coverage.ts";
 
 type Rules = NonNullable<PolicyInput["rules"]>;
@@ -76,5 +78,52 @@ describe("unmatchedRules", () => {
       ["gone", "match", ["files"]],
       ["counted", "history.count.tool", ["files__read"]],
     ]);
+  });
+  it("a history query by stable identity ({upstream, tool}) counts the upstream's own name under any namespacing; a typo in it is reported", () => {
+    const rules = (tool: string) => [
+      {
+        id: "sums",
+        match: { upstream: "everything", tool: "get-sum" },
+        history: { count: { upstream: "everything", tool, within: "1m" } },
+        when: "history.count > 1",
+        decision: "deny" as const,
+        reason: "r",
+      },
+    ];
+    expect(coverage(rules("get-sum"), ALONE)).toEqual([]);
+    expect(coverage(rules("get-sum"), NAMESPACED)).toEqual([]);
+    const typo = coverage(rules("get-summ"), NAMESPACED);
+    expect(typo.map((x) => [x.rule, x.where, x.names, x.nearest, x.blocking])).toEqual([
+      ["sums", "history.count.tool", ["upstream everything", "get-summ"], ["get-sum"], true],
+    ]);
+  });
+});
+
+describe("which calls history keeps (policyEngine.recordsCall)", () => {
+  const engineOf = (rules: Rules) => {
+    const parsed = parsePolicy({ rules });
+    if (!parsed.ok) throw new Error(parsed.problems.join("; "));
+    return policyEngine(testConfig([testUpstream("everything")], { mode: "enforce", policy: parsed.policy }));
+  };
+  it("a rate-limited rule written by stable identity keeps the calls it limits, under any exposed name (a rename does not reset the count)", () => {
+    const e = engineOf([{ id: "slow", match: { upstream: "everything", tool: "get-sum" }, decision: "allow", reason: "r", obligations: ["rate_limit:1/1m"] }]);
+    expect(e.recordsCall?.("get-sum", "everything", "get-sum")).toBe(true);
+    expect(e.recordsCall?.("everything__get-sum", "everything", "get-sum")).toBe(true);
+    expect(e.recordsCall?.("everything__get-env", "everything", "get-env")).toBe(false);
+    expect(e.recordsCall?.("get-sum", "files", "get-sum")).toBe(false);
+  });
+  it("a history query by stable identity keeps the calls it counts", () => {
+    const e = engineOf([
+      {
+        id: "n",
+        match: { tool: "*" },
+        history: { count: { upstream: "everything", tool: "get-*", within: "1m" } },
+        when: "history.count > 5",
+        decision: "deny",
+        reason: "r",
+      },
+    ]);
+    expect(e.recordsCall?.("everything__get-env", "everything", "get-env")).toBe(true);
+    expect(e.recordsCall?.("files__get-x", "files", "get-x")).toBe(false);
   });
 });
