@@ -7,8 +7,9 @@
  * refuse a config in enforce: a deciding (not observe) `deny` or `require_approval` rule, or a
  * rule carrying obligations, that matches nothing — a policy that says deny while the gateway
  * allows. Matching is the engine's own (policy.ts): `tool` over the exposed name, and over the
- * upstream's own name when the rule names an upstream. Must never: do I/O, decide a call, or call
- * a rule dead when a tool it names exists.
+ * upstream's own name when the rule names an upstream. `matchedBefore` adds what the same rule
+ * matched under the previous config or listing. Must never: do I/O, decide a call, or call a rule
+ * dead when a tool it names exists.
  */
 import type { PolicyConfig } from "../config/policy-schema.ts";
 import { didYouMean } from "../config/problems.ts";
@@ -35,12 +36,39 @@ export interface UnmatchedRule {
   nearest: string[];
   /** In enforce, this refuses the config: a deciding deny or require_approval rule, or one with obligations, that matches no tool. */
   blocking: boolean;
+  /** What the same rule (by id) matched before — under the config served until now, or in the previous listing (`matchedBefore`). */
+  before?: { when: string; names: string[] };
+}
+
+/** Most names a report quotes of what a rule matched before. */
+const MAX_BEFORE = 5;
+
+/**
+ * Each unmatched rule with what the rule of the same id in `policy` (the config served until now,
+ * or the same policy at an earlier listing) matched among `tools` there (`when` says which, e.g.
+ * "under the served config"): the tool the typo or the rename lost. A rule that is new, or that
+ * matched nothing then too, is returned as it is.
+ */
+export function matchedBefore(unmatched: readonly UnmatchedRule[], policy: CompiledPolicy, tools: readonly KnownTool[], when: string): UnmatchedRule[] {
+  return unmatched.map((u) => {
+    const r = policy.rules.find((x) => x.id === u.rule);
+    if (!r) return u;
+    const kind = /^history\.(count|total|succeeded)\.tool$/.exec(u.where)?.[1];
+    const q = kind ? r.historyQueries.find((h) => h.kind === kind) : undefined;
+    if (kind && !q) return u;
+    const hits = tools.filter((t) => (q ? toolGlobMatch(q, t) : matchesOne(r, t))).map((t) => t.exposed);
+    const names = [...new Set(hits)];
+    return names.length ? { ...u, before: { when, names: names.slice(0, MAX_BEFORE) } } : u;
+  });
 }
 
 const isGlob = (g: string) => /[*?]/.test(g);
 
+function matchesOne(r: CompiledRule, t: KnownTool): boolean {
+  return (!r.upstream || r.upstream(t.upstream)) && (!r.tool || r.tool(t.exposed) || (r.upstream !== null && r.tool(t.tool)));
+}
 function matchesSome(r: CompiledRule, tools: readonly KnownTool[]): boolean {
-  return tools.some((t) => (!r.upstream || r.upstream(t.upstream)) && (!r.tool || r.tool(t.exposed) || (r.upstream !== null && r.tool(t.tool))));
+  return tools.some((t) => matchesOne(r, t));
 }
 
 /**
@@ -112,5 +140,6 @@ export function describeUnmatched(u: UnmatchedRule, known: number): string {
   const kind = `${u.decision}${u.observe ? ", observe" : ""}`;
   const what = u.names.length ? u.names.map((n) => JSON.stringify(n)).join(", ") : "(nothing)";
   const near = u.nearest.length ? ` — did you mean ${u.nearest.map((n) => JSON.stringify(n)).join(" or ")}?` : "";
-  return `rule ${u.rule} (${kind}): ${u.where} names ${what}, which matches no tool of the ${known} known${near}`;
+  const before = u.before ? ` (${u.before.when} it matched ${u.before.names.map((n) => JSON.stringify(n)).join(", ")})` : "";
+  return `rule ${u.rule} (${kind}): ${u.where} names ${what}, which matches no tool of the ${known} known${before}${near}`;
 }

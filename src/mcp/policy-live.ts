@@ -3,14 +3,14 @@
  * `PUT /v1/config` (and `portcullis.reload`) checks before storing a config. Every upstream of the
  * candidate config is asked for its tools/list at once (each bounded by LIST_TIMEOUT_MS, under the
  * reloading admin's credential scope); when every one answered, the rules are judged by
- * policy-coverage.ts: `blocking` are those that refuse the config in enforce (a deny or
+ * policy-coverage.ts (each with what the same rule matched under the config served now): `blocking` are those that refuse the config in enforce (a deny or
  * require_approval rule, or an obligation, that matches no tool), `warnings` the rest and, when an
  * upstream did not answer, why nothing was judged. Must never: judge from a partial set of lists,
  * decide a call, or return a tool's schema or an upstream's credential.
  */
 import type { GatewayConfig, UpstreamConfig } from "../config/load.ts";
 import { compiledPolicy } from "../governance/engine.ts";
-import { describeUnmatched, type KnownTool, unmatchedRules } from "../governance/policy-coverage.ts";
+import { describeUnmatched, type KnownTool, matchedBefore, unmatchedRules } from "../governance/policy-coverage.ts";
 import { listTools } from "./health.ts";
 import { exposeName, shadowed } from "./names.ts";
 
@@ -31,7 +31,7 @@ export interface LiveCoverage {
  * `reach` is each upstream as this request reaches it (its vantage and `sub`'s credentials,
  * config-view.ts requestConfig); an upstream of `cfg` not among them is one that did not list.
  */
-export async function liveCoverage(cfg: GatewayConfig, reach: readonly UpstreamConfig[], sub: string): Promise<LiveCoverage> {
+export async function liveCoverage(cfg: GatewayConfig, reach: readonly UpstreamConfig[], sub: string, served?: GatewayConfig): Promise<LiveCoverage> {
   if (!cfg.policy || (cfg.policy.rules ?? []).length === 0) return { checked: true, blocking: [], warnings: [] };
   const lists = await Promise.all(
     cfg.upstreams.map(async (up) => {
@@ -49,7 +49,17 @@ export async function liveCoverage(cfg: GatewayConfig, reach: readonly UpstreamC
   const known: KnownTool[] = lists.flatMap(([up, names]) =>
     (names ?? []).filter((n) => !shadowed(cfg.upstreams, up, n, "name")).map((tool) => ({ upstream: up.name, tool, exposed: exposeName(up, tool) })),
   );
-  const unmatched = unmatchedRules(compiledPolicy(cfg), known, cfg.policy);
+  let unmatched = unmatchedRules(compiledPolicy(cfg), known, cfg.policy);
+  // What each rule matched under the config served until now: the same tools, named as that config names them.
+  if (served?.policy && unmatched.length) {
+    const before: KnownTool[] = lists.flatMap(([up, names]) => {
+      const was = served.upstreams.find((u) => u.name === up.name);
+      return was
+        ? (names ?? []).filter((n) => !shadowed(served.upstreams, was, n, "name")).map((tool) => ({ upstream: was.name, tool, exposed: exposeName(was, tool) }))
+        : [];
+    });
+    unmatched = matchedBefore(unmatched, compiledPolicy(served), before, "under the config served now");
+  }
   const enforce = cfg.mode === "enforce";
   const line = (u: (typeof unmatched)[number]) => describeUnmatched(u, known.length);
   return {

@@ -12,7 +12,7 @@
  */
 import type { UpstreamConfig } from "../config/load.ts";
 import { compiledPolicy } from "../governance/engine.ts";
-import { describeUnmatched, type KnownTool, unmatchedRules } from "../governance/policy-coverage.ts";
+import { describeUnmatched, type KnownTool, matchedBefore, unmatchedRules } from "../governance/policy-coverage.ts";
 import { canonicalJson, sha256Hex } from "../wire/canonical.ts";
 import { isObject, type Json, type JsonObject } from "../wire/jsonrpc.ts";
 import type { CallContext } from "./context.ts";
@@ -29,8 +29,9 @@ export interface PolicyWatchReport {
 }
 
 let latest: PolicyWatchReport | null = null;
-/** The signature of the last report per policy version (bounded: a few versions). */
+/** The signature of the last report per policy version, and the tools it was judged against (bounded: a few versions). */
 const reported = new Map<string, string>();
+const knownAt = new Map<string, KnownTool[]>();
 const MAX_VERSIONS = 8;
 
 /** The newest report of this isolate (null before any complete listing). */
@@ -42,6 +43,7 @@ export function policyWatchReport(): PolicyWatchReport | null {
 export function resetPolicyWatch(): void {
   latest = null;
   reported.clear();
+  knownAt.clear();
 }
 
 /**
@@ -63,12 +65,21 @@ export function watchPolicy(ctx: CallContext, lists: readonly (readonly [Upstrea
       ),
     );
     const policy = compiledPolicy(cfg);
-    const unmatched = unmatchedRules(policy, known, cfg.policy);
+    const previous = knownAt.get(policy.version);
+    let unmatched = unmatchedRules(policy, known, cfg.policy);
+    // What a rule that stopped matching matched in this isolate's previous complete listing (the tool that was dropped).
+    if (previous && unmatched.length) unmatched = matchedBefore(unmatched, policy, previous, "in the previous listing");
     const lines = unmatched.map((u) => describeUnmatched(u, known.length));
-    const signature = canonicalJson(lines);
+    // The signature leaves out what matched before: the same unmatched rules are one report however they are told.
+    const signature = canonicalJson(unmatched.map((u) => describeUnmatched({ ...u, before: undefined }, known.length)));
     if (reported.get(policy.version) === signature) return;
-    if (reported.size >= MAX_VERSIONS && !reported.has(policy.version)) reported.delete(reported.keys().next().value as string);
+    if (reported.size >= MAX_VERSIONS && !reported.has(policy.version)) {
+      const oldest = reported.keys().next().value as string;
+      reported.delete(oldest);
+      knownAt.delete(oldest);
+    }
     reported.set(policy.version, signature);
+    knownAt.set(policy.version, known);
     latest = { at: new Date().toISOString(), policy_version: policy.version, mode: cfg.mode, tools: known.length, unmatched: lines };
     if (unmatched.length === 0) return;
     console.warn(JSON.stringify({ event: "policy_unmatched", policy_version: policy.version, mode: cfg.mode, rules: lines }));
@@ -76,7 +87,15 @@ export function watchPolicy(ctx: CallContext, lists: readonly (readonly [Upstrea
       policy_version: policy.version,
       mode: cfg.mode,
       tools: known.length,
-      rules: unmatched.map((u) => ({ rule: u.rule, decision: u.decision, where: u.where, names: u.names, nearest: u.nearest, blocking: u.blocking })),
+      rules: unmatched.map((u) => ({
+        rule: u.rule,
+        decision: u.decision,
+        where: u.where,
+        names: u.names,
+        nearest: u.nearest,
+        blocking: u.blocking,
+        ...(u.before ? { matched_before: u.before.names } : {}),
+      })),
     };
     ctx.ledger.unmatched?.(`policy.unmatched:${sha256Hex(`${policy.version}\n${signature}`)}`, body);
   } catch (e) {

@@ -76,7 +76,7 @@ export async function reloadConfig(env: Env, served: GatewayConfig, req: Request
   }
   // The rules against what the upstreams list now: in enforce, one that should stop calls and matches nothing refuses the config.
   const reach = await requestConfig(env, checked.config, req, by);
-  const coverage = await liveCoverage(checked.config, reach.upstreams, by.sub);
+  const coverage = await liveCoverage(checked.config, reach.upstreams, by.sub, served);
   if (coverage.blocking.length && !force) {
     return {
       ok: false,

@@ -283,6 +283,22 @@ describe("hot reload", () => {
       expect(forced.code, forced.stdout + forced.stderr).toBe(0);
       expect(forced.stdout).toMatch(/reloaded: config version 4/);
       expect(await within(SERVE_BOUND_MS, async () => (await names(client.client)).includes("test_simple_text"))).not.toBeNull();
+
+      // A rule that matched under the served config and matches nothing in the new one: the refusal says what it matched.
+      const rule = (tool: string) =>
+        `mode: enforce\n${readFileSync(bare, "utf8")}policy:\n  rules:\n    - id: no-text\n      match: { tool: ${tool} }\n      decision: deny\n      reason: r\n`;
+      const good = await api(origin, admin, "/v1/config", { method: "PUT", body: { config: rule("test_simple_text") } });
+      expect(good.status, JSON.stringify(good.json)).toBe(200);
+      expect(good.json.version).toBe(5);
+      // Once it serves version 5 (its deny hides the tool):
+      expect(await within(SERVE_BOUND_MS, async () => !(await names(client.client)).includes("test_simple_text"))).not.toBeNull();
+      const typo = await api(origin, admin, "/v1/config", { method: "PUT", body: { config: rule("test_simple_txt") } });
+      expect(typo.status).toBe(400);
+      expect(typo.json.problems).toEqual([
+        expect.stringMatching(
+          /^rule no-text \(deny\): match names "test_simple_txt", which matches no tool of the \d+ known \(under the config served now it matched "test_simple_text"\) — did you mean "test_simple_text"\?$/,
+        ),
+      ]);
     } finally {
       await client.close();
     }

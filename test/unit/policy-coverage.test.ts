@@ -8,7 +8,7 @@ import { type PolicyInput, parsePolicy } from "../../src/config/policy-schema.ts
 import { compilePolicy } from "../../src/governance/policy.ts";
 import { policyEngine } from "../../src/governance/engine.ts";
 import { testConfig, testUpstream } from "./fixtures.ts";
-import { describeUnmatched, type KnownTool, unmatchedRules } from "../../src/governance/policy-coverage.ts";
+import { describeUnmatched, type KnownTool, matchedBefore, unmatchedRules } from "../../src/governance/policy-coverage.ts";
 
 type Rules = NonNullable<PolicyInput["rules"]>;
 const coverage = (rules: Rules, tools: KnownTool[]) => {
@@ -96,6 +96,35 @@ describe("unmatchedRules", () => {
     expect(typo.map((x) => [x.rule, x.where, x.names, x.nearest, x.blocking])).toEqual([
       ["sums", "history.count.tool", ["upstream everything", "get-summ"], ["get-sum"], true],
     ]);
+  });
+});
+
+describe("matchedBefore: what a rule that matches nothing matched under the previous config", () => {
+  it("a rule renamed away from its tool names what it matched; a new rule, or one that matched nothing then, is left as it is", () => {
+    const policyOf = (rules: Rules) => {
+      const parsed = parsePolicy({ rules });
+      if (!parsed.ok) throw new Error(parsed.problems.join("; "));
+      return { compiled: compilePolicy(parsed.policy, { mode: "enforce", unclassifiedReads: "block" }), source: parsed.policy };
+    };
+    const old = policyOf([
+      { id: "no-env", match: { tool: "get-env" }, decision: "deny", reason: "r" },
+      { id: "typo", match: { tool: "get-summ" }, decision: "deny", reason: "r" },
+    ]);
+    const now = policyOf([
+      { id: "no-env", match: { tool: "get-env" }, decision: "deny", reason: "r" },
+      { id: "typo", match: { tool: "get-summ" }, decision: "deny", reason: "r" },
+      { id: "fresh", match: { tool: "nope" }, decision: "deny", reason: "r" },
+    ]);
+    const unmatched = unmatchedRules(now.compiled, NAMESPACED, now.source);
+    const told = matchedBefore(unmatched, old.compiled, ALONE, "under the config served now");
+    expect(told.map((u) => [u.rule, u.before?.names ?? null])).toEqual([
+      ["no-env", ["get-env"]],
+      ["typo", null],
+      ["fresh", null],
+    ]);
+    expect(describeUnmatched(told[0]!, 3)).toBe(
+      'rule no-env (deny): match names "get-env", which matches no tool of the 3 known (under the config served now it matched "get-env") — did you mean "everything__get-env"?',
+    );
   });
 });
 

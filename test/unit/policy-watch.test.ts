@@ -47,9 +47,12 @@ describe("watchPolicy", () => {
     expect(records[0]!.body).toMatchObject({
       mode: "enforce",
       tools: 2,
-      rules: [{ rule: "no-env", decision: "deny", blocking: true, names: ["upstream everything", "get-env"] }],
+      rules: [{ rule: "no-env", decision: "deny", blocking: true, names: ["upstream everything", "get-env"], matched_before: ["get-env"] }],
     });
-    expect(policyWatchReport()?.unmatched).toEqual(['rule no-env (deny): match names "upstream everything", "get-env", which matches no tool of the 2 known']);
+    // The report names what the rule matched in the previous listing: the tool the upstream dropped.
+    expect(policyWatchReport()?.unmatched).toEqual([
+      'rule no-env (deny): match names "upstream everything", "get-env", which matches no tool of the 2 known (in the previous listing it matched "get-env")',
+    ]);
     expect(warn).toHaveBeenCalledTimes(1);
     expect(String(warn.mock.calls[0]![0])).toContain('"event":"policy_unmatched"');
 
