@@ -11,7 +11,7 @@
  * expired, delete a row whose expiry record is still owed, or touch a row of a record version this
  * code does not know (the store never hands one out).
  */
-import type { EntryDraft, EntryKind, HoldBody } from "../src/ledger/records.ts";
+import { type EntryDraft, type EntryKind, holdBody } from "../src/ledger/records.ts";
 import { sha256Hex } from "../src/wire/canonical.ts";
 import { HOLD_ID } from "./names.ts";
 import type { HoldRecord, HoldState, LedgerSigning, NewHold } from "./records.ts";
@@ -181,17 +181,7 @@ export function listHolds(store: HoldStore, state: HoldState | null, now: number
 
 /** A hold event's draft for the team's chain. */
 export function holdDraft(kind: EntryKind, rec: HoldRecord, approver: string | null, reason: string | null, id: string, now: number): EntryDraft {
-  const body: HoldBody = {
-    hold_id: rec.id,
-    decision_id: null,
-    principal: rec.principal,
-    team: rec.team,
-    tool: rec.exposedName,
-    action_hash: rec.actionHash,
-    approver,
-    reason,
-  };
-  return { kind, id, at: new Date(now).toISOString(), body };
+  return { kind, id, at: new Date(now).toISOString(), body: holdBody(rec, approver, reason) };
 }
 
 /** The alarm's `hold.expired` draft of one hold: its id names the hold, so it is the same draft however often it is tried. */

@@ -159,12 +159,43 @@ export interface HoldBody extends JsonObject {
   decision_id: string | null;
   principal: string;
   team: string;
+  /** The name the agent called the tool by (it moves when namespacing changes). */
   tool: string;
+  /** The stable identity: the upstream and its own tool name (what the action hash covers). */
+  upstream: string;
+  upstream_tool: string;
   /** The hold's action hash: SHA-256 of the RFC 8785 JSON of {principal, upstream, tool, arguments}. */
   action_hash: string;
   /** Who approved or rejected (null for created, expired, consumed). */
   approver: string | null;
   reason: string | null;
+}
+
+/** What a hold event says of its hold (HoldsDO's HoldRecord has these fields). */
+export interface HoldFacts {
+  id: string;
+  principal: string;
+  team: string;
+  exposedName: string;
+  upstream: string;
+  tool: string;
+  actionHash: string;
+}
+
+/** The body of a hold event: the name the agent called (`tool`) beside the stable identity (`upstream`, `upstream_tool`). */
+export function holdBody(h: HoldFacts, approver: string | null, reason: string | null): HoldBody {
+  return {
+    hold_id: h.id,
+    decision_id: null,
+    principal: h.principal,
+    team: h.team,
+    tool: h.exposedName,
+    upstream: h.upstream,
+    upstream_tool: h.tool,
+    action_hash: h.actionHash,
+    approver,
+    reason,
+  };
 }
 
 /** A kill-switch change: a halt set or lifted. */

@@ -20,7 +20,7 @@ import type { HoldClaim, HoldRecord, HoldsApi, LedgerSigning, NewHold } from "..
 import { newHoldId } from "../../durable-objects/names.ts";
 import type { Classification, Decision, HoldStore, HoldVerdict, Refusal, Target, ToolCall } from "../governance/steps.ts";
 import { canonicalUrl } from "../identity/metadata.ts";
-import type { HoldBody } from "../ledger/records.ts";
+import { type HoldBody, holdBody } from "../ledger/records.ts";
 import { canonicalJson, sha256Hex } from "../wire/canonical.ts";
 import { type JsonObject, type JsonRpcResponse, isObject } from "../wire/jsonrpc.ts";
 import { bounded } from "../wire/bounded.ts";
@@ -70,16 +70,7 @@ async function claimOf(api: HoldsApi, fresh: NewHold, signing: LedgerSigning, no
 
 export function holdStore(ctx: CallContext, api: HoldsApi): HoldStore {
   const signing = ledgerSigning(ctx.cfg);
-  const body = (h: HoldRecord, reason: string | null): HoldBody => ({
-    hold_id: h.id,
-    decision_id: null,
-    principal: h.principal,
-    team: h.team,
-    tool: h.exposedName,
-    action_hash: h.actionHash,
-    approver: null,
-    reason,
-  });
+  const body = (h: HoldRecord, reason: string | null): HoldBody => holdBody(h, null, reason);
 
   return {
     async settle(call: ToolCall, target: Target, decision: Decision, classification: Classification): Promise<HoldVerdict> {

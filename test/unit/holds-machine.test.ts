@@ -484,6 +484,8 @@ describe("resolve", () => {
           principal: ALICE,
           team: TEAM,
           tool: "alpha__send",
+          upstream: "alpha",
+          upstream_tool: "send",
           action_hash: h.actionHash,
           approver: BOB,
           reason: "looks right",
