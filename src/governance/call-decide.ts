@@ -87,7 +87,7 @@ export async function decideCall(deps: GovernanceDeps, call: ToolCall): Promise<
   const t = target;
 
   // 5 kill switch
-  const halted = haltFor(await step("kill_switch", () => deps.killSwitch.read()), call, t.upstream);
+  const halted = haltFor(await step("kill_switch", () => deps.killSwitch.read()), call, t.upstream, t.tool.name);
   if (halted) return { kind: "refused", refusal: halted };
 
   // 6 classify: mapping → name/annotation heuristic → conservative default.

@@ -63,8 +63,13 @@ export interface KillSwitchReader {
 }
 export const NO_HALTS: KillSwitchReader = { read: async () => ({ version: 0, halts: [] }) };
 
-/** The first halt that covers this call, as a refusal; null when nothing is halted for it. */
-export function haltFor(state: KillSwitchState, call: ToolCall, upstream: UpstreamConfig): Refusal | null {
+/**
+ * The first halt that covers this call, as a refusal; null when nothing is halted for it. A tool
+ * halt names the tool as agents call it, or (given `ownTool`) by its stable identity
+ * (`<upstream>/<tool>`), its prefixed name or the upstream's own name, whichever naming the
+ * upstream has now: a rename under the agents never lifts it (covering more is safe).
+ */
+export function haltFor(state: KillSwitchState, call: ToolCall, upstream: UpstreamConfig, ownTool?: string): Refusal | null {
   const p = call.principal;
   const covers = (h: Halt): boolean => {
     switch (h.scope) {
@@ -76,7 +81,10 @@ export function haltFor(state: KillSwitchState, call: ToolCall, upstream: Upstre
       case "upstream":
         return h.target === upstream.name;
       case "tool":
-        return h.target === call.exposedName;
+        return (
+          h.target === call.exposedName ||
+          (ownTool !== undefined && [ownTool, `${upstream.name}/${ownTool}`, `${upstream.name}__${ownTool}`].includes(h.target ?? ""))
+        );
       case "principal":
         return h.target !== null && h.target !== undefined && lookAlike(h.target, p.sub);
       case "grant":

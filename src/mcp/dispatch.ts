@@ -96,7 +96,7 @@ export function governance(ctx: CallContext): GovernanceDeps {
       call: (target, request, call) => {
         const up = target.upstream;
         const run = async (c: CallContext) => recordCreatedTasks(c, up, request, await callLeg(c, up, request), (r) => callLeg(c, up, r));
-        return call ? haltableLeg(ctx, killSwitch, call, up, run) : run(ctx);
+        return call ? haltableLeg(ctx, killSwitch, call, up, run, target.tool.name) : run(ctx);
       },
     },
     clock: Date.now,

@@ -103,9 +103,9 @@ export function killSwitchReader(env: Env): KillSwitchReader {
 }
 
 /** The halt covering `call` now, or null; an unreadable kill switch is reported as such (`unreadable`). */
-async function haltNow(reader: KillSwitchReader, call: ToolCall, up: UpstreamConfig): Promise<Refusal | null | { unreadable: string }> {
+async function haltNow(reader: KillSwitchReader, call: ToolCall, up: UpstreamConfig, ownTool?: string): Promise<Refusal | null | { unreadable: string }> {
   try {
-    return haltFor(await reader.read(), call, up);
+    return haltFor(await reader.read(), call, up, ownTool);
   } catch (e) {
     return { unreadable: (e as Error)?.message ?? String(e) };
   }
@@ -122,9 +122,10 @@ export async function haltableLeg(
   call: ToolCall,
   up: UpstreamConfig,
   run: (ctx: CallContext) => Promise<LegResult>,
+  ownTool?: string,
 ): Promise<LegResult> {
   // A halt that landed after step 5 (or before a retry) stops the leg before anything is sent.
-  const before = await haltNow(reader, call, up);
+  const before = await haltNow(reader, call, up, ownTool);
   if (before && "unreadable" in before)
     return { kind: "failed", reason: `the kill switch could not answer (${before.unreadable}); the call was not sent`, auth: false };
   if (before) return { kind: "uncertain", reason: `cancelled by the kill switch before it was sent: ${before.reason}` };
@@ -145,7 +146,7 @@ export async function haltableLeg(
     const tick = async () => {
       timer = undefined;
       if (settled) return;
-      const h = await haltNow(reader, call, up);
+      const h = await haltNow(reader, call, up, ownTool);
       if (settled) return;
       if (h && !("unreadable" in h)) return resolve(h);
       timer = setTimeout(tick, KILLSWITCH_POLL_MS);

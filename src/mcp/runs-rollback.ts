@@ -320,6 +320,6 @@ async function haltOf(env: Env, caller: Principal, view: RunView, up: UpstreamCo
     runId: view.run,
   });
   const owner: Principal = { sub: view.principal, team: view.team, roles: [], tools: [], authenticated: true };
-  const h = haltFor(state, as(caller), up) ?? haltFor(state, as(owner), up);
+  const h = haltFor(state, as(caller), up, c.tool) ?? haltFor(state, as(owner), up, c.tool);
   return h ? h.reason : null;
 }
