@@ -551,7 +551,7 @@ describe("haltFor: a halt of a principal or team covers every spelling of it", (
     expect(haltFor(halt("team", "blue") as KillSwitchState, CALL, UP)).toBeNull();
   });
   it("a tool halt covers the tool by the name agents call, by <upstream>/<tool> and by the upstream's own name: a rename never lifts it", () => {
-    const tool = (target: string) => ({ version: 1, halts: [{ scope: "tool", target, reason: "incident", by: "human:root" }] }) as KillSwitchState;
+    const tool = (target: string) => ({ version: 1, halts: [{ scope: "tool", target, reason: "incident", by: "human:root" }] }) as unknown as KillSwitchState;
     for (const target of ["alpha__slow", "alpha/slow", "slow"]) expect(haltFor(tool(target), CALL, UP, "slow"), target).toMatchObject({ check: "kill_switch" });
     // The same tool exposed under its own name (the upstream served transparently): the halts written for either name still cover it.
     const bare = { ...CALL, exposedName: "slow" };
