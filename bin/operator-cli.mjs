@@ -640,13 +640,15 @@ export async function upstreamReachability(cfg, { timeoutMs, onLoopback }) {
 export async function policyCoverage(cfg, upstreams) {
   const missing = upstreams.filter((u) => !Array.isArray(u.tool_names));
   if (missing.length) return { checked: false, reason: `not checked: ${missing.map((u) => u.name).join(", ")} listed no tools`, unmatched: [] };
-  const [{ compiledPolicy }, { unmatchedRules, describeUnmatched }, { exposeName }] = await Promise.all([
+  const [{ compiledPolicy }, { unmatchedRules, describeUnmatched }, { knownTools }] = await Promise.all([
     src("governance/engine.ts"),
     src("governance/policy-coverage.ts"),
     src("mcp/names.ts"),
   ]);
-  const known = cfg.upstreams.flatMap((up) =>
-    (upstreams.find((u) => u.name === up.name)?.tool_names ?? []).map((tool) => ({ upstream: up.name, tool, exposed: exposeName(up, tool) })),
+  // As the gateway judges them (src/mcp/policy-live.ts): the names each upstream listed, as the config exposes them.
+  const known = knownTools(
+    cfg.upstreams,
+    cfg.upstreams.map((up) => [up, upstreams.find((u) => u.name === up.name)?.tool_names ?? []]),
   );
   return { checked: true, unmatched: coverageOver(cfg, known, { compiledPolicy, unmatchedRules, describeUnmatched }) };
 }

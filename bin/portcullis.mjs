@@ -24,7 +24,7 @@ import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseOptions, UsageError } from "./cli-args.mjs";
 import { inlineConfigFiles } from "./config-files.mjs";
-import { adminRefusal, answerOf, exitCodeOf, FetchError, gatewayOf, send, tokenOf } from "./gateway-http.mjs";
+import { adminRefusal, answerOf, exitCodeOf, FetchError, gatewayOf, Refused, send, tokenOf } from "./gateway-http.mjs";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 const bin = (name) => resolve(root, "node_modules", ".bin", name);
@@ -724,26 +724,27 @@ function stopChildrenOnSignal(children /* read at each signal: callers may add t
 
 /**
  * `dev`'s check before the gateway starts: the policy of FILE against its upstreams' real tool
- * lists (bin/operator-cli.mjs liveCoverageOf). In enforce, a rule that should stop calls and
+ * lists (bin/reload-cli.mjs checkRulesBeforeReload, in dev's words). In enforce, a rule that should stop calls and
  * matches no tool stops `dev` (exit 1) unless `force`: nothing is served under a policy that says
  * deny while the gateway would allow. Unchecked (an upstream not answering) and other unmatched
  * rules are printed and the gateway starts.
  */
 async function rulesBeforeStart(file, force) {
-  const { liveCoverageOf } = await import("./operator-cli.mjs");
-  const c = await liveCoverageOf(file);
-  if (!c.checked) console.error(`portcullis dev: rules ${c.reason}; the gateway reports them once it lists them (/readyz, the ledger)`);
-  for (const u of c.unmatched) if (!c.blocking.includes(u)) console.error(`portcullis dev: warning: ${u.line}`);
-  if (c.blocking.length === 0) return;
-  const lines = c.blocking.map((u) => u.line);
-  if (force) {
-    for (const l of lines) console.error(`portcullis dev: --force: starting although ${l}`);
-    return;
+  const { checkRulesBeforeReload } = await import("./reload-cli.mjs");
+  const words = {
+    command: "portcullis dev",
+    unchecked: "; the gateway reports them once it lists them (/readyz, the ledger)",
+    forced: "starting",
+    refused: "not started",
+    after: "",
+    fix: `fix the rule's match in ${file}`,
+  };
+  try {
+    await checkRulesBeforeReload(file, { force, words });
+  } catch (e) {
+    if (e instanceof Refused) process.exit(1);
+    throw e;
   }
-  console.error(
-    `portcullis dev: not started: in enforce, ${lines.length === 1 ? "a rule matches" : "rules match"} no real tool (the gateway would allow what ${lines.length === 1 ? "it means" : "they mean"} to stop):\n  - ${lines.join("\n  - ")}\nfix the rule's match in ${file} (or --force)`,
-  );
-  process.exit(1);
 }
 
 /** The classification banner once the gateway answers /healthz (bin/governance-cli.mjs); never fails the command. */

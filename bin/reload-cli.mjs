@@ -36,30 +36,42 @@ exit: 0 stored (or already current), 1 the config was refused (by the gateway, o
 export const KNOWN = ["config", "url", "token", "force", "json", "help"];
 const BOOLEAN = new Set(["json", "help", "force"]);
 
+/** What `reload` (and `add --gateway`) says around the rule check; `dev` says its own (bin/portcullis.mjs). */
+const RELOAD_WORDS = {
+  command: "portcullis reload",
+  unchecked: "",
+  forced: "sent",
+  refused: "not sent",
+  after: "; the previous config keeps serving",
+  fix: "fix the rule's match",
+};
+
 /**
  * The rule check before a reload (bin/operator-cli.mjs liveCoverageOf): throws Refused when, in
  * enforce, a rule that should stop calls matches no real tool, unless `force`. Prints what it
- * found (to stderr, or in `report` for --json). Shared with `add --gateway`.
+ * found (to stderr, or in `report` for --json), in `words` (the command's own). Shared with
+ * `add --gateway` and, before it starts a gateway, `dev`.
  */
-export async function checkRulesBeforeReload(file, { force = false, json = false, gateway } = {}) {
+export async function checkRulesBeforeReload(file, { force = false, json = false, gateway, words = RELOAD_WORDS } = {}) {
   const { liveCoverageOf } = await import("./operator-cli.mjs");
   const onLoopback = gateway ? ["127.0.0.1", "localhost", "[::1]"].includes(gateway.hostname) : true;
   const c = await liveCoverageOf(file, { onLoopback });
+  const w = words;
   const say = (line) => {
     if (!json) console.error(line);
   };
-  if (!c.checked) say(`portcullis reload: rules ${c.reason}`);
-  for (const u of c.unmatched) if (!c.blocking.includes(u)) say(`portcullis reload: warning: ${u.line}`);
+  if (!c.checked) say(`${w.command}: rules ${c.reason}${w.unchecked}`);
+  for (const u of c.unmatched) if (!c.blocking.includes(u)) say(`${w.command}: warning: ${u.line}`);
   if (c.blocking.length === 0) return c;
   const lines = c.blocking.map((u) => u.line);
   if (force) {
-    for (const l of lines) say(`portcullis reload: --force: sent although ${l}`);
+    for (const l of lines) say(`${w.command}: --force: ${w.forced} although ${l}`);
     return c;
   }
   if (json) console.log(JSON.stringify({ ok: false, problems: lines, unmatched_rules: c.unmatched }, null, 2));
   else
     console.error(
-      `portcullis reload: not sent: in enforce, ${lines.length === 1 ? "a rule matches" : "rules match"} no real tool (the gateway would allow what ${lines.length === 1 ? "it means" : "they mean"} to stop); the previous config keeps serving:\n  - ${lines.join("\n  - ")}\nfix the rule's match (or --force)`,
+      `${w.command}: ${w.refused}: in enforce, ${lines.length === 1 ? "a rule matches" : "rules match"} no real tool (the gateway would allow what ${lines.length === 1 ? "it means" : "they mean"} to stop)${w.after}:\n  - ${lines.join("\n  - ")}\n${w.fix} (or --force)`,
     );
   throw new Refused(`${lines.length} rule${lines.length === 1 ? "" : "s"} matching no tool in ${file}`);
 }

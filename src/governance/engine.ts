@@ -8,7 +8,7 @@
 import type { GatewayConfig } from "../config/load.ts";
 import type { ToolMapping } from "../config/mapping-schema.ts";
 import type { Principal } from "../config/principal.ts";
-import { budgetLimits, type CompiledPolicy, compilePolicy, evaluate, historyQueries, listVerdict } from "./policy.ts";
+import { budgetLimits, type CompiledPolicy, compilePolicy, evaluate, historyQueries, listVerdict, namesTool } from "./policy.ts";
 import type { Classification, DecisionInput, Mappings, Policy, Target } from "./steps.ts";
 import { toolGlobMatch } from "../wire/glob.ts";
 
@@ -59,9 +59,7 @@ function recordsCallOf(p: CompiledPolicy): (exposedName: string, upstream: strin
     let hit = memo.get(key);
     if (hit === undefined) {
       const call = { exposed: name, upstream, tool };
-      hit =
-        counted.some((q) => toolGlobMatch(q, call)) ||
-        rateLimited.some((r) => (!r.upstream || r.upstream(upstream)) && (!r.tool || r.tool(name) || (r.upstream !== null && r.tool(tool))));
+      hit = counted.some((q) => toolGlobMatch(q, call)) || rateLimited.some((r) => namesTool(r, call));
       if (memo.size >= 4096) memo.clear();
       memo.set(key, hit);
     }

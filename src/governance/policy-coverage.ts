@@ -15,6 +15,7 @@ import type { PolicyConfig } from "../config/policy-schema.ts";
 import { didYouMean } from "../config/problems.ts";
 import { toolGlobMatch } from "../wire/glob.ts";
 import type { CompiledPolicy, CompiledRule } from "./policy-compile.ts";
+import { namesTool } from "./policy.ts";
 
 /** One tool as the gateway would expose it: its stable identity (upstream, the upstream's own name) and its exposed name. */
 export interface KnownTool {
@@ -56,7 +57,7 @@ export function matchedBefore(unmatched: readonly UnmatchedRule[], policy: Compi
     const kind = /^history\.(count|total|succeeded)\.tool$/.exec(u.where)?.[1];
     const q = kind ? r.historyQueries.find((h) => h.kind === kind) : undefined;
     if (kind && !q) return u;
-    const hits = tools.filter((t) => (q ? toolGlobMatch(q, t) : matchesOne(r, t))).map((t) => t.exposed);
+    const hits = tools.filter((t) => (q ? toolGlobMatch(q, t) : namesTool(r, t))).map((t) => t.exposed);
     const names = [...new Set(hits)];
     return names.length ? { ...u, before: { when, names: names.slice(0, MAX_BEFORE) } } : u;
   });
@@ -64,11 +65,8 @@ export function matchedBefore(unmatched: readonly UnmatchedRule[], policy: Compi
 
 const isGlob = (g: string) => /[*?]/.test(g);
 
-function matchesOne(r: CompiledRule, t: KnownTool): boolean {
-  return (!r.upstream || r.upstream(t.upstream)) && (!r.tool || r.tool(t.exposed) || (r.upstream !== null && r.tool(t.tool)));
-}
 function matchesSome(r: CompiledRule, tools: readonly KnownTool[]): boolean {
-  return tools.some((t) => matchesOne(r, t));
+  return tools.some((t) => namesTool(r, t));
 }
 
 /**

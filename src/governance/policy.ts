@@ -75,12 +75,19 @@ export type ListFacts = Pick<PolicyFacts, "principal" | "exposedName" | "upstrea
 
 // ---- matching -----------------------------------------------------------------------------
 
+/**
+ * Whether the rule's `upstream` and `tool` globs name this tool: `tool` globs the exposed name; a
+ * rule that also names an upstream matches that upstream's own tool name too — the stable
+ * identity, which no namespacing change moves. Shared with engine.ts and policy-coverage.ts.
+ */
+export function namesTool(r: Pick<CompiledRule, "tool" | "upstream">, t: { exposed: string; upstream: string; tool: string }): boolean {
+  if (r.upstream && !r.upstream(t.upstream)) return false;
+  return !r.tool || r.tool(t.exposed) || (r.upstream !== null && r.tool(t.tool));
+}
+
 /** Whether the rule's match fields hold for these facts (no condition, window or magnitude). Shared with policy-view.ts. */
 export function staticMatch(r: CompiledRule, f: ListFacts): boolean {
-  // `tool` globs the exposed name; a rule that also names an upstream matches that upstream's own
-  // tool name too — the stable identity, which no namespacing change moves.
-  if (r.tool && !r.tool(f.exposedName) && !(r.upstream && r.tool(f.tool))) return false;
-  if (r.upstream && !r.upstream(f.upstream)) return false;
+  if (!namesTool(r, { exposed: f.exposedName, upstream: f.upstream, tool: f.tool })) return false;
   const c = f.classification;
   if (r.effect && !r.effect.has(c.effect)) return false;
   if (r.blastRadius && !r.blastRadius.has(c.blastRadius)) return false;

@@ -83,6 +83,20 @@ export function shadowed(upstreams: readonly UpstreamConfig[], up: UpstreamConfi
   return !up.namespaced && prefixedOwner(upstreams, own, kind === "name" ? SEP : "+") !== null;
 }
 
+/**
+ * The tools `lists` name (each upstream with the tool names it listed), with their stable
+ * identity and the name they are exposed under among `upstreams` — what policy coverage judges.
+ * A shadowed tool is left out: it is not served, so it matches nothing.
+ */
+export function knownTools(
+  upstreams: readonly UpstreamConfig[],
+  lists: readonly (readonly [UpstreamConfig, readonly string[]])[],
+): { upstream: string; tool: string; exposed: string }[] {
+  return lists.flatMap(([up, names]) =>
+    names.filter((n) => !shadowed(upstreams, up, n, "name")).map((tool) => ({ upstream: up.name, tool, exposed: exposeName(up, tool) })),
+  );
+}
+
 /** Task ids and other opaque handles use the same prefix as names. */
 export function exposeHandle(up: UpstreamConfig, handle: string): string {
   return exposeName(up, handle, Number.POSITIVE_INFINITY);

@@ -12,7 +12,7 @@ import type { GatewayConfig, UpstreamConfig } from "../config/load.ts";
 import { compiledPolicy } from "../governance/engine.ts";
 import { describeUnmatched, type KnownTool, matchedBefore, unmatchedRules } from "../governance/policy-coverage.ts";
 import { listTools } from "./health.ts";
-import { exposeName, shadowed } from "./names.ts";
+import { knownTools } from "./names.ts";
 
 /** How long the check waits for one upstream's list (a reload does not wait on an upstream's full timeout). */
 const LIST_TIMEOUT_MS = 5000;
@@ -46,18 +46,13 @@ export async function liveCoverage(cfg: GatewayConfig, reach: readonly UpstreamC
       blocking: [],
       warnings: [`rules not checked against the upstreams' tools: ${silent.join(", ")} did not list its tools to the gateway`],
     };
-  const known: KnownTool[] = lists.flatMap(([up, names]) =>
-    (names ?? []).filter((n) => !shadowed(cfg.upstreams, up, n, "name")).map((tool) => ({ upstream: up.name, tool, exposed: exposeName(up, tool) })),
-  );
+  const listed = lists.map(([up, names]) => [up, names ?? []] as const);
+  const known: KnownTool[] = knownTools(cfg.upstreams, listed);
   let unmatched = unmatchedRules(compiledPolicy(cfg), known, cfg.policy);
   // What each rule matched under the config served until now: the same tools, named as that config names them.
   if (served?.policy && unmatched.length) {
-    const before: KnownTool[] = lists.flatMap(([up, names]) => {
-      const was = served.upstreams.find((u) => u.name === up.name);
-      return was
-        ? (names ?? []).filter((n) => !shadowed(served.upstreams, was, n, "name")).map((tool) => ({ upstream: was.name, tool, exposed: exposeName(was, tool) }))
-        : [];
-    });
+    const was = listed.flatMap(([up, names]) => served.upstreams.filter((u) => u.name === up.name).map((u) => [u, names] as const));
+    const before = knownTools(served.upstreams, was);
     unmatched = matchedBefore(unmatched, compiledPolicy(served), before, "under the config served now");
   }
   const enforce = cfg.mode === "enforce";

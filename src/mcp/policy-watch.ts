@@ -16,7 +16,7 @@ import { describeUnmatched, type KnownTool, matchedBefore, unmatchedRules } from
 import { canonicalJson, sha256Hex } from "../wire/canonical.ts";
 import { isObject, type Json, type JsonObject } from "../wire/jsonrpc.ts";
 import type { CallContext } from "./context.ts";
-import { exposeName, shadowed } from "./names.ts";
+import { knownTools } from "./names.ts";
 
 /** What /readyz shows operators: the newest report this isolate made. */
 export interface PolicyWatchReport {
@@ -56,14 +56,8 @@ export function watchPolicy(ctx: CallContext, lists: readonly (readonly [Upstrea
     // A /mcp/<upstream> route lists one upstream of the config: a partial set, never judged.
     if (!complete || ctx.route || !cfg.policy || (cfg.policy.rules ?? []).length === 0) return;
     if (cfg.upstreams.some((up) => !lists.some(([u]) => u.name === up.name))) return;
-    const known: KnownTool[] = lists.flatMap(([up, raw]) =>
-      raw.flatMap((t) =>
-        // A tool whose name reads as another upstream's is not served (names.ts shadowed): it matches nothing.
-        isObject(t) && typeof t.name === "string" && !shadowed(cfg.upstreams, up, t.name, "name")
-          ? [{ upstream: up.name, tool: t.name, exposed: exposeName(up, t.name) }]
-          : [],
-      ),
-    );
+    const names = lists.map(([up, raw]) => [up, raw.flatMap((t) => (isObject(t) && typeof t.name === "string" ? [t.name] : []))] as const);
+    const known: KnownTool[] = knownTools(cfg.upstreams, names);
     const policy = compiledPolicy(cfg);
     const previous = knownAt.get(policy.version);
     let unmatched = unmatchedRules(policy, known, cfg.policy);
