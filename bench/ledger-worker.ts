@@ -3,7 +3,7 @@
  * the production runtime (workerd via wrangler dev), driven from inside this Worker so that the
  * numbers are the chain's and not wrangler's HTTP plumbing. `POST /appends?chain=C&n=N&c=K&via=V` makes
  * N one-draft appends to chain C with K in flight — `via=gateway` (default) through the gateway's
- * own append path (src/mcp/ledger-batch.ts), `via=rpc` one RPC per append — and answers the elapsed time and the chain's
+ * own append path (src/ports/ledger-batch.ts), `via=rpc` one RPC per append — and answers the elapsed time and the chain's
  * counters from `status()` before and after (its transaction counter gives the group-commit
  * factor); `POST /floor?n=N&c=K` runs the same loop against EchoDO, whose `append` hands the
  * drafts back and stores nothing (the Durable Object RPC floor under the chain's number);
@@ -13,12 +13,12 @@
  * src/ (the production Worker).
  */
 import { DurableObject } from "cloudflare:workers";
-import { ledgerObject } from "../durable-objects/names.ts";
-import type { LedgerApi, LedgerSigning, LedgerStatus } from "../durable-objects/records.ts";
+import { ledgerObject } from "../durable-objects/object-names.ts";
+import type { LedgerApi, LedgerSigning, LedgerStatus } from "../durable-objects/contract.ts";
 import type { Env } from "../src/env.ts";
 import type { EntryDraft, LedgerEntry } from "../src/ledger/records.ts";
-import { batchedAppend } from "../src/mcp/ledger-batch.ts";
-import { LEDGER_WRITE_TIMEOUT_MS } from "../src/mcp/ledger-writer.ts";
+import { batchedAppend } from "../src/ports/ledger-batch.ts";
+import { LEDGER_WRITE_TIMEOUT_MS } from "../src/ports/ledger-writer.ts";
 
 export { LedgerDO } from "../durable-objects/ledger.ts";
 
@@ -33,7 +33,7 @@ export class EchoDO extends DurableObject {
 const MAX_APPENDS = 20_000;
 const MAX_IN_FLIGHT = 1_000;
 
-/** A decision record shaped like the one src/mcp/ledger-writer.ts writes for test_simple_text. */
+/** A decision record shaped like the one src/ports/ledger-writer.ts writes for test_simple_text. */
 function decision(): EntryDraft {
   return {
     kind: "decision",
@@ -112,7 +112,7 @@ async function drive(append: AppendOne, n: number, inFlight: number) {
 }
 
 /**
- * `via=gateway`: the path every gateway append takes (src/mcp/ledger-batch.ts, this isolate's group
+ * `via=gateway`: the path every gateway append takes (src/ports/ledger-batch.ts, this isolate's group
  * commit in front of the object's); `via=rpc`: one `append` RPC per draft straight to the object.
  */
 async function appends(env: Env, chain: string, ledger: LedgerApi, signing: LedgerSigning, n: number, inFlight: number, via: string) {

@@ -4,7 +4,7 @@
  * in memory, without a Durable Object round trip, a transaction or a hash. Comparing it with
  * Portcullis in the same run gives what a governed tools/call pays for its two ledger appends
  * (decision before forwarding, outcome before answering). The seam is the Worker's env: every
- * ledger write goes through durable-objects/names.ts `ledgerObject(env, chain)`, so nothing in
+ * ledger write goes through durable-objects/object-names.ts `ledgerObject(env, chain)`, so nothing in
  * src/ changes. Must never be deployed: it keeps no audit trail at all.
  */
 import type { LedgerEntry } from "../src/ledger/records.ts";
@@ -21,7 +21,7 @@ class NoLedgerChain {
   async append(drafts: { kind: string; id: string; at: string; body: Record<string, unknown> }[]): Promise<LedgerEntry[]> {
     return drafts.map((d) => ({ v: 1, chain: this.chain, seq: ++this.seq, prev: ZERO_HASH, hash: ZERO_HASH, ...d }) as LedgerEntry);
   }
-  /** What the Worker's group commit (src/mcp/ledger-batch.ts) calls: each call answered as `append` would. */
+  /** What the Worker's group commit (src/ports/ledger-batch.ts) calls: each call answered as `append` would. */
   async appendEach(calls: { kind: string; id: string; at: string; body: Record<string, unknown> }[][]): Promise<{ entries: LedgerEntry[] }[]> {
     return Promise.all(calls.map(async (c) => ({ entries: await this.append(c) })));
   }

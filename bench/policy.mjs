@@ -25,7 +25,7 @@ const { parsePolicy } = await import(resolve(root, "src/config/policy-schema.ts"
 const { compilePolicy, evaluate, historyQueries, listVerdict } = await import(resolve(root, "src/governance/policy.ts"));
 const { historyKey, OPEN_POLICY } = await import(resolve(root, "src/governance/steps.ts"));
 const { classifyTool } = await import(resolve(root, "src/governance/classify.ts"));
-const { catalogEntry } = await import(resolve(root, "src/governance/catalog.ts"));
+const { catalogEntry } = await import(resolve(root, "src/governance/catalog-entry.ts"));
 const { validateCall } = await import(resolve(root, "src/governance/validate.ts"));
 
 const N = Number(process.env.BENCH_POLICY_N ?? 20_000);

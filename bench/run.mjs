@@ -441,7 +441,7 @@ function machine() {
 /** The ledger part's tables (appends/s per level beside the RPC floor, the decision + outcome pair's latency, the last chain's checkpoints). */
 function printLedger(ledger, runtime = "miniflare") {
   console.log(
-    `\nledger: one chain (LedgerDO in workerd, on ${runtime}), ${APPENDS} one-entry appends per level through the gateway's append path (src/mcp/ledger-batch.ts), timed inside the Worker; target ≥ ${TARGET_APPENDS_PER_S} appends/s`,
+    `\nledger: one chain (LedgerDO in workerd, on ${runtime}), ${APPENDS} one-entry appends per level through the gateway's append path (src/ports/ledger-batch.ts), timed inside the Worker; target ≥ ${TARGET_APPENDS_PER_S} appends/s`,
   );
   console.log(
     "in flight   appends/s   ms total   appends/RPC   transactions   appends/transaction   D1 flushed after   vs target   one RPC per append/s   ×   RPC floor calls/s   ÷ floor",

@@ -20,7 +20,7 @@ import { isDeepStrictEqual } from "node:util";
 import { isMap, isSeq, parse, parseDocument, stringify } from "yaml";
 import { parseOptions, UsageError } from "./cli-args.mjs";
 import { INLINE_SECRET, inlineSecretProblem, secretName } from "../src/config/inline-secret.ts";
-import { renamedUpstreams, renameProblem } from "../src/mcp/names.ts";
+import { renamedUpstreams, renameProblem } from "../src/protocol/exposed-names.ts";
 import { urlProblem, writeAtomic } from "./clients-cli.mjs";
 import { exitCodeOf, FetchError, gatewayOf, Refused, tokenOf } from "./gateway-http.mjs";
 import { checkRulesBeforeReload, ConfigRefused, putConfig, versionLine } from "./reload-cli.mjs";

@@ -7,7 +7,7 @@
  * header, every page, bounded in time and size, no redirect followed) — the text and JSON output of
  * both commands, their exit codes (0 fine, 1 a BLOCK / an unreachable upstream / a refused write,
  * 2 usage or an invalid config), and the drafts suggest-manifest writes. Classification itself is
- * src/governance/classify.ts, the schema hash src/governance/catalog.ts, the mapping format
+ * src/governance/classify.ts, the schema hash src/governance/catalog-entry.ts, the mapping format
  * src/config/mapping-schema.ts: this file only feeds them and prints what they say. Runs in Node,
  * never in the Worker. Must never: print or log a header value (headers come from the config,
  * `${NAME}` from this environment; reasons are scrubbed of them), print a URL's userinfo or query,
@@ -319,7 +319,7 @@ export async function classifyConfig(cfg, { timeoutMs = DEFAULT_TIMEOUT_MS } = {
       src("governance/catalog.ts"),
       src("governance/classify.ts"),
       src("governance/engine.ts"),
-      src("mcp/names.ts"),
+      src("protocol/exposed-names.ts"),
       src("governance/grant-scope.ts"),
       src("governance/policy-view.ts"),
     ]);

@@ -257,7 +257,7 @@ async function keysRotate(a) {
 
 // ---- check --self-probe ------------------------------------------------------------------------
 
-/** The team of the probe's grant: not a ledger chain name (durable-objects/names.ts CHAIN_NAME), so its chain cannot be written. */
+/** The team of the probe's grant: not a ledger chain name (durable-objects/object-names.ts CHAIN_NAME), so its chain cannot be written. */
 export const UNWRITABLE_TEAM = "self-probe/no-ledger";
 const CONTROL_TEAM = "self-probe";
 const PROBE_TOOL = "probe_record";
@@ -475,7 +475,7 @@ export async function selfProbe({ startGateway, timeoutMs = 180_000, verbose = f
   const report = {
     ok: false,
     verdict: "FAIL",
-    method: `a grant whose team (${JSON.stringify(UNWRITABLE_TEAM)}) is not a valid ledger chain name: the gateway cannot append the call's decision to that team's chain before forwarding it (src/mcp/ledger-writer.ts)`,
+    method: `a grant whose team (${JSON.stringify(UNWRITABLE_TEAM)}) is not a valid ledger chain name: the gateway cannot append the call's decision to that team's chain before forwarding it (src/ports/ledger-writer.ts)`,
     gateway: null,
     upstream: null,
     probe: null,
@@ -643,9 +643,9 @@ export async function policyCoverage(cfg, upstreams) {
   const [{ compiledPolicy }, { unmatchedRules, describeUnmatched }, { knownTools }] = await Promise.all([
     src("governance/engine.ts"),
     src("governance/policy-coverage.ts"),
-    src("mcp/names.ts"),
+    src("protocol/exposed-names.ts"),
   ]);
-  // As the gateway judges them (src/mcp/policy-live.ts): the names each upstream listed, as the config exposes them.
+  // As the gateway judges them (src/services/policy-live.ts): the names each upstream listed, as the config exposes them.
   const known = knownTools(
     cfg.upstreams,
     cfg.upstreams.map((up) => [up, upstreams.find((u) => u.name === up.name)?.tool_names ?? []]),
@@ -666,7 +666,7 @@ export async function mappedCoverage(cfg) {
   const [{ compiledPolicy }, { unmatchedRules, describeUnmatched }, { exposeName }] = await Promise.all([
     src("governance/engine.ts"),
     src("governance/policy-coverage.ts"),
-    src("mcp/names.ts"),
+    src("protocol/exposed-names.ts"),
   ]);
   const mapped = cfg.upstreams.filter((up) => cfg.mappings?.[up.name]);
   if (mapped.length === 0) return [];

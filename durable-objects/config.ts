@@ -7,7 +7,7 @@
  * once that append is durable is the new version committed (no record, no change). Storing the
  * text that is already current changes nothing and records nothing. It does not parse or
  * validate the text — PUT /v1/config does that against the Worker's env before calling it.
- * Readers cache `head()` for at most a second per isolate (src/mcp/live-config.ts). Must never:
+ * Readers cache `head()` for at most a second per isolate (src/ports/live-config.ts). Must never:
  * commit a version whose ledger record was not written, put the text itself (it may name
  * secrets) on the ledger, or answer a config it did not read from storage.
  */
@@ -15,8 +15,8 @@ import { DurableObject } from "cloudflare:workers";
 import type { Env } from "../src/env.ts";
 import type { ConfigChangedBody, EntryDraft } from "../src/ledger/records.ts";
 import type { JsonObject } from "../src/wire/jsonrpc.ts";
-import { GLOBAL_CHAIN, ledgerObject } from "./names.ts";
-import { type ConfigApi, type ConfigPut, type LedgerSigning, STORED_CONFIG_VERSION, type StoredConfig, type StoredConfigHead } from "./records.ts";
+import { GLOBAL_CHAIN, ledgerObject } from "./object-names.ts";
+import { type ConfigApi, type ConfigPut, type LedgerSigning, STORED_CONFIG_VERSION, type StoredConfig, type StoredConfigHead } from "./contract.ts";
 import { bounded } from "../src/wire/bounded.ts";
 
 /** The ledger append gets this long; past it the change is refused (well inside blockConcurrencyWhile's 30 s). */

@@ -7,7 +7,7 @@
  * another (the object is addressed by principal; it stores nothing else).
  */
 import { DurableObject } from "cloudflare:workers";
-import { SEALED_CREDENTIAL_VERSION, type CredentialsApi, type SealedCredential } from "./records.ts";
+import { SEALED_CREDENTIAL_VERSION, type CredentialsApi, type SealedCredential } from "./contract.ts";
 
 export class CredentialsDO extends DurableObject implements CredentialsApi {
   private sql: SqlStorage;

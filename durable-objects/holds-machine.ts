@@ -30,8 +30,8 @@ import {
   markExpired,
   type StoredHold,
 } from "./holds-expiry.ts";
-import { newHoldId } from "./names.ts";
-import { HOLD_RECORD_VERSION, type HoldClaim, type HoldRecord, type HoldResolution, type LedgerSigning, type NewHold } from "./records.ts";
+import { newHoldId } from "./object-names.ts";
+import { HOLD_RECORD_VERSION, type HoldClaim, type HoldRecord, type HoldResolution, type LedgerSigning, type NewHold } from "./contract.ts";
 
 // The store contract, expiry, reads and alarm live in ./holds-expiry.ts; every importer keeps importing the machine from here.
 export {

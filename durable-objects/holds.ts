@@ -32,7 +32,7 @@ import {
   runAlarm,
   type StoredHold,
 } from "./holds-machine.ts";
-import { ledgerObject } from "./names.ts";
+import { ledgerObject } from "./object-names.ts";
 import {
   HOLD_RECORD_VERSION,
   type HoldClaim,
@@ -42,7 +42,7 @@ import {
   type HoldState,
   type LedgerSigning,
   type NewHold,
-} from "./records.ts";
+} from "./contract.ts";
 
 /**
  * `holds`: one row per hold. `record` is the HoldRecord's JSON (the authority); the other

@@ -7,13 +7,13 @@
  * that append is durable is the change committed (no record, no change). Resuming a scope that is
  * not halted changes nothing and records nothing; halting a halted scope again replaces its
  * reason (a change, recorded). Readers cache `state()` for at most a second per isolate
- * (src/mcp/killswitch.ts). Must never: commit a change whose ledger record was not written,
+ * (src/ports/killswitch-client.ts). Must never: commit a change whose ledger record was not written,
  * accept a change without a reason or an actor, or answer a state it did not read from storage.
  */
 import { DurableObject } from "cloudflare:workers";
 import type { Env } from "../src/env.ts";
 import type { EntryDraft, KillSwitchBody } from "../src/ledger/records.ts";
-import { GLOBAL_CHAIN, ledgerObject } from "./names.ts";
+import { GLOBAL_CHAIN, ledgerObject } from "./object-names.ts";
 import {
   HALT_RECORD_VERSION,
   type HaltRecord,
@@ -22,7 +22,7 @@ import {
   type KillSwitchChange,
   type KillSwitchSnapshot,
   type LedgerSigning,
-} from "./records.ts";
+} from "./contract.ts";
 import { bounded } from "../src/wire/bounded.ts";
 
 /** Every scope a halt may have, in the order the docs list them. */

@@ -42,7 +42,7 @@ import { type D1Schema, flushPendingAt, flushStep } from "./ledger-flush.ts";
 import { checkpointsAfter, readEntries, statusOf, traceEntries } from "./ledger-queries.ts";
 import { OBJECT_SCHEMA } from "./ledger-rows.ts";
 import { type ChainState, headOf, loadState, readMeta, setDue, setProblem } from "./ledger-state.ts";
-import type { AppendOutcome, LedgerApi, LedgerSigning, LedgerStatus } from "./records.ts";
+import type { AppendOutcome, LedgerApi, LedgerSigning, LedgerStatus } from "./contract.ts";
 
 // The pure rules and row code live in ./ledger-drafts.ts and ./ledger-rows.ts; their public names stay importable from here.
 export { CHECKPOINT_EVERY, CHECKPOINT_WITHIN_MS, chainOfObjectName, FLUSH_DELAY_MS, MAX_BODY_CHARS, normaliseDrafts } from "./ledger-drafts.ts";
@@ -88,7 +88,7 @@ export class LedgerDO extends DurableObject<Env> implements LedgerApi {
 
   /**
    * The chain this object holds. Its name comes from the object name (`chain:<name>`, built only
-   * by names.ts `ledgerObject`) and is stored on the first append, so it never changes after.
+   * by object-names.ts `ledgerObject`) and is stored on the first append, so it never changes after.
    */
   private chain(): string {
     if (this.state.storedChain !== null) return this.state.storedChain;

@@ -6,7 +6,7 @@
  * a revocation or a one-time marker before what it guards has expired, or hand out one-time data twice.
  */
 import { DurableObject } from "cloudflare:workers";
-import type { RevocationsApi } from "./records.ts";
+import type { RevocationsApi } from "./contract.ts";
 
 export class RevocationsDO extends DurableObject implements RevocationsApi {
   private sql: SqlStorage;

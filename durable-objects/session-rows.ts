@@ -5,7 +5,7 @@
  * runs. Must never: decide who may read a record (the object checks its principal first) or
  * create a table from a read.
  */
-import type { StoredEvent } from "./records.ts";
+import type { StoredEvent } from "./contract.ts";
 
 /** A record of a version this code does not know (a newer release wrote it). */
 export const FOREIGN = Symbol("foreign record");

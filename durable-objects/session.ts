@@ -1,6 +1,6 @@
 /**
  * SessionDO: a thin state machine over DO SQLite holding one of three kinds of object, by name
- * (durable-objects/names.ts): a legacy (2025-11-25 era) MCP session (`session:`), a modern run
+ * (durable-objects/object-names.ts): a legacy (2025-11-25 era) MCP session (`session:`), a modern run
  * (`run:`), or a modern principal's session with one legacy-only upstream (`leg:`).
  * Owns: the session's principal, negotiated version, client capabilities, upstream legs,
  * the JSON-RPC id map (client request id → upstream and upstream request id, for cancellation), pending
@@ -22,7 +22,7 @@ import {
   type StoredEvent,
   type StoredLeg,
   type UpstreamLegRecord,
-} from "./records.ts";
+} from "./contract.ts";
 import { addColumn, appendEventRows, FOREIGN, parseRecord, pruneBufferRows, readable, readEventRows, SESSION_SCHEMA } from "./session-rows.ts";
 
 export { SESSION_SCHEMA } from "./session-rows.ts";
@@ -250,7 +250,7 @@ export class SessionDO extends DurableObject {
 
   /**
    * Stores `leg` as the session's leg to `upstream` unless the session has one already: the first
-   * leg stored wins (src/mcp/legs.ts sessionLeg opens a leg lazily for an upstream a hot reload
+   * leg stored wins (src/upstream/legs.ts sessionLeg opens a leg lazily for an upstream a hot reload
    * added after initialize; a concurrent opener elsewhere gets the kept one back and closes its own).
    * The leg the session now keeps and whether it is `leg`; null when the session is gone.
    */

@@ -1,7 +1,7 @@
 /**
  * TasksDO: one per principal (`principal:<sub>` in the TASKS namespace), holding which upstream
  * tasks that principal created through the gateway — (upstream, upstream task id, expiry) rows —
- * so tasks/* requests reach an upstream only for the task's owner (src/mcp/task-owners.ts).
+ * so tasks/* requests reach an upstream only for the task's owner (src/ports/task-owners.ts).
  * A thin state machine over one table: the expiry is chosen by the caller, and when the alarm
  * fires next is the plain function `nextAlarm`. Each row carries its shape version (`v`); a row
  * of a version this code does not know is not owned (fail closed), never overwritten and never
@@ -9,7 +9,7 @@
  * another principal's tasks (the object is addressed by principal; it stores nothing else).
  */
 import { DurableObject } from "cloudflare:workers";
-import { OWNED_TASKS_MAX, TASK_OWNERSHIP_VERSION, type TasksApi } from "./records.ts";
+import { OWNED_TASKS_MAX, TASK_OWNERSHIP_VERSION, type TasksApi } from "./contract.ts";
 
 export const TASKS_SCHEMA = `
 CREATE TABLE IF NOT EXISTS owned (upstream TEXT NOT NULL, task_id TEXT NOT NULL, at INTEGER NOT NULL, expires_at INTEGER NOT NULL, v INTEGER NOT NULL, PRIMARY KEY (upstream, task_id));

@@ -1,6 +1,6 @@
 /**
  * Worker bindings. Owns only the Env type; must never hold logic or defaults. Objects are
- * addressed through durable-objects/names.ts, which types each stub with its RPC surface.
+ * addressed through durable-objects/object-names.ts, which types each stub with its RPC surface.
  */
 export interface Env {
   SESSIONS: DurableObjectNamespace;
@@ -17,7 +17,7 @@ export interface Env {
   KILLSWITCH: DurableObjectNamespace;
   /** ConfigDO: the gateway's stored, hot-reloadable config (durable-objects/config.ts). */
   CONFIG: DurableObjectNamespace;
-  /** SseDO: one legacy HTTP+SSE session's open stream, in memory (durable-objects/sse.ts; `gateway.legacy_sse`). */
+  /** SseDO: one legacy HTTP+SSE session's open stream, in memory (durable-objects/http-sse.ts; `gateway.legacy_sse`). */
   SSE: DurableObjectNamespace;
   /** The shared ledger store all teams' auditors query (migrations/). */
   LEDGER_DB: D1Database;

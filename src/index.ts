@@ -8,23 +8,23 @@ import { authenticate, isLoopbackRequest, signingKeys } from "./identity/auth.ts
 import { checkOrigin } from "./identity/origin.ts";
 import { canonicalUrl, protectedResourceMetadata } from "./identity/metadata.ts";
 import { publicJwks } from "./identity/tokens.ts";
-import { readiness, summary } from "./mcp/health.ts";
-import { policyWatchReport } from "./mcp/policy-watch.ts";
+import { readiness, summary } from "./services/health.ts";
+import { policyWatchReport } from "./services/policy-watch.ts";
 import { liveConfigOr503, requestConfig, servableConfig } from "./routes/config-view.ts";
 import { configRoutes } from "./routes/config-admin.ts";
-import { deleteCredentialRoute, putCredentialRoute } from "./routes/credentials.ts";
+import { deleteCredentialRoute, putCredentialRoute } from "./routes/credentials-api.ts";
 import { type AppEnv, gate } from "./routes/gate.ts";
 import { mintGrantRoute, revokeGrantRoute } from "./routes/grants.ts";
-import { exportRoute, searchRoute, traceRoute } from "./routes/ledger.ts";
+import { exportRoute, searchRoute, traceRoute } from "./routes/ledger-api.ts";
 import { mcpRoutes } from "./routes/mcp.ts";
-import { sseRoutes } from "./routes/sse.ts";
-import { previewRoute } from "./routes/preview.ts";
-import { holdsRoutes } from "./routes/holds.ts";
-import { killSwitchRoutes } from "./routes/killswitch.ts";
-import { runsRoutes } from "./routes/runs.ts";
+import { sseRoutes } from "./routes/http-sse-routes.ts";
+import { previewRoute } from "./routes/preview-api.ts";
+import { holdsRoutes } from "./routes/holds-api.ts";
+import { killSwitchRoutes } from "./routes/killswitch-api.ts";
+import { runsRoutes } from "./routes/runs-api.ts";
 import { consoleRoutes } from "./routes/console.ts";
 import { operatorMcp } from "./routes/operator.ts";
-import { oauthRoutes } from "./routes/oauth.ts";
+import { oauthRoutes } from "./routes/oauth-endpoints.ts";
 import { enrollRoute } from "./routes/enroll.ts";
 import { jsonResponse } from "./wire/http.ts";
 import { withSecurityHeaders } from "./console/headers.ts";
@@ -38,7 +38,7 @@ export { HistoryDO } from "../durable-objects/history.ts";
 export { HoldsDO } from "../durable-objects/holds.ts";
 export { KillSwitchDO } from "../durable-objects/killswitch.ts";
 export { ConfigDO } from "../durable-objects/config.ts";
-export { SseDO } from "../durable-objects/sse.ts";
+export { SseDO } from "../durable-objects/http-sse.ts";
 
 const app = new Hono<AppEnv>();
 
@@ -127,7 +127,7 @@ app.get("/readyz", async (c) => {
     detail = true;
   }
   const body = await readiness(await requestConfig(c.env, shared, req));
-  // Operators also see the policy watch: rules that match none of the tools the upstreams listed last (src/mcp/policy-watch.ts).
+  // Operators also see the policy watch: rules that match none of the tools the upstreams listed last (src/services/policy-watch.ts).
   const policy = policyWatchReport();
   return c.json(detail ? { ...body, ...(policy ? { policy } : {}) } : { ok: body.ok }, body.ok ? 200 : 503, { "cache-control": "no-store" });
 });

@@ -20,9 +20,9 @@ import { configSchema, type ParsedConfig } from "./schema.ts";
 import { inlineSecretProblem } from "./inline-secret.ts";
 import { parseOptions, yamlProblem } from "./problems.ts";
 import { durationMs } from "./duration.ts";
-import { type OAuthConfig, oauthOf } from "./oauth.ts";
+import { type OAuthConfig, oauthOf } from "./oauth-schema.ts";
 
-export type { GrantTemplate, OAuthConfig, OidcSignIn } from "./oauth.ts";
+export type { GrantTemplate, OAuthConfig, OidcSignIn } from "./oauth-schema.ts";
 
 export interface UpstreamConfig {
   name: string;

@@ -39,7 +39,7 @@ export function principalHas(p: Principal, role: Role): boolean {
 export const GLOBAL_TEAM = "_global";
 
 /**
- * The kinds that prefix Durable Object and storage names (durable-objects/names.ts, the
+ * The kinds that prefix Durable Object and storage names (durable-objects/object-names.ts, the
  * enrollment keys of src/identity/enrollment.ts). Every builder puts its kind in front of the
  * identifier, so no identifier can address an object of another kind; a team or principal that
  * starts with a kind is refused all the same, so no name ever reads like an object's name.

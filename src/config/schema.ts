@@ -235,7 +235,7 @@ export const configSchema = z
         /**
          * The deprecated HTTP+SSE transport (MCP 2024-11-05) for clients that speak nothing else:
          * `GET /sse` opens the stream, its `endpoint` event names `/messages?sessionId=…`, each POST
-         * there gets 202 and its answer comes back on the stream (src/mcp/sse-legacy.ts). The same
+         * there gets 202 and its answer comes back on the stream (src/front/http-sse.ts). The same
          * gate and governance as /mcp. Off (the default): both paths are 404 like any unknown route.
          */
         legacy_sse: z.boolean().default(false),

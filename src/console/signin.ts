@@ -15,7 +15,7 @@ import { guardedFetch } from "../egress/guarded-fetch.ts";
 import type { Env } from "../env.ts";
 import { ACCESS_HEADER, verifyAccess } from "../identity/access.ts";
 import { authenticate, isLoopbackRequest } from "../identity/auth.ts";
-import { MAX_COOKIE_TOKEN, readCookie, SESSION_COOKIE, TOKEN_SHAPE } from "./session.ts";
+import { MAX_COOKIE_TOKEN, readCookie, SESSION_COOKIE, TOKEN_SHAPE } from "./cookie-session.ts";
 
 /** The roles that may sign in to the console (each page asks for what it needs on top). */
 export const CONSOLE_ROLES: Role[] = ["approver", "auditor", "operator", "admin"];

@@ -6,7 +6,7 @@
  * (`GovernanceDeps`). Must never: write anything, or turn a step that could not answer into a
  * verdict other than a refusal.
  */
-import type { ToolCatalog } from "./catalog.ts";
+import type { ToolCatalog } from "./catalog-entry.ts";
 import { type Answer, notAnswered, StepFailed, step, unknownTool } from "./call-answers.ts";
 import { classifyTool } from "./classify.ts";
 import { grantAllowsTool, toolAllowed } from "./grant-scope.ts";

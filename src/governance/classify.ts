@@ -34,7 +34,7 @@
  * A name with no known verb and no read hint gets the default. Must never: let an annotation or a
  * name relax a mapping, treat a heuristic as a mapping, or throw on odd input (names are any string).
  */
-import type { CatalogTool } from "./catalog.ts";
+import type { CatalogTool } from "./catalog-entry.ts";
 import type { Axes, BlastRadius, Classification, Effect, Mappings, Target, ToolMapping } from "./steps.ts";
 
 export type Bucket = "read" | "idempotent" | "write" | "destructive" | "external" | "execute" | "read_hint" | "write_hint" | "destructive_hint";

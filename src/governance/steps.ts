@@ -4,7 +4,7 @@
  * ledger, history, upstream leg). Steps whose issue has not landed yet are explicit pass-throughs
  * here — `NO_HALTS` and `NO_HOLDS` — for tests and routes without those stores; `NO_MAPPINGS`,
  * `OPEN_POLICY` and `NO_HISTORY` are what a gateway without mappings or policy runs (classify.ts,
- * validate.ts, policy.ts, obligations.ts own the logic of steps 6, 7, 8 and 12). The ledger is src/mcp/ledger-writer.ts;
+ * validate.ts, policy.ts, obligations.ts own the logic of steps 6, 7, 8 and 12). The ledger is src/ports/ledger-writer.ts;
  * `NO_LEDGER` remains for tests that exercise the path without one.
  * Must never: reach for storage, a clock or the network itself (all are handed in), or turn a
  * failure into "allow": a step that cannot answer throws, and call.ts refuses the call.
@@ -12,7 +12,7 @@
 import type { UpstreamConfig } from "../config/load.ts";
 import { lookAlike, type Principal } from "../config/principal.ts";
 import type { JsonObject, JsonRpcRequest, JsonRpcResponse } from "../wire/jsonrpc.ts";
-import type { CatalogTool } from "./catalog.ts";
+import type { CatalogTool } from "./catalog-entry.ts";
 
 /** What the agent asked for, as the front received it. */
 export interface ToolCall {
@@ -57,7 +57,7 @@ export interface KillSwitchState {
   version: number;
   halts: Halt[];
 }
-/** Reads the current halts (KillSwitchDO, cached per isolate for at most a second: src/mcp/killswitch.ts); throws when it cannot tell. */
+/** Reads the current halts (KillSwitchDO, cached per isolate for at most a second: src/ports/killswitch-client.ts); throws when it cannot tell. */
 export interface KillSwitchReader {
   read(): Promise<KillSwitchState>;
 }
@@ -278,7 +278,7 @@ export type HoldVerdict =
   | { proceed: true; holdId?: string }
   | { proceed: false; refusal: Refusal; holdId?: string; recorded?: string }
   | { proceed: false; answer: JsonRpcResponse; holdId: string };
-/** HoldsDO behind the governed path (src/mcp/hold-store.ts): binds an approval to the exact canonical action and consumes it once. */
+/** HoldsDO behind the governed path (src/ports/hold-store.ts): binds an approval to the exact canonical action and consumes it once. */
 export interface HoldStore {
   /** An approved, unconsumed hold for this action is consumed (proceed); otherwise one is created or reported. */
   settle(call: ToolCall, target: Target, decision: Decision, classification: Classification): Promise<HoldVerdict>;

@@ -15,7 +15,7 @@ import { verifyExternal } from "./oidc.ts";
 import { isLoopbackAddress, isLoopbackHost } from "../wire/hosts.ts";
 import { principalHas, principalNameProblem, type Principal } from "../config/principal.ts";
 import type { Role } from "../config/roles.ts";
-import { revocationObject } from "../../durable-objects/names.ts";
+import { revocationObject } from "../../durable-objects/object-names.ts";
 import { parseKeySet, verifyGrant, type KeySet } from "./tokens.ts";
 import { isRevokedCached } from "./revocation-cache.ts";
 import { jsonResponse } from "../wire/http.ts";

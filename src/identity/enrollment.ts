@@ -6,7 +6,7 @@
  * and taking it exactly once. Must never: store or log a code itself, hand a code's grant out
  * twice, or answer "valid" when the store could not be read.
  */
-import { revocationObject } from "../../durable-objects/names.ts";
+import { revocationObject } from "../../durable-objects/object-names.ts";
 import type { Env } from "../env.ts";
 import type { Role } from "../config/roles.ts";
 import { sha256Hex } from "../wire/canonical.ts";

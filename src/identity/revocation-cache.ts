@@ -15,7 +15,7 @@
  * Must never: answer false for a jti it could not read within the last second, answer false after
  * any read saw it revoked, turn a failure into false, or hold more than MAX_ENTRIES answers.
  */
-import { revocationObject } from "../../durable-objects/names.ts";
+import { revocationObject } from "../../durable-objects/object-names.ts";
 import type { Env } from "../env.ts";
 import { bounded } from "../wire/bounded.ts";
 

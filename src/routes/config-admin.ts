@@ -10,15 +10,15 @@
  * unless forced (`force`); rules that match nothing otherwise come back as `warnings`. A sound
  * one is stored in ConfigDO as the next version, its `config.changed` ledger record (version and
  * actor) durable before the 200 `{version, sha256, changed}`. Every isolate serves it within
- * about a second (src/mcp/live-config.ts). Must never: store a config that failed a check, echo a
+ * about a second (src/ports/live-config.ts). Must never: store a config that failed a check, echo a
  * secret's value or the config text in an answer or a log, or take the actor from anything but
  * the verified grant.
  */
-import { ledgerSigning } from "../mcp/ledger-writer.ts";
-import { renamedUpstreams, renameProblem } from "../mcp/names.ts";
-import { liveCoverage } from "../mcp/policy-live.ts";
+import { ledgerSigning } from "../ports/ledger-writer.ts";
+import { renamedUpstreams, renameProblem } from "../protocol/exposed-names.ts";
+import { liveCoverage } from "../services/policy-live.ts";
 import { Hono } from "hono";
-import { configObject } from "../../durable-objects/names.ts";
+import { configObject } from "../../durable-objects/object-names.ts";
 import type { GatewayConfig } from "../config/load.ts";
 import { principalHas, type Principal } from "../config/principal.ts";
 import type { Env } from "../env.ts";

@@ -1,5 +1,5 @@
 /**
- * The config as the Worker serves it: the live config (src/mcp/live-config.ts: the version stored
+ * The config as the Worker serves it: the live config (src/ports/live-config.ts: the version stored
  * by a hot reload, else the PORTCULLIS_CONFIG var, parsed once per isolate and version),
  * checked against the egress rules from each request's vantage (loopback or not), and the
  * per-request view a handler gets — each upstream marked with whether the gateway is on
@@ -11,12 +11,12 @@
 import { ConfigError, type GatewayConfig } from "../config/load.ts";
 import type { Principal } from "../config/principal.ts";
 import { egressProblems } from "../egress/config-check.ts";
-import { upstreamsFor } from "../egress/credentials.ts";
+import { upstreamsFor } from "../egress/upstream-credentials.ts";
 import type { Env } from "../env.ts";
 import { grantReachesUpstream } from "../governance/grant-scope.ts";
 import { isLoopbackRequest } from "../identity/auth.ts";
 import { ownUrlProblem } from "../identity/metadata.ts";
-import { liveConfig, parseConfigText } from "../mcp/live-config.ts";
+import { liveConfig, parseConfigText } from "../ports/live-config.ts";
 import { jsonResponse } from "../wire/http.ts";
 
 let cached: { text: string; config: GatewayConfig } | null = null;

@@ -11,11 +11,11 @@ import type { GatewayConfig } from "../config/load.ts";
 import type { Principal } from "../config/principal.ts";
 import { ErrorPage, type Viewer } from "../console/layout.tsx";
 import { htmlResponse, seeOther } from "../console/render.ts";
-import { clearedSessionCookie, csrfToken, csrfValid, originProblem } from "../console/session.ts";
+import { clearedSessionCookie, csrfToken, csrfValid, originProblem } from "../console/cookie-session.ts";
 import { type ConsoleSession, consoleSession } from "../console/signin.ts";
 import type { Env } from "../env.ts";
 import { canonicalUrl } from "../identity/metadata.ts";
-import { recordConfigOnce } from "../mcp/ledger-writer.ts";
+import { recordConfigOnce } from "../ports/ledger-writer.ts";
 import { readBodyText } from "../wire/body.ts";
 import { servableConfig } from "./config-view.ts";
 

@@ -2,19 +2,19 @@
  * The console's run pages ([R]), mounted by src/routes/console.ts: `/console/runs` (the runs the
  * viewer may see; admins pick a team), `/console/runs/:id` (its steps, their compensation,
  * rollback state and read-back, and the rollback plan), `POST …/dry-run` (calls nothing) and
- * `POST …/rollback` (operators and admins, confirm required) through src/mcp/runs.ts. Must never:
+ * `POST …/rollback` (operators and admins, confirm required) through src/services/runs.ts. Must never:
  * run a rollback without the operator role, the confirm box, the Origin and the CSRF token, or
  * show a run of another team.
  */
 import { Hono } from "hono";
 import { principalHas } from "../config/principal.ts";
-import { RunPage, type RunScope, RunsPage, runPath } from "../console/runs.tsx";
+import { RunPage, type RunScope, RunsPage, runPath } from "../console/runs-page.tsx";
 import type { Notice } from "../console/layout.tsx";
 import { htmlResponse, seeOther } from "../console/render.ts";
-import { listRuns, type RollbackReport, rollbackRun, runDetail } from "../mcp/runs.ts";
+import { listRuns, type RollbackReport, rollbackRun, runDetail } from "../services/runs.ts";
 import { requestConfig } from "./config-view.ts";
 import { type C, type ConsoleEnv, errorPage, postedForm, signedIn, unavailable, waitUntil } from "./console-gate.ts";
-import { rollbackContext } from "./runs.ts";
+import { rollbackContext } from "./runs-api.ts";
 
 export const consoleRunsRoutes = new Hono<ConsoleEnv>();
 

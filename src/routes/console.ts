@@ -14,27 +14,27 @@
  */
 import { Hono } from "hono";
 import { createMiddleware } from "hono/factory";
-import type { HaltScopeName, HoldState } from "../../durable-objects/records.ts";
+import type { HaltScopeName, HoldState } from "../../durable-objects/contract.ts";
 import { principalHas } from "../config/principal.ts";
 import { withSecurityHeaders } from "../console/headers.ts";
-import { HOLD_STATES, HoldPage, HoldsPage, holdPath } from "../console/holds.tsx";
-import { HALT_SCOPES, KillSwitchPage } from "../console/killswitch.tsx";
+import { HOLD_STATES, HoldPage, HoldsPage, holdPath } from "../console/holds-page.tsx";
+import { HALT_SCOPES, KillSwitchPage } from "../console/killswitch-page.tsx";
 import { LoginPage, type Notice } from "../console/layout.tsx";
-import { LedgerPage, TracePage } from "../console/ledger.tsx";
+import { LedgerPage, TracePage } from "../console/ledger-page.tsx";
 import { htmlResponse, seeOther } from "../console/render.ts";
-import { clearedSessionCookie, sessionCookie } from "../console/session.ts";
+import { clearedSessionCookie, sessionCookie } from "../console/cookie-session.ts";
 import { verifyConsoleGrant } from "../console/signin.ts";
 import { type ToolRow, ToolsPage } from "../console/tools.tsx";
 import type { BannerLevel } from "../governance/classify.ts";
 import { grantAllowsTool } from "../governance/grant-scope.ts";
 import { canonicalUrl } from "../identity/metadata.ts";
 import { ENTRY_KINDS, type LedgerEntry } from "../ledger/records.ts";
-import { getHold, listHolds, resolveHold } from "../mcp/holds-service.ts";
-import { changeKillSwitch, killSwitchStatus } from "../mcp/killswitch.ts";
-import { exposeName } from "../mcp/names.ts";
-import { classificationOf } from "../mcp/preview.ts";
+import { getHold, listHolds, resolveHold } from "../services/approvals.ts";
+import { changeKillSwitch, killSwitchStatus } from "../ports/killswitch-client.ts";
+import { exposeName } from "../protocol/exposed-names.ts";
+import { classificationOf } from "../front/preview.ts";
 import { requestConfig, servableConfig } from "./config-view.ts";
-import { searchRoute, traceRoute } from "./ledger.ts";
+import { searchRoute, traceRoute } from "./ledger-api.ts";
 import { type C, type ConsoleEnv, errorPage, MAX_REASON, postedForm, signedIn, unavailable, waitUntil } from "./console-gate.ts";
 import { consoleRunsRoutes } from "./console-runs.ts";
 

@@ -18,7 +18,7 @@ import type { Env } from "../env.ts";
 import { mintEnrollment, readEnrollment } from "../identity/enrollment.ts";
 import { canonicalUrl } from "../identity/metadata.ts";
 import { coveredTools } from "../identity/oauth-grant.ts";
-import { appendRecord, ledgerSigning } from "../mcp/ledger-writer.ts";
+import { appendRecord, ledgerSigning } from "../ports/ledger-writer.ts";
 import { readJsonBody } from "../wire/body.ts";
 import { jsonResponse } from "../wire/http.ts";
 

@@ -14,8 +14,8 @@ import { guardedFetch } from "../egress/guarded-fetch.ts";
 import type { Env } from "../env.ts";
 import { authenticate, isLoopbackRequest } from "../identity/auth.ts";
 import { canonicalUrl } from "../identity/metadata.ts";
-import { recordConfigOnce } from "../mcp/ledger-writer.ts";
-import { storedVersionOf } from "../mcp/live-config.ts";
+import { recordConfigOnce } from "../ports/ledger-writer.ts";
+import { storedVersionOf } from "../ports/live-config.ts";
 import { egressRefusal, liveConfigOr503, requestConfig } from "./config-view.ts";
 
 /** The Hono environment of every route: Worker bindings, and what the gate established. */

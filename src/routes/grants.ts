@@ -14,10 +14,10 @@ import type { Env } from "../env.ts";
 import { signingKeys } from "../identity/auth.ts";
 import { canonicalUrl, issuerOf } from "../identity/metadata.ts";
 import { mintedPrincipalProblem, type Principal, reservedNameProblem } from "../config/principal.ts";
-import { revocationObject } from "../../durable-objects/names.ts";
+import { revocationObject } from "../../durable-objects/object-names.ts";
 import { noteRevoked } from "../identity/revocation-cache.ts";
 import { MAX_CLOCK_SKEW_SECONDS, mintGrant } from "../identity/tokens.ts";
-import { appendRecord, ledgerSigning } from "../mcp/ledger-writer.ts";
+import { appendRecord, ledgerSigning } from "../ports/ledger-writer.ts";
 import { readJsonBody } from "../wire/body.ts";
 import { jsonResponse } from "../wire/http.ts";
 

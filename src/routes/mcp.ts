@@ -5,19 +5,19 @@
  * `_meta[protocolVersion]`, or a 2026-07-28 header without a session, is modern; `initialize` and
  * `Mcp-Session-Id` are legacy; GET and DELETE without a session from a modern client get 405 —
  * and the front that serves it. `/mcp/<upstream>` serves the view of that one upstream
- * (src/mcp/route-view.ts: its own names at the edge, /mcp's names for governance); an upstream
+ * (src/front/route-view.ts: its own names at the edge, /mcp's names for governance); an upstream
  * that does not exist and one the grant cannot reach both get the same 404.
  * Must never: look at anything but the parsed body and the protocol headers to pick the era, or
  * tell a caller which upstreams exist beyond its grant.
  */
 import { Hono } from "hono";
 import { canonicalUrl } from "../identity/metadata.ts";
-import type { FrontContext } from "../mcp/context.ts";
-import { readPost } from "../mcp/edge.ts";
-import { legacyDelete, legacyGet, legacyPost } from "../mcp/legacy.ts";
-import { modernPost } from "../mcp/modern.ts";
-import { noSuchRoute, routeView } from "../mcp/route-view.ts";
-import { META, MODERN_VERSION } from "../mcp/versions.ts";
+import type { FrontContext } from "../protocol/call-context.ts";
+import { readPost } from "../front/edge.ts";
+import { legacyDelete, legacyGet, legacyPost } from "../front/legacy.ts";
+import { modernPost } from "../front/modern.ts";
+import { noSuchRoute, routeView } from "../front/route-view.ts";
+import { META, MODERN_VERSION } from "../protocol/versions.ts";
 import { refuse } from "../wire/http.ts";
 import { ErrorCode, isObject } from "../wire/jsonrpc.ts";
 import { type AppEnv, gate, waitUntilOf } from "./gate.ts";

@@ -1,7 +1,7 @@
 /**
  * The hold tools of /operator/mcp: `portcullis.list_holds {status?, team?}`,
  * `portcullis.get_hold {id}` (approver, auditor, operator, admin) and `portcullis.resolve_hold
- * {id, decision, reason?}` (approver, admin), over src/mcp/holds-service.ts — the same
+ * {id, decision, reason?}` (approver, admin), over src/services/approvals.ts — the same
  * visibility and separation of duties as /v1/holds. A refusal is thrown as an Error with the
  * service's readable message (operator.ts turns it into an isError result). The `resolved`
  * webhooks run in the invocation's waitUntil (from `cloudflare:workers`: the operator context
@@ -9,7 +9,7 @@
  * (only the verified principal of the operator's grant).
  */
 import { waitUntil } from "cloudflare:workers";
-import { getHold, type HoldsResult, type HoldView, holdStateFilter, listHolds, resolveHold } from "../mcp/holds-service.ts";
+import { getHold, type HoldsResult, type HoldView, holdStateFilter, listHolds, resolveHold } from "../services/approvals.ts";
 import type { JsonObject } from "../wire/jsonrpc.ts";
 import { registerOperatorTool } from "./operator-registry.ts";
 

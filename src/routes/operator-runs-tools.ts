@@ -3,14 +3,14 @@
  * `portcullis.get_run`, `portcullis.get_action_trace`, `portcullis.plan_rollback`,
  * `portcullis.dry_run_rollback` (operator, auditor, approver, admin: the team's runs; admin any
  * team), `portcullis.execute_rollback` and `portcullis.validate_mapping` (operator, admin), each through the same service as
- * `/v1/runs` (src/mcp/runs.ts). Must never: take the actor from the arguments (it is the caller's
+ * `/v1/runs` (src/services/runs.ts). Must never: take the actor from the arguments (it is the caller's
  * grant), or execute anything from a tool other than execute_rollback.
  */
-import { listRuns, rollbackRun, runDetail, type RunsResult, validateMapping } from "../mcp/runs.ts";
+import { listRuns, rollbackRun, runDetail, type RunsResult, validateMapping } from "../services/runs.ts";
 import type { JsonObject } from "../wire/jsonrpc.ts";
-import { traceRoute } from "./ledger.ts";
+import { traceRoute } from "./ledger-api.ts";
 import { type OperatorContext, registerOperatorTool } from "./operator-registry.ts";
-import { rollbackContext } from "./runs.ts";
+import { rollbackContext } from "./runs-api.ts";
 
 const READERS = ["operator", "auditor", "approver", "admin"] as const;
 

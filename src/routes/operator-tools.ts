@@ -3,13 +3,13 @@
  * search and trace (an auditor's own team; admin any).
  * Must never: reveal secrets (upstream headers) or another principal's token.
  */
-import { readiness, summary } from "../mcp/health.ts";
+import { readiness, summary } from "../services/health.ts";
 import { revokeGrant } from "./grants.ts";
-import { searchRoute, traceRoute } from "./ledger.ts";
+import { searchRoute, traceRoute } from "./ledger-api.ts";
 import type { JsonObject } from "../wire/jsonrpc.ts";
 import { registerOperatorTool } from "./operator-registry.ts";
-import { previewAs, previewBody, previewPrincipal } from "./preview.ts";
-import { classificationOf } from "../mcp/preview.ts";
+import { previewAs, previewBody, previewPrincipal } from "./preview-api.ts";
+import { classificationOf } from "../front/preview.ts";
 import { canonicalUrl } from "../identity/metadata.ts";
 import { requestConfig } from "./config-view.ts";
 

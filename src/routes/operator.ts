@@ -7,11 +7,11 @@
 import type { GatewayConfig } from "../config/load.ts";
 import type { Env } from "../env.ts";
 import type { Principal } from "../config/principal.ts";
-import { readPost } from "../mcp/edge.ts";
+import { readPost } from "../front/edge.ts";
 import { ErrorCode, type JsonObject, errorResponse, isObject, isRequest } from "../wire/jsonrpc.ts";
-import { checkModernRequest } from "../mcp/modern.ts";
+import { checkModernRequest } from "../front/modern.ts";
 
-import { GATEWAY_INFO, LATEST_LEGACY, META, SUPPORTED_VERSIONS, isLegacyVersion } from "../mcp/versions.ts";
+import { GATEWAY_INFO, LATEST_LEGACY, META, SUPPORTED_VERSIONS, isLegacyVersion } from "../protocol/versions.ts";
 import { operatorTool, operatorToolsFor } from "./operator-registry.ts";
 import "./operator-tools.ts";
 import "./operator-hold-tools.ts";

@@ -10,7 +10,7 @@
  * kept), reloads it and prints the new version; both sessions get `notifications/tools/list_changed`
  * and then list and call the new upstream's tools — the legacy session too, whose leg to `second`
  * did not exist at its initialize: it is opened lazily, once, even for concurrent first uses, and
- * kept (src/mcp/legs.ts sessionLeg). All on loopback.
+ * kept (src/upstream/legs.ts sessionLeg). All on loopback.
  */
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import type { IncomingMessage } from "node:http";

@@ -4,7 +4,7 @@
  * (server-everything, legacy era) mapped by the repo's mappings/everything.yaml, and the
  * 2026-07-28-only fixture behind a bearer header taken from the environment. The tool lists the
  * commands read are checked against an independent MCP client's (the SDK's) and their schema
- * hashes against src/governance/catalog.ts `schemaHash`; drafts against mappingFileSchema. Owns
+ * hashes against src/governance/catalog-entry.ts `schemaHash`; drafts against mappingFileSchema. Owns
  * the processes it starts (the demo upstream, the fixture, one `dev` process group) and a
  * temporary directory (configs, mapping dirs, drafts, a dev key), so nothing in the repo is
  * written. Must never: leave a process running, or send traffic anywhere but 127.0.0.1.
@@ -17,7 +17,7 @@ import { join } from "node:path";
 import { parse } from "yaml";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { mappingFileSchema } from "../../src/config/mapping-schema.ts";
-import { schemaHash } from "../../src/governance/catalog.ts";
+import { schemaHash } from "../../src/governance/catalog-entry.ts";
 import type { JsonObject } from "../../src/wire/jsonrpc.ts";
 import { startModernOnlyUpstream } from "../fixtures/modern-only-upstream.ts";
 import { freePort, groupMembers, type Proc, root, startEverything, waitFor } from "./harness.ts";

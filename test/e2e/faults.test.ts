@@ -152,7 +152,7 @@ const principalOf = (era: Era) => (era === "legacy" ? "agent:legacy" : "agent:mo
 
 interface Case {
   tool: string;
-  /** What the agent's error must say (the reason the gateway gives; src/mcp/upstream.ts names each). */
+  /** What the agent's error must say (the reason the gateway gives; src/upstream/client.ts names each). */
   says: RegExp;
   /** The outcome the call must have on the record: a timeout or a lost stream may have run (uncertain). */
   status: "failed" | "uncertain";
@@ -174,9 +174,9 @@ const CASES: Case[] = [
   { tool: "malformed", says: /answered HTTP 200 without a JSON-RPC message/, status: "failed" },
   { tool: "malformed_sse", says: new RegExp(`sent an invalid SSE message .*; ${UNCERTAIN}`), status: "uncertain" },
   { tool: "huge", says: /response declares \d+ bytes, more than the 16777216-byte limit/, status: "failed" },
-  // An error status with an empty body names the status (src/mcp/upstream.ts requestUpstream); it may have run.
+  // An error status with an empty body names the status (src/upstream/client.ts requestUpstream); it may have run.
   { tool: "http_503", says: new RegExp(`answered HTTP 503 with an empty body; ${UNCERTAIN}`), status: "uncertain" },
-  // Errors raised while the body is read become the gateway's upstream errors (src/mcp/upstream.ts
+  // Errors raised while the body is read become the gateway's upstream errors (src/upstream/client.ts
   // readAnswer → bodyError), never "Internal error in Portcullis": the connection lost mid-stream and
   // the deadline firing after the headers leave the call uncertain; a body over the cap with no
   // Content-Length fails it, like the declared-length case.
@@ -269,7 +269,7 @@ describe("an upstream that misbehaves: a readable error in bounded time, and the
 
 describe("an upstream that is down", () => {
   it("down from the start: the tool cannot be resolved, a readable reason naming the upstream, nothing decided or forwarded (both eras)", async () => {
-    // A legacy session has no leg to it (src/mcp/forward.ts: the leg is unavailable, a failed leg,
+    // A legacy session has no leg to it (src/upstream/forward.ts: the leg is unavailable, a failed leg,
     // never an answer of the upstream's), so its tool list cannot be read — as for a modern agent.
     const legacy = await callAs("legacy", "gone__ok");
     expect(legacy.error).toMatch(/upstream gone is unavailable; try again later/);
@@ -307,7 +307,7 @@ describe("an upstream that is down", () => {
     expect(((await client.callTool({ name: "flaky__ok", arguments: {} })) as Any).content[0].text).toBe("ok");
   });
 
-  // src/mcp/forward.ts: a leg that cannot be opened is a failed leg with its reason (LegUnavailable), not an upstream answer.
+  // src/upstream/forward.ts: a leg that cannot be opened is a failed leg with its reason (LegUnavailable), not an upstream answer.
   it("a new 2025-11-25 session whose upstream leg cannot be opened records its failed outcome with the reason", async () => {
     expect((await callAs("legacy", "flaky__ok")).error).toBeNull(); // the tool catalog is known (kept 30 s)
     await flaky.stop();
@@ -395,7 +395,7 @@ describe("the gateway killed mid-run, then restarted on its state", () => {
       const interrupted = slowOnes.at(-1)!;
       expect(interrupted.outcome).toBeUndefined();
       const trace = await (await fetch(`${origin}/v1/ledger/${interrupted.decision.id}/trace`, { headers: { authorization: `Bearer ${auditor}` } })).json();
-      // Not yet 15 minutes without an outcome: the trace says pending (src/routes/ledger.ts traceStatus).
+      // Not yet 15 minutes without an outcome: the trace says pending (src/routes/ledger-api.ts traceStatus).
       expect(trace.status).toBe("pending");
       expect(trace.records.map((r: LedgerEntry) => r.kind)).toEqual(["decision"]);
     } finally {

@@ -96,7 +96,7 @@ describe("/summary counts what the caller can list", () => {
     expect(counts((await r.json()) as Summary)).toEqual(through);
     // The per-request config the gateway would hand /summary (upstreams on loopback), and this caller.
     const { loadConfig } = await import(resolve(root, "src/config/load.ts"));
-    const { summary } = await import(resolve(root, "src/mcp/health.ts"));
+    const { summary } = await import(resolve(root, "src/services/health.ts"));
     const cfg = loadConfig(config, {});
     const view = { ...cfg, upstreams: cfg.upstreams.map((u: object) => ({ ...u, onLoopback: true })) };
     const principal = { sub: "agent:summary", team: "e2e", roles: ["agent"], tools, authenticated: true };

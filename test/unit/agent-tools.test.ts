@@ -1,5 +1,5 @@
 /**
- * A grant decides every tool an agent sees, the gateway's own agent tools (src/mcp/agent-tools.ts)
+ * A grant decides every tool an agent sees, the gateway's own agent tools (src/front/agent-tools.ts)
  * included: in both eras and both list shapes (one transparent upstream, several namespaced), a
  * grant for one tool lists exactly that tool; `portcullis.*`, one agent tool's name or `*` cover
  * them; and a call to an agent tool outside the grant gets the governed path's grant refusal
@@ -11,10 +11,10 @@ import type { GatewayConfig, UpstreamConfig } from "../../src/config/load.ts";
 import { DEFAULT_EGRESS_RULES } from "../../src/config/egress-schema.ts";
 import type { Principal } from "../../src/config/principal.ts";
 import { NO_HALTS, NO_LEDGER, type ToolCall } from "../../src/governance/steps.ts";
-import { agentTools, offersAgentTool } from "../../src/mcp/agent-tools.ts";
-import { clearCatalog } from "../../src/mcp/catalog-store.ts";
-import type { CallContext } from "../../src/mcp/context.ts";
-import { dispatch } from "../../src/mcp/dispatch.ts";
+import { agentTools, offersAgentTool } from "../../src/front/agent-tools.ts";
+import { clearCatalog } from "../../src/upstream/catalog-cache.ts";
+import type { CallContext } from "../../src/protocol/call-context.ts";
+import { dispatch } from "../../src/front/dispatch.ts";
 import type { JsonObject, JsonRpcRequest } from "../../src/wire/jsonrpc.ts";
 import { testConfig, testUpstream } from "./fixtures.ts";
 

@@ -8,7 +8,7 @@
 import { describe, expect, it } from "vitest";
 import type { Principal } from "../../src/config/principal.ts";
 import { type GovernanceDeps, governToolCall } from "../../src/governance/call.ts";
-import { catalogEntry } from "../../src/governance/catalog.ts";
+import { catalogEntry } from "../../src/governance/catalog-entry.ts";
 import {
   type HistoryStore,
   type LegResult,

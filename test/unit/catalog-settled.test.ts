@@ -1,5 +1,5 @@
 /**
- * The tool catalog (src/mcp/catalog.ts) shares only settled entries between requests: in workerd,
+ * The tool catalog (src/upstream/tool-catalog.ts) shares only settled entries between requests: in workerd,
  * with the network replaced by a fake upstream (globalThis.fetch), a request whose own catalog
  * read never settles (a request that has ended, in Workers) does not hold up another request's
  * resolve — that one reads the list for itself — and once a read has landed, later requests
@@ -11,10 +11,10 @@ import type { UpstreamConfig } from "../../src/config/load.ts";
 import { DEFAULT_EGRESS_RULES } from "../../src/config/egress-schema.ts";
 import type { Principal } from "../../src/config/principal.ts";
 import { NO_HALTS, NO_LEDGER } from "../../src/governance/steps.ts";
-import { toolCatalog } from "../../src/mcp/catalog.ts";
-import { clearCatalog } from "../../src/mcp/catalog-store.ts";
-import type { CallContext } from "../../src/mcp/context.ts";
-import type { Leg } from "../../durable-objects/records.ts";
+import { toolCatalog } from "../../src/upstream/tool-catalog.ts";
+import { clearCatalog } from "../../src/upstream/catalog-cache.ts";
+import type { CallContext } from "../../src/protocol/call-context.ts";
+import type { Leg } from "../../durable-objects/contract.ts";
 import type { JsonRpcRequest } from "../../src/wire/jsonrpc.ts";
 import { testConfig, testUpstream } from "./fixtures.ts";
 

@@ -7,7 +7,7 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import type { UpstreamConfig } from "../../src/config/load.ts";
-import { type CatalogTool, catalogEntry } from "../../src/governance/catalog.ts";
+import { type CatalogTool, catalogEntry } from "../../src/governance/catalog-entry.ts";
 import { classificationBanner, classifyTool, formatBanner, heuristic, nameWords } from "../../src/governance/classify.ts";
 import { type Classification, type Effect, type Mappings, NO_MAPPINGS, type ToolMapping } from "../../src/governance/steps.ts";
 import type { JsonObject } from "../../src/wire/jsonrpc.ts";

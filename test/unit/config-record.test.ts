@@ -5,7 +5,7 @@
  */
 import { env, SELF } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { GLOBAL_CHAIN, ledgerObject } from "../../durable-objects/names.ts";
+import { GLOBAL_CHAIN, ledgerObject } from "../../durable-objects/object-names.ts";
 import { sha256Hex } from "../../src/wire/canonical.ts";
 
 describe("config.changed", () => {

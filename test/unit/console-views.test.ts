@@ -10,18 +10,18 @@
  */
 import { env, SELF } from "cloudflare:test";
 import { beforeAll, describe, expect, it } from "vitest";
-import type { HoldRecord } from "../../durable-objects/records.ts";
+import type { HoldRecord } from "../../durable-objects/contract.ts";
 import { CONSOLE_CSP, CONSOLE_CSS, SECURITY_HEADERS, STYLE_HASH } from "../../src/console/headers.ts";
-import { HoldPage, HoldsPage } from "../../src/console/holds.tsx";
-import { KillSwitchPage } from "../../src/console/killswitch.tsx";
+import { HoldPage, HoldsPage } from "../../src/console/holds-page.tsx";
+import { KillSwitchPage } from "../../src/console/killswitch-page.tsx";
 import { ErrorPage, LoginPage, type Viewer } from "../../src/console/layout.tsx";
-import { LedgerPage, TracePage } from "../../src/console/ledger.tsx";
-import { RunPage, RunsPage, runPath } from "../../src/console/runs.tsx";
+import { LedgerPage, TracePage } from "../../src/console/ledger-page.tsx";
+import { RunPage, RunsPage, runPath } from "../../src/console/runs-page.tsx";
 import { htmlResponse } from "../../src/console/render.ts";
-import { csrfToken, csrfValid, originProblem, readCookie } from "../../src/console/session.ts";
+import { csrfToken, csrfValid, originProblem, readCookie } from "../../src/console/cookie-session.ts";
 import { ToolsPage } from "../../src/console/tools.tsx";
 import type { LedgerEntry } from "../../src/ledger/records.ts";
-import type { RunDetail } from "../../src/mcp/runs.ts";
+import type { RunDetail } from "../../src/services/runs.ts";
 import type { RunStep } from "../../src/governance/rollback.ts";
 import { type KeySet, mintGrant, parseKeySet } from "../../src/identity/tokens.ts";
 import ledgerSchema from "../../migrations/0001_ledger.sql?raw";

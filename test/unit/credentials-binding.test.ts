@@ -5,10 +5,10 @@
  */
 import { env } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { credentialsObject } from "../../durable-objects/names.ts";
+import { credentialsObject } from "../../durable-objects/object-names.ts";
 import type { GatewayConfig, UpstreamConfig } from "../../src/config/load.ts";
 import { DEFAULT_EGRESS_RULES } from "../../src/config/egress-schema.ts";
-import { sealCredential, upstreamsFor } from "../../src/egress/credentials.ts";
+import { sealCredential, upstreamsFor } from "../../src/egress/upstream-credentials.ts";
 import type { Env } from "../../src/env.ts";
 
 const key = btoa(String.fromCharCode(...crypto.getRandomValues(new Uint8Array(32))));

@@ -11,7 +11,7 @@
  */
 import { env } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { ledgerObject, revocationObject } from "../../durable-objects/names.ts";
+import { ledgerObject, revocationObject } from "../../durable-objects/object-names.ts";
 import { type GatewayConfig, loadConfig } from "../../src/config/load.ts";
 import type { Principal } from "../../src/config/principal.ts";
 import type { Env } from "../../src/env.ts";

@@ -11,12 +11,12 @@
  * `it.fails` rows naming the function. Owns nothing of the gateway; never imported by src/.
  */
 import { afterEach, describe, expect, it, vi } from "vitest";
-import type { HoldClaim, HoldRecord, HoldsApi, KillSwitchSnapshot, LedgerApi } from "../../durable-objects/records.ts";
+import type { HoldClaim, HoldRecord, HoldsApi, KillSwitchSnapshot, LedgerApi } from "../../durable-objects/contract.ts";
 import { loadConfig } from "../../src/config/load.ts";
 import type { Principal } from "../../src/config/principal.ts";
 import type { Env } from "../../src/env.ts";
 import { type GovernanceDeps, governToolCall } from "../../src/governance/call.ts";
-import { catalogEntry } from "../../src/governance/catalog.ts";
+import { catalogEntry } from "../../src/governance/catalog-entry.ts";
 import {
   type HistoryStore,
   type LegResult,
@@ -30,12 +30,12 @@ import {
 } from "../../src/governance/steps.ts";
 import { chainEntries, EMPTY_HEAD, type Head } from "../../src/ledger/chain.ts";
 import type { EntryDraft, LedgerEntry } from "../../src/ledger/records.ts";
-import type { CallContext, CallLedger } from "../../src/mcp/context.ts";
-import { HISTORY_TIMEOUT_MS, historyStore } from "../../src/mcp/history-store.ts";
-import { HOLD_STORE_TIMEOUT_MS, holdStore } from "../../src/mcp/hold-store.ts";
-import { cachedKillSwitchReader, KILLSWITCH_MAX_AGE_MS, KILLSWITCH_READ_TIMEOUT_MS } from "../../src/mcp/killswitch.ts";
-import { batchedAppend } from "../../src/mcp/ledger-batch.ts";
-import { callLedger, LEDGER_WRITE_TIMEOUT_MS } from "../../src/mcp/ledger-writer.ts";
+import type { CallContext, CallLedger } from "../../src/protocol/call-context.ts";
+import { HISTORY_TIMEOUT_MS, historyStore } from "../../src/ports/history-store.ts";
+import { HOLD_STORE_TIMEOUT_MS, holdStore } from "../../src/ports/hold-store.ts";
+import { cachedKillSwitchReader, KILLSWITCH_MAX_AGE_MS, KILLSWITCH_READ_TIMEOUT_MS } from "../../src/ports/killswitch-client.ts";
+import { batchedAppend } from "../../src/ports/ledger-batch.ts";
+import { callLedger, LEDGER_WRITE_TIMEOUT_MS } from "../../src/ports/ledger-writer.ts";
 import { testUpstream } from "./fixtures.ts";
 
 const up = testUpstream();
@@ -217,8 +217,8 @@ describe("the team's ledger object fails mid-run (group commit under concurrency
 
   // Guaranteed: as README says, a record that cannot be written within 5 s refuses the call within
   // those 5 s — a caller of batchedAppend chosen to send waits for its answer under its own deadline
-  // (src/mcp/ledger-batch.ts), and the blocked record of a refusal because the ledger did not
-  // answer is not attempted on that same ledger while it has just timed out (src/mcp/ledger-writer.ts).
+  // (src/ports/ledger-batch.ts), and the blocked record of a refusal because the ledger did not
+  // answer is not attempted on that same ledger while it has just timed out (src/ports/ledger-writer.ts).
   it("hang: every call is refused within the ledger's 5 s write bound (no second bound for the sender, none for the blocked record)", async () => {
     vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout"] });
     const l = fakeLedger();
@@ -242,7 +242,7 @@ describe("group commit over a hanging LedgerDO: each caller within its own deadl
   const signing = { secret: "PORTCULLIS_SIGNING_KEY", gateway: "http://127.0.0.1" };
   const d = (i: number): EntryDraft => ({ kind: "blocked", id: `d-${i}`, at: new Date().toISOString(), body: { i } });
 
-  // Guaranteed (src/mcp/ledger-batch.ts batchedAppend): a caller whose turn to send comes late (the
+  // Guaranteed (src/ports/ledger-batch.ts batchedAppend): a caller whose turn to send comes late (the
   // RPCs before it hung until their bound) waits for its RPC under its own deadline, not for the RPC's.
   it("a caller chosen to send after waiting its turn is refused at its own deadline, not one RPC bound after its turn", async () => {
     vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout"] });
@@ -385,7 +385,7 @@ describe("the team's holds object fails mid-run (calls that need approval)", () 
     expect(h.ledger.kinds.filter((k) => k === "decision")).toEqual([]);
   });
 
-  // Guaranteed: src/mcp/hold-store.ts checks every claim the HoldsDO answers; one of a kind it does
+  // Guaranteed: src/ports/hold-store.ts checks every claim the HoldsDO answers; one of a kind it does
   // not know rejects inside the hold step, so the agent gets a readable refusal (fail closed).
   it("claim answers something that is no claim: a readable refusal (hold step), nothing forwarded", async () => {
     const h = holdDeps();
@@ -410,7 +410,7 @@ describe("the team's holds object fails mid-run (calls that need approval)", () 
     }
   });
 
-  // Guaranteed: src/mcp/hold-store.ts bounds every HoldsDO round trip (HOLD_STORE_TIMEOUT_MS, like
+  // Guaranteed: src/ports/hold-store.ts bounds every HoldsDO round trip (HOLD_STORE_TIMEOUT_MS, like
   // the ledger's 5 s), so a HoldsDO that never answers refuses the held call at the hold step.
   it("claim hangs: the held call is refused within the hold store's bound (hold step), nothing forwarded", async () => {
     vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout"] });
@@ -469,7 +469,7 @@ describe("the principal's history object (history rules, budgets) fails", () => 
     expect(seen.reached).toBe(0);
   });
 
-  // Guaranteed: src/mcp/history-store.ts bounds every HistoryDO round trip (HISTORY_TIMEOUT_MS), so
+  // Guaranteed: src/ports/history-store.ts bounds every HistoryDO round trip (HISTORY_TIMEOUT_MS), so
   // a hanging HistoryDO refuses each call of a policy with history rules or budgets at its step.
   it("admit hangs: the call is refused within the history store's bound (budget step), nothing forwarded", async () => {
     vi.useFakeTimers({ toFake: ["setTimeout", "clearTimeout"] });

@@ -18,7 +18,7 @@
 import { env, SELF } from "cloudflare:test";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it, vi } from "vitest";
-import { ledgerObject } from "../../durable-objects/names.ts";
+import { ledgerObject } from "../../durable-objects/object-names.ts";
 import { type KeySet, mintGrant, parseKeySet } from "../../src/identity/tokens.ts";
 import { verifyChain } from "../../src/ledger/chain.ts";
 import type { LedgerEntry } from "../../src/ledger/records.ts";
@@ -443,7 +443,7 @@ describe("the /mcp front under fuzzing, with a recording upstream (observe, the 
 });
 
 /**
- * Was a finding of the property above (fixed in src/mcp/dispatch.ts `toolsCall`): `params.arguments`
+ * Was a finding of the property above (fixed in src/front/dispatch.ts `toolsCall`): `params.arguments`
  * that is not an object (null, an array, a number, a string) reached governance as "no arguments"
  * while the upstream received it as sent. Now refused with -32602 before any forward.
  */
@@ -531,7 +531,7 @@ policy:
       body: `${env.PORTCULLIS_CONFIG as string}${ENFORCE}`,
     });
     expect(r.status, await r.text()).toBe(200);
-    // Every isolate serves a stored version at most 1 s after it was stored (src/mcp/live-config.ts).
+    // Every isolate serves a stored version at most 1 s after it was stored (src/ports/live-config.ts).
     await new Promise((ok) => setTimeout(ok, 1200));
     enforcing = true;
   });

@@ -11,7 +11,7 @@ import type { UpstreamConfig } from "../../src/config/load.ts";
 import { DEFAULT_EGRESS_RULES } from "../../src/config/egress-schema.ts";
 import type { Principal } from "../../src/config/principal.ts";
 import { type GovernanceDeps, governedPassThrough, governToolCall, RECEIPT_META } from "../../src/governance/call.ts";
-import { type CatalogTool, catalogEntry, schemaHash } from "../../src/governance/catalog.ts";
+import { type CatalogTool, catalogEntry, schemaHash } from "../../src/governance/catalog-entry.ts";
 import {
   CatalogUnreadable,
   type Decision,

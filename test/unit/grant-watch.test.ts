@@ -1,11 +1,11 @@
 /**
- * The grant watch (src/mcp/grant-watch.ts) with a fake revocation list and short intervals: it
+ * The grant watch (src/front/grant-watch.ts) with a fake revocation list and short intervals: it
  * aborts on revocation within one poll, at expiry, and — failing closed — when the list throws or
  * does not answer in time; it never aborts for the unauthenticated actor; and once stopped (by
  * stop() or by `until`) it reads the list no more and never aborts. Real timers, bounded waits.
  */
 import { describe, expect, it } from "vitest";
-import { GrantEnded, watchGrant } from "../../src/mcp/grant-watch.ts";
+import { GrantEnded, watchGrant } from "../../src/front/grant-watch.ts";
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 

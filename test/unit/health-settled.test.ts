@@ -1,5 +1,5 @@
 /**
- * /summary's upstream listings (src/mcp/health.ts) are cached as settled values only: in workerd
+ * /summary's upstream listings (src/services/health.ts) are cached as settled values only: in workerd
  * with the network replaced by a fake modern upstream (globalThis.fetch), a summary whose
  * tools/list never answers (a request that has ended, in Workers) does not hold up another
  * summary, which lists for itself; the listing that landed serves later summaries for 2 s, with
@@ -9,7 +9,7 @@ import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import type { UpstreamConfig } from "../../src/config/load.ts";
 import { DEFAULT_EGRESS_RULES } from "../../src/config/egress-schema.ts";
 import type { Principal } from "../../src/config/principal.ts";
-import { summary } from "../../src/mcp/health.ts";
+import { summary } from "../../src/services/health.ts";
 import type { JsonRpcRequest } from "../../src/wire/jsonrpc.ts";
 import { testConfig, testUpstream } from "./fixtures.ts";
 

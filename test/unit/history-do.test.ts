@@ -1,6 +1,6 @@
 /**
  * HistoryDO (durable-objects/history.ts) through real stubs (env.HISTORY) and the governed
- * path's adapter (src/mcp/history-store.ts): counts within windows and scopes (principal, run,
+ * path's adapter (src/ports/history-store.ts): counts within windows and scopes (principal, run,
  * grant), totals of a numeric argument, succeeded-in-run, budgets admitted atomically under
  * concurrency (exactly `limit` of 50 concurrent admits succeed, per grant and per run; a refused
  * call leaves no trace), isolation between principals (two principals make the same calls, with
@@ -10,11 +10,11 @@
  */
 import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { historyObject } from "../../durable-objects/names.ts";
-import { HISTORY_BUDGET_RETENTION_MS, HISTORY_CALL_RETENTION_MS, HISTORY_WINDOW_MAX_MS, type HistoryApi } from "../../durable-objects/records.ts";
+import { historyObject } from "../../durable-objects/object-names.ts";
+import { HISTORY_BUDGET_RETENTION_MS, HISTORY_CALL_RETENTION_MS, HISTORY_WINDOW_MAX_MS, type HistoryApi } from "../../durable-objects/contract.ts";
 import { HISTORY_SWEEP_MS } from "../../durable-objects/history.ts";
 import { type HistoryEntry, type HistoryQuery, historyKey } from "../../src/governance/steps.ts";
-import { historyStore } from "../../src/mcp/history-store.ts";
+import { historyStore } from "../../src/ports/history-store.ts";
 
 const store = historyStore(env);
 /** Calls an RPC method of a stub as the adapter does (inside an async function), so a refusal is one rejected promise. */

@@ -30,7 +30,7 @@ import {
   runAlarm,
   type StoredHold,
 } from "../../durable-objects/holds-machine.ts";
-import { HOLD_RECORD_VERSION, type HoldState, type LedgerSigning, type NewHold } from "../../durable-objects/records.ts";
+import { HOLD_RECORD_VERSION, type HoldState, type LedgerSigning, type NewHold } from "../../durable-objects/contract.ts";
 import type { EntryDraft } from "../../src/ledger/records.ts";
 import { canonicalJson, sha256Hex } from "../../src/wire/canonical.ts";
 import type { JsonRpcResponse } from "../../src/wire/jsonrpc.ts";

@@ -1,5 +1,5 @@
 /**
- * The approver-facing hold operations (src/mcp/holds-service.ts) against the real HOLDS namespace
+ * The approver-facing hold operations (src/services/approvals.ts) against the real HOLDS namespace
  * (durable-objects/holds.ts) and the real team ledger: holds are raised with HoldsApi.claim as the
  * governed path raises them, then listed, read and resolved as approvers would. Visibility across
  * teams (another team's hold is a 404 exactly like a missing one), self-approval 403, the
@@ -10,13 +10,13 @@
  */
 import { env, SELF } from "cloudflare:test";
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { holdsObject, ledgerObject, newHoldId } from "../../durable-objects/names.ts";
-import type { HoldRecord, HoldsApi, NewHold } from "../../durable-objects/records.ts";
+import { holdsObject, ledgerObject, newHoldId } from "../../durable-objects/object-names.ts";
+import type { HoldRecord, HoldsApi, NewHold } from "../../durable-objects/contract.ts";
 import type { GatewayConfig, HoldsConfig } from "../../src/config/load.ts";
 import type { Principal } from "../../src/config/principal.ts";
 import type { Role } from "../../src/config/roles.ts";
 import { mintGrant, parseKeySet } from "../../src/identity/tokens.ts";
-import { getHold, getHoldVia, type HoldsDeps, listHolds, listHoldsVia, resolveHold, resolveHoldVia } from "../../src/mcp/holds-service.ts";
+import { getHold, getHoldVia, type HoldsDeps, listHolds, listHoldsVia, resolveHold, resolveHoldVia } from "../../src/services/approvals.ts";
 import { configOr503 } from "../../src/routes/config-view.ts";
 import { operatorTool } from "../../src/routes/operator-registry.ts";
 import "../../src/routes/operator-hold-tools.ts";

@@ -13,14 +13,14 @@
 import { env, SELF } from "cloudflare:test";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { changeProblem } from "../../durable-objects/killswitch.ts";
-import { GLOBAL_CHAIN, killSwitchObject, ledgerObject } from "../../durable-objects/names.ts";
-import type { KillSwitchApi, KillSwitchSnapshot, LedgerSigning } from "../../durable-objects/records.ts";
+import { GLOBAL_CHAIN, killSwitchObject, ledgerObject } from "../../durable-objects/object-names.ts";
+import type { KillSwitchApi, KillSwitchSnapshot, LedgerSigning } from "../../durable-objects/contract.ts";
 import type { Principal } from "../../src/config/principal.ts";
 import type { Env } from "../../src/env.ts";
 import type { KillSwitchReader, KillSwitchState, LegResult, ToolCall } from "../../src/governance/steps.ts";
 import { mintGrant, parseKeySet } from "../../src/identity/tokens.ts";
-import type { CallContext } from "../../src/mcp/context.ts";
-import { cachedKillSwitchReader, changeKillSwitch, haltableLeg, killSwitchReader, killSwitchStatus, stateOf } from "../../src/mcp/killswitch.ts";
+import type { CallContext } from "../../src/protocol/call-context.ts";
+import { cachedKillSwitchReader, changeKillSwitch, haltableLeg, killSwitchReader, killSwitchStatus, stateOf } from "../../src/ports/killswitch-client.ts";
 import { configOr503 } from "../../src/routes/config-view.ts";
 import type { JsonObject, JsonRpcRequest } from "../../src/wire/jsonrpc.ts";
 import { haltFor, NO_LEDGER } from "../../src/governance/steps.ts";

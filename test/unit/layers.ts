@@ -8,7 +8,7 @@
 export function layerOf(path: string): string | null {
   if (path === "src/env.ts") return "store";
   if (path === "src/index.ts") return "app";
-  if (path === "durable-objects/records.ts" || path === "durable-objects/names.ts") return "store";
+  if (path === "durable-objects/contract.ts" || path === "durable-objects/object-names.ts") return "store";
   if (path.startsWith("durable-objects/")) return "objects";
   const m = /^src\/([^/]+)\//.exec(path);
   return m ? m[1]! : null;
@@ -28,12 +28,75 @@ export const ALLOWED: Record<string, string[]> = {
   egress: ["wire", "config", "store"],
   governance: ["wire", "config"],
   ledger: ["wire"],
-  mcp: ["wire", "config", "store", "identity", "egress", "governance", "ledger"],
-  console: ["wire", "config", "store", "identity", "egress", "governance", "ledger", "mcp"],
-  routes: ["wire", "config", "store", "identity", "egress", "governance", "ledger", "mcp", "console"],
-  app: ["wire", "config", "store", "identity", "egress", "governance", "ledger", "mcp", "console", "routes", "objects"],
+  protocol: ["wire", "config", "store", "governance", "ledger"],
+  upstream: ["wire", "config", "store", "identity", "egress", "governance", "ledger", "protocol"],
+  ports: ["wire", "config", "store", "identity", "egress", "governance", "ledger", "protocol", "upstream"],
+  services: ["wire", "config", "store", "identity", "egress", "governance", "ledger", "protocol", "upstream", "ports"],
+  front: ["wire", "config", "store", "identity", "egress", "governance", "ledger", "protocol", "upstream", "ports", "services"],
+  console: ["wire", "config", "store", "identity", "egress", "governance", "ledger", "protocol", "upstream", "ports", "services", "front"],
+  routes: ["wire", "config", "store", "identity", "egress", "governance", "ledger", "protocol", "upstream", "ports", "services", "front", "console"],
+  app: [
+    "wire",
+    "config",
+    "store",
+    "identity",
+    "egress",
+    "governance",
+    "ledger",
+    "protocol",
+    "upstream",
+    "ports",
+    "services",
+    "front",
+    "console",
+    "routes",
+    "objects",
+  ],
   objects: ["wire", "store", "ledger"],
 };
+
+/**
+ * Rules inside a folder, where its files must not reach each other freely. In `durable-objects/`,
+ * `src/ports/` and `src/services/` a file imports only its own family (the basename's first word:
+ * `ledger-commit.ts` is of `ledger`, `hold-tasks.ts` of `hold`), the folder's shared files, and the
+ * pairs named: each object and each port stands over its own state. In `src/upstream/` a file
+ * imports only siblings of a lower rank: the HTTP exchange is the bottom, the catalog the top. In
+ * `src/front/` the two eras' fronts never import each other.
+ */
+export const SIBLINGS: Record<string, { shared?: string[]; also?: Record<string, string[]>; rank?: Record<string, number>; never?: [string, string][] }> = {
+  "durable-objects": { shared: ["contract.ts", "object-names.ts"] },
+  "src/ports": { shared: ["ledger-writer.ts"] },
+  "src/services": { also: { "policy-live.ts": ["health.ts"], "runs.ts": ["run-records.ts", "run-rollback.ts"] } },
+  "src/upstream": { rank: { "exchange.ts": 0, "client.ts": 1, "catalog-cache.ts": 1, "legs.ts": 2, "forward.ts": 2, "tool-catalog.ts": 3 } },
+  "src/front": {
+    never: [
+      ["legacy.ts", "modern.ts"],
+      ["modern.ts", "legacy.ts"],
+    ],
+  },
+};
+
+const family = (base: string) => base.replace(/\.tsx?$/, "").split("-")[0]!;
+
+/** Why `from` may not import its sibling `to` under SIBLINGS, or null when it may. */
+export function siblingProblem(from: string, to: string): string | null {
+  const dir = from.slice(0, from.lastIndexOf("/"));
+  if (to.slice(0, to.lastIndexOf("/")) !== dir) return null;
+  const rule = SIBLINGS[dir];
+  if (!rule) return null;
+  const a = from.slice(dir.length + 1);
+  const b = to.slice(dir.length + 1);
+  if (rule.never?.some(([x, y]) => x === a && y === b)) return `${from} imports ${to}: in ${dir}/ ${a} never imports ${b}`;
+  if (rule.rank) {
+    const ra = rule.rank[a];
+    const rb = rule.rank[b];
+    if (ra === undefined || rb === undefined) return `${from} imports ${to}: every file of ${dir}/ needs a rank in SIBLINGS`;
+    return rb < ra ? null : `${from} imports ${to}: in ${dir}/ a file imports only lower-ranked siblings (${a} ${ra}, ${b} ${rb})`;
+  }
+  if (rule.never && !rule.shared && !rule.also) return null;
+  if (family(a) === family(b) || rule.shared?.includes(b) || rule.also?.[a]?.includes(b)) return null;
+  return `${from} imports ${to}: in ${dir}/ a file imports only its own family (${family(a)}-), ${[...(rule.shared ?? [])].join(", ") || "no shared file"} and the pairs SIBLINGS names`;
+}
 
 /** Relative import specifiers of a source file (static, re-export, side-effect and dynamic). */
 export function importsOf(text: string): string[] {
@@ -77,6 +140,8 @@ export function layerViolations(files: Record<string, string>): string[] {
         continue;
       }
       edges.push(target);
+      const sibling = siblingProblem(path, target);
+      if (sibling) problems.push(sibling);
       if (to !== from && !allowed.includes(to))
         problems.push(`${path} (${from}) imports ${target} (${to}): ${from} may import only ${allowed.join(", ") || "nothing of the project"}`);
     }

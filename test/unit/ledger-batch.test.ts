@@ -1,16 +1,16 @@
 /**
- * The Worker's group commit (src/mcp/ledger-batch.ts) against a fake LedgerDO: a lone append is
+ * The Worker's group commit (src/ports/ledger-batch.ts) against a fake LedgerDO: a lone append is
  * sent at once; appends that arrive while RPCs are out ride together in the next one; each caller
  * gets its own entries, or its own refusal when the object refuses its call alone; an RPC that
  * throws refuses exactly its callers; one that hangs refuses its callers at the bound and the
  * queue moves on; queues of two chains, or of two Envs, never mix.
  */
 import { describe, expect, it, vi } from "vitest";
-import type { AppendOutcome, LedgerSigning } from "../../durable-objects/records.ts";
+import type { AppendOutcome, LedgerSigning } from "../../durable-objects/contract.ts";
 import type { Env } from "../../src/env.ts";
 import { chainEntries, EMPTY_HEAD, type Head } from "../../src/ledger/chain.ts";
 import type { EntryDraft } from "../../src/ledger/records.ts";
-import { batchedAppend } from "../../src/mcp/ledger-batch.ts";
+import { batchedAppend } from "../../src/ports/ledger-batch.ts";
 
 const SIGNING: LedgerSigning = { secret: "PORTCULLIS_SIGNING_KEY", gateway: "http://127.0.0.1" };
 const draft = (id: string): EntryDraft => ({ kind: "decision", id, at: new Date().toISOString(), body: { id } });

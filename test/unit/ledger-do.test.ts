@@ -12,13 +12,13 @@ import { env, evictDurableObject, runDurableObjectAlarm, runInDurableObject } fr
 import { describe, expect, it } from "vitest";
 import type { LedgerDO } from "../../durable-objects/ledger.ts";
 import { LEDGER_D1_SCHEMA, schemaStatements } from "../../durable-objects/ledger-schema.ts";
-import { GLOBAL_CHAIN } from "../../durable-objects/names.ts";
-import type { LedgerApi, LedgerSigning } from "../../durable-objects/records.ts";
+import { GLOBAL_CHAIN } from "../../durable-objects/object-names.ts";
+import type { LedgerApi, LedgerSigning } from "../../durable-objects/contract.ts";
 import type { Env } from "../../src/env.ts";
 import { verifyChain } from "../../src/ledger/chain.ts";
 import { checkpointOrigin, verifyCheckpoint } from "../../src/ledger/checkpoint.ts";
 import type { EntryDraft, LedgerEntry } from "../../src/ledger/records.ts";
-import { batchedAppend, MAX_RPC_APPENDS } from "../../src/mcp/ledger-batch.ts";
+import { batchedAppend, MAX_RPC_APPENDS } from "../../src/ports/ledger-batch.ts";
 
 const migration = Object.values(import.meta.glob("../../migrations/0001_ledger.sql", { query: "?raw", import: "default", eager: true }))[0] as string;
 

@@ -7,17 +7,17 @@
  * client's `portcullis/` `_meta` keys the forward dropped) and the receipt the answer carries.
  */
 import { describe, expect, it, vi } from "vitest";
-import type { LedgerApi } from "../../durable-objects/records.ts";
+import type { LedgerApi } from "../../durable-objects/contract.ts";
 import type { UpstreamConfig } from "../../src/config/load.ts";
 import type { Principal } from "../../src/config/principal.ts";
 import type { Env } from "../../src/env.ts";
 import { type GovernanceDeps, governToolCall, RECEIPT_META } from "../../src/governance/call.ts";
-import { catalogEntry } from "../../src/governance/catalog.ts";
+import { catalogEntry } from "../../src/governance/catalog-entry.ts";
 import { type LegResult, NO_HALTS, NO_HISTORY, NO_HOLDS, NO_MAPPINGS, OPEN_POLICY, type ToolCall } from "../../src/governance/steps.ts";
 import { chainEntries, EMPTY_HEAD, type Head } from "../../src/ledger/chain.ts";
 import { canonicalHash } from "../../src/wire/canonical.ts";
 import type { EntryDraft, LedgerEntry } from "../../src/ledger/records.ts";
-import { callLedger, LEDGER_WRITE_TIMEOUT_MS } from "../../src/mcp/ledger-writer.ts";
+import { callLedger, LEDGER_WRITE_TIMEOUT_MS } from "../../src/ports/ledger-writer.ts";
 import type { JsonObject } from "../../src/wire/jsonrpc.ts";
 import { testUpstream } from "./fixtures.ts";
 
@@ -32,7 +32,7 @@ function fakeLedger(faultAt: number, fault: Fault) {
   let head: Head = EMPTY_HEAD;
   let calls = 0;
   const api: Pick<LedgerApi, "append" | "appendEach"> = {
-    // What the Worker's group commit (src/mcp/ledger-batch.ts) calls: each call as its own append, one fault each.
+    // What the Worker's group commit (src/ports/ledger-batch.ts) calls: each call as its own append, one fault each.
     async appendEach(calls: EntryDraft[][]) {
       return Promise.all(
         calls.map((drafts) =>

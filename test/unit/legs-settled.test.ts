@@ -1,5 +1,5 @@
 /**
- * Upstream legs (src/mcp/legs.ts) share no promise in flight between requests, in workerd with
+ * Upstream legs (src/upstream/legs.ts) share no promise in flight between requests, in workerd with
  * the network replaced by a fake (globalThis.fetch: every upstream here is legacy-only, so
  * `server/discover` gets a 404): a modern principal's legacy leg whose store read never settles
  * (another request, ended) does not hold up another request, which reads the store itself; a
@@ -11,8 +11,8 @@
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import type { UpstreamConfig } from "../../src/config/load.ts";
 import { DEFAULT_EGRESS_RULES } from "../../src/config/egress-schema.ts";
-import { modernClientLeg, sessionLeg } from "../../src/mcp/legs.ts";
-import type { SessionApi, SessionRecord, UpstreamLegRecord } from "../../durable-objects/records.ts";
+import { modernClientLeg, sessionLeg } from "../../src/upstream/legs.ts";
+import type { SessionApi, SessionRecord, UpstreamLegRecord } from "../../durable-objects/contract.ts";
 import type { JsonRpcRequest } from "../../src/wire/jsonrpc.ts";
 import { testUpstream } from "./fixtures.ts";
 

@@ -11,10 +11,10 @@
  */
 import { env, SELF } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { GLOBAL_CHAIN, ledgerObject } from "../../durable-objects/names.ts";
-import type { ConfigApi, LedgerSigning, StoredConfig, StoredConfigHead } from "../../durable-objects/records.ts";
+import { GLOBAL_CHAIN, ledgerObject } from "../../durable-objects/object-names.ts";
+import type { ConfigApi, LedgerSigning, StoredConfig, StoredConfigHead } from "../../durable-objects/contract.ts";
 import { mintGrant, parseKeySet } from "../../src/identity/tokens.ts";
-import { LiveConfigCache, type LiveConfigSource, supersededByDeploy } from "../../src/mcp/live-config.ts";
+import { LiveConfigCache, type LiveConfigSource, supersededByDeploy } from "../../src/ports/live-config.ts";
 import { sha256Hex } from "../../src/wire/canonical.ts";
 import { allEntries } from "./fixtures.ts";
 

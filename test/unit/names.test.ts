@@ -22,11 +22,11 @@ import {
   splitGoverned,
   splitName,
   splitUri,
-} from "../../src/mcp/names.ts";
-import { noSuchRoute, routeView } from "../../src/mcp/route-view.ts";
-import { clearCatalog } from "../../src/mcp/catalog-store.ts";
-import type { CallContext } from "../../src/mcp/context.ts";
-import { dispatch } from "../../src/mcp/dispatch.ts";
+} from "../../src/protocol/exposed-names.ts";
+import { noSuchRoute, routeView } from "../../src/front/route-view.ts";
+import { clearCatalog } from "../../src/upstream/catalog-cache.ts";
+import type { CallContext } from "../../src/protocol/call-context.ts";
+import { dispatch } from "../../src/front/dispatch.ts";
 import { NO_HALTS, type ToolCall } from "../../src/governance/steps.ts";
 import { globMatch } from "../../src/wire/glob.ts";
 import { toolAllowed } from "../../src/governance/grant-scope.ts";

@@ -180,7 +180,7 @@ ${base}`;
     expect(b.principal.sub).toBe("oidc:idp-b.example.com/realms/x:alice");
     // Another principal's session is "not found": the SessionDO ownership rule on distinct subs.
     const id = "9".repeat(48);
-    const store = env.SESSIONS.get(env.SESSIONS.idFromName(`session:${id}`)) as unknown as import("../../durable-objects/records.ts").SessionApi;
+    const store = env.SESSIONS.get(env.SESSIONS.idFromName(`session:${id}`)) as unknown as import("../../durable-objects/contract.ts").SessionApi;
     const now = Date.now();
     expect(
       await store.create({

@@ -1,13 +1,13 @@
 /**
- * The policy watch (src/mcp/policy-watch.ts): a complete tools/list from every upstream checks the
+ * The policy watch (src/services/policy-watch.ts): a complete tools/list from every upstream checks the
  * served policy against the real tools; a rule that stops matching (the upstream dropped its tool)
  * is reported once — a log line, a `policy.unmatched` record, the isolate's report /readyz shows —
  * and the same report is not repeated; partial listings judge nothing.
  */
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { parsePolicy } from "../../src/config/policy-schema.ts";
-import type { CallContext } from "../../src/mcp/context.ts";
-import { policyWatchReport, resetPolicyWatch, watchPolicy } from "../../src/mcp/policy-watch.ts";
+import type { CallContext } from "../../src/protocol/call-context.ts";
+import { policyWatchReport, resetPolicyWatch, watchPolicy } from "../../src/services/policy-watch.ts";
 import type { Json, JsonObject } from "../../src/wire/jsonrpc.ts";
 import { testConfig, testUpstream } from "./fixtures.ts";
 

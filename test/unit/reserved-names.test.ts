@@ -2,7 +2,7 @@
  * Reserved names and the one spelling of a name (src/config/principal.ts) at every entry point
  * that is not a sign-in source of its own (those are in access.test.ts, oidc-auth.test.ts,
  * enroll-route.test.ts, oauth-grant.test.ts): the rule itself as a table; the reserved names are
- * the gateway's own (the global chain, every object-name kind in durable-objects/names.ts and the
+ * the gateway's own (the global chain, every object-name kind in durable-objects/object-names.ts and the
  * enrollment keys; run ids can never be one); grant claims (minting refuses, and a grant signed
  * anyway — as one minted before the rule — is refused at verification and at the gate);
  * `POST /v1/grants`; and config load (reserved or non-canonical teams, principal spaces that
@@ -12,7 +12,7 @@
 import { env, SELF } from "cloudflare:test";
 import { SignJWT } from "jose";
 import { beforeAll, describe, expect, it } from "vitest";
-import { HOLD_ID, RUN_ID } from "../../durable-objects/names.ts";
+import { HOLD_ID, RUN_ID } from "../../durable-objects/object-names.ts";
 import { loadConfig } from "../../src/config/load.ts";
 import { GLOBAL_TEAM, OBJECT_NAME_KINDS, lookAlike, mintedPrincipalProblem, principalNameProblem, reservedNameProblem } from "../../src/config/principal.ts";
 import { authenticate } from "../../src/identity/auth.ts";
@@ -20,7 +20,7 @@ import { GRANT_TYP, type KeySet, mintGrant, parseKeySet, verifyGrant } from "../
 import { GLOBAL_CHAIN } from "../../src/ledger/records.ts";
 
 // Vite inlines the source text at build time: the name builders as they are.
-const sources = import.meta.glob(["../../durable-objects/names.ts", "../../src/identity/enrollment.ts"], {
+const sources = import.meta.glob(["../../durable-objects/object-names.ts", "../../src/identity/enrollment.ts"], {
   query: "?raw",
   import: "default",
   eager: true,

@@ -8,7 +8,7 @@
  */
 import { env } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { revocationObject } from "../../durable-objects/names.ts";
+import { revocationObject } from "../../durable-objects/object-names.ts";
 import type { Env } from "../../src/env.ts";
 import { isRevokedCached, noteRevoked, REVOCATION_MAX_AGE_MS, revocationCache } from "../../src/identity/revocation-cache.ts";
 

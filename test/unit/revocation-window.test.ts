@@ -6,7 +6,7 @@
 import { env, runDurableObjectAlarm, SELF } from "cloudflare:test";
 import { beforeAll, describe, expect, it } from "vitest";
 import { mintGrant, parseKeySet, type KeySet } from "../../src/identity/tokens.ts";
-import { REVOCATION_SHARDS } from "../../durable-objects/names.ts";
+import { REVOCATION_SHARDS } from "../../durable-objects/object-names.ts";
 
 const GW = "http://127.0.0.1";
 const DAY = 86400; // the unit config's max_token_lifetime

@@ -1,5 +1,5 @@
 /**
- * The skills extension across several upstreams (src/mcp/skills.ts) with fake upstreams behind the
+ * The skills extension across several upstreams (src/front/skills.ts) with fake upstreams behind the
  * forwarder seam: skills/list walks every page of every skills upstream the grant reaches and
  * namespaces each entry's uri and resources; skills/get and resources/directory/read route by the
  * namespaced URI and map URIs back; a transparent upstream passes verbatim; and the advertised
@@ -9,9 +9,10 @@
 import { describe, expect, it } from "vitest";
 import { type GatewayConfig, type UpstreamConfig, loadConfig } from "../../src/config/load.ts";
 import type { Principal } from "../../src/config/principal.ts";
-import type { CallContext, Outcome } from "../../src/mcp/context.ts";
-import { mergeCapabilities } from "../../src/mcp/legs.ts";
-import { SKILLS_EXTENSION, TASKS_EXTENSION, directoryRead, exposeSkill, mergeExtensions, skillsGet, skillsList } from "../../src/mcp/skills.ts";
+import type { CallContext, Outcome } from "../../src/protocol/call-context.ts";
+import { mergeCapabilities } from "../../src/upstream/legs.ts";
+import { directoryRead, exposeSkill, skillsGet, skillsList } from "../../src/front/skills.ts";
+import { SKILLS_EXTENSION, TASKS_EXTENSION, mergeExtensions } from "../../src/protocol/extensions.ts";
 import type { Json, JsonObject, JsonRpcRequest } from "../../src/wire/jsonrpc.ts";
 
 const cfgOf = (names: string[]): GatewayConfig =>

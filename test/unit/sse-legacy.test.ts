@@ -1,5 +1,5 @@
 /**
- * The legacy HTTP+SSE front (src/mcp/sse-legacy.ts) with fakes for the legacy front (recording
+ * The legacy HTTP+SSE front (src/front/http-sse.ts) with fakes for the legacy front (recording
  * every message it is handed and answering what each test scripts) and an in-process channel
  * (SseChannel, the state machine SseDO wraps): bad input gets a 400/415 JSON-RPC refusal; an
  * unknown session id, another principal's and another grant's get 404 and reach nothing; the
@@ -12,14 +12,14 @@
  */
 import { env, SELF } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { parseOpen, SseChannel } from "../../durable-objects/sse.ts";
-import { SESSION_ID, sseObject } from "../../durable-objects/names.ts";
-import type { SseApi, SseOwner } from "../../durable-objects/records.ts";
+import { parseOpen, SseChannel } from "../../durable-objects/http-sse.ts";
+import { SESSION_ID, sseObject } from "../../durable-objects/object-names.ts";
+import type { SseApi, SseOwner } from "../../durable-objects/contract.ts";
 import type { GatewayConfig } from "../../src/config/load.ts";
 import type { Principal } from "../../src/config/principal.ts";
 import type { Env } from "../../src/env.ts";
-import type { FrontContext } from "../../src/mcp/context.ts";
-import { endpointFor, MAX_RESUMES, negotiated, OLDEST_LEGACY, type SseDeps, sseOpen, ssePost } from "../../src/mcp/sse-legacy.ts";
+import type { FrontContext } from "../../src/protocol/call-context.ts";
+import { endpointFor, MAX_RESUMES, negotiated, OLDEST_LEGACY, type SseDeps, sseOpen, ssePost } from "../../src/front/http-sse.ts";
 import { SSE_HEADERS } from "../../src/wire/http.ts";
 import type { JsonRpcMessage, JsonRpcRequest } from "../../src/wire/jsonrpc.ts";
 import { parseSse, type SseEvent } from "../../src/wire/sse.ts";

@@ -9,10 +9,10 @@
 import { afterEach, describe, expect, it, vi } from "vitest";
 import type { UpstreamConfig } from "../../src/config/load.ts";
 import { egressSchema } from "../../src/config/egress-schema.ts";
-import { requestUpstream, UpstreamError, type UpstreamFrame } from "../../src/mcp/upstream.ts";
-import { respond, type Resumable } from "../../src/mcp/respond.ts";
+import { requestUpstream, UpstreamError, type UpstreamFrame } from "../../src/upstream/client.ts";
+import { respond, type Resumable } from "../../src/front/respond.ts";
 import type { JsonRpcRequest } from "../../src/wire/jsonrpc.ts";
-import type { Leg } from "../../durable-objects/records.ts";
+import type { Leg } from "../../durable-objects/contract.ts";
 
 const up: UpstreamConfig = {
   name: "u",

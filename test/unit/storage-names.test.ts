@@ -1,5 +1,5 @@
 /**
- * Durable Object names (durable-objects/names.ts): every client-supplied id is format-checked
+ * Durable Object names (durable-objects/object-names.ts): every client-supplied id is format-checked
  * before it addresses an object (a malformed one addresses nothing), every name carries its
  * kind so names of different kinds never coincide within a namespace (property test over
  * adversarial ids; `principal:<sub>` names three objects — credentials, tasks, history — in
@@ -23,8 +23,8 @@ import {
   runObject,
   sessionObject,
   taskObject,
-} from "../../durable-objects/names.ts";
-import type { SessionApi, SessionRecord } from "../../durable-objects/records.ts";
+} from "../../durable-objects/object-names.ts";
+import type { SessionApi, SessionRecord } from "../../durable-objects/contract.ts";
 
 const ACTOR = "local:unit";
 const hex48 = fc.stringMatching(/^[0-9a-f]{48}$/);

@@ -13,14 +13,14 @@ import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
 import type { UpstreamConfig } from "../../src/config/load.ts";
 import { DEFAULT_EGRESS_RULES } from "../../src/config/egress-schema.ts";
 import type { Principal } from "../../src/config/principal.ts";
-import { clearCatalog } from "../../src/mcp/catalog-store.ts";
-import type { CallContext } from "../../src/mcp/context.ts";
-import { dispatch } from "../../src/mcp/dispatch.ts";
-import { forward } from "../../src/mcp/forward.ts";
-import { upstreamRequestId } from "../../src/mcp/upstream.ts";
+import { clearCatalog } from "../../src/upstream/catalog-cache.ts";
+import type { CallContext } from "../../src/protocol/call-context.ts";
+import { dispatch } from "../../src/front/dispatch.ts";
+import { forward } from "../../src/upstream/forward.ts";
+import { upstreamRequestId } from "../../src/upstream/client.ts";
 import { NO_LEDGER } from "../../src/governance/steps.ts";
 import type { JsonObject, JsonRpcRequest } from "../../src/wire/jsonrpc.ts";
-import type { Leg, SessionApi, SessionRecord } from "../../durable-objects/records.ts";
+import type { Leg, SessionApi, SessionRecord } from "../../durable-objects/contract.ts";
 import { testConfig } from "./fixtures.ts";
 
 const mk = (name: string, url: string): UpstreamConfig => ({

@@ -8,7 +8,7 @@
  */
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import type { UpstreamConfig } from "../../src/config/load.ts";
-import { type CatalogTool, catalogEntry } from "../../src/governance/catalog.ts";
+import { type CatalogTool, catalogEntry } from "../../src/governance/catalog-entry.ts";
 import type { Target, ToolMapping } from "../../src/governance/steps.ts";
 import { compiledSchemaCount, draftOf, validateCall, validateOutput } from "../../src/governance/validate.ts";
 import type { JsonObject } from "../../src/wire/jsonrpc.ts";

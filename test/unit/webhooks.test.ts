@@ -1,5 +1,5 @@
 /**
- * Hold webhooks (src/mcp/webhooks.ts) with the network and the clock replaced: a recording fake
+ * Hold webhooks (src/ports/hold-webhooks.ts) with the network and the clock replaced: a recording fake
  * behind guardedFetch (so the egress rules still run) and a sleep that only records. The
  * signature verifies with the secret over the exact body; the body is Slack-compatible and
  * carries the hold's facts but never its arguments or stored answer; 5xx and 429 and network
@@ -9,11 +9,11 @@
  * notifyHold never throws and hands its work to waitUntil.
  */
 import { afterEach, describe, expect, it, vi } from "vitest";
-import type { HoldRecord } from "../../durable-objects/records.ts";
+import type { HoldRecord } from "../../durable-objects/contract.ts";
 import { DEFAULT_EGRESS_RULES } from "../../src/config/egress-schema.ts";
 import type { GatewayConfig, HoldsConfig } from "../../src/config/load.ts";
 import type { Env } from "../../src/env.ts";
-import { deliverHoldEvent, notifyHold, WEBHOOK_ATTEMPTS } from "../../src/mcp/webhooks.ts";
+import { deliverHoldEvent, notifyHold, WEBHOOK_ATTEMPTS } from "../../src/ports/hold-webhooks.ts";
 import { testConfig, testUpstream } from "./fixtures.ts";
 
 const GATEWAY = "https://gw.example.com";

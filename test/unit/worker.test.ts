@@ -5,8 +5,8 @@
  */
 import { env, runInDurableObject, SELF } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { sessionObject } from "../../durable-objects/names.ts";
-import type { SessionApi, SessionRecord } from "../../durable-objects/records.ts";
+import { sessionObject } from "../../durable-objects/object-names.ts";
+import type { SessionApi, SessionRecord } from "../../durable-objects/contract.ts";
 
 const H = { "content-type": "application/json", accept: "application/json, text/event-stream", "mcp-protocol-version": "2025-11-25" };
 

@@ -1,0 +1,106 @@
+/**
+ * The per-request context every MCP method handler receives, independent of the client's era.
+ * Owns only the contract between the fronts (legacy.ts, modern.ts) and the method handlers.
+ * Must never: carry the client's credentials (handlers have no way to send them upstream).
+ */
+import type { GatewayConfig, UpstreamConfig } from "../config/load.ts";
+import type { Env } from "../env.ts";
+import type { Principal } from "../config/principal.ts";
+import type { JsonObject, JsonRpcNotification, JsonRpcRequest } from "../wire/jsonrpc.ts";
+import type { Era, HoldRecord, HoldsApi, Leg, TasksApi } from "../../durable-objects/contract.ts";
+import type { HistoryStore, KillSwitchReader, LedgerWriter } from "../governance/steps.ts";
+import type { HoldBody } from "../ledger/records.ts";
+import type { RouteView } from "./exposed-names.ts";
+
+/** What a front knows about one HTTP request once the gate let it through. */
+export interface FrontContext {
+  env: Env;
+  cfg: GatewayConfig;
+  /** Who is calling (verified grant, or the loopback actor); `principal.sub` owns sessions, runs and upstream legs. */
+  principal: Principal;
+  /** The gateway's canonical URL (grant audience, ledger checkpoint origins). */
+  gateway: string;
+  waitUntil(p: Promise<unknown>): void;
+  /**
+   * Set on `/mcp/<upstream>` (route-view.ts): `cfg` is then the view holding that upstream alone,
+   * and a legacy session belongs to the route that opened it. Absent on /mcp.
+   */
+  route?: RouteView;
+}
+
+export interface Relay {
+  /** Sends a notification (or a relayed request) to the client on the stream of the request being served. */
+  send(msg: JsonRpcNotification | JsonRpcRequest): Promise<void>;
+  /** An upstream sent a server→client request on this request's stream; relay it or refuse it upstream. */
+  upstreamRequest(up: UpstreamConfig, leg: Leg, msg: JsonRpcRequest): Promise<void>;
+  /** Asks the client a server→client request and waits for its answer (era bridge); absent when impossible. */
+  ask?(method: string, params: JsonObject): Promise<JsonObject>;
+  /** The upstream answered this request with an SSE stream: answer the client with one too, now (legacy fronts). */
+  streamOpened?(): void;
+  /**
+   * The upstream closed its resumable stream before the response (SEP-1699 polling): close the
+   * client's stream the same way if the client can resume it; the call goes on either way.
+   */
+  mirrorClose?(): Promise<void>;
+  /** Keeps the client's answer alive while nothing else is sent (an SSE comment; opens the stream). */
+  keepAlive?(): Promise<void>;
+}
+
+/** The governed path's ledger, plus the one record per tools/list (src/ports/ledger-writer.ts). */
+export interface CallLedger extends LedgerWriter {
+  /** The names shown and those hidden from this caller (not awaited by the list). */
+  listed(shown: string[], hidden: string[]): void;
+  /** Rules of the served policy that match none of the tools the upstreams list (src/services/policy-watch.ts), `id` naming the report; not awaited (absent in test fakes: not recorded). */
+  unmatched?(id: string, body: JsonObject): void;
+  /** A hold created or consumed by the governed path, durable on the team's chain when it resolves; the entry's id. */
+  hold(kind: "hold.created" | "hold.consumed", body: HoldBody): Promise<string>;
+}
+
+export interface CallContext {
+  cfg: GatewayConfig;
+  /** The `/mcp/<upstream>` route this request came in on (exposed-names.ts: edge vs governed names); absent on /mcp. */
+  route?: RouteView;
+  /** The client's era. */
+  era: Era;
+  /** The caller and its grant: which tools and upstreams it may see; `principal.sub` owns what it opens. */
+  principal: Principal;
+  /** The leg to `up` for this client context; null when the upstream is unavailable. */
+  leg(up: UpstreamConfig): Promise<Leg | null>;
+  /** The legacy upstream session expired: make a new one (or null). */
+  renewLeg(up: UpstreamConfig): Promise<Leg | null>;
+  /** Capabilities the upstream declared, when known. */
+  capabilities(up: UpstreamConfig): Promise<JsonObject | undefined>;
+  relay: Relay;
+  signal: AbortSignal;
+  /** Mcp-Param-* headers of the client request (modern), forwarded verbatim. */
+  paramHeaders: [string, string][];
+  /** Whether lists depend on the caller (grant filtering); they are then `cacheScope: private`. */
+  callerFiltered: boolean;
+  /** The run calls belong to: the legacy session id, or the modern Portcullis-Run-Id (null without one). */
+  runId: string | null;
+  /** This caller's team chain: decision, outcome, blocked and tools.listed records. */
+  ledger: CallLedger;
+  /** Records which upstream serves client request `id`, and the id it carries there (legacy cancellation). */
+  recordRequest(id: string | number, up: UpstreamConfig, upstreamId: string): Promise<void>;
+  /**
+   * The caller's task ownership store (its TasksDO), reached only when a tools/call answers with a
+   * task or a request addresses one (src/ports/task-owners.ts). Without it every task is refused.
+   */
+  taskStore?(): TasksApi;
+  /** The caller's history (its HistoryDO), reached only when the policy has history rules, rate limits or budgets. */
+  history?(): HistoryStore;
+  /** The kill switch (KillSwitchDO through the isolate's ≤ 1 s cache). Absent: every governed call is refused (fail closed). */
+  killSwitch?(): KillSwitchReader;
+  /** The caller's team's holds (its HoldsDO; null for a team name no object can have). Absent: require_approval is refused. */
+  holds?(): HoldsApi | null;
+  /** Tells the configured webhooks a hold was created (not awaited; src/ports/hold-webhooks.ts). */
+  holdCreated?(hold: HoldRecord): void;
+  /** The bindings the run agent tools read the caller's team ledger through (src/services/runs.ts agentRunTool); absent: they answer that runs cannot be read here. */
+  ledgerEnv?(): Env;
+}
+
+export interface Outcome {
+  response: import("../wire/jsonrpc.ts").JsonRpcResponse;
+  /** HTTP status for a JSON answer (an upstream's 4xx passes through for modern clients). */
+  status: number;
+}

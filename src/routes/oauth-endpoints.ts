@@ -1,0 +1,394 @@
+/**
+ * The OAuth routes hosted MCP clients use (auth.oauth): the RFC 8414 metadata, RFC 7591
+ * registration and the token endpoint (the library's, see oauth-token.ts), and the authorization
+ * endpoint that is ours — parse and validate the request (the library: client, exact redirect URI
+ * with RFC 8252 loopback ports, resource, PKCE), insist on PKCE S256 for every client, check a
+ * client metadata document's URL against the egress rules before anything fetches it, sign the
+ * person in (Cloudflare Access, an enrollment code, or an OIDC issuer by authorization-code
+ * redirect with PKCE and nonce), show the consent page with the grant the source's template
+ * allows, and on Allow record `grant.minted` and complete the authorization. Must never: redirect
+ * to a redirect URI the library has not validated, issue a grant wider than its template, issue
+ * one whose ledger record is not durable, or let a code, token or secret reach a page or a log.
+ */
+import { AuthorizationError, type AuthRequest, CimdFetchError, type ConsentDescription, authorizationErrorRedirect } from "@cloudflare/workers-oauth-provider";
+import { decodeJwt } from "jose";
+import { Hono } from "hono";
+import type { GatewayConfig } from "../config/load.ts";
+import { ErrorPage } from "../console/layout.tsx";
+import { type ClientFacts, OAuthConsentPage, OAuthSignInPage, type OfferFacts } from "../console/oauth-page.tsx";
+import { htmlResponse } from "../console/render.ts";
+import { originProblem } from "../console/cookie-session.ts";
+import { EgressError, guardedFetch } from "../egress/guarded-fetch.ts";
+import { checkEgress } from "../egress/rules.ts";
+import type { Env } from "../env.ts";
+import { ACCESS_HEADER, verifyAccess } from "../identity/access.ts";
+import { isLoopbackRequest } from "../identity/auth.ts";
+import { readEnrollment } from "../identity/enrollment.ts";
+import { canonicalUrl } from "../identity/metadata.ts";
+import { type GrantOffer, coveredTools, enrollmentOffer, openOffer, signOffer, templateOffer } from "../identity/oauth-grant.ts";
+import { OAUTH_PATHS, type OAuthGrantProps, newGrantJti, oauthApi, oauthIssuer, oauthServer, userIdOf } from "../identity/oauth-server.ts";
+import { verifyExternal } from "../identity/oidc.ts";
+import { appendRecord, ledgerSigning } from "../ports/ledger-writer.ts";
+import { sha256 } from "@noble/hashes/sha2.js";
+import { utf8ToBytes } from "@noble/hashes/utils.js";
+import { encode } from "../identity/base64url.ts";
+import { readBodyText } from "../wire/body.ts";
+import { jsonResponse } from "../wire/http.ts";
+import { servableConfig } from "./config-view.ts";
+import { signingSecret } from "./console-gate.ts";
+import { canonicalRequest, tokenRoute } from "./oauth-token.ts";
+
+type OAuthEnv = { Bindings: Env };
+export const oauthRoutes = new Hono<OAuthEnv>();
+
+const page = (status: number, title: string, message: string) => htmlResponse(ErrorPage({ viewer: null, status, title, message }), status);
+
+async function enabledConfig(env: Env, req: Request): Promise<GatewayConfig | Response> {
+  const cfg = await servableConfig(env, req);
+  if (cfg instanceof Response) return cfg;
+  if (!cfg.auth.oauth.enabled) return jsonResponse({ error: "not found" }, 404);
+  return cfg;
+}
+
+// The library's own endpoints: metadata, registration, token (and RFC 7009 revocation there).
+oauthRoutes.get("/.well-known/oauth-authorization-server", async (c) => {
+  const cfg = await enabledConfig(c.env, c.req.raw);
+  if (cfg instanceof Response) return cfg;
+  return oauthServer(cfg)!.fetch(canonicalRequest(cfg, c.req.raw), c.env, c.executionCtx as ExecutionContext);
+});
+oauthRoutes.post(OAUTH_PATHS.register, async (c) => {
+  const cfg = await enabledConfig(c.env, c.req.raw);
+  if (cfg instanceof Response) return cfg;
+  const read = await readBodyText(c.req.raw, 64 * 1024);
+  if (!read.ok) return c.json({ error: "invalid_client_metadata", error_description: "the registration is too large or too slow" }, 413);
+  return oauthServer(cfg)!.fetch(canonicalRequest(cfg, c.req.raw, read.text), c.env, c.executionCtx as ExecutionContext);
+});
+oauthRoutes.post(OAUTH_PATHS.token, async (c) => {
+  const cfg = await enabledConfig(c.env, c.req.raw);
+  if (cfg instanceof Response) return cfg;
+  return tokenRoute(c.req.raw, c.env, cfg, c.executionCtx as ExecutionContext);
+});
+
+/**
+ * Why a client metadata document URL may not be used (off, outside the egress rules, or answering
+ * with a redirect); null when it may. The library fetches the document itself with the Worker's
+ * fetch (`global_fetch_strictly_public`: public addresses only), following redirects; so the
+ * gateway first fetches it under its own egress rules with no redirects allowed, and refuses a
+ * document that is not served at its own URL.
+ */
+async function metadataDocumentProblem(cfg: GatewayConfig, req: Request, clientId: string | null): Promise<string | null> {
+  if (clientId === null || !/^https?:\/\//i.test(clientId)) return null;
+  if (!cfg.auth.oauth.clientMetadataDocuments)
+    return "this client names itself by a metadata document URL, and client ID metadata documents are not enabled here (auth.oauth.client_metadata_documents)";
+  const d = checkEgress(clientId, cfg.egress, { gatewayOnLoopback: isLoopbackRequest(req) });
+  if (!d.ok) return `the client's metadata document URL is outside this gateway's egress rules (${d.reason})`;
+  try {
+    const r = await guardedFetch(
+      d.url,
+      { headers: { accept: "application/json" } },
+      { rules: cfg.egress, gatewayOnLoopback: isLoopbackRequest(req), maxRedirects: 0, timeoutMs: 10_000, maxBytes: 5 * 1024 },
+    );
+    await r.body?.cancel();
+    return r.ok ? null : `the client's metadata document answered HTTP ${r.status}`;
+  } catch (e) {
+    return `the client's metadata document could not be fetched under this gateway's egress rules (${e instanceof EgressError ? e.reason : "no answer"})`;
+  }
+}
+
+/** A failed parse: redirect only where the library validated the redirect URI; render everything else. */
+function authorizeFailure(e: unknown): Promise<Response> | Response {
+  if (e instanceof AuthorizationError && e.redirectTo) return Response.redirect(e.redirectTo, 302);
+  if (e instanceof AuthorizationError) return page(400, "This sign-in request is invalid", `${e.code}: ${e.description}`);
+  if (e instanceof CimdFetchError) return page(400, "This app could not be verified", "its client metadata document could not be fetched or is invalid");
+  throw e;
+}
+
+/** The authorization request in `query`, validated by the library, plus our own rule: PKCE S256 for every client. */
+async function parsed(cfg: GatewayConfig, env: Env, req: Request, query: string): Promise<{ areq: AuthRequest } | Response> {
+  const api = oauthApi(cfg, env)!;
+  const problem = await metadataDocumentProblem(cfg, req, new URLSearchParams(query).get("client_id"));
+  if (problem) return page(400, "This app could not be verified", `invalid_client: ${problem}`);
+  let areq: AuthRequest;
+  try {
+    areq = await api.parseAuthRequest(new Request(`${oauthIssuer(cfg)}${OAUTH_PATHS.authorize}?${query}`, { headers: req.headers }));
+  } catch (e) {
+    return authorizeFailure(e);
+  }
+  if (!areq.codeChallenge || areq.codeChallengeMethod !== "S256") {
+    return Response.redirect(authorizationErrorRedirect(areq, "invalid_request", "PKCE with code_challenge_method=S256 is required"), 302);
+  }
+  return { areq };
+}
+
+async function clientFacts(cfg: GatewayConfig, env: Env, areq: AuthRequest): Promise<{ facts: ClientFacts; described: ConsentDescription }> {
+  const d = await oauthApi(cfg, env)!.describeConsent(areq);
+  const facts: ClientFacts = { name: d.clientName, redirectHost: d.redirectHost, redirectIsLoopback: d.redirectIsLoopback };
+  if (d.clientDomain) facts.domain = d.clientDomain;
+  return { facts, described: d };
+}
+
+function lifetimeText(s: number): string {
+  return s % 3600 === 0 ? `${s / 3600}h` : s % 60 === 0 ? `${s / 60}m` : `${s}s`;
+}
+
+function offerFacts(o: GrantOffer, label: string, dropped?: string[]): OfferFacts {
+  const f: OfferFacts = { sub: o.sub, via: label, team: o.team, roles: o.roles, tools: o.tools, lifetime: lifetimeText(o.lifetimeS) };
+  if (o.budget) f.budget = o.budget.calls;
+  if (dropped?.length) f.dropped = dropped;
+  return f;
+}
+
+/** The consent page for `offer`: its handle (library: browser-bound, single use, 10 minutes) and the offer signed for it. */
+async function consent(cfg: GatewayConfig, env: Env, areq: AuthRequest, offer: GrantOffer, label: string, dropped?: string[]): Promise<Response> {
+  const secret = signingSecret(env, cfg);
+  if (!secret) return page(503, "Temporarily unavailable", `no signing key is configured (${cfg.auth.signingKeySecret})`);
+  const { facts } = await clientFacts(cfg, env, areq);
+  const tx = await oauthApi(cfg, env)!.beginConsent(areq);
+  const res = await htmlResponse(
+    OAuthConsentPage({ client: facts, offer: offerFacts(offer, label, dropped), handle: tx.handle, signed: signOffer(secret, tx.handle, offer) }),
+  );
+  tx.headers.forEach((v, k) => {
+    if (k.toLowerCase() === "set-cookie") res.headers.append(k, v);
+  });
+  // The Allow answer redirects to the client (and, for OIDC, to the issuer first): a form's redirect must be allowed by form-action.
+  const targets = new Set(["'self'", new URL(areq.redirectUri).origin]);
+  if (offer.source === "oidc") {
+    const o = cfg.auth.oauth.oidc.find((x) => x.issuer === offer.issuer);
+    if (o) targets.add(new URL(o.authorizationEndpoint).origin);
+  }
+  res.headers.set(
+    "content-security-policy",
+    res.headers.get("content-security-policy")!.replace("form-action 'self'", `form-action ${[...targets].join(" ")}`),
+  );
+  return res;
+}
+
+function signInPage(cfg: GatewayConfig, facts: ClientFacts, query: string, problem: string | null, status = 200): Promise<Response> {
+  const o = cfg.auth.oauth;
+  return htmlResponse(
+    OAuthSignInPage({
+      client: facts,
+      query,
+      enrollment: o.enrollment !== undefined,
+      oidc: o.oidc.map((x) => ({ issuer: x.issuer, label: x.label })),
+      access: o.access !== undefined,
+      problem,
+    }),
+    status,
+  );
+}
+
+const egressFetch = (cfg: GatewayConfig, req: Request) => (url: string, init: RequestInit) =>
+  guardedFetch(url, init, { rules: cfg.egress, gatewayOnLoopback: isLoopbackRequest(req), maxRedirects: 0, timeoutMs: 10_000, maxBytes: 1024 * 1024 });
+
+/** The person Cloudflare Access signed in on this request, if the request carries a valid Access JWT. */
+async function accessSub(cfg: GatewayConfig, req: Request): Promise<string | null> {
+  const token = req.headers.get(ACCESS_HEADER);
+  if (!token || !cfg.auth.access || !cfg.auth.oauth.access) return null;
+  const v = await verifyAccess(token, cfg.auth.access, egressFetch(cfg, req));
+  return typeof v === "string" ? null : v.principal.sub;
+}
+
+oauthRoutes.get(OAUTH_PATHS.authorize, async (c) => {
+  const cfg = await enabledConfig(c.env, c.req.raw);
+  if (cfg instanceof Response) return cfg;
+  const query = new URL(c.req.url).search.slice(1);
+  const p = await parsed(cfg, c.env, c.req.raw, query);
+  if (p instanceof Response) return p;
+  const sub = await accessSub(cfg, c.req.raw);
+  if (sub !== null) return consent(cfg, c.env, p.areq, templateOffer("access", sub, cfg.auth.oauth.access!), "Cloudflare Access");
+  const { facts } = await clientFacts(cfg, c.env, p.areq);
+  return signInPage(cfg, facts, query, null);
+});
+
+oauthRoutes.post(OAUTH_PATHS.authorize, async (c) => {
+  const cfg = await enabledConfig(c.env, c.req.raw);
+  if (cfg instanceof Response) return cfg;
+  const bad = originProblem(c.req.raw, canonicalUrl(cfg));
+  if (bad) return page(403, "Refused", bad);
+  if ((c.req.header("content-type") ?? "").split(";")[0]!.trim().toLowerCase() !== "application/x-www-form-urlencoded") {
+    return page(415, "Refused", "the form is posted as application/x-www-form-urlencoded");
+  }
+  const read = await readBodyText(c.req.raw, 16 * 1024);
+  if (!read.ok) return page(413, "Refused", "the form is too large or too slow");
+  const form = new URLSearchParams(read.text);
+  const action = form.get("action");
+  if (action === "consent") return decide(cfg, c.env, c.req.raw, form);
+  const query = form.get("q") ?? "";
+  const p = await parsed(cfg, c.env, c.req.raw, query);
+  if (p instanceof Response) return p;
+  if (action === "enroll" && cfg.auth.oauth.enrollment) {
+    const { facts } = await clientFacts(cfg, c.env, p.areq);
+    // Taken now (it works once): the signed offer on the consent page carries what it granted.
+    const r = await readEnrollment(c.env, (form.get("code") ?? "").trim(), true);
+    if (!r.ok && r.reason === "unavailable") return page(503, "Temporarily unavailable", "the enrollment store did not answer; nothing was used. Try again.");
+    if (!r.ok) return signInPage(cfg, facts, query, "This enrollment code is unknown, already used or expired.", 400);
+    const template = cfg.auth.oauth.enrollment;
+    const offer = enrollmentOffer(template, r.record, "redeemed");
+    if (!offer) return signInPage(cfg, facts, query, "This enrollment code grants no role this sign-in allows; ask your administrator for a new one.", 400);
+    return consent(cfg, c.env, p.areq, offer, "enrollment code", coveredTools(template, r.record.tools).dropped);
+  }
+  if (action === "oidc") {
+    const o = cfg.auth.oauth.oidc.find((x) => x.issuer === form.get("issuer"));
+    if (!o) return page(400, "Refused", "that identity provider is not configured for sign-in here");
+    // The person signs in at the issuer after consenting (the library's order: no third-party redirect before consent).
+    return consent(cfg, c.env, p.areq, templateOffer("oidc", `the account you sign in with at ${o.label} next`, o.template, o.issuer), o.label);
+  }
+  return page(400, "Refused", "unknown sign-in action");
+});
+
+/** Allow or Deny on the consent page. */
+async function decide(cfg: GatewayConfig, env: Env, req: Request, form: URLSearchParams): Promise<Response> {
+  const api = oauthApi(cfg, env)!;
+  const handle = form.get("handle") ?? "";
+  const creq = canonicalRequest(cfg, req);
+  try {
+    if (form.get("decision") !== "approve") {
+      const denied = await api.denyConsent(creq, handle);
+      return new Response(null, { status: 302, headers: denied.headers });
+    }
+    const secret = signingSecret(env, cfg);
+    const offer = secret ? openOffer(secret, handle, form.get("offer")) : null;
+    if (!offer) return page(400, "Refused", "this consent form was not issued for this sign-in; start connecting again from your client");
+    const approved = await api.approveConsent(creq, handle, { scope: offer.roles });
+    if (offer.source === "access") {
+      const sub = await accessSub(cfg, req);
+      if (sub !== offer.sub) return page(403, "Refused", "the Cloudflare Access sign-in on this request is not the one consent was asked for");
+    }
+    if (offer.source === "oidc") return startOidc(cfg, env, approved.request, offer, approved.headers);
+    return complete(cfg, env, approved.request, offer, approved.headers);
+  } catch (e) {
+    if (e instanceof AuthorizationError) return page(400, "This consent page has expired", `${e.description}. Start connecting again from your client.`);
+    throw e;
+  }
+}
+
+/** PKCE S256 (RFC 7636): base64url of the verifier's SHA-256. */
+const s256 = (verifier: string): string => encode(sha256(utf8ToBytes(verifier)));
+
+/** 256 random bits, base64url: a PKCE verifier or a nonce. */
+function randomToken(): string {
+  return encode(crypto.getRandomValues(new Uint8Array(32)));
+}
+
+interface OidcData {
+  verifier: string;
+  nonce: string;
+  issuer: string;
+  offer: GrantOffer;
+}
+
+/** After consent: to the issuer's authorization endpoint (state from the library, bound to this browser). */
+async function startOidc(cfg: GatewayConfig, env: Env, areq: AuthRequest, offer: GrantOffer, headers: Headers): Promise<Response> {
+  const o = cfg.auth.oauth.oidc.find((x) => x.issuer === offer.issuer);
+  if (!o) return page(400, "Refused", "that identity provider is no longer configured");
+  const data: OidcData = { verifier: randomToken(), nonce: randomToken(), issuer: o.issuer, offer };
+  const tx = await oauthApi(cfg, env)!.beginUpstream(areq, { data, headers });
+  const u = new URL(o.authorizationEndpoint);
+  u.searchParams.set("response_type", "code");
+  u.searchParams.set("client_id", o.clientId);
+  u.searchParams.set("redirect_uri", `${oauthIssuer(cfg)}${OAUTH_PATHS.callback}`);
+  u.searchParams.set("scope", o.scopes.join(" "));
+  u.searchParams.set("state", tx.state);
+  u.searchParams.set("nonce", data.nonce);
+  u.searchParams.set("code_challenge", s256(data.verifier));
+  u.searchParams.set("code_challenge_method", "S256");
+  tx.headers.set("location", u.href);
+  return new Response(null, { status: 302, headers: tx.headers });
+}
+
+oauthRoutes.get(OAUTH_PATHS.callback, async (c) => {
+  const cfg = await enabledConfig(c.env, c.req.raw);
+  if (cfg instanceof Response) return cfg;
+  const api = oauthApi(cfg, c.env)!;
+  let resumed: { request: AuthRequest; data: OidcData; headers: Headers };
+  try {
+    resumed = await api.finishUpstream<OidcData>(canonicalRequest(cfg, c.req.raw));
+  } catch (e) {
+    if (e instanceof AuthorizationError) return page(400, "This sign-in has expired", `${e.description}. Start connecting again from your client.`);
+    throw e;
+  }
+  const { request: areq, data, headers } = resumed;
+  const q = new URL(c.req.url).searchParams;
+  const deny = (why: string) => {
+    headers.set("location", authorizationErrorRedirect(areq, "access_denied", why));
+    return new Response(null, { status: 302, headers });
+  };
+  if (q.get("error") || !q.get("code")) return deny("the identity provider did not sign you in");
+  const o = cfg.auth.oauth.oidc.find((x) => x.issuer === data.issuer);
+  const ext = cfg.auth.externalIssuers.find((x) => x.issuer === data.issuer);
+  if (!o || !ext) return deny("that identity provider is no longer configured");
+  const body = new URLSearchParams({
+    grant_type: "authorization_code",
+    code: q.get("code")!,
+    redirect_uri: `${oauthIssuer(cfg)}${OAUTH_PATHS.callback}`,
+    client_id: o.clientId,
+    code_verifier: data.verifier,
+  });
+  if (o.clientSecret) {
+    const secret = c.env[o.clientSecret];
+    if (typeof secret !== "string" || secret === "") return page(503, "Temporarily unavailable", `the ${o.clientSecret} secret is not set`);
+    body.set("client_secret", secret);
+  }
+  const fetcher = egressFetch(cfg, c.req.raw);
+  let idToken: unknown;
+  try {
+    const r = await fetcher(o.tokenEndpoint, {
+      method: "POST",
+      headers: { "content-type": "application/x-www-form-urlencoded", accept: "application/json" },
+      body: body.toString(),
+    });
+    idToken = ((await r.json()) as { id_token?: unknown }).id_token;
+  } catch (e) {
+    return deny(
+      e instanceof EgressError
+        ? `the identity provider's token endpoint is refused by the egress rules (${e.reason})`
+        : "the identity provider's token endpoint did not answer",
+    );
+  }
+  if (typeof idToken !== "string") return deny("the identity provider returned no id_token");
+  // The id_token is for this gateway's client at the issuer: its aud is the client id.
+  const principal = await verifyExternal(idToken, { ...ext, audience: o.clientId }, fetcher, cfg.auth.maxTokenLifetimeS);
+  if (typeof principal === "string") return deny(principal);
+  if (decodeJwt(idToken).nonce !== data.nonce) return deny("the id_token's nonce does not match this sign-in");
+  return complete(cfg, c.env, areq, { ...data.offer, sub: principal.sub }, headers);
+});
+
+/** Records the grant (durable before anything is issued) and completes the authorization: a 302 to the client with code, state and iss. */
+async function complete(cfg: GatewayConfig, env: Env, areq: AuthRequest, offer: GrantOffer, headers: Headers): Promise<Response> {
+  const api = oauthApi(cfg, env)!;
+  const client = await api.lookupClient(areq.clientId);
+  // The grant as a minted one carries it (its props, encrypted by the library; its ledger record, with where it went).
+  const grant = {
+    jti: newGrantJti(),
+    sub: offer.sub,
+    team: offer.team,
+    roles: offer.roles,
+    tools: offer.tools,
+    exp: Math.floor(Date.now() / 1000) + offer.lifetimeS,
+  };
+  const props: OAuthGrantProps = { ...grant, client_id: areq.clientId, source: offer.source, ...(offer.budget ? { budget: offer.budget } : {}) };
+  const jti = grant.jti;
+  try {
+    await appendRecord(env, ledgerSigning(cfg), offer.team, "grant.minted", {
+      ...grant,
+      by: `oauth:${areq.clientId}`,
+      client_id: areq.clientId,
+      client_name: client?.clientName ?? areq.clientId,
+      redirect_host: new URL(areq.redirectUri).host,
+      source: offer.source,
+    });
+  } catch (e) {
+    return page(503, "Temporarily unavailable", `no grant was issued: its ledger record could not be written (${(e as Error).message})`);
+  }
+  const { redirectTo } = await api.completeAuthorization({
+    request: areq,
+    userId: userIdOf(offer.sub),
+    metadata: { jti, team: offer.team, source: offer.source },
+    scope: offer.roles,
+    props,
+    revokeExistingGrants: false,
+  });
+  headers.set("location", redirectTo);
+  return new Response(null, { status: 302, headers });
+}

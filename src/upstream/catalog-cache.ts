@@ -1,0 +1,42 @@
+/**
+ * The tool catalog's per-isolate store: entries by key (upstream, URL, era, credential scope),
+ * bounded in number, and the drop that follows an upstream's `notifications/tools/list_changed`.
+ * Kept apart from catalog.ts so the relays that see list changes can drop entries without
+ * importing the code that fills them. Must never: hold more than MAX_KEYS entries.
+ */
+import type { CatalogTool } from "../governance/catalog-entry.ts";
+
+export interface Entry {
+  at: number;
+  /** Exposed name → tool. */
+  tools: Map<string, CatalogTool>;
+}
+
+const MAX_KEYS = 1000;
+const entries = new Map<string, Entry>();
+
+export function cached(key: string): Entry | undefined {
+  return entries.get(key);
+}
+
+export function store(key: string, e: Entry): Entry {
+  entries.delete(key);
+  if (entries.size >= MAX_KEYS) entries.delete(entries.keys().next().value as string);
+  entries.set(key, e);
+  return e;
+}
+
+/** The upstream announced a tool list change: every entry of it in this isolate is dropped. */
+function forgetTools(upstream: string): void {
+  for (const k of [...entries.keys()]) if (k.startsWith(`${upstream}\u0000`)) entries.delete(k);
+}
+
+/** Notifications that invalidate an upstream's catalog entries. */
+export function noteNotification(upstream: string, method: string): void {
+  if (method === "notifications/tools/list_changed") forgetTools(upstream);
+}
+
+/** Empties this isolate's catalog (tests start from a cold isolate). */
+export function clearCatalog(): void {
+  entries.clear();
+}

@@ -1,0 +1,207 @@
+/**
+ * Forwarding one client request to one upstream and relaying what comes back.
+ * Owns: giving each upstream request its own gateway-made id (upstreamRequestId; the client's id
+ * goes back on the answer), relaying interim messages (progress, logs, resource
+ * updates, server→client requests), renewing an expired legacy upstream session once, and the
+ * MRTR bridge for legacy clients of 2026-07-28-only upstreams. Must never: change a result's
+ * fields other than the exposed names it is told to map, lose the client's request id, or send a
+ * client's id (or anything derived from it) upstream.
+ */
+import type { UpstreamConfig } from "../config/load.ts";
+import type { CallContext, Outcome } from "../protocol/call-context.ts";
+import {
+  ErrorCode,
+  type JsonObject,
+  type JsonRpcMessage,
+  type JsonRpcRequest,
+  type JsonRpcResponse,
+  errorResponse,
+  isNotification,
+  isObject,
+  isRequest,
+} from "../wire/jsonrpc.ts";
+import { noteNotification } from "./catalog-cache.ts";
+import { exposeUri } from "../protocol/exposed-names.ts";
+import type { LegResult } from "../governance/steps.ts";
+import {
+  answers,
+  requestUpstream,
+  UpstreamAuthError,
+  UpstreamConnectionLost,
+  UpstreamError,
+  UpstreamSessionGone,
+  UpstreamUncertain,
+  upstreamRequestId,
+} from "./client.ts";
+import type { Leg } from "../../durable-objects/contract.ts";
+import { META } from "../protocol/versions.ts";
+
+/** Relays one interim upstream message to the client (names mapped), or answers it. */
+async function relayInterim(ctx: CallContext, up: UpstreamConfig, leg: Leg, msg: JsonRpcMessage): Promise<void> {
+  if (isRequest(msg)) return ctx.relay.upstreamRequest(up, leg, msg);
+  if (!isNotification(msg)) return;
+  noteNotification(up.name, msg.method);
+  if (msg.method === "notifications/resources/updated" && isObject(msg.params) && typeof msg.params.uri === "string") {
+    return ctx.relay.send({ ...msg, params: { ...msg.params, uri: exposeUri(up, msg.params.uri) } });
+  }
+  return ctx.relay.send(msg);
+}
+
+const MAX_MRTR_ROUNDS = 8;
+/** Requests a client may cancel: their upstream and upstream id are recorded so notifications/cancelled can follow. */
+const TRACKED = new Set(["tools/call", "prompts/get", "resources/read", "completion/complete"]);
+/** Results that carry ttlMs/cacheScope in 2026-07-28 (SEP-2549). */
+const CACHEABLE = new Set(["tools/list", "prompts/list", "resources/list", "resources/templates/list", "resources/read"]);
+
+/**
+ * The upstream leg: sends `msg` (already in the upstream's names) to `up` and reports what
+ * happened — never a throw. Interim messages are relayed as they arrive; the response carries
+ * `msg.id` (the upstream saw a gateway-made id instead).
+ */
+export async function callLeg(ctx: CallContext, up: UpstreamConfig, msg: JsonRpcRequest): Promise<LegResult> {
+  try {
+    const out = await forwardOnce(ctx, up, msg);
+    logCall(ctx, up, msg, out.response.error ? `error ${out.response.error.code}` : "ok");
+    return { kind: "answered", response: out.response, status: out.status };
+  } catch (e) {
+    logCall(ctx, up, msg, e instanceof UpstreamError ? `failed: ${e.status ?? "?"}` : "failed");
+    if (e instanceof LegUnavailable) return { kind: "failed", reason: e.message, auth: false };
+    if (e instanceof UpstreamAuthError) return { kind: "failed", reason: e.message, auth: true };
+    if (e instanceof UpstreamUncertain) return { kind: "uncertain", reason: e.message };
+    if (e instanceof UpstreamConnectionLost) return { kind: "failed", reason: e.message, auth: false, connection: true };
+    if (e instanceof UpstreamError) return { kind: "failed", reason: e.message, auth: false };
+    console.error("portcullis: internal error on the upstream leg", (e as Error)?.stack ?? String(e));
+    return { kind: "uncertain", reason: `Internal error in Portcullis while talking to upstream ${up.name}` };
+  }
+}
+
+/** A request that is not governed (lists, prompts, resources, …): the leg's failures become JSON-RPC errors. */
+export async function forward(ctx: CallContext, up: UpstreamConfig, msg: JsonRpcRequest): Promise<Outcome> {
+  const leg = await callLeg(ctx, up, msg);
+  if (leg.kind === "answered") return { response: leg.response, status: leg.status };
+  return { response: errorResponse(msg.id, ErrorCode.InternalError, leg.reason), status: 200 };
+}
+
+/**
+ * One structured line per failed upstream request (or error answer): the credential mode, never
+ * its value. A request that succeeded prints nothing: no operator asked for a line per call, and
+ * the ledger already records every governed call.
+ */
+function logCall(ctx: CallContext, up: UpstreamConfig, msg: JsonRpcRequest, outcome: string): void {
+  if (outcome === "ok") return;
+  console.log(
+    JSON.stringify({
+      event: "upstream_request",
+      upstream: up.name,
+      method: msg.method,
+      principal: ctx.principal.sub,
+      credential: up.credentials.mode,
+      outcome,
+    }),
+  );
+}
+
+async function forwardOnce(ctx: CallContext, up: UpstreamConfig, msg: JsonRpcRequest): Promise<Outcome> {
+  let leg = await ctx.leg(up);
+  if (!leg) {
+    if (up.credentialProblem) throw new UpstreamAuthError(up.name, up.credentialProblem, 401);
+    throw new LegUnavailable(up);
+  }
+  // The upstream never sees the client's id: the leg may be shared (see upstreamRequestId). A
+  // renewed session gets the same request under the same id (the one recorded for cancellation);
+  // each MRTR round is a new request with a new id.
+  const firstId = upstreamRequestId();
+  if (TRACKED.has(msg.method)) ctx.recordRequest(msg.id, up, firstId).catch(() => undefined);
+  let params = withLegMeta(msg.params, leg, ctx);
+  for (let round = 0; ; round++) {
+    const upMsg: JsonRpcRequest = { jsonrpc: "2.0", id: round === 0 ? firstId : upstreamRequestId(), method: msg.method };
+    if (params !== undefined) upMsg.params = params;
+    let out: Outcome;
+    try {
+      out = await once(ctx, up, leg, upMsg, msg.id);
+    } catch (e) {
+      if (e instanceof UpstreamSessionGone) {
+        const renewed = await ctx.renewLeg(up);
+        if (!renewed) throw new LegUnavailable(up);
+        leg = renewed;
+        out = await once(ctx, up, leg, upMsg, msg.id);
+      } else throw e;
+    }
+    const result = out.response.result;
+    // Legacy client, modern upstream: answer input_required rounds through server→client requests.
+    if (ctx.era === "legacy" && leg.era === "modern" && isObject(result) && result.resultType === "input_required") {
+      if (!ctx.relay.ask || round >= MAX_MRTR_ROUNDS) {
+        return {
+          response: errorResponse(msg.id, ErrorCode.InternalError, `upstream ${up.name} needs more input rounds than Portcullis relays (${MAX_MRTR_ROUNDS})`),
+          status: 200,
+        };
+      }
+      const inputs = isObject(result.inputRequests) ? result.inputRequests : {};
+      const answers: JsonObject = {};
+      for (const [key, ir] of Object.entries(inputs)) {
+        if (!isObject(ir) || typeof ir.method !== "string") continue;
+        answers[key] = await ctx.relay.ask(ir.method, isObject(ir.params) ? ir.params : {});
+      }
+      params = { ...(params ?? {}), inputResponses: answers };
+      if (result.requestState !== undefined) params.requestState = result.requestState;
+      else delete params.requestState;
+      continue;
+    }
+    return out;
+  }
+}
+
+async function once(ctx: CallContext, up: UpstreamConfig, leg: Leg, upMsg: JsonRpcRequest, clientId: string | number): Promise<Outcome> {
+  for await (const f of requestUpstream(up, leg, upMsg, { signal: ctx.signal, paramHeaders: ctx.paramHeaders, control: true })) {
+    // The upstream's stream, mirrored to the client where its front can (SEP-1699).
+    if ("kind" in f) {
+      if (f.kind === "stream-opened") ctx.relay.streamOpened?.();
+      else await ctx.relay.mirrorClose?.();
+      continue;
+    }
+    const m = f.message;
+    if (answers(m, upMsg.id)) {
+      const response: JsonRpcResponse = { ...(m as JsonRpcResponse), id: clientId };
+      // 2026-07-28 cacheable results carry caching hints; a legacy upstream gives none, so stamp
+      // the conservative ones (resultType is added for every modern answer in modern.ts).
+      if (ctx.era === "modern" && leg.era === "legacy" && isObject(response.result) && CACHEABLE.has(upMsg.method) && response.result.ttlMs === undefined) {
+        response.result = { ...response.result, ttlMs: 0, cacheScope: "private" };
+      }
+      return { response, status: f.status };
+    }
+    await relayInterim(ctx, up, leg, m);
+  }
+  throw new UpstreamError(up.name, `no response to ${upMsg.method}`, 502);
+}
+
+/** The `_meta` the upstream leg needs: modern legs carry per-request protocol metadata. */
+function withLegMeta(params: JsonObject | undefined, leg: Leg, ctx: CallContext): JsonObject | undefined {
+  if (leg.era !== "modern") {
+    if (ctx.era === "modern" && params && isObject(params._meta)) {
+      // A legacy upstream does not know the modern per-request keys; drop them, keep the rest.
+      const meta: JsonObject = {};
+      for (const [k, v] of Object.entries(params._meta)) if (!k.startsWith("io.modelcontextprotocol/")) meta[k] = v;
+      return { ...params, _meta: meta };
+    }
+    return params;
+  }
+  const incoming = params && isObject(params._meta) ? params._meta : {};
+  const meta: JsonObject = { ...incoming, ...leg.meta };
+  if (ctx.era === "modern") {
+    // The client's own per-request metadata wins: it is the same era.
+    for (const k of [META.protocolVersion, META.clientCapabilities, META.clientInfo, META.logLevel]) {
+      if (incoming[k] !== undefined) meta[k] = incoming[k]!;
+    }
+  }
+  return { ...(params ?? {}), _meta: meta };
+}
+
+/**
+ * No leg to the upstream could be opened (or renewed): nothing was sent, so the call failed — a
+ * leg result `failed` with the reason, never an answer of the upstream's (callLeg).
+ */
+class LegUnavailable extends Error {
+  constructor(up: UpstreamConfig) {
+    super(`upstream ${up.name} is unavailable; try again later`);
+  }
+}
