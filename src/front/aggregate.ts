@@ -155,7 +155,7 @@ function recordListing(ctx: CallContext, listedBy: (readonly [UpstreamConfig, Js
       (listed ? shown : hidden).push(governedName(up, t.name, ctx.route));
     }
   }
-  ctx.ledger.listed(shown, hidden);
+  ctx.stores.ledger.listed(shown, hidden);
 }
 
 export async function aggregateList(ctx: CallContext, msg: JsonRpcRequest): Promise<Outcome> {
@@ -190,7 +190,7 @@ export async function aggregateList(ctx: CallContext, msg: JsonRpcRequest): Prom
     ups.map(async (up) => {
       const none = { up, raw: [] as Json[], items: [] as Json[], complete: false };
       if (!grantReachesUpstream(ctx.principal, up)) return none;
-      const caps = await ctx.capabilities(up).catch(() => undefined);
+      const caps = await ctx.legs.capabilities(up).catch(() => undefined);
       // An upstream that declares no tools has none: its empty list is complete.
       if (caps && !isObject(caps[kind.capability])) return { ...none, complete: true };
       const raw: Json[] = [];

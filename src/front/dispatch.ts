@@ -2,7 +2,7 @@
  * Method routing for client requests, shared by both eras: which upstream serves a request,
  * how its names map back, and what the gateway answers itself.
  * Owns: the method table (lists, tools/call handed to the governed path with this caller's
- * collaborators, prompts, resources, completion, logging fan-out, tasks by id and the verbatim
+ * ports from governance-ports.ts, prompts, resources, completion, logging fan-out, tasks by id and the verbatim
  * pass-through of unknown methods to a single transparent upstream — both through
  * governedPassThrough; a task reaches its upstream only for the principal that created it,
  * task-owners.ts). On `/mcp/<upstream>` a tools/call is governed under the name /mcp gives the
@@ -14,14 +14,11 @@
  * forward a client's `portcullis/` `_meta` key.
  */
 import type { UpstreamConfig } from "../config/load.ts";
-import { type GovernanceDeps, governedPassThrough, governToolCall, previewToolCall } from "../governance/call.ts";
+import { governedPassThrough, governToolCall, previewToolCall } from "../governance/call.ts";
 import { withoutGatewayMeta } from "../governance/call-answers.ts";
-import { mappingsOf, policyEngine } from "../governance/engine.ts";
-import { type HistoryStore, type KillSwitchReader, NO_HOLDS, type ToolCall } from "../governance/steps.ts";
-import { haltableLeg } from "../ports/killswitch-client.ts";
-import { holdStore } from "../ports/hold-store.ts";
+import type { ToolCall } from "../governance/steps.ts";
+import { governance } from "./governance-ports.ts";
 import { HOLD_TASK_PREFIX, holdTaskRequest } from "../ports/hold-tasks.ts";
-import { toolCatalog } from "../upstream/tool-catalog.ts";
 import { grantReachesUpstream } from "../governance/grant-scope.ts";
 import { aggregateList, LISTS } from "./aggregate.ts";
 import type { CallContext, Outcome } from "../protocol/call-context.ts";
@@ -29,7 +26,7 @@ import { callLeg, forward } from "../upstream/forward.ts";
 import { ErrorCode, type JsonObject, type JsonRpcRequest, errorResponse, isObject } from "../wire/jsonrpc.ts";
 import { exposeHandle, governedFromEdge, splitHandle, splitName, splitUri } from "../protocol/exposed-names.ts";
 import { directoryRead, skillsGet, skillsList } from "./skills.ts";
-import { forOwnerOnly, ownTasksOnly, recordCreatedTasks, unknownTask } from "../ports/task-owners.ts";
+import { forOwnerOnly, ownTasksOnly, unknownTask } from "../ports/task-owners.ts";
 import { offersAgentTool, PREVIEW_TOOL_NAME, previewArgs } from "./agent-tools.ts";
 import { agentRunTool } from "../services/runs.ts";
 
@@ -54,53 +51,6 @@ function exposeTask(up: UpstreamConfig, out: Outcome): Outcome {
   const result = fix(r);
   if (isObject(result.task)) result.task = fix(result.task);
   return { ...out, response: { ...out.response, result } };
-}
-
-/** History is reached only when the policy needs it; a context without a store fails those calls closed. */
-const NO_HISTORY_STORE: HistoryStore = {
-  snapshot: async () => {
-    throw new Error("no history store on this route");
-  },
-  admit: async () => {
-    throw new Error("no history store on this route");
-  },
-  settle: async () => undefined,
-};
-
-/** A context without a kill switch refuses every governed call (fail closed). */
-const NO_KILL_SWITCH: KillSwitchReader = {
-  read: async () => {
-    throw new Error("no kill switch on this route");
-  },
-};
-
-/**
- * What governance is handed for this caller: its catalog, the kill switch, the config's
- * mappings and compiled policy, its team's holds, its history and upstream leg. The leg runs
- * under the kill switch's in-flight watch (a halt cancels it upstream) and records a task the
- * upstream creates as this caller's before governance (and so the client) sees the result; any
- * other result goes by untouched.
- */
-export function governance(ctx: CallContext): GovernanceDeps {
-  const killSwitch = ctx.killSwitch?.() ?? NO_KILL_SWITCH;
-  const holdsApi = ctx.holds?.();
-  return {
-    catalog: toolCatalog(ctx),
-    killSwitch,
-    mappings: mappingsOf(ctx.cfg),
-    policy: policyEngine(ctx.cfg),
-    holds: holdsApi ? holdStore(ctx, holdsApi) : NO_HOLDS,
-    ledger: ctx.ledger,
-    history: ctx.history?.() ?? NO_HISTORY_STORE,
-    upstream: {
-      call: (target, request, call) => {
-        const up = target.upstream;
-        const run = async (c: CallContext) => recordCreatedTasks(c, up, request, await callLeg(c, up, request), (r) => callLeg(c, up, r));
-        return call ? haltableLeg(ctx, killSwitch, call, up, run, target.tool.name) : run(ctx);
-      },
-    },
-    clock: Date.now,
-  };
 }
 
 function toolCallOf(ctx: CallContext, msg: JsonRpcRequest, exposedName: string): ToolCall {
@@ -199,9 +149,9 @@ async function complete(ctx: CallContext, msg: JsonRpcRequest): Promise<Outcome>
 async function setLevel(ctx: CallContext, msg: JsonRpcRequest): Promise<Outcome> {
   await Promise.all(
     ctx.cfg.upstreams.map(async (up) => {
-      const caps = await ctx.capabilities(up).catch(() => undefined);
+      const caps = await ctx.legs.capabilities(up).catch(() => undefined);
       if (!caps || !isObject(caps.logging)) return;
-      const leg = await ctx.leg(up);
+      const leg = await ctx.legs.leg(up);
       if (leg?.era !== "legacy") return;
       await forward(ctx, up, msg).catch(() => undefined); // upstream under an id of its own (forward.ts)
     }),

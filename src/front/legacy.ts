@@ -28,16 +28,13 @@ import { mergeCapabilities, mergeInstructions, openLegacyClientLeg, sessionLeg }
 import { splitUri } from "../protocol/exposed-names.ts";
 import { relayServerRequest } from "./relay.ts";
 import { respond, type Resumable, type StreamControl } from "./respond.ts";
-import { newSessionId, sessionObject, holdsObject, taskObject } from "../../durable-objects/object-names.ts";
+import { newSessionId, sessionObject } from "../../durable-objects/object-names.ts";
 import { type Leg, SESSION_RECORD_VERSION, type SessionApi, type SessionRecord, type UpstreamLegRecord } from "../../durable-objects/contract.ts";
 import { relayGetStream, replayStream } from "./streams.ts";
 import { postUpstream, modernMeta } from "../upstream/client.ts";
 import { GATEWAY_INFO, LATEST_LEGACY, LEGACY_VERSIONS, META, isLegacyVersion } from "../protocol/versions.ts";
 import { jsonResponse, refuse } from "../wire/http.ts";
-import { frontLedger } from "../ports/ledger-writer.ts";
-import { historyStore } from "../ports/history-store.ts";
-import { killSwitchReader } from "../ports/killswitch-client.ts";
-import { notifyHold } from "../ports/hold-webhooks.ts";
+import { callerStores } from "./caller-stores.ts";
 
 type Store = SessionApi;
 
@@ -134,24 +131,20 @@ function legacyContext(
     paramHeaders: [],
     callerFiltered: fc.principal.tools !== null,
     runId: rec.id,
-    ledger: frontLedger(fc),
-    // An upstream a hot reload added after initialize gets its leg on first use (legs.ts sessionLeg).
-    leg: async (up) => ((await sessionLeg(store, rec, up)) ? legOf(rec, up) : null),
-    renewLeg: async (up) => {
-      const fresh = await openLegacyClientLeg(up, rec.protocolVersion, rec.clientCapabilities, rec.clientInfo);
-      rec.upstreams[up.name] = fresh;
-      await store.update(fc.principal.sub, { upstreams: { [up.name]: fresh } });
-      return legOf(rec, up);
-    },
-    capabilities: async (up) => (await sessionLeg(store, rec, up))?.capabilities,
-    taskStore: () => taskObject(fc.env, fc.principal.sub),
-    history: () => historyStore(fc.env),
-    killSwitch: () => killSwitchReader(fc.env),
-    holds: () => holdsObject(fc.env, fc.principal.team),
-    holdCreated: (h) => notifyHold(fc.env, fc.cfg, "created", h, fc.waitUntil),
-    ledgerEnv: () => fc.env,
-    recordRequest: async (id, up, upstreamId) => {
-      await store.begin(fc.principal.sub, JSON.stringify(id), up.name, upstreamId);
+    stores: callerStores(fc),
+    legs: {
+      // An upstream a hot reload added after initialize gets its leg on first use (legs.ts sessionLeg).
+      leg: async (up) => ((await sessionLeg(store, rec, up)) ? legOf(rec, up) : null),
+      renew: async (up) => {
+        const fresh = await openLegacyClientLeg(up, rec.protocolVersion, rec.clientCapabilities, rec.clientInfo);
+        rec.upstreams[up.name] = fresh;
+        await store.update(fc.principal.sub, { upstreams: { [up.name]: fresh } });
+        return legOf(rec, up);
+      },
+      capabilities: async (up) => (await sessionLeg(store, rec, up))?.capabilities,
+      recordRequest: async (id, up, upstreamId) => {
+        await store.begin(fc.principal.sub, JSON.stringify(id), up.name, upstreamId);
+      },
     },
     relay: {
       send: emit,

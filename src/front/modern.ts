@@ -11,7 +11,7 @@ import { dispatch } from "./dispatch.ts";
 import { postUpstream } from "../upstream/client.ts";
 import { ErrorCode, type JsonObject, type JsonRpcMessage, type JsonRpcRequest, errorResponse, isNotification, isObject, isRequest } from "../wire/jsonrpc.ts";
 import type { FrontContext } from "../protocol/call-context.ts";
-import { runObject, holdsObject, taskObject } from "../../durable-objects/object-names.ts";
+import { runObject } from "../../durable-objects/object-names.ts";
 import { applyLogLevel, mergeCapabilities, mergeInstructions, modernLegFor } from "../upstream/legs.ts";
 import { listen } from "./listen.ts";
 import { type StreamControl, respond } from "./respond.ts";
@@ -19,10 +19,7 @@ import type { UpstreamLegRecord } from "../../durable-objects/contract.ts";
 import { routingName } from "../upstream/client.ts";
 import { GATEWAY_INFO, META, MODERN_VERSION, REMOVED_IN_MODERN, SUPPORTED_VERSIONS } from "../protocol/versions.ts";
 import { jsonResponse, refuse } from "../wire/http.ts";
-import { frontLedger } from "../ports/ledger-writer.ts";
-import { historyStore } from "../ports/history-store.ts";
-import { killSwitchReader } from "../ports/killswitch-client.ts";
-import { notifyHold } from "../ports/hold-webhooks.ts";
+import { callerStores } from "./caller-stores.ts";
 
 /** Decodes a SEP-2243 header value (`=?base64?…?=` or literal); null when malformed. */
 export function decodeHeaderValue(v: string): string | null {
@@ -111,25 +108,21 @@ export function modernContext(
     paramHeaders,
     callerFiltered: fc.principal.tools !== null,
     runId,
-    ledger: frontLedger(fc),
-    leg: async (up) => {
-      const rec = await legRec(up.name, () => modernLegFor(fc.env, fc.principal.sub, up));
-      if (logLevel !== undefined) await applyLogLevel(up, fc.principal.sub, rec, logLevel).catch(() => undefined);
-      return rec.leg ?? null;
+    stores: callerStores(fc),
+    legs: {
+      leg: async (up) => {
+        const rec = await legRec(up.name, () => modernLegFor(fc.env, fc.principal.sub, up));
+        if (logLevel !== undefined) await applyLogLevel(up, fc.principal.sub, rec, logLevel).catch(() => undefined);
+        return rec.leg ?? null;
+      },
+      renew: async (up) => {
+        const r = modernLegFor(fc.env, fc.principal.sub, up, true);
+        legs.set(up.name, r);
+        return (await r).leg ?? null;
+      },
+      capabilities: async (up) => (await legRec(up.name, () => modernLegFor(fc.env, fc.principal.sub, up))).capabilities,
+      recordRequest: async () => undefined,
     },
-    renewLeg: async (up) => {
-      const r = modernLegFor(fc.env, fc.principal.sub, up, true);
-      legs.set(up.name, r);
-      return (await r).leg ?? null;
-    },
-    capabilities: async (up) => (await legRec(up.name, () => modernLegFor(fc.env, fc.principal.sub, up))).capabilities,
-    recordRequest: async () => undefined,
-    taskStore: () => taskObject(fc.env, fc.principal.sub),
-    history: () => historyStore(fc.env),
-    killSwitch: () => killSwitchReader(fc.env),
-    holds: () => holdsObject(fc.env, fc.principal.team),
-    holdCreated: (h) => notifyHold(fc.env, fc.cfg, "created", h, fc.waitUntil),
-    ledgerEnv: () => fc.env,
     relay: {
       send: async (m) => {
         if (isRequest(m)) return; // never on a modern request stream

@@ -9,7 +9,7 @@
 import { isObject, type JsonObject, type JsonRpcRequest } from "../wire/jsonrpc.ts";
 import { type Preview, previewToolCall } from "../governance/call.ts";
 import type { FrontContext } from "../protocol/call-context.ts";
-import { governance } from "./dispatch.ts";
+import { governance } from "./governance-ports.ts";
 import { modernContext } from "./modern.ts";
 import { allPages } from "./aggregate.ts";
 import { catalogEntry, type CatalogTool } from "../governance/catalog-entry.ts";

@@ -76,7 +76,7 @@ async function skillsUpstreams(ctx: CallContext): Promise<{ up: UpstreamConfig; 
   const found = await Promise.all(
     ctx.cfg.upstreams.map(async (up) => {
       if (!grantReachesUpstream(ctx.principal, up)) return null;
-      const settings = skillsCapability(await ctx.capabilities(up).catch(() => undefined));
+      const settings = skillsCapability(await ctx.legs.capabilities(up).catch(() => undefined));
       return settings ? { up, settings } : null;
     }),
   );
@@ -111,7 +111,7 @@ export async function skillsList(ctx: CallContext, msg: JsonRpcRequest, send: Se
 async function owner(ctx: CallContext, uri: string): Promise<{ up: UpstreamConfig; uri: string; settings: JsonObject } | null> {
   const t = splitUri(ctx.cfg.upstreams, uri);
   if (!t || !grantReachesUpstream(ctx.principal, t.up)) return null;
-  const settings = skillsCapability(await ctx.capabilities(t.up).catch(() => undefined));
+  const settings = skillsCapability(await ctx.legs.capabilities(t.up).catch(() => undefined));
   return settings ? { ...t, settings } : null;
 }
 

@@ -97,18 +97,18 @@ export function holdStore(ctx: CallContext, api: HoldsApi): HoldStore {
       let recorded: string | undefined;
       if (claim.kind === "created") {
         // The hold is on the record before the agent (or an approver) hears of it.
-        recorded = await ctx.ledger.hold("hold.created", body(claim.hold, decision.reason));
-        ctx.holdCreated?.(claim.hold);
+        recorded = await ctx.stores.ledger.hold("hold.created", body(claim.hold, decision.reason));
+        ctx.stores.holdCreated?.(claim.hold);
       }
       if (claim.kind === "created" || claim.kind === "pending") {
         if (wantsTask(call)) return { proceed: false, answer: holdTaskCreated(call, claim.hold), holdId: claim.hold.id };
         if (ctx.cfg.holds.waitMs > 0) {
           claim = await waitForApprover(ctx, api, call, claim.hold, fresh, signing, now + ctx.cfg.holds.waitMs);
           // The hold expired while the call waited: the claim stored a new one, on the record like any other.
-          if (claim.kind === "created") recorded = await ctx.ledger.hold("hold.created", body(claim.hold, decision.reason));
+          if (claim.kind === "created") recorded = await ctx.stores.ledger.hold("hold.created", body(claim.hold, decision.reason));
         }
       }
-      return verdictOf(ctx, claim, recorded, (h) => ctx.ledger.hold("hold.consumed", body(h, null)));
+      return verdictOf(ctx, claim, recorded, (h) => ctx.stores.ledger.hold("hold.consumed", body(h, null)));
     },
     async complete(holdId: string, answer: JsonRpcResponse): Promise<void> {
       await bounded(api.complete(holdId, answer, Date.now()), HOLD_STORE_TIMEOUT_MS, HOLD_STORE);

@@ -96,7 +96,7 @@ export async function holdTaskRequest(
   unknown: () => Outcome,
   run: (call: ToolCall) => Promise<unknown>,
 ): Promise<Outcome> {
-  const api: HoldsApi | null | undefined = ctx.holds?.();
+  const api: HoldsApi | null | undefined = ctx.stores.holds?.();
   const id = taskId.slice(HOLD_TASK_PREFIX.length);
   if (!api) return unknown();
   let h = await api.get(id, Date.now());

@@ -135,9 +135,12 @@ export async function haltableLeg(
   const derived: CallContext = {
     ...ctx,
     signal: AbortSignal.any([ctx.signal, halt.signal]),
-    recordRequest: (id, u, upId) => {
-      if (u.name === up.name) upstreamId = upId;
-      return ctx.recordRequest(id, u, upId);
+    legs: {
+      ...ctx.legs,
+      recordRequest: (id, u, upId) => {
+        if (u.name === up.name) upstreamId = upId;
+        return ctx.legs.recordRequest(id, u, upId);
+      },
     },
   };
   let settled = false;
@@ -163,7 +166,7 @@ export async function haltableLeg(
     const reason = `cancelled by the kill switch: ${first.halt.reason}`;
     // 2025-11-25 upstreams hear of it by notifications/cancelled under the id they got; for a
     // 2026-07-28 upstream, closing the request's stream (the abort) is the cancellation.
-    const legNow = await ctx.leg(up).catch(() => null);
+    const legNow = await ctx.legs.leg(up).catch(() => null);
     if (legNow?.era === "legacy" && upstreamId !== undefined) {
       await postUpstream(up, legNow, { jsonrpc: "2.0", method: "notifications/cancelled", params: { requestId: upstreamId, reason } }).catch(() => undefined);
     }

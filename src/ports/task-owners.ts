@@ -51,8 +51,8 @@ export function retainUntil(now: number, ttlMs: number | null): number {
 }
 
 function storeOf(ctx: CallContext): TasksApi {
-  if (!ctx.taskStore) throw new Error("no task ownership store in this context");
-  return ctx.taskStore();
+  if (!ctx.stores.tasks) throw new Error("no task ownership store in this context");
+  return ctx.stores.tasks();
 }
 
 const why = (e: unknown) => (e instanceof Error ? e.message : String(e));

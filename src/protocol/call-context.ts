@@ -56,6 +56,48 @@ export interface CallLedger extends LedgerWriter {
   hold(kind: "hold.created" | "hold.consumed", body: HoldBody): Promise<string>;
 }
 
+/**
+ * How this client context reaches each upstream: the era's legs (a legacy session's upstream
+ * sessions, or a modern client's per-principal legs), built by the front that serves the request.
+ */
+export interface UpstreamLegs {
+  /** The leg to `up` for this client context; null when the upstream is unavailable. */
+  leg(up: UpstreamConfig): Promise<Leg | null>;
+  /** The legacy upstream session expired: make a new one (or null). */
+  renew(up: UpstreamConfig): Promise<Leg | null>;
+  /** Capabilities the upstream declared, when known. */
+  capabilities(up: UpstreamConfig): Promise<JsonObject | undefined>;
+  /** Records which upstream serves client request `id`, and the id it carries there (legacy cancellation). */
+  recordRequest(id: string | number, up: UpstreamConfig, upstreamId: string): Promise<void>;
+}
+
+/**
+ * The caller's governance ports over Durable Objects (src/front/caller-stores.ts builds them for
+ * both fronts). Each is reached only when a request needs it; an absent one fails closed where
+ * governance needs it (no kill switch: every governed call is refused; no holds: require_approval
+ * is refused; no task store: every task is refused).
+ */
+export interface CallerStores {
+  /** This caller's team chain: decision, outcome, blocked and tools.listed records. */
+  ledger: CallLedger;
+  /** The caller's task ownership store (its TasksDO), reached only when a tools/call answers with a task or a request addresses one (src/ports/task-owners.ts). */
+  tasks?(): TasksApi;
+  /** The caller's history (its HistoryDO), reached only when the policy has history rules, rate limits or budgets. */
+  history?(): HistoryStore;
+  /** The kill switch (KillSwitchDO through the isolate's ≤ 1 s cache). */
+  killSwitch?(): KillSwitchReader;
+  /** The caller's team's holds (its HoldsDO; null for a team name no object can have). */
+  holds?(): HoldsApi | null;
+  /** Tells the configured webhooks a hold was created (not awaited; src/ports/hold-webhooks.ts). */
+  holdCreated?(hold: HoldRecord): void;
+  /** The bindings the run agent tools read the caller's team ledger through (src/services/runs.ts agentRunTool); absent: they answer that runs cannot be read here. */
+  ledgerEnv?(): Env;
+}
+
+/**
+ * What every method handler gets for one client request: data about the request and its caller,
+ * and three ports — the upstream legs, the relay back to the client, the caller's stores.
+ */
 export interface CallContext {
   cfg: GatewayConfig;
   /** The `/mcp/<upstream>` route this request came in on (exposed-names.ts: edge vs governed names); absent on /mcp. */
@@ -64,13 +106,6 @@ export interface CallContext {
   era: Era;
   /** The caller and its grant: which tools and upstreams it may see; `principal.sub` owns what it opens. */
   principal: Principal;
-  /** The leg to `up` for this client context; null when the upstream is unavailable. */
-  leg(up: UpstreamConfig): Promise<Leg | null>;
-  /** The legacy upstream session expired: make a new one (or null). */
-  renewLeg(up: UpstreamConfig): Promise<Leg | null>;
-  /** Capabilities the upstream declared, when known. */
-  capabilities(up: UpstreamConfig): Promise<JsonObject | undefined>;
-  relay: Relay;
   signal: AbortSignal;
   /** Mcp-Param-* headers of the client request (modern), forwarded verbatim. */
   paramHeaders: [string, string][];
@@ -78,25 +113,12 @@ export interface CallContext {
   callerFiltered: boolean;
   /** The run calls belong to: the legacy session id, or the modern Portcullis-Run-Id (null without one). */
   runId: string | null;
-  /** This caller's team chain: decision, outcome, blocked and tools.listed records. */
-  ledger: CallLedger;
-  /** Records which upstream serves client request `id`, and the id it carries there (legacy cancellation). */
-  recordRequest(id: string | number, up: UpstreamConfig, upstreamId: string): Promise<void>;
-  /**
-   * The caller's task ownership store (its TasksDO), reached only when a tools/call answers with a
-   * task or a request addresses one (src/ports/task-owners.ts). Without it every task is refused.
-   */
-  taskStore?(): TasksApi;
-  /** The caller's history (its HistoryDO), reached only when the policy has history rules, rate limits or budgets. */
-  history?(): HistoryStore;
-  /** The kill switch (KillSwitchDO through the isolate's ≤ 1 s cache). Absent: every governed call is refused (fail closed). */
-  killSwitch?(): KillSwitchReader;
-  /** The caller's team's holds (its HoldsDO; null for a team name no object can have). Absent: require_approval is refused. */
-  holds?(): HoldsApi | null;
-  /** Tells the configured webhooks a hold was created (not awaited; src/ports/hold-webhooks.ts). */
-  holdCreated?(hold: HoldRecord): void;
-  /** The bindings the run agent tools read the caller's team ledger through (src/services/runs.ts agentRunTool); absent: they answer that runs cannot be read here. */
-  ledgerEnv?(): Env;
+  /** The way to each upstream. */
+  legs: UpstreamLegs;
+  /** The way back to the client on this request's stream. */
+  relay: Relay;
+  /** The caller's ledger, history, kill switch, holds and tasks. */
+  stores: CallerStores;
 }
 
 export interface Outcome {

@@ -91,7 +91,7 @@ export function watchPolicy(ctx: CallContext, lists: readonly (readonly [Upstrea
         ...(u.before ? { matched_before: u.before.names } : {}),
       })),
     };
-    ctx.ledger.unmatched?.(`policy.unmatched:${sha256Hex(`${policy.version}\n${signature}`)}`, body);
+    ctx.stores.ledger.unmatched?.(`policy.unmatched:${sha256Hex(`${policy.version}\n${signature}`)}`, body);
   } catch (e) {
     console.error("portcullis: the policy watch failed", String((e as Error)?.message ?? e));
   }

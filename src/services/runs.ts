@@ -89,7 +89,7 @@ export async function agentRunTool(ctx: CallContext, msg: JsonRpcRequest): Promi
   if (!isObject(args)) return fail("arguments must be an object");
   const allowed = AGENT_ARGS[name] ?? [];
   for (const k of Object.keys(args)) if (!allowed.includes(k)) return fail(`unknown argument ${k} (allowed: ${allowed.join(", ") || "none"})`);
-  const env = ctx.ledgerEnv?.();
+  const env = ctx.stores.ledgerEnv?.();
   if (!env) return fail("runs cannot be read on this route");
   const me = ctx.principal;
   const own = { principal: me.sub };

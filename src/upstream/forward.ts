@@ -102,7 +102,7 @@ function logCall(ctx: CallContext, up: UpstreamConfig, msg: JsonRpcRequest, outc
 }
 
 async function forwardOnce(ctx: CallContext, up: UpstreamConfig, msg: JsonRpcRequest): Promise<Outcome> {
-  let leg = await ctx.leg(up);
+  let leg = await ctx.legs.leg(up);
   if (!leg) {
     if (up.credentialProblem) throw new UpstreamAuthError(up.name, up.credentialProblem, 401);
     throw new LegUnavailable(up);
@@ -111,7 +111,7 @@ async function forwardOnce(ctx: CallContext, up: UpstreamConfig, msg: JsonRpcReq
   // renewed session gets the same request under the same id (the one recorded for cancellation);
   // each MRTR round is a new request with a new id.
   const firstId = upstreamRequestId();
-  if (TRACKED.has(msg.method)) ctx.recordRequest(msg.id, up, firstId).catch(() => undefined);
+  if (TRACKED.has(msg.method)) ctx.legs.recordRequest(msg.id, up, firstId).catch(() => undefined);
   let params = withLegMeta(msg.params, leg, ctx);
   for (let round = 0; ; round++) {
     const upMsg: JsonRpcRequest = { jsonrpc: "2.0", id: round === 0 ? firstId : upstreamRequestId(), method: msg.method };
@@ -121,7 +121,7 @@ async function forwardOnce(ctx: CallContext, up: UpstreamConfig, msg: JsonRpcReq
       out = await once(ctx, up, leg, upMsg, msg.id);
     } catch (e) {
       if (e instanceof UpstreamSessionGone) {
-        const renewed = await ctx.renewLeg(up);
+        const renewed = await ctx.legs.renew(up);
         if (!renewed) throw new LegUnavailable(up);
         leg = renewed;
         out = await once(ctx, up, leg, upMsg, msg.id);

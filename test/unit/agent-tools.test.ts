@@ -72,20 +72,24 @@ function ctx(cfg: GatewayConfig, who: Principal, era: "legacy" | "modern"): Call
     paramHeaders: [],
     callerFiltered: who.tools !== null,
     runId: null,
-    ledger: {
-      ...NO_LEDGER,
-      blocked: async (call: ToolCall, r) => {
-        blocked.push({ tool: call.exposedName, check: r.check, reason: r.reason });
-        return "blocked-1";
-      },
-      listed: () => undefined,
-      hold: async () => "",
+    legs: {
+      leg: async () => (era === "modern" ? { era: "modern", meta: {} } : { era: "legacy", protocolVersion: "2025-11-25" }),
+      renew: async () => null,
+      capabilities: async () => ({ tools: {} }),
+      recordRequest: async () => undefined,
     },
-    leg: async () => (era === "modern" ? { era: "modern", meta: {} } : { era: "legacy", protocolVersion: "2025-11-25" }),
-    renewLeg: async () => null,
-    capabilities: async () => ({ tools: {} }),
-    recordRequest: async () => undefined,
-    killSwitch: () => NO_HALTS,
+    stores: {
+      ledger: {
+        ...NO_LEDGER,
+        blocked: async (call: ToolCall, r) => {
+          blocked.push({ tool: call.exposedName, check: r.check, reason: r.reason });
+          return "blocked-1";
+        },
+        listed: () => undefined,
+        hold: async () => "",
+      },
+      killSwitch: () => NO_HALTS,
+    },
     relay: { send: async () => undefined, upstreamRequest: async () => undefined },
   };
 }

@@ -44,12 +44,16 @@ function request(leg: () => Promise<Leg | null>, principal: Principal = who, ups
     paramHeaders: [],
     callerFiltered: false,
     runId: null,
-    ledger: { ...NO_LEDGER, listed: () => undefined, hold: async () => "" },
-    leg,
-    renewLeg: async () => null,
-    capabilities: async () => ({ tools: {} }),
-    recordRequest: async () => undefined,
-    killSwitch: () => NO_HALTS,
+    legs: {
+      leg,
+      renew: async () => null,
+      capabilities: async () => ({ tools: {} }),
+      recordRequest: async () => undefined,
+    },
+    stores: {
+      ledger: { ...NO_LEDGER, listed: () => undefined, hold: async () => "" },
+      killSwitch: () => NO_HALTS,
+    },
     relay: { send: async () => undefined, upstreamRequest: async () => undefined },
   };
 }

@@ -81,12 +81,16 @@ function ctx(upstreams: UpstreamConfig[], who: Principal = everyone, era: "legac
     paramHeaders: [],
     callerFiltered: who.tools !== null,
     runId: null,
-    ledger: { ...NO_LEDGER, listed: () => undefined, hold: async () => "" },
-    leg: async () => ({ era: "modern", meta: {} }),
-    renewLeg: async () => null,
-    capabilities: async () => ({ tools: {}, prompts: {}, resources: {} }),
-    recordRequest: async () => undefined,
-    killSwitch: () => NO_HALTS,
+    legs: {
+      leg: async () => ({ era: "modern", meta: {} }),
+      renew: async () => null,
+      capabilities: async () => ({ tools: {}, prompts: {}, resources: {} }),
+      recordRequest: async () => undefined,
+    },
+    stores: {
+      ledger: { ...NO_LEDGER, listed: () => undefined, hold: async () => "" },
+      killSwitch: () => NO_HALTS,
+    },
     relay: {
       send: async (m) => {
         emitted.push(m as unknown as JsonObject);

@@ -346,7 +346,7 @@ const NEEDS_APPROVAL = {
 function holdDeps() {
   const holds = fakeHolds();
   const ledger = recordingLedger();
-  const ctx = { cfg: holdCfg, era: "modern", principal: agent, ledger, signal: new AbortController().signal } as unknown as CallContext;
+  const ctx = { cfg: holdCfg, era: "modern", principal: agent, stores: { ledger }, signal: new AbortController().signal } as unknown as CallContext;
   const { deps, seen } = depsWith({ policy: NEEDS_APPROVAL, holds: holdStore(ctx, holds.api), ledger });
   return { deps, seen, holds, ledger };
 }

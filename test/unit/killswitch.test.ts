@@ -289,12 +289,16 @@ function legCtx(era: "legacy" | "modern"): CallContext & { recorded: string[] } 
     paramHeaders: [],
     callerFiltered: false,
     runId: null,
-    ledger: { ...NO_LEDGER, listed: () => undefined, hold: async () => "" },
-    leg: async () => (era === "legacy" ? { era: "legacy", sessionId: "up-session-1", protocolVersion: "2025-11-25" } : { era: "modern", meta: {} }),
-    renewLeg: async () => null,
-    capabilities: async () => undefined,
-    recordRequest: async (_id, _up, upstreamId) => {
-      recorded.push(upstreamId);
+    legs: {
+      leg: async () => (era === "legacy" ? { era: "legacy", sessionId: "up-session-1", protocolVersion: "2025-11-25" } : { era: "modern", meta: {} }),
+      renew: async () => null,
+      capabilities: async () => undefined,
+      recordRequest: async (_id, _up, upstreamId) => {
+        recorded.push(upstreamId);
+      },
+    },
+    stores: {
+      ledger: { ...NO_LEDGER, listed: () => undefined, hold: async () => "" },
     },
     relay: { send: async () => undefined, upstreamRequest: async () => undefined },
     recorded,
@@ -306,7 +310,7 @@ function slowRun(ms: number) {
   const seen: { signal?: AbortSignal; aborted: boolean } = { aborted: false };
   const run = async (c: CallContext): Promise<LegResult> => {
     seen.signal = c.signal;
-    await c.recordRequest(REQUEST.id, UP, "pc:test:1");
+    await c.legs.recordRequest(REQUEST.id, UP, "pc:test:1");
     return new Promise<LegResult>((resolve) => {
       const t = setTimeout(() => resolve({ kind: "answered", response: { jsonrpc: "2.0", id: 41, result: { content: [] } }, status: 200 }), ms);
       c.signal.addEventListener("abort", () => {

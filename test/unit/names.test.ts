@@ -241,26 +241,30 @@ describe("dispatch through a /mcp/<upstream> view", () => {
       paramHeaders: [],
       callerFiltered: tools !== null,
       runId: null,
-      ledger: {
-        decision: async (d) => {
-          decisions.push({ upstream: d.upstream, tool: d.tool });
-          return null;
-        },
-        outcome: async () => null,
-        blocked: async (call: ToolCall, r) => {
-          blocked.push({ tool: call.exposedName, check: r.check, rule: r.rule ?? null });
-          return null;
-        },
-        listed: (shown, hidden) => {
-          listedRecords.push({ shown, hidden });
-        },
-        hold: async () => "",
+      legs: {
+        leg: async () => ({ era: "modern", meta: {} }),
+        renew: async () => null,
+        capabilities: async () => ({ tools: {} }),
+        recordRequest: async () => undefined,
       },
-      leg: async () => ({ era: "modern", meta: {} }),
-      renewLeg: async () => null,
-      capabilities: async () => ({ tools: {} }),
-      recordRequest: async () => undefined,
-      killSwitch: () => NO_HALTS,
+      stores: {
+        ledger: {
+          decision: async (d) => {
+            decisions.push({ upstream: d.upstream, tool: d.tool });
+            return null;
+          },
+          outcome: async () => null,
+          blocked: async (call: ToolCall, r) => {
+            blocked.push({ tool: call.exposedName, check: r.check, rule: r.rule ?? null });
+            return null;
+          },
+          listed: (shown, hidden) => {
+            listedRecords.push({ shown, hidden });
+          },
+          hold: async () => "",
+        },
+        killSwitch: () => NO_HALTS,
+      },
       relay: { send: async () => undefined, upstreamRequest: async () => undefined },
     };
   }

@@ -23,7 +23,7 @@ const cfg = testConfig([UP], { mode: "enforce", policy: parsed.policy });
 
 function context() {
   const records: { id: string; body: JsonObject }[] = [];
-  const ctx = { cfg, ledger: { unmatched: (id: string, body: JsonObject) => records.push({ id, body }) } } as unknown as CallContext;
+  const ctx = { cfg, stores: { ledger: { unmatched: (id: string, body: JsonObject) => records.push({ id, body }) } } } as unknown as CallContext;
   return { ctx, records };
 }
 const tools = (...names: string[]): Json[] => names.map((name) => ({ name, inputSchema: { type: "object" } }));

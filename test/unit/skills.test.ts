@@ -45,7 +45,7 @@ function harness(cfg: GatewayConfig, fakes: Record<string, FakeUpstream>, opts: 
     era: opts.era ?? "legacy",
     principal: opts.who ?? everyone,
     callerFiltered: (opts.who ?? everyone).tools !== null,
-    capabilities: async (up: UpstreamConfig) => fakes[up.name]?.caps,
+    legs: { capabilities: async (up: UpstreamConfig) => fakes[up.name]?.caps },
   } as unknown as CallContext;
   const send = async (_ctx: CallContext, up: UpstreamConfig, req: JsonRpcRequest): Promise<Outcome> => {
     sent.push({ up: up.name, req });

@@ -271,13 +271,17 @@ function ctx(upstreams: UpstreamConfig[], who: Principal, store: (() => TasksApi
     paramHeaders: [],
     callerFiltered: true,
     runId: null,
-    ledger: { ...NO_LEDGER, listed: () => undefined, hold: async () => "" },
-    leg: async () => (era === "modern" ? { era: "modern", meta: {} } : { era: "legacy", protocolVersion: "2025-11-25" }),
-    renewLeg: async () => null,
-    capabilities: async () => ({ tools: {} }),
-    recordRequest: async () => undefined,
-    killSwitch: () => NO_HALTS,
-    ...(store ? { taskStore: store } : {}),
+    legs: {
+      leg: async () => (era === "modern" ? { era: "modern", meta: {} } : { era: "legacy", protocolVersion: "2025-11-25" }),
+      renew: async () => null,
+      capabilities: async () => ({ tools: {} }),
+      recordRequest: async () => undefined,
+    },
+    stores: {
+      ledger: { ...NO_LEDGER, listed: () => undefined, hold: async () => "" },
+      killSwitch: () => NO_HALTS,
+      ...(store ? { tasks: store } : {}),
+    },
     relay: { send: async () => undefined, upstreamRequest: async () => undefined },
   };
 }

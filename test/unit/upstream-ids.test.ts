@@ -76,13 +76,17 @@ function ctx(
     paramHeaders: [],
     callerFiltered: false,
     runId: null,
-    ledger: { ...NO_LEDGER, listed: () => undefined, hold: async () => "" },
-    leg: async () => opts.leg ?? { era: "legacy", protocolVersion: "2025-11-25", sessionId: "shared-upstream-session" },
-    renewLeg: async () => null,
-    capabilities: async () => ({ tools: {}, logging: {} }),
-    killSwitch: () => NO_HALTS,
-    recordRequest: async (id, up, upstreamId) => {
-      opts.recorded?.push([id, up.name, upstreamId]);
+    legs: {
+      leg: async () => opts.leg ?? { era: "legacy", protocolVersion: "2025-11-25", sessionId: "shared-upstream-session" },
+      renew: async () => null,
+      capabilities: async () => ({ tools: {}, logging: {} }),
+      recordRequest: async (id, up, upstreamId) => {
+        opts.recorded?.push([id, up.name, upstreamId]);
+      },
+    },
+    stores: {
+      ledger: { ...NO_LEDGER, listed: () => undefined, hold: async () => "" },
+      killSwitch: () => NO_HALTS,
     },
     relay: { send: async () => undefined, upstreamRequest: async () => undefined },
   };
