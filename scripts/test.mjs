@@ -91,16 +91,18 @@ function bundle() {
 }
 
 const only = process.argv[2];
-if (!only || only === "lint") {
+// `quick` (npm run test:quick): the inner loop — lint, typecheck and the unit tests, no bundle, no e2e.
+const quick = only === "quick";
+if (!only || quick || only === "lint") {
   // Formatting and lint rules (biome.json); `npm run format` applies the fixes.
   if (!step("format and lint (Biome)", bin("biome"), ["ci", "--max-diagnostics=50", "."])) failed += 1;
 }
-if (!only || only === "typecheck") {
+if (!only || quick || only === "typecheck") {
   if (!step("typecheck (Worker + unit tests)", bin("tsc"), ["--noEmit", "-p", "."])) failed += 1;
   if (!step("typecheck (e2e + fixtures, Node)", bin("tsc"), ["--noEmit", "-p", "tsconfig.node.json"])) failed += 1;
 }
 if ((!only || only === "bundle") && !bundle()) failed += 1;
-if (!only || only === "unit") vitest("unit", "vitest.config.ts");
+if (!only || quick || only === "unit") vitest("unit", "vitest.config.ts");
 if (!only || only === "e2e") vitest("e2e", "vitest.e2e.config.ts");
 rmSync(out, { recursive: true, force: true });
 console.log(`\n${passed} passed, ${failed} failed`);

@@ -19,6 +19,7 @@ import { type Browser, type BrowserContext, chromium, type Page } from "playwrig
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Role } from "../../src/config/roles.ts";
 import { generateSigningKey } from "../../src/identity/keys.ts";
+import { CHROMIUM, launchChromium, skipBrowser } from "./browser.ts";
 import { freePort, type Proc, root, startPortcullis } from "./harness.ts";
 import { grantFor } from "./mcp.ts";
 import { notesGatewayConfig, type NotesUpstream, startNotesUpstream } from "./notes-upstream.ts";
@@ -26,9 +27,7 @@ import { notesGatewayConfig, type NotesUpstream, startNotesUpstream } from "./no
 // biome-ignore lint/suspicious/noExplicitAny: JSON answers are read loosely in tests
 type Any = any;
 
-const CHROMIUM = "/usr/bin/chromium";
-const hasChromium = existsSync(CHROMIUM);
-if (!hasChromium) console.warn(`console-runs.test.ts: skipped — ${CHROMIUM} is absent (apt-get install chromium; .ci/run installs it)`);
+if (skipBrowser) console.warn(`console-runs.test.ts: skipped — ${CHROMIUM} is absent (apt-get install chromium; .ci/run installs it)`);
 
 const ARTIFACTS = join(root, "test-artifacts/console");
 
@@ -78,7 +77,7 @@ async function postForm(path: string, cookie: string, fields: Record<string, str
 
 const cells = (page: Page, selector: string): Promise<string[]> => page.locator(selector).allTextContents();
 
-describe.skipIf(!hasChromium)("the run page in Chromium", () => {
+describe.skipIf(skipBrowser)("the run page in Chromium", () => {
   let run = "";
   let created: Any[] = [];
   let operator: { token: string; jti: string };
@@ -92,7 +91,7 @@ describe.skipIf(!hasChromium)("the run page in Chromium", () => {
     const port = await freePort();
     origin = `http://127.0.0.1:${port}`;
     gw = await startPortcullis(config(notes.url), port, { PORTCULLIS_SIGNING_KEY: jwk });
-    browser = await chromium.launch({ executablePath: CHROMIUM, args: ["--no-sandbox"], headless: true });
+    browser = await launchChromium();
     operator = await grant("human:olga", "runs", ["operator"]);
   }, 240_000);
 

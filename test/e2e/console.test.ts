@@ -10,7 +10,7 @@
  * record, the identical second POST answered 409 calmly); the agent's retry succeeds and the
  * upstream saw one call; self-approval → 403 with the buttons disabled; a cross-origin POST →
  * 403; an Access JWT signs in without a cookie. Screenshots go to test-artifacts/console/.
- * Skipped, saying so, only when /usr/bin/chromium is absent. Owns the browser, gateway and
+ * Skipped, saying so, only when /usr/bin/chromium is absent and no browser is required (browser.ts). Owns the browser, gateway and
  * servers it starts. Must never: leave them running, or reach beyond loopback.
  */
 import { existsSync, mkdirSync } from "node:fs";
@@ -23,6 +23,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Role } from "../../src/config/roles.ts";
 import { generateSigningKey } from "../../src/identity/keys.ts";
 import { LONG_TOOL, startModernOnlyUpstream } from "../fixtures/modern-only-upstream.ts";
+import { CHROMIUM, launchChromium, skipBrowser } from "./browser.ts";
 import { freePort, type Proc, root, startPortcullis } from "./harness.ts";
 import { connect, grantFor, ledgerKinds, texts } from "./mcp.ts";
 
@@ -30,9 +31,7 @@ import { connect, grantFor, ledgerKinds, texts } from "./mcp.ts";
 type Any = any;
 type Upstream = Awaited<ReturnType<typeof startModernOnlyUpstream>>;
 
-const CHROMIUM = "/usr/bin/chromium";
-const hasChromium = existsSync(CHROMIUM);
-if (!hasChromium) console.warn(`console.test.ts: skipped — ${CHROMIUM} is absent (apt-get install chromium; .ci/run installs it)`);
+if (skipBrowser) console.warn(`console.test.ts: skipped — ${CHROMIUM} is absent (apt-get install chromium; .ci/run installs it)`);
 
 const ARTIFACTS = join(root, "test-artifacts/console");
 const HOSTILE = "</script><img src=x onerror=alert(1)>";
@@ -134,7 +133,7 @@ async function signIn(page: Page, base: string, token: string): Promise<void> {
 /** The team's ledger entries of `kind` (D1 is filled by the LedgerDO's flush: poll, bounded). */
 const ledger = (auditor: string, kind: string, want: (e: Any[]) => boolean): Promise<Any[]> => ledgerKinds(origin, auditor, kind, want);
 
-describe.skipIf(!hasChromium)("the approver console in Chromium", () => {
+describe.skipIf(skipBrowser)("the approver console in Chromium", () => {
   let agent: { token: string; jti: string };
   let approver: { token: string; jti: string };
   let held: { id: string; url: string };
@@ -158,7 +157,7 @@ describe.skipIf(!hasChromium)("the approver console in Chromium", () => {
     const port = await freePort();
     origin = `http://127.0.0.1:${port}`;
     gw = await startPortcullis(config(rec.url, other.url, `http://127.0.0.1:${keyPort}/cdn-cgi/access/certs`), port, { PORTCULLIS_SIGNING_KEY: jwk });
-    browser = await chromium.launch({ executablePath: CHROMIUM, args: ["--no-sandbox"], headless: true });
+    browser = await launchChromium();
     agent = await grant("agent:attester", ["agent"]);
     approver = await grant("human:approver", ["approver", "auditor"]);
   }, 240_000);

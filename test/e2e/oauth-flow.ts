@@ -192,12 +192,6 @@ export function hiddenField(html: string, name: string): string | undefined {
 /** A JWT's header (0) or claims (1), decoded without any check. */
 export const jwtPart = (t: string, i: 0 | 1): Any => JSON.parse(Buffer.from(t.split(".")[i]!, "base64url").toString());
 
-export const CHROMIUM = "/usr/bin/chromium";
-export const hasChromium = existsSync(CHROMIUM);
-
-/** Debian's Chromium, headless. */
-export const launchChromium = (): Promise<Browser> => chromium.launch({ executablePath: CHROMIUM, args: ["--no-sandbox"], headless: true });
-
 /** Dismisses every dialog the page opens and keeps its message (the tests expect none). */
 export function collectDialogs(page: Page): string[] {
   const dialogs: string[] = [];

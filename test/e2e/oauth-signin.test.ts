@@ -28,18 +28,16 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { generateSigningKey } from "../../src/identity/keys.ts";
 import { type FakeOidc, startFakeOidc } from "./fake-oidc.ts";
 import { freePort, type Proc, root, startEverything, startPortcullis } from "./harness.ts";
+import { CHROMIUM, launchChromium, skipBrowser } from "./browser.ts";
 import { connect, grantFor, ledgerKinds } from "./mcp.ts";
 import {
   awaitLanding,
   b64url,
   type CallbackServer,
-  CHROMIUM,
   closeServer,
   collectDialogs,
-  hasChromium,
   hiddenField,
   jwtPart,
-  launchChromium,
   listenLoopback,
   loopbackEverything,
   pkce,
@@ -52,7 +50,7 @@ import {
 // biome-ignore lint/suspicious/noExplicitAny: JSON answers are read loosely in tests
 type Any = any;
 
-if (!hasChromium) console.warn(`oauth-signin.test.ts: the browser test is skipped — ${CHROMIUM} is absent (apt-get install chromium; .ci/run installs it)`);
+if (skipBrowser) console.warn(`oauth-signin.test.ts: the browser test is skipped — ${CHROMIUM} is absent (apt-get install chromium; .ci/run installs it)`);
 
 const ARTIFACTS = join(root, "test-artifacts/oauth-signin");
 const OIDC_TOOLS = ["everything__echo", "everything__get-sum"];
@@ -339,7 +337,7 @@ afterEach(() => {
 });
 
 describe("OAuth sign-in through an external OIDC issuer", () => {
-  describe.skipIf(!hasChromium)("in Chromium", () => {
+  describe.skipIf(skipBrowser)("in Chromium", () => {
     let browser: Browser;
     beforeAll(async () => {
       browser = await launchChromium();

@@ -28,17 +28,15 @@ import {
 import type { Browser, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { generateSigningKey } from "../../src/identity/keys.ts";
+import { CHROMIUM, launchChromium, skipBrowser } from "./browser.ts";
 import { type Proc, root } from "./harness.ts";
 import { api, grantFor, ledgerKinds, texts } from "./mcp.ts";
 import {
   awaitLanding,
   type CallbackServer,
-  CHROMIUM,
   collectDialogs,
-  hasChromium,
   initializeWith,
   jwtPart,
-  launchChromium,
   publicClientMetadata,
   registerClient,
   startCallbackServer,
@@ -49,7 +47,7 @@ import {
 // biome-ignore lint/suspicious/noExplicitAny: JSON answers are read loosely in tests
 type Any = any;
 
-if (!hasChromium) console.warn(`oauth.test.ts: skipped — ${CHROMIUM} is absent (apt-get install chromium; .ci/run installs it)`);
+if (skipBrowser) console.warn(`oauth.test.ts: skipped — ${CHROMIUM} is absent (apt-get install chromium; .ci/run installs it)`);
 
 const ARTIFACTS = join(root, "test-artifacts/oauth");
 const HOSTILE_NAME = `Claude <img src=x onerror=alert(1)>`;
@@ -166,7 +164,7 @@ const callsOf = async (token: string) => {
 
 const tokenRequest = (fields: Record<string, string>) => tokenRequestAt(origin, fields);
 
-describe.skipIf(!hasChromium)("OAuth for hosted clients, from nothing, in Chromium", () => {
+describe.skipIf(skipBrowser)("OAuth for hosted clients, from nothing, in Chromium", () => {
   const provider = () => new MemoryProvider(callbackUrl);
   let p: MemoryProvider;
 
