@@ -33,14 +33,15 @@
  * working tree were committed. In CI the tree is clean and the clone is HEAD exactly. Set
  * PORTCULLIS_README_TEST_TREE=head to test HEAD alone locally.
  *
- * Two more checks of README.md: every fenced block with info string `yaml readme-check` (the worked
- * examples) is a complete config that `portcullis check` accepts, run from the clone; and the
- * "Configuration reference" section names every key of the config, mapping and policy schemas
- * (src/config/schema.ts, egress-schema.ts, mapping-schema.ts, policy-schema.ts), read from the
- * schemas themselves.
+ * Two more checks, of the pages the reference moved to: every fenced block with info string
+ * `yaml readme-check` in docs/configuration.md and docs/governance.md (the worked examples and the
+ * rule with every field) is a complete config that `portcullis check` accepts, run from the clone;
+ * and docs/configuration.md, the configuration reference, names every key of the config, mapping
+ * and policy schemas (src/config/schema.ts, egress-schema.ts, mapping-schema.ts, policy-schema.ts),
+ * read from the schemas themselves.
  * Must never: leave a process running, send traffic anywhere but 127.0.0.1 (the npm registry aside,
  * which `npm install` may consult), touch the repository's own .portcullis or a developer's ports,
- * or change README.md.
+ * or change README.md or the pages it reads.
  */
 import { type ChildProcess, execFileSync, spawn } from "node:child_process";
 import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -54,6 +55,10 @@ import { configSchema } from "../../src/config/schema.ts";
 import { freePort, groupMembers, root } from "./harness.ts";
 
 const README = "README.md";
+/** The configuration reference: every config, mapping and policy key. */
+const CONFIG_REFERENCE = "docs/configuration.md";
+/** The pages whose `yaml readme-check` blocks must pass `portcullis check`. */
+const EXAMPLE_PAGES = [CONFIG_REFERENCE, "docs/governance.md"];
 const WALKTHROUGH = "sh readme-test";
 const EXAMPLE = "yaml readme-check";
 const README_PORT = "127.0.0.1:8787";
@@ -392,10 +397,12 @@ describe("the README's Quick start, followed on a fresh clone", () => {
     }
   }, 600_000);
 
-  it("every worked example (```yaml readme-check) is a complete config that `portcullis check` accepts", async () => {
+  it("every worked example (```yaml readme-check in docs/configuration.md and docs/governance.md) is a complete config that `portcullis check` accepts", async () => {
     expect(installed?.code, "npm install in the clone failed").toBe(0);
-    const blocks = fencedBlocks(readFileSync(join(clone, README), "utf8"), EXAMPLE);
-    expect(blocks.length, `the worked examples are marked \`\`\`${EXAMPLE}`).toBeGreaterThanOrEqual(3);
+    const perPage = EXAMPLE_PAGES.map((page) => fencedBlocks(readFileSync(join(clone, page), "utf8"), EXAMPLE));
+    for (const [i, page] of EXAMPLE_PAGES.entries()) expect(perPage[i]!.length, `${page} has its \`\`\`${EXAMPLE} blocks`).toBeGreaterThan(0);
+    const blocks = perPage.flat();
+    expect(blocks.length, `the worked examples are marked \`\`\`${EXAMPLE} in ${EXAMPLE_PAGES.join(", ")}`).toBeGreaterThanOrEqual(3);
     const dir = mkdtempSync(join(procTmp, "examples-"));
     for (const [i, text] of blocks.entries()) {
       const file = join(dir, `example-${i + 1}.yaml`);
@@ -444,19 +451,16 @@ function keyPaths(schema: Zod, path = "", out: string[] = []): string[] {
   return [...new Set(out)];
 }
 
-describe("the README's configuration reference", () => {
+describe("the configuration reference (docs/configuration.md)", () => {
   it("names every key of the config, mapping and policy schemas", () => {
-    const markdown = readFileSync(join(root, README), "utf8");
-    const at = markdown.indexOf("\n## Configuration reference");
-    expect(at, "README.md has a `## Configuration reference` section").toBeGreaterThan(0);
-    const next = markdown.indexOf("\n## ", at + 1);
-    const section = markdown.slice(at, next < 0 ? undefined : next);
+    const reference = readFileSync(join(root, CONFIG_REFERENCE), "utf8");
+    expect(reference.startsWith("# Configuration reference\n"), `${CONFIG_REFERENCE} is the configuration reference (its title)`).toBe(true);
     const keys = [
       ...keyPaths(configSchema as unknown as Zod),
       ...keyPaths(mappingFileSchema as unknown as Zod),
       ...keyPaths(policySchema as unknown as Zod).map((k) => `policy.${k}`),
     ];
     expect(keys.length).toBeGreaterThan(100);
-    expect(keys.filter((k) => !section.includes(`\`${k}\``))).toEqual([]);
+    expect(keys.filter((k) => !reference.includes(`\`${k}\``))).toEqual([]);
   });
 });

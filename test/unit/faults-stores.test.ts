@@ -215,7 +215,7 @@ describe("the team's ledger object fails mid-run (group commit under concurrency
     });
   }
 
-  // Guaranteed: as README says, a record that cannot be written within 5 s refuses the call within
+  // Guaranteed: as docs/ledger.md says, a record that cannot be written within 5 s refuses the call within
   // those 5 s — a caller of batchedAppend chosen to send waits for its answer under its own deadline
   // (src/ports/ledger-batch.ts), and the blocked record of a refusal because the ledger did not
   // answer is not attempted on that same ledger while it has just timed out (src/ports/ledger-writer.ts).
