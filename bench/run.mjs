@@ -654,7 +654,7 @@ async function main() {
     );
     const idx = (runtime, key) => targets.findIndex((t) => t.runtime === runtime && t.key === key);
     console.log(
-      "issue [P]'s targets on the production runtime (miniflare): portcullis enforce ÷ passthrough-worker — p50 and p99 at c=1 (≤ ×1.2, ≤ ×1.3), calls/s at c=8 (≥ ×0.85)",
+      "the performance targets on the production runtime (miniflare): portcullis enforce ÷ passthrough-worker — p50 and p99 at c=1 (≤ ×1.2, ≤ ×1.3), calls/s at c=8 (≥ ×0.85)",
     );
     for (const era of ["legacy", "modern"]) {
       const lat = results[era][1];
