@@ -6,7 +6,8 @@
  * to one `portcullis` entry; `restore` puts the backup back byte for byte; `doctor --clients`
  * reports servers a client reaches directly (ungoverned), a missing gateway entry, and a gateway
  * entry that reads PORTCULLIS_TOKEN. Owns these commands' flags, output and exit codes (0 ok,
- * 1 problems found, 2 usage); the client file formats are cli/client-files.ts's.
+ * 1 problems found, 2 usage); the client file formats are cli/client-files.ts's, the byte-exact
+ * JSONC edit cli/jsonc.ts's.
  * Must never: copy a credential out of a client file (an inline secret becomes a `${NAME}`
  * reference and the command names the secret to set, never its value), print one, overwrite an
  * existing backup, write anything on --dry-run, or point a client at PORTCULLIS_TOKEN.
@@ -17,18 +18,15 @@ import { Document, isMap, isSeq, parseDocument } from "yaml";
 import { FLAG, HELP_OPTION, namesOf, type Options, parseOptions, STRING, UsageError } from "./args.ts";
 import {
   AGENT_TOKEN,
-  applyEdits,
   BACKUP_SUFFIX,
   CLIENTS,
   type Client,
   DEFAULT_GATEWAY,
-  type Edit,
   ENTRY,
   FORMATS,
   Failure,
   gatewayEntry,
   type ImportedSecret,
-  indentUnit,
   isClient,
   isGatewayEntry,
   OPERATOR_TOKEN,
@@ -37,13 +35,13 @@ import {
   safeUrl,
   sameUrl,
   serversOf,
-  setMember,
   upstreamHeaders,
   upstreamName,
   urlProblem,
   writeAtomic,
 } from "./client-files.ts";
 import { codeOf, exitCodeOf, isObject, type JsonObject } from "./gateway-http.ts";
+import { applyEdits, type Edit, indentUnit, setMember } from "./jsonc.ts";
 
 const HELP = {
   import: `usage: portcullis import --client ${CLIENTS.join("|")} [--path FILE] [--config portcullis.yaml]
