@@ -33,7 +33,7 @@ import { rmSync, writeFileSync } from "node:fs";
 import { cpus, loadavg, tmpdir, totalmem } from "node:os";
 import { join } from "node:path";
 import autocannon from "autocannon";
-import { devSigningKey, gatewayOrigin } from "../bin/portcullis.mjs";
+import { devSigningKey, gatewayOrigin } from "../cli/gateway-start.ts";
 import {
   bundled,
   enforceConfig,

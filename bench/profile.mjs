@@ -16,7 +16,7 @@
 import { spawn } from "node:child_process";
 import { readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
-import { devSigningKey, gatewayOrigin } from "../bin/portcullis.mjs";
+import { devSigningKey, gatewayOrigin } from "../cli/gateway-start.ts";
 import { bundled, enforceConfig, freePort, mint, openSession, post, root, sleep, stopGroups, tempDirMaker, waitHttp } from "./harness.mjs";
 import { cpuMsOf, serveBuilt } from "./miniflare.mjs";
 

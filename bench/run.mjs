@@ -31,7 +31,7 @@ import { readdirSync, readFileSync, rmSync, statSync } from "node:fs";
 import { cpus, loadavg, tmpdir, totalmem } from "node:os";
 import { join } from "node:path";
 import { gzipSync } from "node:zlib";
-import { devSigningKey, gatewayOrigin, privateEnvFile } from "../bin/portcullis.mjs";
+import { devSigningKey, gatewayOrigin, privateEnvFile } from "../cli/gateway-start.ts";
 import {
   bundled,
   enforceConfig,

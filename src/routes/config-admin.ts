@@ -1,7 +1,7 @@
 /**
  * Hot reload: `PUT /v1/config` (admin) and the operation behind it and the `portcullis.reload`
  * operator tool. The body is the config YAML text with mappings and policy inlined (`node
- * bin/config-files.mjs FILE` prints it), raw or as JSON `{config}`. It is validated whole, as the
+ * cli/config-files.ts FILE` prints it), raw or as JSON `{config}`. It is validated whole, as the
  * gateway would serve it — the real loader against this Worker's secrets and vars, the policy
  * compile, the gateway's own URL, the egress rules from this request's vantage — and a config
  * with any problem is refused (400, every problem) while the previous one keeps serving — so is

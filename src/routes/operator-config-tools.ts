@@ -12,7 +12,7 @@ import { registerOperatorTool } from "./operator-registry.ts";
 registerOperatorTool({
   name: "portcullis.reload",
   description:
-    "Hot-reloads the gateway config (upstreams, mappings, policy) without a redeploy: `config` is the whole portcullis.yaml text with mappings and policy inlined (`node bin/config-files.mjs FILE` prints it). A config with any problem is refused whole, every problem named, and the previous one keeps serving; a sound one becomes the next version, recorded on the ledger, and every isolate serves it within seconds.",
+    "Hot-reloads the gateway config (upstreams, mappings, policy) without a redeploy: `config` is the whole portcullis.yaml text with mappings and policy inlined (`npx node cli/config-files.ts FILE` prints it). A config with any problem is refused whole, every problem named, and the previous one keeps serving; a sound one becomes the next version, recorded on the ledger, and every isolate serves it within seconds.",
   inputSchema: {
     type: "object",
     properties: {

@@ -15,8 +15,7 @@ import { connect } from "node:net";
 import { networkInterfaces, tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
-// @ts-expect-error -- plain ESM helpers shared with the CLI
-import { startDemoUpstream, startGateway } from "../../bin/portcullis.mjs";
+import { startDemoUpstream, startGateway } from "../../cli/gateway-start.ts";
 import { freePort, isLoopbackListen, listeningOn, root, startPortcullis, waitFor } from "./harness.ts";
 
 const CLI = join(root, "bin", "portcullis.mjs");

@@ -11,8 +11,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
-// @ts-expect-error -- plain ESM helper shared with the CLI
-import { inlineConfigFiles } from "../../bin/config-files.mjs";
+import { inlineConfigFiles } from "../../cli/config-files.ts";
 import { generateSigningKey } from "../../src/identity/keys.ts";
 import { freePort, root, startPortcullis } from "./harness.ts";
 import { connect, grantFor, runScript } from "./mcp.ts";

@@ -14,8 +14,7 @@ import { appendFileSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmS
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-// @ts-expect-error -- plain ESM helper shared with the CLI
-import { startDemoUpstream, startGateway } from "../../bin/portcullis.mjs";
+import { startDemoUpstream, startGateway } from "../../cli/gateway-start.ts";
 
 export const root = resolve(import.meta.dirname, "../..");
 

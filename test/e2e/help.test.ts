@@ -2,7 +2,7 @@
  * The `--help` contract of every `portcullis` command, table-driven, through bin/portcullis.mjs
  * run as a child process (no gateway needed): `--help` and `-h` exit 0 with a usage on stdout
  * that names every option the command parses — the option lists are the implementation's own
- * (each bin/*.mjs module's exported KNOWN table), so an option added without help fails here —
+ * (each cli/*.ts module's exported KNOWN table), so an option added without help fails here —
  * an unknown option (`--…` and `-…`) and a missing required option exit 2 with a message naming
  * the problem and pointing at the command's --help, and every command the top-level usage lists
  * is in the table. Also: which commands offer --json. Owns nothing but the child processes it runs.
@@ -14,18 +14,18 @@ import { root } from "./harness.ts";
 import { type Run, runScript } from "./mcp.ts";
 
 type Table = Record<string, string[]>;
-/** A bin/ module (plain ESM, no types): its exported option tables are the implementation's. */
-const bin = async <T>(name: string): Promise<T> => (await import(pathToFileURL(resolve(root, "bin", name)).href)) as T;
-const { KNOWN: MAIN, USAGE } = await bin<{ KNOWN: Table; USAGE: string }>("portcullis.mjs");
-const { KNOWN: ADD } = await bin<{ KNOWN: string[] }>("add-cli.mjs");
-const { KNOWN: RELOAD } = await bin<{ KNOWN: string[] }>("reload-cli.mjs");
-const { KNOWN: CLIENTS } = await bin<{ KNOWN: Table }>("clients-cli.mjs");
-const { KNOWN: GOVERNANCE } = await bin<{ KNOWN: Table }>("governance-cli.mjs");
-const { KNOWN: HOLDS } = await bin<{ KNOWN: Table }>("holds-cli.mjs");
-const { KNOWN: RUNS } = await bin<{ KNOWN: Table }>("runs-cli.mjs");
-const { KNOWN: KILLSWITCH } = await bin<{ KNOWN: Table }>("killswitch-cli.mjs");
-const { KNOWN: LEDGER } = await bin<{ KNOWN: Table }>("ledger-cli.mjs");
-const { KNOWN: OPERATOR } = await bin<{ KNOWN: Table }>("operator-cli.mjs");
+/** A cli/ module: its exported option tables are the implementation's. */
+const bin = async <T>(name: string): Promise<T> => (await import(pathToFileURL(resolve(root, "cli", name)).href)) as T;
+const { KNOWN: MAIN, USAGE } = await bin<{ KNOWN: Table; USAGE: string }>("main.ts");
+const { KNOWN: ADD } = await bin<{ KNOWN: string[] }>("add.ts");
+const { KNOWN: RELOAD } = await bin<{ KNOWN: string[] }>("reload.ts");
+const { KNOWN: CLIENTS } = await bin<{ KNOWN: Table }>("clients.ts");
+const { KNOWN: GOVERNANCE } = await bin<{ KNOWN: Table }>("governance.ts");
+const { KNOWN: HOLDS } = await bin<{ KNOWN: Table }>("holds.ts");
+const { KNOWN: RUNS } = await bin<{ KNOWN: Table }>("runs.ts");
+const { KNOWN: KILLSWITCH } = await bin<{ KNOWN: Table }>("killswitch.ts");
+const { KNOWN: LEDGER } = await bin<{ KNOWN: Table }>("ledger.ts");
+const { KNOWN: OPERATOR } = await bin<{ KNOWN: Table }>("operator.ts");
 
 const CLI = resolve(root, "bin/portcullis.mjs");
 /** A gateway URL nothing listens on: no command in this file may reach one. */
@@ -48,7 +48,7 @@ const COMMANDS: Command[] = [
   { words: ["start"], flags: union(MAIN.start), json: false },
   { words: ["demo-upstream"], flags: union(MAIN["demo-upstream"]), json: false },
   { words: ["dev"], flags: union(MAIN.dev), missing: [], json: false },
-  // check --config is bin/portcullis.mjs's, check --self-probe bin/operator-cli.mjs's: one --help for both.
+  // check --config is cli/local.ts's, check --self-probe cli/operator.ts's: one --help for both.
   { words: ["check"], flags: union(MAIN.check, OPERATOR.check), missing: [], json: true },
   // doctor --config (static) and --live, and --clients, which has a --help of its own.
   { words: ["doctor"], flags: union(MAIN.doctor, OPERATOR.doctor, ["clients"]), missing: [], json: true },

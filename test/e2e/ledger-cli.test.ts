@@ -20,7 +20,7 @@ import type { EntryDraft, LedgerEntry } from "../../src/ledger/records.ts";
 import { type Run, runScript } from "./mcp.ts";
 
 const ROOT = resolve(import.meta.dirname, "../..");
-const CLI = join(ROOT, "bin/ledger-cli.mjs");
+const CLI = join(ROOT, "cli/ledger.ts");
 const GW = "https://gw.example.com";
 const TOKEN = "auditor-token-not-for-printing";
 

@@ -151,7 +151,7 @@ describe("the ledger through the gateway", () => {
 });
 
 describe("portcullis ledger verify on a real export, and on forgeries of it", () => {
-  const CLI = join(import.meta.dirname, "../../bin/ledger-cli.mjs");
+  const CLI = join(import.meta.dirname, "../../cli/ledger.ts");
   const TEAM = "team-forge";
   let dir: string;
   let auditor: string;

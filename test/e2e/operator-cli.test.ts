@@ -1,5 +1,5 @@
 /**
- * bin/operator-cli.mjs through the `portcullis` command, as an operator runs it: `token revoke`
+ * cli/operator.ts through the `portcullis` command, as an operator runs it: `token revoke`
  * against the shared namespaced gateway (the revoked grant then gets 401; a non-admin token is
  * refused, exit 1; a closed port is exit 3; a bad call exit 2); `keys generate` (mode 0600, the
  * public JWKS without `d`, never overwriting) and `keys rotate` (a grant signed by the old key still

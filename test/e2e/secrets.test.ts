@@ -19,8 +19,7 @@ import { tmpdir } from "node:os";
 import path from "node:path";
 import { runInNewContext } from "node:vm";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-// @ts-expect-error -- plain ESM helpers shared with the CLI
-import { envFileText, gatewayOrigin } from "../../bin/portcullis.mjs";
+import { envFileText, gatewayOrigin } from "../../cli/gateway-start.ts";
 import { generateSigningKey } from "../../src/identity/keys.ts";
 import { mintGrant, parseKeySet } from "../../src/identity/tokens.ts";
 import { startModernOnlyUpstream } from "../fixtures/modern-only-upstream.ts";

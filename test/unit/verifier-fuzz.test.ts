@@ -1,6 +1,6 @@
 /**
  * The offline ledger verifier under fuzzing (fast-check), exactly as the CLI drives it
- * (bin/ledger-cli.mjs: `verifyExport(ndjsonLines(bytes), jwks)` from src/ledger/verify.ts, and
+ * (cli/ledger.ts: `verifyExport(ndjsonLines(bytes), jwks)` from src/ledger/verify.ts, and
  * `verifyReceipt` on its report): arbitrary bytes, arbitrary text lines, arbitrary NDJSON behind a
  * well-formed header, entry-shaped lines with arbitrary fields, arbitrary key sets, and a real
  * valid export (built with the chain and checkpoint code the LedgerDO uses: two team chains

@@ -1,4 +1,3 @@
-#!/usr/bin/env node
 /**
  * `portcullis halt | resume | status`: the kill switch of a running gateway over its JSON API
  * (`POST /v1/killswitch/halt`, `POST /v1/killswitch/resume`, `GET /v1/killswitch`). Owns the
@@ -8,10 +7,8 @@
  * never: print or log a token, send it anywhere but the gateway named by --url, or print a state
  * the gateway did not answer (no "unknown").
  */
-import { realpathSync } from "node:fs";
-import { pathToFileURL } from "node:url";
-import { parseOptions, UsageError } from "./cli-args.mjs";
-import { answerOf, exitCodeOf, FetchError, gatewayOf, refusal, send, TOKEN_NOTE, tokenOf } from "./gateway-http.mjs";
+import { FLAG, HELP_OPTION, namesOf, type Options, parseOptions, STRING, UsageError } from "./args.ts";
+import { answerOf, exitCodeOf, FetchError, gatewayOf, isObject, type JsonObject, refusal, send, TOKEN_NOTE, tokenOf } from "./gateway-http.ts";
 
 const SCOPES = ["global", "team", "upstream", "tool", "principal", "grant"];
 
@@ -31,30 +28,33 @@ exit: 0 resumed (or not halted), 2 usage, 3 refused or unreachable`,
 exit: 0 read, 2 usage, 3 refused, unreachable or the kill switch could not be read`,
 };
 
-export const KNOWN = {
-  halt: ["scope", "target", "reason", "url", "token", "json", "help"],
-  resume: ["scope", "target", "reason", "url", "token", "json", "help"],
-  status: ["url", "token", "json", "help"],
-};
-const BOOLEAN = new Set(["json", "help"]);
+const CHANGE_OPTIONS = { scope: STRING, target: STRING, reason: STRING, url: STRING, token: STRING, json: FLAG, ...HELP_OPTION } as const;
+const STATUS_OPTIONS = { url: STRING, token: STRING, json: FLAG, ...HELP_OPTION } as const;
+
+/** The options of each command (help.test.ts checks each --help names them all). */
+export const KNOWN = { halt: namesOf(CHANGE_OPTIONS), resume: namesOf(CHANGE_OPTIONS), status: namesOf(STATUS_OPTIONS) };
+
+/** The kill switch's state as the gateway answers it: a version and its halts. */
+type State = JsonObject & { version: number; halts: unknown[] };
 
 /** One request to the gateway; its JSON body when 2xx, else a FetchError naming the status and the gateway's reason. */
-async function call(base, method, path, token, body) {
+async function call(base: URL, method: string, path: string, token: string, body?: unknown): Promise<State> {
   const { res, where } = await send(base, method, path, token, { body, timeoutMs: 30_000 });
   const answer = await answerOf(res);
   if (!res.ok) throw new FetchError(refusal(where, res.status, answer));
   const json = answer.json;
-  if (!json || typeof json.version !== "number" || !Array.isArray(json.halts)) throw new FetchError(`${where}: the answer is not a kill-switch state`);
-  return json;
+  if (!isObject(json) || typeof json.version !== "number" || !Array.isArray(json.halts))
+    throw new FetchError(`${where}: the answer is not a kill-switch state`);
+  return { ...json, version: json.version, halts: json.halts };
 }
 
-function printState(s, headline) {
+function printState(s: State, headline?: string): void {
   if (headline) console.log(headline);
   console.log(`kill switch version ${s.version}: ${s.halts.length === 0 ? "nothing is halted" : `${s.halts.length} halt${s.halts.length > 1 ? "s" : ""}`}`);
-  for (const h of s.halts) console.log(`  HALTED ${h.scope}${h.target !== null ? ` ${h.target}` : ""}: ${h.reason} (by ${h.by}, ${h.at})`);
+  for (const h of s.halts.filter(isObject)) console.log(`  HALTED ${h.scope}${h.target !== null ? ` ${h.target}` : ""}: ${h.reason} (by ${h.by}, ${h.at})`);
 }
 
-async function change(action, a) {
+async function change(action: "halt" | "resume", a: Options<typeof CHANGE_OPTIONS>): Promise<number> {
   if (typeof a.scope !== "string") throw new UsageError(`give --scope (${SCOPES.join(", ")})`);
   if (!SCOPES.includes(a.scope)) throw new UsageError(`--scope must be one of ${SCOPES.join(", ")}`);
   if (a.scope === "global" && a.target !== undefined) throw new UsageError("a global halt takes no --target");
@@ -72,7 +72,7 @@ async function change(action, a) {
   return 0;
 }
 
-async function status(a) {
+async function status(a: Options<typeof STATUS_OPTIONS>): Promise<number> {
   const s = await call(gatewayOf(a.url), "GET", "/v1/killswitch", tokenOf(a));
   if (a.json) console.log(JSON.stringify(s, null, 2));
   else printState(s);
@@ -80,22 +80,21 @@ async function status(a) {
 }
 
 /** Runs `portcullis <halt|resume|status> <argv…>`; the exit code. */
-export async function killSwitchCommand(cmd, argv) {
-  if (!KNOWN[cmd]) {
+export async function killSwitchCommand(cmd: string, argv: string[]): Promise<number> {
+  if (cmd !== "halt" && cmd !== "resume" && cmd !== "status") {
     console.error(`portcullis: unknown kill-switch command ${cmd}\n${HELP.halt}\n${HELP.resume}\n${HELP.status}`);
     return 2;
   }
+  const usage = () => {
+    console.log(`${HELP[cmd]}\n${TOKEN_NOTE}`);
+    return 0;
+  };
   return exitCodeOf(`portcullis ${cmd}`, async () => {
-    const a = parseOptions(argv, { known: KNOWN[cmd], boolean: BOOLEAN, positionals: false });
-    if (a.help) {
-      console.log(`${HELP[cmd]}\n${TOKEN_NOTE}`);
-      return 0;
+    if (cmd === "status") {
+      const a = parseOptions(argv, STATUS_OPTIONS);
+      return a.help ? usage() : await status(a);
     }
-    return cmd === "status" ? await status(a) : await change(cmd, a);
+    const a = parseOptions(argv, CHANGE_OPTIONS);
+    return a.help ? usage() : await change(cmd, a);
   });
-}
-
-if (process.argv[1] && import.meta.url === pathToFileURL(realpathSync(process.argv[1])).href) {
-  const [cmd, ...rest] = process.argv.slice(2);
-  process.exitCode = await killSwitchCommand(cmd, rest);
 }

@@ -1,4 +1,3 @@
-#!/usr/bin/env node
 /**
  * `portcullis holds …`: list the held calls an approver may see (`list`), show one (`show`), and
  * approve or reject one (`approve`, `reject`) on a running gateway, over its /v1/holds API. Owns
@@ -10,10 +9,8 @@
  * PORTCULLIS_TOKEN. Must never: print or log a token, send it anywhere but the gateway named by
  * --url, follow a redirect with it, or wait on the gateway without a bound.
  */
-import { realpathSync } from "node:fs";
-import { pathToFileURL } from "node:url";
-import { parseOptions, UsageError } from "./cli-args.mjs";
-import { callJson, exitCodeOf, gatewayOf, TOKEN_NOTE, tokenOf } from "./gateway-http.mjs";
+import { FLAG, HELP_OPTION, namesOf, type Options, type OptionSpec, parseOptions, STRING, UsageError } from "./args.ts";
+import { callJson, exitCodeOf, gatewayOf, isObject, type JsonObject, messageOf, type SendOptions, TOKEN_NOTE, tokenOf } from "./gateway-http.ts";
 
 const STATES = ["pending", "approved", "rejected", "expired", "consumed", "all"];
 const MAX_REASON = 500;
@@ -46,78 +43,82 @@ exit: 0 approved (the ledger record is durable), 1 refused, 2 usage, 3 unreachab
 exit: 0 rejected (the ledger record is durable), 1 refused, 2 usage, 3 unreachable or other`,
 };
 
-const BOOLEAN = new Set(["json", "help"]);
-export const KNOWN = {
-  list: ["url", "token", "status", "team", "limit", "json", "help"],
-  show: ["url", "token", "json", "help"],
-  approve: ["url", "token", "reason", "action-hash", "json", "help"],
-  reject: ["url", "token", "reason", "action-hash", "json", "help"],
-};
+const GATEWAY = { url: STRING, token: STRING } as const;
+const LIST_OPTIONS = { ...GATEWAY, status: STRING, team: STRING, limit: STRING, json: FLAG, ...HELP_OPTION } as const;
+const SHOW_OPTIONS = { ...GATEWAY, json: FLAG, ...HELP_OPTION } as const;
+const RESOLVE_OPTIONS = { ...GATEWAY, reason: STRING, "action-hash": STRING, json: FLAG, ...HELP_OPTION } as const;
 
-function help(cmd) {
+/** The options of each command (help.test.ts checks each --help names them all). */
+export const KNOWN = { list: namesOf(LIST_OPTIONS), show: namesOf(SHOW_OPTIONS), approve: namesOf(RESOLVE_OPTIONS), reject: namesOf(RESOLVE_OPTIONS) };
+
+function help(cmd: keyof typeof HELP): number {
   console.log(cmd === "holds" ? HELP[cmd] : `${HELP[cmd]}\n${TOKEN_NOTE}`);
   return 0;
 }
 
-function oneId(a, cmd) {
-  if (a._.length !== 1) throw new UsageError(`give one hold id: holds ${cmd} ID --url GATEWAY`);
-  return a._[0];
+function oneId(a: { _: string[] }, cmd: string): string {
+  const [id] = a._;
+  if (a._.length !== 1 || id === undefined) throw new UsageError(`give one hold id: holds ${cmd} ID --url GATEWAY`);
+  return id;
 }
 
-/** Calls the gateway (gateway-http.mjs callJson) with this command's timeout. */
-const call = (base, method, path, token, opts = {}) => callJson(base, method, path, token, { ...opts, timeoutMs: TIMEOUT_MS });
+/** Calls the gateway (gateway-http.ts callJson) with this command's timeout; the answer's object (empty when it is none). */
+const call = async (base: URL, method: string, path: string, token: string, opts: Pick<SendOptions, "query" | "body"> = {}): Promise<JsonObject> => {
+  const out = await callJson(base, method, path, token, { ...opts, timeoutMs: TIMEOUT_MS });
+  return isObject(out) ? out : {};
+};
 
-const pad = (s, n) => String(s).padEnd(n);
+const objectOf = (v: unknown): JsonObject => (isObject(v) ? v : {});
+const pad = (s: unknown, n: number) => String(s).padEnd(n);
 
-function ago(ms) {
+function ago(ms: number): string {
   const s = Math.round(Math.abs(ms) / 1000);
   if (s < 120) return `${s}s`;
   if (s < 7200) return `${Math.round(s / 60)}m`;
   return `${Math.round(s / 3600)}h`;
 }
 
-function printList(holds) {
+function printList(holds: unknown[]): void {
   if (holds.length === 0) {
     console.log("no holds");
     return;
   }
   const now = Date.now();
-  const rows = holds.map(({ hold: h, resolvable }) => [
-    h.id,
-    h.state,
-    h.exposedName,
-    h.principal,
-    h.rule ?? "(mapping)",
-    ago(now - h.createdAt),
-    h.state === "pending" ? (h.expiresAt > now ? `in ${ago(h.expiresAt - now)}` : "expired") : "",
-    resolvable ? "yes" : "no",
-  ]);
+  const rows = holds.map(objectOf).map(({ hold, resolvable }) => {
+    const h = objectOf(hold);
+    const expiresAt = Number(h.expiresAt);
+    return [
+      h.id,
+      h.state,
+      h.exposedName,
+      h.principal,
+      h.rule ?? "(mapping)",
+      ago(now - Number(h.createdAt)),
+      h.state === "pending" ? (expiresAt > now ? `in ${ago(expiresAt - now)}` : "expired") : "",
+      resolvable ? "yes" : "no",
+    ];
+  });
   const head = ["id", "state", "tool", "requester", "rule", "age", "expires", "you may resolve"];
   const w = head.map((hd, i) => Math.max(hd.length, ...rows.map((r) => String(r[i]).length)) + 2);
-  console.log(
-    head
-      .map((hd, i) => pad(hd, w[i]))
+  const line = (r: unknown[]) =>
+    r
+      .map((c, i) => pad(c, w[i] ?? 0))
       .join("")
-      .trimEnd(),
-  );
-  for (const r of rows)
-    console.log(
-      r
-        .map((c, i) => pad(c, w[i]))
-        .join("")
-        .trimEnd(),
-    );
+      .trimEnd();
+  console.log(line(head));
+  for (const r of rows) console.log(line(r));
 }
 
-function printHold(v) {
-  const h = v.hold;
+function printHold(v: JsonObject): void {
+  const h = objectOf(v.hold);
   console.log(`hold ${h.id}: ${h.state}`);
   console.log(`  requester  ${h.principal} (team ${h.team})`);
   console.log(`  tool       ${h.exposedName} (upstream ${h.upstream}, tool ${h.tool})`);
   // The reason a rule gives is recorded as "rule <id>: …": print the id once.
-  const reason = h.rule && h.reason.startsWith(`rule ${h.rule}: `) ? h.reason.slice(`rule ${h.rule}: `.length) : h.reason;
+  const recorded = String(h.reason);
+  const reason = h.rule && recorded.startsWith(`rule ${h.rule}: `) ? recorded.slice(`rule ${h.rule}: `.length) : recorded;
   console.log(`  rule       ${h.rule ?? "(mapping)"}: ${reason}`);
-  console.log(`  created    ${new Date(h.createdAt).toISOString()}; expires ${new Date(h.expiresAt).toISOString()}`);
+  console.log(`  created    ${new Date(Number(h.createdAt)).toISOString()}; expires ${new Date(Number(h.expiresAt)).toISOString()}`);
   if (h.approver) console.log(`  ${h.state === "rejected" ? "rejected" : "approved"} by ${h.approver}${h.resolveReason ? `: ${h.resolveReason}` : ""}`);
   console.log(`  action     ${h.actionHash}`);
   console.log(`             ${h.action}`);
@@ -125,7 +126,7 @@ function printHold(v) {
   console.log(`  you ${v.resolvable ? "may resolve it" : `may not resolve it: ${v.why ?? "not resolvable"}`}`);
 }
 
-async function listCommand(a) {
+async function listCommand(a: Options<typeof LIST_OPTIONS>): Promise<number> {
   if (a.help) return help("list");
   const base = gatewayOf(a.url);
   const status = a.status ?? "pending";
@@ -135,11 +136,11 @@ async function listCommand(a) {
   if (a._.length) throw new UsageError(`unexpected argument ${a._[0]}`);
   const out = await call(base, "GET", "/v1/holds", tokenOf(a), { query: { status, team: a.team, limit: a.limit } });
   if (a.json) console.log(JSON.stringify(out, null, 2));
-  else printList(out.holds ?? []);
+  else printList(Array.isArray(out.holds) ? out.holds : []);
   return 0;
 }
 
-async function showCommand(a) {
+async function showCommand(a: Options<typeof SHOW_OPTIONS>): Promise<number> {
   if (a.help) return help("show");
   const base = gatewayOf(a.url);
   const id = oneId(a, "show");
@@ -149,9 +150,9 @@ async function showCommand(a) {
   return 0;
 }
 
-function resolveCommand(decision) {
-  return async (a) => {
-    const cmd = decision === "approve" ? "approve" : "reject";
+function resolveCommand(decision: "approve" | "reject") {
+  return async (a: Options<typeof RESOLVE_OPTIONS>): Promise<number> => {
+    const cmd = decision;
     if (a.help) return help(cmd);
     const base = gatewayOf(a.url);
     const id = oneId(a, cmd);
@@ -164,33 +165,40 @@ function resolveCommand(decision) {
       body: { decision, reason, ...(hash !== undefined ? { action_hash: hash } : {}) },
     });
     if (a.json) console.log(JSON.stringify(out, null, 2));
-    else
-      console.log(
-        `hold ${out.hold?.id ?? id}: ${out.hold?.state ?? (decision === "approve" ? "approved" : "rejected")} by ${out.hold?.approver ?? "you"} (on the ledger)`,
-      );
+    else {
+      const hold = isObject(out.hold) ? out.hold : undefined;
+      console.log(`hold ${hold?.id ?? id}: ${hold?.state ?? (decision === "approve" ? "approved" : "rejected")} by ${hold?.approver ?? "you"} (on the ledger)`);
+    }
     return 0;
   };
 }
 
-const COMMANDS = { list: listCommand, show: showCommand, approve: resolveCommand("approve"), reject: resolveCommand("reject") };
+/** One command: its options parsed (positionals allowed: the hold id), then run. */
+const command =
+  <O extends OptionSpec>(spec: O, run: (a: Options<O>) => Promise<number>) =>
+  (argv: string[]) =>
+    run(parseOptions(argv, spec, { positionals: true }));
+
+const COMMANDS: Record<string, (argv: string[]) => Promise<number>> = {
+  list: command(LIST_OPTIONS, listCommand),
+  show: command(SHOW_OPTIONS, showCommand),
+  approve: command(RESOLVE_OPTIONS, resolveCommand("approve")),
+  reject: command(RESOLVE_OPTIONS, resolveCommand("reject")),
+};
 
 /** Runs `portcullis holds <argv…>`; the exit code. */
-export async function holdsCommand(argv) {
+export async function holdsCommand(argv: string[]): Promise<number> {
   const [cmd, ...rest] = argv;
   if (cmd === "--help" || cmd === "-h" || cmd === "help") return help("holds");
-  const run = COMMANDS[cmd];
+  const run = cmd !== undefined && Object.hasOwn(COMMANDS, cmd) ? COMMANDS[cmd] : undefined;
   if (!run) {
     console.error(`${cmd ? `portcullis holds: unknown command ${cmd}\n` : ""}${HELP.holds}`);
     return 2;
   }
   try {
-    return await exitCodeOf(`portcullis holds ${cmd}`, () => run(parseOptions(rest, { known: KNOWN[cmd], boolean: BOOLEAN })));
+    return await exitCodeOf(`portcullis holds ${cmd}`, () => run(rest));
   } catch (e) {
-    console.error(`portcullis holds ${cmd}: ${e?.message ?? e}`);
+    console.error(`portcullis holds ${cmd}: ${messageOf(e)}`);
     return 3;
   }
-}
-
-if (process.argv[1] && import.meta.url === pathToFileURL(realpathSync(process.argv[1])).href) {
-  process.exitCode = await holdsCommand(process.argv.slice(2));
 }

@@ -1,22 +1,48 @@
 /**
  * How the `portcullis` subcommands that talk to a running gateway (holds, halt/resume/status,
- * ledger) reach it: the --url they name, the token from --token or PORTCULLIS_TOKEN, one request
- * with that bearer (a bound on the wait where the command sets one), the gateway's reason on a
- * refusal, and the exit code each kind of failure maps to (1 refused, 2 usage, 3 unreachable or
- * other). What a command asks and how it reads the answer stay in its own file. Must never: print
- * or log a token, or send it anywhere but the gateway named by --url.
+ * ledger, runs, reload, token) reach it: the --url they name, the token from --token or
+ * PORTCULLIS_TOKEN, one request with that bearer (a bound on the wait where the command sets
+ * one), the gateway's reason on a refusal, and the exit code each kind of failure maps to (1
+ * refused, 2 usage, 3 unreachable or other). What a command asks and how it reads the answer stay
+ * in its own file. Must never: print or log a token, or send it anywhere but the gateway named by
+ * --url.
  */
-import { UsageError } from "./cli-args.mjs";
+import { UsageError } from "./args.ts";
 
 /** The gateway refused (403/404/409, for the commands that tell these apart): exit 1. */
 export class Refused extends Error {}
 /** The gateway could not be reached, or answered something else: exit 3. */
 export class FetchError extends Error {}
 
+/** A JSON object from an answer: its fields still to be checked. */
+export type JsonObject = Record<string, unknown>;
+
+export const isObject = (v: unknown): v is JsonObject => typeof v === "object" && v !== null && !Array.isArray(v);
+
+/** An error's message, whatever was thrown. */
+export const messageOf = (e: unknown): string => (e instanceof Error ? e.message : String(e));
+
+/** A failed fetch's reason: the cause's code (ECONNREFUSED, …), else its message, else the error's. */
+export function causeOf(e: unknown): string {
+  const cause = e instanceof Error ? e.cause : undefined;
+  if (isObject(cause) || cause instanceof Error) {
+    const c = cause as { code?: unknown; message?: unknown };
+    if (typeof c.code === "string") return c.code;
+    if (typeof c.message === "string") return c.message;
+  }
+  return messageOf(e);
+}
+
+/** The code of a Node system error (ENOENT, EEXIST, …), else its message. */
+export const codeOf = (e: unknown): string => {
+  const code = isObject(e) || e instanceof Error ? (e as { code?: unknown }).code : undefined;
+  return typeof code === "string" ? code : messageOf(e);
+};
+
 /** The gateway named by --url, as a URL; a UsageError unless it is an http(s) URL. */
-export function gatewayOf(url) {
+export function gatewayOf(url: string | undefined): URL {
   if (typeof url !== "string") throw new UsageError("give --url GATEWAY");
-  let u;
+  let u: URL;
   try {
     u = new URL(url);
   } catch {
@@ -27,10 +53,18 @@ export function gatewayOf(url) {
 }
 
 /** The bearer token: --token, else PORTCULLIS_TOKEN; a UsageError when neither is set. */
-export function tokenOf(a) {
+export function tokenOf(a: { token?: string }): string {
   const t = a.token ?? process.env.PORTCULLIS_TOKEN;
   if (!t) throw new UsageError("a token is needed: set PORTCULLIS_TOKEN (or pass --token)");
   return t;
+}
+
+export interface SendOptions {
+  query?: Record<string, string | number | undefined>;
+  body?: unknown;
+  accept?: string;
+  timeoutMs?: number;
+  redirect?: RequestRedirect;
 }
 
 /**
@@ -39,11 +73,17 @@ export function tokenOf(a) {
  * when set. The response whatever its status, and `where` ("METHOD origin/path", for messages);
  * a FetchError when the gateway cannot be reached or does not answer in time.
  */
-export async function send(base, method, path, token, { query = {}, body, accept = "application/json", timeoutMs, redirect } = {}) {
+export async function send(
+  base: URL,
+  method: string,
+  path: string,
+  token: string | null,
+  { query = {}, body, accept = "application/json", timeoutMs, redirect }: SendOptions = {},
+): Promise<{ res: Response; where: string }> {
   const url = new URL(path, base);
   for (const [k, v] of Object.entries(query)) if (v !== undefined) url.searchParams.set(k, String(v));
   const where = `${method} ${url.origin}${url.pathname}`;
-  let res;
+  let res: Response;
   try {
     res = await fetch(url, {
       method,
@@ -53,7 +93,7 @@ export async function send(base, method, path, token, { query = {}, body, accept
       ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
     });
   } catch (e) {
-    const why = e?.name === "TimeoutError" ? `no answer within ${timeoutMs / 1000} s` : (e.cause?.code ?? e.cause?.message ?? e.message);
+    const why = e instanceof Error && e.name === "TimeoutError" ? `no answer within ${(timeoutMs ?? 0) / 1000} s` : causeOf(e);
     throw new FetchError(`${where}: ${why}`);
   }
   return { res, where };
@@ -63,7 +103,13 @@ export async function send(base, method, path, token, { query = {}, body, accept
 export const TOKEN_NOTE = "Give the token in PORTCULLIS_TOKEN (a --token on the command line is visible to other processes on this machine).";
 
 /** Calls the gateway; the parsed JSON on 2xx, else Refused (403/404/409) or FetchError naming the status and the gateway's reason. */
-export async function callJson(base, method, path, token, { query = {}, body, timeoutMs } = {}) {
+export async function callJson(
+  base: URL,
+  method: string,
+  path: string,
+  token: string | null,
+  { query = {}, body, timeoutMs }: Pick<SendOptions, "query" | "body" | "timeoutMs"> = {},
+): Promise<unknown> {
   const { res, where } = await send(base, method, path, token, { query, body, timeoutMs, redirect: "manual" });
   const answer = await answerOf(res);
   if (res.ok && answer.json !== undefined) return answer.json;
@@ -72,10 +118,16 @@ export async function callJson(base, method, path, token, { query = {}, body, ti
   throw new FetchError(res.ok ? `${where}: the answer is not JSON` : msg);
 }
 
+/** An answer's text and, when it is JSON, its value (else undefined). */
+export interface Answer {
+  text: string;
+  json: unknown;
+}
+
 /** The answer's text and, when it is JSON, its value (else undefined). */
-export async function answerOf(res) {
+export async function answerOf(res: Response): Promise<Answer> {
   const text = await res.text().catch(() => "");
-  let json;
+  let json: unknown;
   try {
     json = JSON.parse(text);
   } catch {}
@@ -86,9 +138,9 @@ export async function answerOf(res) {
  * `where → status: reason` for an answer that is not 2xx: the first of the gateway's JSON `fields`
  * that is a string, else the start of the body.
  */
-export function refusal(where, status, { text, json }, fields = ["error_description", "error"]) {
-  const field = fields.find((f) => typeof json?.[f] === "string");
-  const reason = field !== undefined ? json[field] : text.slice(0, 300);
+export function refusal(where: string, status: number, { text, json }: Answer, fields = ["error_description", "error"]): string {
+  const values = isObject(json) ? fields.map((f) => json[f]).filter((v): v is string => typeof v === "string") : [];
+  const reason = values.length ? values[0] : text.slice(0, 300);
   return `${where} → ${status}${reason ? `: ${reason}` : ""}`;
 }
 
@@ -97,7 +149,7 @@ export function refusal(where, status, { text, json }, fields = ["error_descript
  * gateway) or a 403 (`action` needs the admin role): a 4xx is Refused (exit 1), anything else a
  * FetchError (exit 3).
  */
-export function adminRefusal(where, status, answer, action) {
+export function adminRefusal(where: string, status: number, answer: Answer, action: string): Refused | FetchError {
   const hint =
     status === 401
       ? " (the token was not accepted: mint an admin grant for this gateway)"
@@ -112,7 +164,7 @@ export function adminRefusal(where, status, answer, action) {
  * Runs one command as `label` (e.g. "portcullis holds list"); its exit code, or 2 on a UsageError,
  * 1 when Refused, 3 on a FetchError, each with its message on stderr. Any other error is thrown.
  */
-export async function exitCodeOf(label, run) {
+export async function exitCodeOf(label: string, run: () => number | Promise<number>): Promise<number> {
   try {
     return await run();
   } catch (e) {

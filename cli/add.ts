@@ -1,29 +1,26 @@
 /**
  * `portcullis add`: registers one upstream in a portcullis.yaml and, with --gateway, hot-adds it
- * to a running gateway. Owns the command's flags; the edit of the config file through the yaml
- * Document API (the upstream is appended to `upstreams:`; comments, order and every other entry are
- * kept; the one upstream already there keeps its own tool names, `namespace: false` written on it);
- * the checks made before anything is written — a duplicate name, a URL or header value that
- * carries a credential inline (src/config/inline-secret.ts's rule, the config loader's: it must be a
- * `${NAME}` reference, and the secret to set is named), and the whole resulting config validated as `check` and `doctor` do
- * (schema, mappings, policy and each upstream's egress; every problem at once); the atomic write
- * (temp file + rename, the file's mode kept); the reload (bin/reload-cli.mjs putConfig); and the
- * output and exit codes: 0 added (and reloaded), 1 refused (a problem in the result, a write that
- * failed, or the gateway refused the config), 2 usage, 3 the gateway could not be reached or
- * refused otherwise. `validate` comes from bin/portcullis.mjs as an argument (this file never
- * imports it: its top-level await would deadlock). Must never: write the file when a check fails
- * or on --dry-run, write a credential into it, print a header value that looks like one (or a
- * token), or send the token anywhere but the gateway named by --gateway.
+ * to a running gateway. Owns the command's flags; the checks made before anything is written — a
+ * duplicate name, a URL or header value that carries a credential inline (src/config/inline-secret.ts's
+ * rule, the config loader's: it must be a `${NAME}` reference, and the secret to set is named), and
+ * the whole resulting config validated as `check` and `doctor` do (schema, mappings, policy and
+ * each upstream's egress; every problem at once); the atomic write (temp file + rename, the file's
+ * mode kept); the reload (cli/reload.ts putConfig); and the output and exit codes: 0 added (and
+ * reloaded), 1 refused (a problem in the result, a write that failed, or the gateway refused the
+ * config), 2 usage, 3 the gateway could not be reached or refused otherwise. The edit of the file
+ * itself is cli/add-yaml.ts's. Must never: write the file when a check fails or on --dry-run, write
+ * a credential into it, print a header value that looks like one (or a token), or send the token
+ * anywhere but the gateway named by --gateway.
  */
-import { readFileSync } from "node:fs";
-import { isDeepStrictEqual } from "node:util";
-import { isMap, isSeq, parse, parseDocument, stringify } from "yaml";
-import { parseOptions, UsageError } from "./cli-args.mjs";
+import { parseDocument } from "yaml";
 import { INLINE_SECRET, inlineSecretProblem, secretName } from "../src/config/inline-secret.ts";
 import { renamedUpstreams, renameProblem } from "../src/protocol/exposed-names.ts";
-import { urlProblem, writeAtomic } from "./clients-cli.mjs";
-import { exitCodeOf, FetchError, gatewayOf, Refused, tokenOf } from "./gateway-http.mjs";
-import { checkRulesBeforeReload, ConfigRefused, putConfig, versionLine } from "./reload-cli.mjs";
+import { FLAG, HELP_OPTION, namesOf, type Options, parseOptions, REPEATED, STRING, UsageError } from "./args.ts";
+import { keepingNames, Problems, readConfigDoc, withUpstream } from "./add-yaml.ts";
+import { urlProblem, writeAtomic } from "./client-files.ts";
+import { exitCodeOf, FetchError, gatewayOf, type JsonObject, messageOf, Refused, tokenOf } from "./gateway-http.ts";
+import { checkRulesBeforeReload, ConfigRefused, putConfig, type StoredVersion, versionLine } from "./reload.ts";
+import { validate } from "./validate.ts";
 
 export const HELP = `usage: portcullis add --config FILE --name NAME --url URL [--header "K: V"]... [--namespace | --no-namespace]
                       [--allow GLOB,...] [--deny GLOB,...] [--timeout 30s] [--local | --deployed]
@@ -61,38 +58,31 @@ Give the token in PORTCULLIS_TOKEN (a --token on the command line is visible to 
 exit: 0 added (and reloaded), 1 refused (every problem printed; FILE unchanged) or the gateway refused the
 config (FILE written, the gateway's old config keeps serving), 2 usage, 3 the gateway could not be reached`;
 
-export const KNOWN = [
-  "config",
-  "name",
-  "url",
-  "header",
-  "namespace",
-  "no-namespace",
-  "allow",
-  "deny",
-  "timeout",
-  "local",
-  "deployed",
-  "gateway",
-  "token",
-  "dry-run",
-  "force",
-  "json",
-  "help",
-];
-const BOOLEAN = new Set(["namespace", "no-namespace", "local", "deployed", "dry-run", "force", "json", "help"]);
-const REPEATABLE = new Set(["header"]);
+const ADD_OPTIONS = {
+  config: STRING,
+  name: STRING,
+  url: STRING,
+  header: REPEATED,
+  namespace: FLAG,
+  "no-namespace": FLAG,
+  allow: STRING,
+  deny: STRING,
+  timeout: STRING,
+  local: FLAG,
+  deployed: FLAG,
+  gateway: STRING,
+  token: STRING,
+  "dry-run": FLAG,
+  force: FLAG,
+  json: FLAG,
+  ...HELP_OPTION,
+} as const;
 
-/** A refusal found before anything was written: every problem, printed by the command. */
-class Problems extends Error {
-  constructor(problems) {
-    super(`${problems.length} problem${problems.length === 1 ? "" : "s"}`);
-    this.problems = problems;
-  }
-}
+/** The options of `add` (help.test.ts checks its --help names them all). */
+export const KNOWN = namesOf(ADD_OPTIONS);
 
-const globs = (v, flag) => {
-  const out = String(v)
+const globs = (v: string, flag: string): string[] => {
+  const out = v
     .split(",")
     .map((s) => s.trim())
     .filter(Boolean);
@@ -101,8 +91,8 @@ const globs = (v, flag) => {
 };
 
 /** `--header "K: V"` values as [name, value] pairs; a UsageError for one without a colon or a repeated name. */
-function headersOf(list) {
-  const out = [];
+function headersOf(list: string[]): [string, string][] {
+  const out: [string, string][] = [];
   for (const h of list) {
     const colon = h.indexOf(":");
     const name = colon > 0 ? h.slice(0, colon).trim() : "";
@@ -114,15 +104,15 @@ function headersOf(list) {
 }
 
 /** The `${NAME}` references of a header value (the syntax of src/config/load.ts). */
-const refsOf = (value) => [...value.matchAll(/\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-[^}]*)?\}/g)].map((m) => m[1]);
+const refsOf = (value: string): string[] => [...value.matchAll(/\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-[^}]*)?\}/g)].map((m) => m[1] ?? "");
 
 /**
  * The problems of the new upstream's own inputs that validation cannot see: a duplicate name, a
  * credential in the URL, an inline credential in a header (each with the reference and the secret
  * to set instead). Never includes a header value.
  */
-function inputProblems(file, name, url, headers, existing) {
-  const problems = [];
+function inputProblems(file: string, name: string, url: string, headers: [string, string][], existing: string[]): string[] {
+  const problems: string[] = [];
   if (existing.includes(name))
     problems.push(`an upstream named "${name}" is already in ${file}: choose another --name, or change that entry in ${file} and run portcullis reload`);
   const bad = urlProblem(url);
@@ -133,7 +123,7 @@ function inputProblems(file, name, url, headers, existing) {
     );
   }
   // The config loader's rule and wording (src/config/inline-secret.ts), said as the flag to give.
-  const taken = new Set();
+  const taken = new Set<string>();
   for (const [h, v] of headers) {
     const inline = inlineSecretProblem(name, h, v, taken, "flag");
     if (inline) problems.push(`--header ${h}: ${inline}`);
@@ -141,129 +131,37 @@ function inputProblems(file, name, url, headers, existing) {
   return problems;
 }
 
-/** FILE's YAML document and its upstreams sequence (created when absent); a Problems naming why it cannot be edited. */
-function readConfigDoc(file) {
-  let text;
-  try {
-    text = readFileSync(file, "utf8");
-  } catch (e) {
-    const missing = e.code === "ENOENT";
-    throw new Problems([
-      missing
-        ? `${file} does not exist: give the portcullis.yaml to add to (portcullis import --client C creates one from a client's servers)`
-        : `cannot read ${file} (${e.code ?? e.message})`,
-    ]);
-  }
-  const doc = parseDocument(text, { uniqueKeys: true });
-  if (doc.errors.length) throw new Problems([`${file}: YAML: ${String(doc.errors[0].message).split("\n")[0]} (fix it, then add again)`]);
-  if (doc.contents !== null && !isMap(doc.contents))
-    throw new Problems([`${file}: not a YAML mapping (a portcullis.yaml has upstreams: and its other settings at the top level)`]);
-  const seq = doc.get("upstreams", true);
-  if (seq !== undefined && seq !== null && !isSeq(seq)) throw new Problems([`${file}: upstreams: is not a list`]);
-  const entries = seq ? (seq.toJSON() ?? []).filter((u) => u && typeof u === "object") : [];
-  return { text, doc, entries, existing: entries.map((u) => u.name).filter((n) => typeof n === "string") };
-}
+type AddFlags = Options<typeof ADD_OPTIONS>;
 
-/**
- * FILE's `text` with `namespace: false` written on its one upstream when that upstream has no
- * `namespace` of its own: it is served with its own names alone, and this keeps them beside the
- * upstream being added (which is prefixed NAME__). A line inserted after its `name:` line, in the
- * entry's indentation; through the yaml Document API when the entry is flow-style or the insert
- * would not read back as that one change. `text` itself when there is nothing to keep.
- */
-function keepingNames(text, doc, entries) {
-  if (entries.length !== 1 || entries[0].namespace !== undefined) return text;
-  const entry = doc.get("upstreams", true).items.find((n) => isMap(n));
-  const expected = parse(text, { uniqueKeys: false });
-  expected.upstreams.find((u) => u && typeof u === "object").namespace = false;
-  const pair = entry.flow ? undefined : entry.items.find((it) => it.key?.value === "name");
-  if (pair?.key?.range && pair.value?.range) {
-    const keyAt = pair.key.range[0];
-    const lineStart = text.lastIndexOf("\n", keyAt - 1) + 1;
-    const nl = text.indexOf("\n", pair.value.range[1]);
-    const at = nl < 0 ? text.length : nl + 1;
-    const line = `${" ".repeat(keyAt - lineStart)}namespace: false # keeps its own tool names beside other upstreams (portcullis add)\n`;
-    const inserted = `${text.slice(0, at)}${nl < 0 ? "\n" : ""}${line}${text.slice(at)}`;
-    try {
-      if (isDeepStrictEqual(parse(inserted, { uniqueKeys: false }), expected)) return inserted;
-    } catch {
-      /* the Document's text, then */
-    }
-  }
-  entry.set("namespace", false);
-  return doc.toString({ lineWidth: 0 });
-}
-
-/**
- * FILE's `text` with `upstream` appended to its `upstreams:`. Spliced in as text after the last
- * entry, in the list's own indentation, so every other byte stays as it was; when the list is
- * absent, empty or flow-style (or the splice would not read back as the same config), through
- * the yaml Document API instead: comments and order are kept, spacing may be normalised.
- */
-function withUpstream(text, doc, upstream) {
-  let seq = doc.get("upstreams", true);
-  const last = isSeq(seq) && !seq.flow ? seq.items.at(-1) : undefined;
-  let spliced;
-  if (last?.range) {
-    const lineStart = text.lastIndexOf("\n", last.range[0] - 1) + 1;
-    const dash = /^([ \t]*)-([ \t]+)$/.exec(text.slice(lineStart, last.range[0]));
-    if (dash) {
-      let at = last.range[1];
-      if (text[at - 1] !== "\n") {
-        const nl = text.indexOf("\n", at);
-        at = nl < 0 ? text.length : nl + 1;
-      }
-      const pad = `${dash[1]}${" ".repeat(1 + dash[2].length)}`;
-      const lines = stringify(upstream, { lineWidth: 0 }).trimEnd().split("\n");
-      const item = lines.map((l, i) => (i === 0 ? `${dash[1]}-${dash[2]}${l}` : `${pad}${l}`)).join("\n");
-      spliced = `${text.slice(0, at)}${at > 0 && text[at - 1] !== "\n" ? "\n" : ""}${item}\n${text.slice(at)}`;
-    }
-  }
-  if (!seq) {
-    seq = doc.createNode([]);
-    doc.set("upstreams", seq);
-  }
-  if (seq.flow && seq.items.length === 0) seq.flow = false;
-  seq.add(doc.createNode(upstream));
-  const viaDoc = doc.toString({ lineWidth: 0 });
-  if (spliced !== undefined) {
-    try {
-      if (isDeepStrictEqual(parse(spliced, { uniqueKeys: false }), parse(viaDoc, { uniqueKeys: false }))) return spliced;
-    } catch {
-      /* the Document's text, then */
-    }
-  }
-  return viaDoc;
-}
-
-async function add(a, deps) {
+async function add(a: AddFlags): Promise<number> {
   if (a.help) {
     console.log(HELP);
     return 0;
   }
-  for (const k of ["config", "name", "url"])
-    if (typeof a[k] !== "string" || a[k] === "") throw new UsageError(`give --${k} ${k === "config" ? "FILE" : k.toUpperCase()}`);
+  const { config: file, name, url } = a;
+  if (file === undefined || file === "") throw new UsageError("give --config FILE");
+  if (name === undefined || name === "") throw new UsageError("give --name NAME");
+  if (url === undefined || url === "") throw new UsageError("give --url URL");
   if (a.namespace && a["no-namespace"]) throw new UsageError("--namespace and --no-namespace: give one");
   if (a.local && a.deployed) throw new UsageError("--local and --deployed: give one");
-  const headers = headersOf(a.header ?? []);
+  const headers = headersOf(a.header);
   const allow = a.allow !== undefined ? globs(a.allow, "--allow") : undefined;
   const deny = a.deny !== undefined ? globs(a.deny, "--deny") : undefined;
   const dry = a["dry-run"] === true;
   // The gateway and its token are checked first: nothing is written for a reload that cannot be sent.
-  let base;
-  let token;
+  let base: URL | undefined;
+  let token: string | undefined;
   if (a.gateway !== undefined && !dry) {
     try {
       base = gatewayOf(a.gateway);
     } catch (e) {
-      throw new UsageError(`--gateway: ${String(e.message).replace(/^--url:? ?/, "")} (the gateway's URL, e.g. http://127.0.0.1:8787)`);
+      throw new UsageError(`--gateway: ${messageOf(e).replace(/^--url:? ?/, "")} (the gateway's URL, e.g. http://127.0.0.1:8787)`);
     }
     token = tokenOf(a);
   }
 
-  const file = a.config;
   const { text, doc, entries, existing } = readConfigDoc(file);
-  const upstream = { name: a.name, url: a.url };
+  const upstream: JsonObject = { name, url };
   // Its naming is its own: beside other upstreams it is written prefixed, so no later add or removal moves its names.
   if (a.namespace || (entries.length > 0 && !a["no-namespace"])) upstream.namespace = true;
   if (a["no-namespace"]) upstream.namespace = false;
@@ -272,46 +170,44 @@ async function add(a, deps) {
   if (deny) upstream.deny = deny;
   if (a.timeout !== undefined) upstream.timeout = /^\d+$/.test(a.timeout) ? Number(a.timeout) : a.timeout;
 
-  const problems = inputProblems(file, a.name, a.url, headers, existing);
+  const problems = inputProblems(file, name, url, headers, existing);
   // The one upstream FILE has keeps its names (unless this add asks for bare names itself, which the schema then refuses).
   const kept = a["no-namespace"] ? text : keepingNames(text, doc, entries);
   const next = withUpstream(kept, kept === text ? doc : parseDocument(kept, { uniqueKeys: true }), upstream);
 
   // The whole result, as check and doctor see it: secrets are the Worker's (a static check), egress from where it runs.
   const onLoopback = a.local ? true : a.deployed ? false : !/^\s*required:\s*true\b/m.test(next);
-  const v = await deps.validate(file, { text: next, onLoopback, secrets: "static" });
+  const v = await validate(file, { text: next, onLoopback, secrets: "static" });
   // A duplicate name is already explained above, with what to do.
-  const dup = existing.includes(a.name) ? /duplicate upstream name/ : null;
+  const dup = existing.includes(name) ? /duplicate upstream name/ : null;
   // So is an inline secret in one of its --header values (the loader refuses it too, as upstreams[N].headers.H).
   const flagged = new Set(problems.filter((p) => p.startsWith("--header ") && p.includes(INLINE_SECRET)).map((p) => p.slice(9, p.indexOf(":")).toLowerCase()));
-  const sameSecret = (p) => {
+  const sameSecret = (p: string) => {
     const m = /^upstreams\[(\d+)\]\.headers\.([A-Za-z0-9-]+): /.exec(p);
-    return m !== null && Number(m[1]) === entries.length && flagged.has(m[2].toLowerCase()) && p.includes(INLINE_SECRET);
+    return m !== null && Number(m[1]) === entries.length && flagged.has((m[2] ?? "").toLowerCase()) && p.includes(INLINE_SECRET);
   };
   if (!v.ok) for (const p of v.problems) if (!problems.includes(p) && !dup?.test(p) && !sameSecret(p)) problems.push(p);
-  if (problems.length) throw new Problems(problems);
+  if (problems.length || !v.ok) throw new Problems(problems);
 
   // Adding an upstream must not rename another's tools under agents (the one upstream FILE had,
   // unprefixed by default, is prefixed once there are two): refused, nothing written, unless --force.
-  const before = v.ok ? await deps.validate(file, { text, onLoopback, secrets: "static" }) : null;
-  const renamed = before?.ok ? renamedUpstreams(before.cfg.upstreams, v.cfg.upstreams) : [];
+  const before = await validate(file, { text, onLoopback, secrets: "static" });
+  const renamed = before.ok ? renamedUpstreams(before.cfg.upstreams, v.cfg.upstreams) : [];
   if (renamed.length && !a.force)
     throw new Problems(renamed.map((r) => `${renameProblem(r).replace("force the reload", "add --force")}; ${file} is as it was`));
 
-  const notes = [];
+  const notes: string[] = [];
   if (kept !== text)
-    notes.push(
-      `${existing[0] ?? "the upstream already there"} keeps its own tool names (namespace: false written on it); ${a.name}'s tools are ${a.name}__<tool>`,
-    );
+    notes.push(`${existing[0] ?? "the upstream already there"} keeps its own tool names (namespace: false written on it); ${name}'s tools are ${name}__<tool>`);
   for (const r of renamed)
     notes.push(`--force: ${r.upstream}'s tools are now exposed as ${r.after} (clients, grants and rules that name them ${r.before} must change)`);
-  const secrets = [...new Set(headers.flatMap(([, val]) => refsOf(val)))].map((name) => ({
-    name,
-    set_here: typeof process.env[name] === "string",
-    dev: `export ${name}=…`,
-    deploy: `npx wrangler secret put ${name}`,
+  const secrets = [...new Set(headers.flatMap(([, val]) => refsOf(val)))].map((ref) => ({
+    name: ref,
+    set_here: typeof process.env[ref] === "string",
+    dev: `export ${ref}=…`,
+    deploy: `npx wrangler secret put ${ref}`,
   }));
-  const result = { ok: true, config: file, upstream, dryRun: dry, written: false, notes, secrets };
+  const result: JsonObject = { ok: true, config: file, upstream, dryRun: dry, written: false, notes, secrets };
 
   if (dry) {
     if (a.json) console.log(JSON.stringify({ ...result, yaml: next }, null, 2));
@@ -324,15 +220,15 @@ async function add(a, deps) {
   try {
     writeAtomic(file, next);
   } catch (e) {
-    throw new Problems([`${e.message}; ${file} is as it was`]);
+    throw new Problems([`${messageOf(e)}; ${file} is as it was`]);
   }
   result.written = true;
-  const say = a.json ? () => undefined : (s) => console.log(s);
-  say(`added upstream ${a.name} (${a.url}) to ${file}`);
+  const say = a.json ? () => undefined : (s: string) => console.log(s);
+  say(`added upstream ${name} (${url}) to ${file}`);
   for (const n of notes) say(`  note: ${n}`);
   for (const s of secrets)
     say(`  secret ${s.name}: the gateway needs it (${s.dev} for portcullis dev${s.set_here ? ", set here" : ", not set here"}; ${s.deploy} when deployed)`);
-  if (!base) {
+  if (!base || token === undefined) {
     if (a.json) console.log(JSON.stringify(result, null, 2));
     else say(`  next: portcullis reload --config ${file} --url GATEWAY (a running gateway), or restart portcullis dev`);
     return 0;
@@ -347,8 +243,10 @@ async function add(a, deps) {
     }
     throw e;
   }
+  let reloaded: StoredVersion;
   try {
-    result.reload = await putConfig(base, token, v.text, { force: renamed.length > 0 });
+    reloaded = await putConfig(base, token, v.text, { force: renamed.length > 0 });
+    result.reload = reloaded;
   } catch (e) {
     const again = `fix ${file}, then: portcullis reload --config ${file} --url ${a.gateway}`;
     if (e instanceof ConfigRefused) {
@@ -364,16 +262,16 @@ async function add(a, deps) {
     throw e;
   }
   if (a.json) console.log(JSON.stringify(result, null, 2));
-  else say(versionLine(result.reload));
+  else say(versionLine(reloaded));
   return 0;
 }
 
-/** Runs `portcullis add <argv…>`; `deps.validate` is bin/portcullis.mjs's. The exit code. */
-export async function addCommand(argv, deps) {
+/** Runs `portcullis add <argv…>`. The exit code. */
+export async function addCommand(argv: string[]): Promise<number> {
   return exitCodeOf("portcullis add", async () => {
-    const a = parseOptions(argv, { known: KNOWN, boolean: BOOLEAN, repeatable: REPEATABLE, positionals: false });
+    const a = parseOptions(argv, ADD_OPTIONS);
     try {
-      return await add(a, deps);
+      return await add(a);
     } catch (e) {
       if (!(e instanceof Problems)) throw e;
       if (a.json) console.log(JSON.stringify({ ok: false, config: a.config, written: false, problems: e.problems }, null, 2));

@@ -1,23 +1,23 @@
-#!/usr/bin/env node
 /**
  * `portcullis ledger …`: verify a ledger export offline (`verify --file`, or fetched with
  * `verify --url`), stream an export to a file (`export`), and print one call's records (`trace`).
  * Owns argument parsing, reading files and HTTP for these commands, and their output and exit
  * codes (0 valid, 1 invalid, 2 usage, 3 the gateway could not be reached or refused); the
  * verdict itself is src/ledger/verify.ts, shared with the gateway. Tokens come from --token or,
- * preferably, PORTCULLIS_TOKEN. Must never: print or log a token, send it anywhere but the
- * gateway named by --url, or call an export valid that src/ledger/verify.ts did not.
+ * preferably, PORTCULLIS_TOKEN. Run as `node cli/ledger.ts <command> …` it is `portcullis ledger`.
+ * Must never: print or log a token, send it anywhere but the gateway named by --url, or call an
+ * export valid that src/ledger/verify.ts did not.
  */
-import { createReadStream, createWriteStream, readFileSync, realpathSync } from "node:fs";
-import { dirname, resolve } from "node:path";
+import { createReadStream, createWriteStream, type ReadStream, readFileSync, realpathSync } from "node:fs";
 import { Readable } from "node:stream";
 import { pipeline } from "node:stream/promises";
-import { fileURLToPath, pathToFileURL } from "node:url";
-import { parseOptions, UsageError } from "./cli-args.mjs";
-import { answerOf, exitCodeOf, FetchError, gatewayOf, refusal, send, tokenOf } from "./gateway-http.mjs";
-
-const root = resolve(dirname(fileURLToPath(import.meta.url)), "..");
-const verifier = () => import(pathToFileURL(resolve(root, "src/ledger/verify.ts")).href);
+import type { ReadableStream as WebReadableStream } from "node:stream/web";
+import { fileURLToPath } from "node:url";
+import type { Checkpoint } from "../src/ledger/checkpoint.ts";
+import type { ChainReceipt } from "../src/ledger/records.ts";
+import type { ExportReport, ReceiptVerdict } from "../src/ledger/verify.ts";
+import { FLAG, HELP_OPTION, namesOf, type Options, type OptionSpec, parseOptions, REPEATED, STRING, UsageError } from "./args.ts";
+import { answerOf, codeOf, exitCodeOf, FetchError, gatewayOf, isObject, type JsonObject, refusal, send, tokenOf } from "./gateway-http.ts";
 
 const HELP = {
   ledger: `usage: portcullis ledger <command> [options]
@@ -55,55 +55,66 @@ exit: 0 written, 2 usage, 3 fetch failed`,
 exit: 0 found, 2 usage, 3 fetch failed or not found`,
 };
 
+const GATEWAY = { url: STRING, token: STRING, team: STRING } as const;
+const VERIFY_OPTIONS = {
+  file: STRING,
+  ...GATEWAY,
+  key: STRING,
+  gateway: STRING,
+  "allow-unanchored-tail": FLAG,
+  checkpoint: REPEATED,
+  receipt: STRING,
+  json: FLAG,
+  quiet: FLAG,
+  ...HELP_OPTION,
+} as const;
+const EXPORT_OPTIONS = { ...GATEWAY, out: STRING, json: FLAG, ...HELP_OPTION } as const;
+const TRACE_OPTIONS = { ...GATEWAY, json: FLAG, ...HELP_OPTION } as const;
+
+/** The options of each command (help.test.ts checks each --help names them all). */
+export const KNOWN = { verify: namesOf(VERIFY_OPTIONS), export: namesOf(EXPORT_OPTIONS), trace: namesOf(TRACE_OPTIONS) };
+
 /** Prints a command's usage to stdout; exit 0. */
-function help(cmd) {
+function help(cmd: keyof typeof HELP): number {
   console.log(HELP[cmd]);
   return 0;
 }
 
-const REPEATABLE = new Set(["checkpoint"]);
-const BOOLEAN = new Set(["json", "help", "quiet", "allow-unanchored-tail"]);
-export const KNOWN = {
-  verify: ["file", "url", "token", "team", "key", "gateway", "allow-unanchored-tail", "checkpoint", "receipt", "json", "quiet", "help"],
-  export: ["url", "token", "team", "out", "json", "help"],
-  trace: ["url", "token", "team", "json", "help"],
-};
-
-const parse = (argv, known) => parseOptions(argv, { known, boolean: BOOLEAN, repeatable: REPEATABLE });
-
-function readArg(what, file) {
+function readArg(what: string, file: string): string {
   try {
     return readFileSync(file, "utf8");
   } catch (e) {
-    throw new UsageError(`${what}: cannot read ${file} (${e.code ?? e.message})`);
+    throw new UsageError(`${what}: cannot read ${file} (${codeOf(e)})`);
   }
 }
 
 /** A JWKS from a file: a key set, or one JWK; only public Ed25519 parts are kept. */
-function jwksFrom(text, where) {
-  let j;
+function jwksFrom(text: string, where: string): { keys: { kty: string; crv: string; x: string; kid?: string }[] } {
+  let j: unknown;
   try {
     j = JSON.parse(text);
   } catch {
     throw new UsageError(`${where} is not JSON (a JWKS {"keys": [...]} or a JWK)`);
   }
-  const keys = (Array.isArray(j?.keys) ? j.keys : [j])
-    .filter((k) => k && k.kty === "OKP" && k.crv === "Ed25519" && typeof k.x === "string")
+  const keys = (isObject(j) && Array.isArray(j.keys) ? j.keys : [j])
+    .filter(
+      (k): k is JsonObject & { kty: "OKP"; crv: "Ed25519"; x: string } => isObject(k) && k.kty === "OKP" && k.crv === "Ed25519" && typeof k.x === "string",
+    )
     .map((k) => ({ kty: k.kty, crv: k.crv, x: k.x, ...(typeof k.kid === "string" ? { kid: k.kid } : {}) }));
   if (keys.length === 0) throw new UsageError(`${where} holds no Ed25519 public key`);
   return { keys };
 }
 
 /** GET a gateway path with the bearer token; the response when 2xx, else a FetchError naming the status and the gateway's reason. */
-async function get(base, path, token, query = {}) {
+async function get(base: URL, path: string, token: string | null, query: Record<string, string | undefined> = {}): Promise<Response> {
   const { res, where } = await send(base, "GET", path, token, { query, accept: "application/json, application/x-ndjson" });
   if (!res.ok) throw new FetchError(refusal(where, res.status, await answerOf(res), ["error"]));
   return res;
 }
 
-function receiptArg(value, receiptFrom) {
+function receiptArg(value: string, receiptFrom: (v: unknown) => ChainReceipt | null): ChainReceipt {
   const text = value.trimStart().startsWith("{") ? value : readArg("--receipt", value);
-  let parsed;
+  let parsed: unknown;
   try {
     parsed = JSON.parse(text);
   } catch {
@@ -115,15 +126,15 @@ function receiptArg(value, receiptFrom) {
 }
 
 /** Saved checkpoints from a file: a signed note, a Checkpoint JSON, an array of them, or export lines. */
-function checkpointsArg(files) {
-  const out = [];
+function checkpointsArg(files: string[]): (string | Checkpoint)[] {
+  const out: (string | Checkpoint)[] = [];
   for (const f of files) {
     const text = readArg("--checkpoint", f);
     if (!text.trimStart().startsWith("{") && !text.trimStart().startsWith("[")) {
       out.push(text);
       continue;
     }
-    let items;
+    let items: unknown;
     try {
       items = text.trimStart().startsWith("[")
         ? JSON.parse(text)
@@ -134,15 +145,16 @@ function checkpointsArg(files) {
     } catch {
       throw new UsageError(`--checkpoint: ${f} is neither a signed note nor checkpoint JSON`);
     }
-    for (const c of items) out.push(c?.checkpoint ?? c);
+    // Each one goes to the verifier as given: it reads its signed note and refuses one that does not verify.
+    for (const c of Array.isArray(items) ? items : []) out.push(((isObject(c) ? c.checkpoint : undefined) ?? c) as Checkpoint);
   }
   return out;
 }
 
-const pad = (s, n) => String(s).padEnd(n);
-const num = (s, n) => String(s).padStart(n);
+const pad = (s: unknown, n: number) => String(s).padEnd(n);
+const num = (s: unknown, n: number) => String(s).padStart(n);
 
-function printReport(report, receipt, verdict) {
+function printReport(report: ExportReport, receipt: ChainReceipt | null, verdict: ReceiptVerdict | null): void {
   const h = report.header;
   const what = h ? `export of ${h.gateway}, generated ${h.generated_at}` : "export";
   console.log(`portcullis ledger verify: ${what}: ${report.ok ? "VALID" : "INVALID"}`);
@@ -155,11 +167,11 @@ function printReport(report, receipt, verdict) {
   const names = Object.keys(report.chains);
   if (names.length) {
     const w = Math.max(8, ...names.map((n) => n.length)) + 2;
-    const verified = report.ok ? () => "" : (c) => num(c.head.seq, 10);
+    const verified = report.ok ? () => "" : (c: ExportReport["chains"][string]) => num(c.head.seq, 10);
     console.log(`  ${pad("chain", w)}${num("entries", 9)}${report.ok ? "" : num("verified", 10)}${num("anchored", 10)}${num("unanchored", 12)}`);
     for (const n of names) {
       const c = report.chains[n];
-      console.log(`  ${pad(n, w)}${num(c.entries, 9)}${verified(c)}${num(c.anchored, 10)}${num(c.unanchored, 12)}`);
+      if (c) console.log(`  ${pad(n, w)}${num(c.entries, 9)}${verified(c)}${num(c.anchored, 10)}${num(c.unanchored, 12)}`);
     }
     if (report.ok && report.unanchoredAccepted > 0)
       console.log(`  (accepted with --allow-unanchored-tail: ${report.unanchoredAccepted} entries chained, but under no signed checkpoint yet)`);
@@ -171,29 +183,31 @@ function printReport(report, receipt, verdict) {
   }
 }
 
-async function verifyCommand(a) {
+/** A response body as a Node stream (fetch's web stream). */
+const nodeStream = (body: ReadableStream<Uint8Array> | null): Readable => Readable.fromWeb((body ?? new ReadableStream()) as WebReadableStream<Uint8Array>);
+
+async function verifyCommand(a: Options<typeof VERIFY_OPTIONS>): Promise<number> {
   if (a.help) return help("verify");
   if (!a.file && !a.url) throw new UsageError("give --file EXPORT or --url GATEWAY");
   if (a.team && !a.url) throw new UsageError("--team goes with --url");
-  const { verifyExport, verifyReceipt, receiptFrom, ndjsonLines } = await verifier();
+  const { verifyExport, verifyReceipt, receiptFrom, ndjsonLines } = await import("../src/ledger/verify.ts");
   const base = a.url ? gatewayOf(a.url) : null;
   const receipt = a.receipt ? receiptArg(a.receipt, receiptFrom) : null;
   const checkpoints = checkpointsArg(a.checkpoint);
-  let jwks;
+  let jwks: ReturnType<typeof jwksFrom>;
   if (a.key) jwks = jwksFrom(readArg("--key", a.key), a.key);
   else if (base) jwks = jwksFrom(await (await get(base, "/.well-known/jwks.json", null)).text(), `${base.origin}/.well-known/jwks.json`);
   else throw new UsageError("--key JWKS_FILE is needed to check the checkpoint signatures (or --url GATEWAY to fetch its JWKS)");
-  let source;
+  let source: ReadStream | Readable;
   if (a.file) {
     const stream = createReadStream(a.file);
-    await new Promise((ok, fail) =>
-      stream.once("open", ok).once("error", (e) => fail(new UsageError(`--file: cannot read ${a.file} (${e.code ?? e.message})`))),
-    );
+    const file = a.file;
+    await new Promise((ok, fail) => stream.once("open", ok).once("error", (e) => fail(new UsageError(`--file: cannot read ${file} (${codeOf(e)})`))));
     source = stream;
-  } else {
-    source = (await get(base, "/v1/ledger/export", tokenOf(a), { team: a.team })).body;
-  }
-  const progress = a.quiet ? undefined : (n) => process.stderr.write(`portcullis ledger verify: ${n} lines read\n`);
+  } else if (base) {
+    source = nodeStream((await get(base, "/v1/ledger/export", tokenOf(a), { team: a.team })).body);
+  } else throw new UsageError("give --file EXPORT or --url GATEWAY");
+  const progress = a.quiet ? undefined : (n: number) => process.stderr.write(`portcullis ledger verify: ${n} lines read\n`);
   // Keys fetched from --url belong to that gateway; keys from a file, to the one --gateway names (if given).
   const expected = a.gateway ? gatewayOf(a.gateway).href : base && !a.key ? base.href : undefined;
   const report = await verifyExport(ndjsonLines(source), jwks, {
@@ -211,7 +225,7 @@ async function verifyCommand(a) {
   return report.ok && (!verdict || verdict.ok) ? 0 : 1;
 }
 
-async function exportCommand(a) {
+async function exportCommand(a: Options<typeof EXPORT_OPTIONS>): Promise<number> {
   if (a.help) return help("export");
   if (!a.url) throw new UsageError("give --url GATEWAY");
   const base = gatewayOf(a.url);
@@ -220,8 +234,8 @@ async function exportCommand(a) {
   let bytes = 0;
   let lines = 0;
   await pipeline(
-    Readable.fromWeb(res.body),
-    async function* count(chunks) {
+    nodeStream(res.body),
+    async function* count(chunks: AsyncIterable<Buffer>) {
       for await (const chunk of chunks) {
         bytes += chunk.length;
         for (const b of chunk) if (b === 10) lines++;
@@ -236,45 +250,58 @@ async function exportCommand(a) {
   return 0;
 }
 
-function summary(e) {
-  const b = e.body ?? {};
-  if (e.kind === "decision") return `${b.principal} → ${b.upstream}/${b.tool}: ${b.decision}${b.rule ? ` (${b.rule})` : ""}`;
-  if (e.kind === "outcome") return `${b.status} in ${b.duration_ms} ms${b.reason ? `: ${b.reason}` : ""}`;
-  if (e.kind === "blocked") return `${b.tool}: refused by ${b.check}: ${b.reason}`;
-  if (e.kind.startsWith("hold.")) return `hold ${b.hold_id}${b.approver ? ` by ${b.approver}` : ""}`;
+function summary(e: JsonObject): string {
+  const b = isObject(e.body) ? e.body : {};
+  const kind = String(e.kind);
+  if (kind === "decision") return `${b.principal} → ${b.upstream}/${b.tool}: ${b.decision}${b.rule ? ` (${b.rule})` : ""}`;
+  if (kind === "outcome") return `${b.status} in ${b.duration_ms} ms${b.reason ? `: ${b.reason}` : ""}`;
+  if (kind === "blocked") return `${b.tool}: refused by ${b.check}: ${b.reason}`;
+  if (kind.startsWith("hold.")) return `hold ${b.hold_id}${b.approver ? ` by ${b.approver}` : ""}`;
   return "";
 }
 
-async function traceCommand(a) {
+async function traceCommand(a: Options<typeof TRACE_OPTIONS>): Promise<number> {
   if (a.help) return help("trace");
   const id = a._[0];
   if (!id || a._.length > 1) throw new UsageError("give one record id: ledger trace ID --url GATEWAY");
   if (!a.url) throw new UsageError("give --url GATEWAY");
   const base = gatewayOf(a.url);
   const res = await get(base, `/v1/ledger/${encodeURIComponent(id)}/trace`, tokenOf(a), { team: a.team });
-  const t = await res.json();
-  if (a.json) console.log(JSON.stringify(t, null, 2));
+  const answer: unknown = await res.json();
+  const t = isObject(answer) ? answer : {};
+  if (a.json) console.log(JSON.stringify(answer, null, 2));
   else {
     console.log(`call ${t.id} (chain ${t.chain}): ${t.status}`);
-    for (const e of t.records ?? []) console.log(`  seq ${num(e.seq, 6)}  ${pad(e.kind, 14)} ${e.at}  ${summary(e)}`);
+    for (const e of Array.isArray(t.records) ? t.records.filter(isObject) : [])
+      console.log(`  seq ${num(e.seq, 6)}  ${pad(e.kind, 14)} ${e.at}  ${summary(e)}`);
   }
   return 0;
 }
 
-const COMMANDS = { verify: verifyCommand, export: exportCommand, trace: traceCommand };
+/** One command: its options parsed (positionals allowed: trace's id), then run. */
+const command =
+  <O extends OptionSpec>(spec: O, run: (a: Options<O>) => Promise<number>) =>
+  (argv: string[]) =>
+    run(parseOptions(argv, spec, { positionals: true }));
+
+const COMMANDS: Record<string, (argv: string[]) => Promise<number>> = {
+  verify: command(VERIFY_OPTIONS, verifyCommand),
+  export: command(EXPORT_OPTIONS, exportCommand),
+  trace: command(TRACE_OPTIONS, traceCommand),
+};
 
 /** Runs `portcullis ledger <argv…>`; the exit code. */
-export async function ledgerCommand(argv) {
+export async function ledgerCommand(argv: string[]): Promise<number> {
   const [cmd, ...rest] = argv;
   if (cmd === "--help" || cmd === "-h" || cmd === "help") return help("ledger");
-  const run = COMMANDS[cmd];
+  const run = cmd !== undefined && Object.hasOwn(COMMANDS, cmd) ? COMMANDS[cmd] : undefined;
   if (!run) {
     console.error(`${cmd ? `portcullis ledger: unknown command ${cmd}\n` : ""}${HELP.ledger}`);
     return 2;
   }
-  return exitCodeOf(`portcullis ledger ${cmd}`, () => run(parse(rest, KNOWN[cmd])));
+  return exitCodeOf(`portcullis ledger ${cmd}`, () => run(rest));
 }
 
-if (process.argv[1] && import.meta.url === pathToFileURL(realpathSync(process.argv[1])).href) {
+if (process.argv[1] && realpathSync(process.argv[1]) === realpathSync(fileURLToPath(import.meta.url))) {
   process.exitCode = await ledgerCommand(process.argv.slice(2));
 }

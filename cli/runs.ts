@@ -1,6 +1,5 @@
-#!/usr/bin/env node
 /**
- * `portcullis runs …` ([R]): list the runs you may see (`list`), show one run with its steps and
+ * `portcullis runs …`: list the runs you may see (`list`), show one run with its steps and
  * rollback plan (`show`), and roll one back (`rollback`: a dry run unless --confirm) on a running
  * gateway, over its /v1/runs API. Owns argument parsing, the HTTP requests, the text and JSON
  * output and the exit codes: 0 done (for a rollback: every planned compensation ran), 1 refused by
@@ -10,10 +9,8 @@
  * preferably, PORTCULLIS_TOKEN. Must never: print or log a token, send it anywhere but the gateway
  * named by --url, follow a redirect with it, or wait on the gateway without a bound.
  */
-import { realpathSync } from "node:fs";
-import { pathToFileURL } from "node:url";
-import { parseOptions, UsageError } from "./cli-args.mjs";
-import { callJson, exitCodeOf, gatewayOf, TOKEN_NOTE, tokenOf } from "./gateway-http.mjs";
+import { FLAG, HELP_OPTION, namesOf, type Options, type OptionSpec, parseOptions, STRING, UsageError } from "./args.ts";
+import { callJson, exitCodeOf, gatewayOf, isObject, type JsonObject, messageOf, type SendOptions, TOKEN_NOTE, tokenOf } from "./gateway-http.ts";
 
 // A rollback calls each compensation up to 3 times and reads it back: give it time.
 const TIMEOUT_MS = 120_000;
@@ -43,65 +40,76 @@ or unverified. Every step is a ledger record.
 exit: 0 every planned compensation ran (or, dry run, the plan was shown), 1 refused or steps remain, 2 usage, 3 unreachable or other`,
 };
 
-const BOOLEAN = new Set(["json", "help", "confirm", "approve-compensations"]);
-export const KNOWN = {
-  list: ["url", "token", "principal", "team", "limit", "json", "help"],
-  show: ["url", "token", "principal", "team", "json", "help"],
-  rollback: ["url", "token", "confirm", "approve-compensations", "principal", "team", "json", "help"],
-};
+const WHOSE = { url: STRING, token: STRING, principal: STRING, team: STRING } as const;
+const LIST_OPTIONS = { ...WHOSE, limit: STRING, json: FLAG, ...HELP_OPTION } as const;
+const SHOW_OPTIONS = { ...WHOSE, json: FLAG, ...HELP_OPTION } as const;
+const ROLLBACK_OPTIONS = { ...WHOSE, confirm: FLAG, "approve-compensations": FLAG, json: FLAG, ...HELP_OPTION } as const;
 
-function help(cmd) {
+/** The options of each command (help.test.ts checks each --help names them all). */
+export const KNOWN = { list: namesOf(LIST_OPTIONS), show: namesOf(SHOW_OPTIONS), rollback: namesOf(ROLLBACK_OPTIONS) };
+
+function help(cmd: keyof typeof HELP): number {
   console.log(cmd === "runs" ? HELP[cmd] : `${HELP[cmd]}\n${TOKEN_NOTE}`);
   return 0;
 }
 
-function oneRun(a, cmd) {
-  if (a._.length !== 1) throw new UsageError(`give one run id: runs ${cmd} RUN --url GATEWAY`);
-  return a._[0];
+function oneRun(a: { _: string[] }, cmd: string): string {
+  const [run] = a._;
+  if (a._.length !== 1 || run === undefined) throw new UsageError(`give one run id: runs ${cmd} RUN --url GATEWAY`);
+  return run;
 }
 
-/** Calls the gateway (gateway-http.mjs callJson) with this command's timeout. */
-const call = (base, method, path, token, opts = {}) => callJson(base, method, path, token, { ...opts, timeoutMs: TIMEOUT_MS });
+/** Calls the gateway (gateway-http.ts callJson) with this command's timeout; the answer's object (empty when it is none). */
+const call = async (base: URL, method: string, path: string, token: string, opts: Pick<SendOptions, "query" | "body"> = {}): Promise<JsonObject> => {
+  const out = await callJson(base, method, path, token, { ...opts, timeoutMs: TIMEOUT_MS });
+  return isObject(out) ? out : {};
+};
 
-function table(head, rows) {
+const objectOf = (v: unknown): JsonObject => (isObject(v) ? v : {});
+const listOf = (v: unknown): JsonObject[] => (Array.isArray(v) ? v.map(objectOf) : []);
+
+function table(head: string[], rows: unknown[][]): void {
   const w = head.map((h, i) => Math.max(h.length, ...rows.map((r) => String(r[i]).length)) + 2);
-  const line = (r) =>
+  const line = (r: unknown[]) =>
     r
-      .map((c, i) => String(c).padEnd(w[i]))
+      .map((c, i) => String(c).padEnd(w[i] ?? 0))
       .join("")
       .trimEnd();
   console.log(line(head));
   for (const r of rows) console.log(line(r));
 }
 
-function printPlan(plan) {
-  if (plan.compensations.length === 0) console.log("  nothing to compensate");
-  for (const c of plan.compensations)
+function printPlan(plan: JsonObject): void {
+  const compensations = listOf(plan.compensations);
+  if (compensations.length === 0) console.log("  nothing to compensate");
+  for (const c of compensations)
     console.log(
       `  undo ${c.step_tool} (${c.decision_id}): ${c.upstream} ${c.tool} ${JSON.stringify(c.arguments)}${c.needs_approval ? "  [needs approval]" : ""}`,
     );
-  for (const n of plan.not_reversible) console.log(`  cannot undo ${n.tool} (${n.decision_id}): ${n.reason}`);
-  if (plan.already_compensated.length) console.log(`  already undone: ${plan.already_compensated.length} step(s)`);
+  for (const n of listOf(plan.not_reversible)) console.log(`  cannot undo ${n.tool} (${n.decision_id}): ${n.reason}`);
+  const undone = listOf(plan.already_compensated);
+  if (undone.length) console.log(`  already undone: ${undone.length} step(s)`);
 }
 
-async function listCommand(a) {
+async function listCommand(a: Options<typeof LIST_OPTIONS>): Promise<number> {
   if (a.help) return help("list");
   const base = gatewayOf(a.url);
   if (a.limit !== undefined && !(/^\d+$/.test(a.limit) && Number(a.limit) >= 1 && Number(a.limit) <= 500))
     throw new UsageError("--limit must be a whole number from 1 to 500");
   if (a._.length) throw new UsageError(`unexpected argument ${a._[0]}`);
   const out = await call(base, "GET", "/v1/runs", tokenOf(a), { query: { principal: a.principal, team: a.team, limit: a.limit } });
+  const runs = listOf(out.runs);
   if (a.json) console.log(JSON.stringify(out, null, 2));
-  else if ((out.runs ?? []).length === 0) console.log("no runs");
+  else if (runs.length === 0) console.log("no runs");
   else
     table(
       ["run", "principal", "steps", "started", "last"],
-      out.runs.map((r) => [r.run, r.principal, r.steps, r.started_at, r.last_at]),
+      runs.map((r) => [r.run, r.principal, r.steps, r.started_at, r.last_at]),
     );
   return 0;
 }
 
-async function showCommand(a) {
+async function showCommand(a: Options<typeof SHOW_OPTIONS>): Promise<number> {
   if (a.help) return help("show");
   const base = gatewayOf(a.url);
   const run = oneRun(a, "show");
@@ -110,24 +118,29 @@ async function showCommand(a) {
     console.log(JSON.stringify(out, null, 2));
     return 0;
   }
-  const v = out.run;
-  console.log(`run ${v.run} of ${v.principal} (team ${v.team}), ${v.steps.length} step(s), ${v.started_at} – ${v.last_at}`);
+  const v = objectOf(out.run);
+  const steps = listOf(v.steps);
+  console.log(`run ${v.run} of ${v.principal} (team ${v.team}), ${steps.length} step(s), ${v.started_at} – ${v.last_at}`);
   table(
     ["seq", "tool", "outcome", "compensation", "rollback"],
-    v.steps.map((s) => [
-      s.seq,
-      `${s.upstream} ${s.tool}`,
-      s.status,
-      s.compensation ? (s.compensation.status === "planned" ? s.compensation.tool : s.compensation.status) : "-",
-      s.rollback ? `${s.rollback.state}${s.rollback.verification ? ` (${s.rollback.verification})` : ""}` : "-",
-    ]),
+    steps.map((s) => {
+      const comp = isObject(s.compensation) ? s.compensation : undefined;
+      const back = isObject(s.rollback) ? s.rollback : undefined;
+      return [
+        s.seq,
+        `${s.upstream} ${s.tool}`,
+        s.status,
+        comp ? (comp.status === "planned" ? comp.tool : comp.status) : "-",
+        back ? `${back.state}${back.verification ? ` (${back.verification})` : ""}` : "-",
+      ];
+    }),
   );
   console.log("plan (newest first):");
-  printPlan(out.plan);
+  printPlan(objectOf(out.plan));
   return 0;
 }
 
-async function rollbackCommand(a) {
+async function rollbackCommand(a: Options<typeof ROLLBACK_OPTIONS>): Promise<number> {
   if (a.help) return help("rollback");
   const base = gatewayOf(a.url);
   const run = oneRun(a, "rollback");
@@ -138,39 +151,47 @@ async function rollbackCommand(a) {
     ...(a.team !== undefined ? { team: a.team } : {}),
   };
   const out = await call(base, "POST", `/v1/runs/${encodeURIComponent(run)}/rollback`, tokenOf(a), { body });
+  const remaining = Array.isArray(out.remaining) ? out.remaining : [];
   if (a.json) console.log(JSON.stringify(out, null, 2));
   else {
     console.log(`run ${out.run} of ${out.principal}: ${out.dry_run ? "dry run (nothing was called; --confirm executes)" : `rollback ${out.rollback_id}`}`);
-    if (out.steps.length === 0) console.log("  nothing to compensate");
-    for (const s of out.steps)
+    const steps = listOf(out.steps);
+    if (steps.length === 0) console.log("  nothing to compensate");
+    for (const s of steps)
       console.log(
-        `  ${s.state.padEnd(11)} ${s.upstream} ${s.tool} (${s.decision_id})${s.attempts ? `, ${s.attempts} attempt(s)` : ""}${s.verification ? `, ${s.verification}` : ""}${s.reason ? `: ${s.reason}` : ""}`,
+        `  ${String(s.state).padEnd(11)} ${s.upstream} ${s.tool} (${s.decision_id})${s.attempts ? `, ${s.attempts} attempt(s)` : ""}${s.verification ? `, ${s.verification}` : ""}${s.reason ? `: ${s.reason}` : ""}`,
       );
-    for (const n of out.plan.not_reversible) console.log(`  cannot undo ${n.tool} (${n.decision_id}): ${n.reason}`);
-    if (!out.dry_run && out.remaining.length) console.log(`  remaining: ${out.remaining.join(", ")}`);
+    for (const n of listOf(objectOf(out.plan).not_reversible)) console.log(`  cannot undo ${n.tool} (${n.decision_id}): ${n.reason}`);
+    if (!out.dry_run && remaining.length) console.log(`  remaining: ${remaining.join(", ")}`);
   }
-  return out.dry_run || out.remaining.length === 0 ? 0 : 1;
+  return out.dry_run || remaining.length === 0 ? 0 : 1;
 }
 
-const COMMANDS = { list: listCommand, show: showCommand, rollback: rollbackCommand };
+/** One command: its options parsed (positionals allowed: the run id), then run. */
+const command =
+  <O extends OptionSpec>(spec: O, run: (a: Options<O>) => Promise<number>) =>
+  (argv: string[]) =>
+    run(parseOptions(argv, spec, { positionals: true }));
+
+const COMMANDS: Record<string, (argv: string[]) => Promise<number>> = {
+  list: command(LIST_OPTIONS, listCommand),
+  show: command(SHOW_OPTIONS, showCommand),
+  rollback: command(ROLLBACK_OPTIONS, rollbackCommand),
+};
 
 /** Runs `portcullis runs <argv…>`; the exit code. */
-export async function runsCommand(argv) {
+export async function runsCommand(argv: string[]): Promise<number> {
   const [cmd, ...rest] = argv;
   if (cmd === "--help" || cmd === "-h" || cmd === "help") return help("runs");
-  const run = COMMANDS[cmd];
+  const run = cmd !== undefined && Object.hasOwn(COMMANDS, cmd) ? COMMANDS[cmd] : undefined;
   if (!run) {
     console.error(`${cmd ? `portcullis runs: unknown command ${cmd}\n` : ""}${HELP.runs}`);
     return 2;
   }
   try {
-    return await exitCodeOf(`portcullis runs ${cmd}`, () => run(parseOptions(rest, { known: KNOWN[cmd], boolean: BOOLEAN })));
+    return await exitCodeOf(`portcullis runs ${cmd}`, () => run(rest));
   } catch (e) {
-    console.error(`portcullis runs ${cmd}: ${e?.message ?? e}`);
+    console.error(`portcullis runs ${cmd}: ${messageOf(e)}`);
     return 3;
   }
-}
-
-if (process.argv[1] && import.meta.url === pathToFileURL(realpathSync(process.argv[1])).href) {
-  process.exitCode = await runsCommand(process.argv.slice(2));
 }

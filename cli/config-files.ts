@@ -6,7 +6,7 @@
  * never: follow a path outside what the config names, or let a file that fails to parse through
  * (every problem is reported, and the caller refuses to start; a YAML error shows its file, line and
  * column and the lines around it, src/config/problems.ts).
- * Run as `node bin/config-files.mjs FILE`, it prints FILE's inlined text (what a deploy passes as
+ * Run as `node cli/config-files.ts FILE`, it prints FILE's inlined text (what a deploy passes as
  * PORTCULLIS_CONFIG), or every problem on stderr and exits 1.
  */
 import { existsSync, readdirSync, readFileSync, realpathSync, statSync } from "node:fs";
@@ -15,26 +15,28 @@ import { fileURLToPath } from "node:url";
 import { parse, stringify } from "yaml";
 import { yamlProblem } from "../src/config/problems.ts";
 
+const isObject = (v: unknown): v is Record<string, unknown> => typeof v === "object" && v !== null && !Array.isArray(v);
+
 /** `text` with `policy`/`mappings_dir` files inlined; `problems` lists every file that could not be read or parsed. */
-export function inlineConfigFiles(text, configFile) {
-  const problems = [];
-  let doc;
+export function inlineConfigFiles(text: string, configFile: string): { text: string; problems: string[] } {
+  const problems: string[] = [];
+  let doc: unknown;
   try {
     doc = parse(text, { uniqueKeys: true });
   } catch {
     // The config's own YAML errors are reported by loadConfig, with their position.
     return { text, problems };
   }
-  if (!doc || typeof doc !== "object" || Array.isArray(doc)) return { text, problems };
+  if (!isObject(doc)) return { text, problems };
   const base = dirname(resolve(configFile));
-  const at = (p) => (isAbsolute(p) ? p : resolve(base, p));
+  const at = (p: string) => (isAbsolute(p) ? p : resolve(base, p));
   let changed = false;
   if (typeof doc.policy === "string") {
     const file = at(doc.policy);
     const parsed = readYaml(file, `policy (${doc.policy})`, problems);
     if (parsed !== undefined) {
       // A policy file holds the policy section itself, or a document with a `policy:` key.
-      doc.policy = parsed && typeof parsed === "object" && !Array.isArray(parsed) && "policy" in parsed ? parsed.policy : parsed;
+      doc.policy = isObject(parsed) && "policy" in parsed ? parsed.policy : parsed;
       changed = true;
     }
   }
@@ -42,8 +44,8 @@ export function inlineConfigFiles(text, configFile) {
     const dir = at(doc.mappings_dir);
     if (!existsSync(dir) || !statSync(dir).isDirectory()) problems.push(`mappings_dir: ${doc.mappings_dir} is not a directory (relative to ${base})`);
     else {
-      const names = new Set((Array.isArray(doc.upstreams) ? doc.upstreams : []).map((u) => u?.name));
-      const mappings = { ...(doc.mappings && typeof doc.mappings === "object" ? doc.mappings : {}) };
+      const names = new Set((Array.isArray(doc.upstreams) ? doc.upstreams : []).map((u: unknown) => (isObject(u) ? u.name : undefined)));
+      const mappings: Record<string, unknown> = { ...(doc.mappings && typeof doc.mappings === "object" ? doc.mappings : {}) };
       for (const f of readdirSync(dir).sort()) {
         if (![".yaml", ".yml"].includes(extname(f))) continue;
         const upstream = basename(f, extname(f));
@@ -61,13 +63,13 @@ export function inlineConfigFiles(text, configFile) {
 }
 
 /** `file` as the user would name it: relative to the working directory when inside it. */
-function shown(file) {
+function shown(file: string): string {
   const rel = relative(process.cwd(), file);
   return rel && !rel.startsWith("..") && !isAbsolute(rel) ? rel : file;
 }
 
-function readYaml(file, what, problems) {
-  let text;
+function readYaml(file: string, what: string, problems: string[]): unknown {
+  let text: string;
   try {
     text = readFileSync(file, "utf8");
   } catch {
@@ -83,13 +85,14 @@ function readYaml(file, what, problems) {
   }
 }
 
-if (process.argv[1] && realpathSync(process.argv[1]) === realpathSync(fileURLToPath(import.meta.url))) {
-  const file = process.argv[2];
-  if (!file || process.argv.length > 3 || file.startsWith("-")) {
-    console.error("usage: node bin/config-files.mjs FILE   print FILE with its policy and mappings_dir files inlined (the PORTCULLIS_CONFIG text)");
+/** `node cli/config-files.ts FILE`: FILE inlined on stdout, or its problems on stderr (exit 1); exit 2 on a usage mistake. */
+function main(argv: string[]): void {
+  const file = argv[0];
+  if (!file || argv.length > 1 || file.startsWith("-")) {
+    console.error("usage: node cli/config-files.ts FILE   print FILE with its policy and mappings_dir files inlined (the PORTCULLIS_CONFIG text)");
     process.exit(2);
   }
-  let text;
+  let text: string;
   try {
     text = readFileSync(file, "utf8");
   } catch {
@@ -103,3 +106,5 @@ if (process.argv[1] && realpathSync(process.argv[1]) === realpathSync(fileURLToP
   }
   process.stdout.write(out.text);
 }
+
+if (process.argv[1] && realpathSync(process.argv[1]) === realpathSync(fileURLToPath(import.meta.url))) main(process.argv.slice(2));

@@ -1,20 +1,20 @@
-#!/usr/bin/env node
 /**
  * `portcullis reload --config FILE --url GATEWAY`: hot-reloads a running gateway's config
  * (upstreams, mappings, policy) without a redeploy, over its JSON API (`PUT /v1/config`). Owns
  * the command's flags, reading FILE with its policy and mappings_dir files inlined
- * (bin/config-files.mjs), the request, output and exit codes (0 stored, 1 the gateway refused the
+ * (cli/config-files.ts), the request, output and exit codes (0 stored, 1 the gateway refused the
  * config — every problem printed, the previous one keeps serving — 2 usage or a file problem, 3
- * the gateway refused otherwise or could not be reached), and putConfig, the request itself, which
- * `add --gateway` (bin/add-cli.mjs) reuses. The token comes from PORTCULLIS_TOKEN
- * or --token (an admin grant); the actor recorded is its principal. Must never: print or log a
- * token or the config text, or send either anywhere but the gateway named by --url.
+ * the gateway refused otherwise or could not be reached), the rule check before a reload (shared
+ * with `add --gateway` and `dev`), and putConfig, the request itself, which `add --gateway`
+ * (cli/add.ts) reuses. The token comes from PORTCULLIS_TOKEN or --token (an admin grant); the
+ * actor recorded is its principal. Must never: print or log a token or the config text, or send
+ * either anywhere but the gateway named by --url.
  */
-import { readFileSync, realpathSync } from "node:fs";
-import { pathToFileURL } from "node:url";
-import { parseOptions, UsageError } from "./cli-args.mjs";
-import { inlineConfigFiles } from "./config-files.mjs";
-import { answerOf, exitCodeOf, FetchError, gatewayOf, Refused, refusal, send, tokenOf } from "./gateway-http.mjs";
+import { readFileSync } from "node:fs";
+import { FLAG, HELP_OPTION, namesOf, type Options, parseOptions, STRING, UsageError } from "./args.ts";
+import { inlineConfigFiles } from "./config-files.ts";
+import { type LiveCoverage, liveCoverageOf } from "./doctor-live.ts";
+import { answerOf, exitCodeOf, FetchError, gatewayOf, isObject, Refused, refusal, send, tokenOf } from "./gateway-http.ts";
 
 const HELP = `usage: portcullis reload --config FILE --url GATEWAY [--force] [--json]
   stores FILE (its policy and mappings_dir files inlined) as the next version of the gateway's
@@ -33,11 +33,23 @@ const HELP = `usage: portcullis reload --config FILE --url GATEWAY [--force] [--
 Give the token in PORTCULLIS_TOKEN (a --token on the command line is visible to other processes on this machine).
 exit: 0 stored (or already current), 1 the config was refused (by the gateway, or by the rule check), 2 usage or an unreadable file, 3 refused otherwise or unreachable`;
 
-export const KNOWN = ["config", "url", "token", "force", "json", "help"];
-const BOOLEAN = new Set(["json", "help", "force"]);
+const RELOAD_OPTIONS = { config: STRING, url: STRING, token: STRING, force: FLAG, json: FLAG, ...HELP_OPTION } as const;
 
-/** What `reload` (and `add --gateway`) says around the rule check; `dev` says its own (bin/portcullis.mjs). */
-const RELOAD_WORDS = {
+/** The options of `reload` (help.test.ts checks its --help names them all). */
+export const KNOWN = namesOf(RELOAD_OPTIONS);
+
+/** What the rule check says around its findings, in the words of the command that runs it. */
+export interface RuleCheckWords {
+  command: string;
+  unchecked: string;
+  forced: string;
+  refused: string;
+  after: string;
+  fix: string;
+}
+
+/** What `reload` (and `add --gateway`) says around the rule check; `dev` says its own (cli/local.ts). */
+const RELOAD_WORDS: RuleCheckWords = {
   command: "portcullis reload",
   unchecked: "",
   forced: "sent",
@@ -47,17 +59,19 @@ const RELOAD_WORDS = {
 };
 
 /**
- * The rule check before a reload (bin/operator-cli.mjs liveCoverageOf): throws Refused when, in
+ * The rule check before a reload (cli/doctor-live.ts liveCoverageOf): throws Refused when, in
  * enforce, a rule that should stop calls matches no real tool, unless `force`. Prints what it
  * found (to stderr, or in `report` for --json), in `words` (the command's own). Shared with
  * `add --gateway` and, before it starts a gateway, `dev`.
  */
-export async function checkRulesBeforeReload(file, { force = false, json = false, gateway, words = RELOAD_WORDS } = {}) {
-  const { liveCoverageOf } = await import("./operator-cli.mjs");
+export async function checkRulesBeforeReload(
+  file: string,
+  { force = false, json = false, gateway, words = RELOAD_WORDS }: { force?: boolean; json?: boolean; gateway?: URL; words?: RuleCheckWords } = {},
+): Promise<LiveCoverage> {
   const onLoopback = gateway ? ["127.0.0.1", "localhost", "[::1]"].includes(gateway.hostname) : true;
   const c = await liveCoverageOf(file, { onLoopback });
   const w = words;
-  const say = (line) => {
+  const say = (line: string) => {
     if (!json) console.error(line);
   };
   if (!c.checked) say(`${w.command}: rules ${c.reason}${w.unchecked}`);
@@ -77,8 +91,8 @@ export async function checkRulesBeforeReload(file, { force = false, json = false
 }
 
 /** FILE's text with its policy and mappings inlined; a UsageError naming every file problem. */
-function configText(file) {
-  let text;
+function configText(file: string): string {
+  let text: string;
   try {
     text = readFileSync(file, "utf8");
   } catch {
@@ -91,11 +105,22 @@ function configText(file) {
 
 /** The gateway refused the config itself (400 with its problems): `problems` lists each one, `where` the request. */
 export class ConfigRefused extends Refused {
-  constructor(where, problems) {
+  readonly where: string;
+  readonly problems: string[];
+  constructor(where: string, problems: string[]) {
     super(`${problems.length} problem${problems.length === 1 ? "" : "s"}`);
     this.where = where;
     this.problems = problems;
   }
+}
+
+/** A stored config version, as the gateway answers PUT /v1/config. */
+export interface StoredVersion {
+  version: number;
+  sha256: string;
+  changed?: unknown;
+  warnings?: unknown;
+  [k: string]: unknown;
 }
 
 /**
@@ -104,18 +129,19 @@ export class ConfigRefused extends Refused {
  * Throws ConfigRefused when the gateway refuses the config (the previous one keeps serving),
  * FetchError when it refuses otherwise or cannot be reached. Used by `reload` and `add --gateway`.
  */
-export async function putConfig(base, token, text, { force = false } = {}) {
+export async function putConfig(base: URL, token: string, text: string, { force = false } = {}): Promise<StoredVersion> {
   const { res, where } = await send(base, "PUT", "/v1/config", token, { body: force ? { config: text, force: true } : { config: text }, timeoutMs: 30_000 });
   const answer = await answerOf(res);
   const json = answer.json;
-  if (res.status === 400 && Array.isArray(json?.problems)) throw new ConfigRefused(where, json.problems.map(String));
+  if (res.status === 400 && isObject(json) && Array.isArray(json.problems)) throw new ConfigRefused(where, json.problems.map(String));
   if (!res.ok) throw new FetchError(refusal(where, res.status, answer));
-  if (!json || typeof json.version !== "number" || typeof json.sha256 !== "string") throw new FetchError(`${where}: the answer is not a stored config version`);
-  return json;
+  if (!isObject(json) || typeof json.version !== "number" || typeof json.sha256 !== "string")
+    throw new FetchError(`${where}: the answer is not a stored config version`);
+  return { ...json, version: json.version, sha256: json.sha256 };
 }
 
 /** The line `reload` and `add --gateway` print for a stored version, with what the gateway's own rule check reported. */
-export const versionLine = (json) =>
+export const versionLine = (json: StoredVersion): string =>
   [
     json.changed === false
       ? `already current: config version ${json.version} (sha256 ${json.sha256})`
@@ -123,13 +149,13 @@ export const versionLine = (json) =>
     ...(Array.isArray(json.warnings) ? json.warnings.map((w) => `  the gateway reports: ${w}`) : []),
   ].join("\n");
 
-async function reload(a) {
+async function reload(a: Options<typeof RELOAD_OPTIONS>): Promise<number> {
   if (typeof a.config !== "string") throw new UsageError("give --config FILE");
   const base = gatewayOf(a.url);
   const token = tokenOf(a);
   const text = configText(a.config);
   await checkRulesBeforeReload(a.config, { force: Boolean(a.force), json: Boolean(a.json), gateway: base });
-  let json;
+  let json: StoredVersion;
   try {
     json = await putConfig(base, token, text, { force: Boolean(a.force) });
   } catch (e) {
@@ -144,17 +170,13 @@ async function reload(a) {
 }
 
 /** Runs `portcullis reload <argv…>`; the exit code. */
-export async function reloadCommand(argv) {
+export async function reloadCommand(argv: string[]): Promise<number> {
   return exitCodeOf("portcullis reload", async () => {
-    const a = parseOptions(argv, { known: KNOWN, boolean: BOOLEAN, positionals: false });
+    const a = parseOptions(argv, RELOAD_OPTIONS);
     if (a.help) {
       console.log(HELP);
       return 0;
     }
     return await reload(a);
   });
-}
-
-if (process.argv[1] && import.meta.url === pathToFileURL(realpathSync(process.argv[1])).href) {
-  process.exitCode = await reloadCommand(process.argv.slice(2));
 }

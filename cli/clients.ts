@@ -1,0 +1,399 @@
+/**
+ * `portcullis import | restore | doctor --clients`: an MCP client's own config file (Claude Code,
+ * Claude Desktop, Cursor, VS Code) moved behind the gateway and back. `import` reads the client's
+ * server list, appends each HTTP server to the `upstreams:` of a portcullis.yaml (through the yaml
+ * Document API, so its comments stay), backs the client file up once and rewrites its server list
+ * to one `portcullis` entry; `restore` puts the backup back byte for byte; `doctor --clients`
+ * reports servers a client reaches directly (ungoverned), a missing gateway entry, and a gateway
+ * entry that reads PORTCULLIS_TOKEN. Owns these commands' flags, output and exit codes (0 ok,
+ * 1 problems found, 2 usage); the client file formats are cli/client-files.ts's, the byte-exact
+ * JSONC edit cli/jsonc.ts's.
+ * Must never: copy a credential out of a client file (an inline secret becomes a `${NAME}`
+ * reference and the command names the secret to set, never its value), print one, overwrite an
+ * existing backup, write anything on --dry-run, or point a client at PORTCULLIS_TOKEN.
+ */
+import { constants, copyFileSync, existsSync, readFileSync, rmSync } from "node:fs";
+import { basename, resolve } from "node:path";
+import { Document, isMap, isSeq, parseDocument } from "yaml";
+import { FLAG, HELP_OPTION, namesOf, type Options, parseOptions, STRING, UsageError } from "./args.ts";
+import {
+  AGENT_TOKEN,
+  BACKUP_SUFFIX,
+  CLIENTS,
+  type Client,
+  DEFAULT_GATEWAY,
+  ENTRY,
+  FORMATS,
+  Failure,
+  gatewayEntry,
+  type ImportedSecret,
+  isClient,
+  isGatewayEntry,
+  OPERATOR_TOKEN,
+  readClientFile,
+  type Server,
+  safeUrl,
+  sameUrl,
+  serversOf,
+  upstreamHeaders,
+  upstreamName,
+  urlProblem,
+  writeAtomic,
+} from "./client-files.ts";
+import { codeOf, exitCodeOf, isObject, type JsonObject } from "./gateway-http.ts";
+import { applyEdits, type Edit, indentUnit, setMember } from "./jsonc.ts";
+
+const HELP = {
+  import: `usage: portcullis import --client ${CLIENTS.join("|")} [--path FILE] [--config portcullis.yaml]
+                         [--gateway URL] [--dry-run] [--json]
+  moves a client's HTTP MCP servers behind Portcullis:
+  - each HTTP server in the client's file becomes an upstream in --config (default ./portcullis.yaml,
+    created when missing; appended to upstreams:, comments kept); stdio servers are skipped, and said so
+  - secrets only by reference: an inline Authorization (or any credential-looking header) is never
+    copied; the upstream gets "\${<NAME>_TOKEN}" and the command names the secret to set
+  - the client file is backed up once to FILE${BACKUP_SUFFIX} (an existing backup is never overwritten),
+    then its server list becomes one "${ENTRY}" entry at --gateway (default ${DEFAULT_GATEWAY})
+    sending the agent's grant from $${AGENT_TOKEN} (never ${OPERATOR_TOKEN}, the operator CLI's);
+    every other key of the file is kept as it was
+  --client C   claude-code (~/.claude.json: mcpServers and projects.<dir>.mcpServers; or --path .mcp.json),
+               claude-desktop (claude_desktop_config.json: ~/Library/Application Support/Claude on macOS,
+               ~/.config/Claude elsewhere), cursor (~/.cursor/mcp.json), vscode (./.vscode/mcp.json: servers)
+  --path FILE  the client's config file instead of its default
+  --dry-run    print what would change; write nothing
+  --json       print the result as JSON
+exit: 0 imported (or nothing to import), 1 a file could not be read, parsed or written, 2 usage`,
+  restore: `usage: portcullis restore --client ${CLIENTS.join("|")} [--path FILE] [--json]
+  puts FILE${BACKUP_SUFFIX} (written by the first import) back byte for byte and removes it;
+  the upstreams import added to portcullis.yaml stay
+exit: 0 restored, 1 no backup (or it could not be restored), 2 usage`,
+  doctor: `usage: portcullis doctor --clients [--client ${CLIENTS.join("|")}] [--path FILE] [--gateway URL] [--json]
+  reports every MCP server a client reaches directly (an ungoverned path: anything but the "${ENTRY}"
+  entry), a client with no gateway entry, and a gateway entry that reads ${OPERATOR_TOKEN} (the
+  operator CLI's variable) instead of ${AGENT_TOKEN}. Without --client: every client config
+  found at its default path (and ./.mcp.json, ./.cursor/mcp.json, ./.vscode/mcp.json)
+  --gateway URL  the gateway's MCP endpoint (default ${DEFAULT_GATEWAY}); an entry at this URL, or named
+                 "${ENTRY}", is the gateway entry
+exit: 0 every client goes through the gateway only, 1 an ungoverned server, a missing gateway entry or one
+  reading ${OPERATOR_TOKEN}, 2 usage`,
+};
+
+const IMPORT_OPTIONS = { client: STRING, path: STRING, config: STRING, gateway: STRING, "dry-run": FLAG, json: FLAG, ...HELP_OPTION } as const;
+const RESTORE_OPTIONS = { client: STRING, path: STRING, json: FLAG, ...HELP_OPTION } as const;
+const DOCTOR_OPTIONS = { clients: FLAG, client: STRING, path: STRING, gateway: STRING, json: FLAG, ...HELP_OPTION } as const;
+
+/** The options of each command (help.test.ts checks each --help names them all). */
+export const KNOWN = { import: namesOf(IMPORT_OPTIONS), restore: namesOf(RESTORE_OPTIONS), doctor: namesOf(DOCTOR_OPTIONS) };
+
+function help(cmd: keyof typeof HELP): number {
+  console.log(HELP[cmd]);
+  return 0;
+}
+
+function clientOf(a: { client?: string; path?: string }, o: { required: true }): Client;
+function clientOf(a: { client?: string; path?: string }, o: { required: false }): Client | undefined;
+function clientOf(a: { client?: string; path?: string }, { required }: { required: boolean }): Client | undefined {
+  if (a.client === undefined) {
+    if (required) throw new UsageError(`give --client (${CLIENTS.join(", ")})`);
+    if (a.path !== undefined) throw new UsageError("--path needs --client (the file's format)");
+    return undefined;
+  }
+  if (!isClient(a.client)) throw new UsageError(`--client must be one of ${CLIENTS.join(", ")}, not ${a.client}`);
+  return a.client;
+}
+
+/** The file `import`/`restore` work on: --path, else the client's first default. */
+const fileOf = (client: Client, a: { path?: string }) => resolve(typeof a.path === "string" ? a.path : (FORMATS[client].paths()[0] ?? ""));
+
+function gatewayUrlOf(a: { gateway?: string }): string {
+  const g = a.gateway ?? DEFAULT_GATEWAY;
+  let u: URL;
+  try {
+    u = new URL(g);
+  } catch {
+    throw new UsageError(`--gateway: not a URL: ${g}`);
+  }
+  if (u.protocol !== "http:" && u.protocol !== "https:")
+    throw new UsageError("--gateway must be the gateway's http(s) MCP endpoint, e.g. http://127.0.0.1:8787/mcp");
+  return u.href;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The Portcullis config: read its upstreams, append new ones, keep everything else.
+
+function readConfig(file: string): { doc: Document | null; upstreams: JsonObject[] } {
+  if (!existsSync(file)) return { doc: null, upstreams: [] };
+  const doc = parseDocument(readFileSync(file, "utf8"), { uniqueKeys: true });
+  if (doc.errors.length) throw new Failure(`${file}: YAML: ${String(doc.errors[0]?.message).split("\n")[0]}`);
+  if (doc.contents !== null && !isMap(doc.contents)) throw new Failure(`${file}: not a YAML mapping`);
+  const seq = doc.get("upstreams", true);
+  if (seq !== undefined && seq !== null && !isSeq(seq)) throw new Failure(`${file}: upstreams: is not a list`);
+  const upstreams = isSeq(seq) ? ((seq.toJSON() ?? []) as unknown[]).filter(isObject) : [];
+  return { doc, upstreams };
+}
+
+/** The config text with `added` appended to upstreams: (the file created when missing). */
+function configWith(file: string, doc: Document | null, added: JsonObject[], client: Client): string {
+  if (!doc) {
+    const fresh = new Document({ upstreams: added });
+    fresh.commentBefore = ` Portcullis config: upstreams imported from ${client} by \`portcullis import\`.\n Check it with: portcullis doctor --config ${basename(file)}`;
+    return fresh.toString({ lineWidth: 0 });
+  }
+  let seq = doc.get("upstreams", true);
+  if (!isSeq(seq)) {
+    seq = doc.createNode([]);
+    doc.set("upstreams", seq);
+  }
+  if (isSeq(seq)) {
+    if (seq.flow && seq.items.length === 0) seq.flow = false;
+    for (const u of added) seq.add(doc.createNode(u));
+  }
+  return doc.toString({ lineWidth: 0 });
+}
+
+// ---------------------------------------------------------------------------------------------
+// The commands.
+
+const connectLine = (gateway: string) => `claude mcp add --transport http ${ENTRY} ${gateway} --header 'Authorization: Bearer \${${AGENT_TOKEN}}'`;
+
+// A grant that reaches every tool (--tools '*'); narrow it with globs for a real agent.
+const mintLine = (gateway: string) => `portcullis token mint --sub you@example.com --tools '*' --gateway ${new URL(gateway).origin}`;
+
+const skipReason = (s: Server): string | null => {
+  if (s.kind === "stdio") return `a stdio server (${s.command}): Portcullis fronts HTTP servers only; removed from the client file, kept in the backup`;
+  if (s.kind === "sse") return "the legacy SSE transport: Portcullis upstreams speak Streamable HTTP; removed from the client file, kept in the backup";
+  const bad = urlProblem(s.url ?? "");
+  return bad ? `${bad}; removed from the client file, kept in the backup` : null;
+};
+
+async function importCommand(a: Options<typeof IMPORT_OPTIONS>): Promise<number> {
+  if (a.help) return help("import");
+  const client = clientOf(a, { required: true });
+  const gateway = gatewayUrlOf(a);
+  const file = fileOf(client, a);
+  const configFile = resolve(typeof a.config === "string" ? a.config : "portcullis.yaml");
+  const dry = a["dry-run"] === true;
+  const parsed = readClientFile(file);
+  const { scopes, servers } = serversOf(client, parsed);
+  const config = readConfig(configFile);
+
+  const names = new Set(config.upstreams.map((u) => u.name).filter((n): n is string => typeof n === "string"));
+  const secretNames = new Set<string>();
+  const added: JsonObject[] = [];
+  const reused: { server: string; where: string; upstream: unknown }[] = [];
+  const skipped: { server: string; where: string; reason: string }[] = [];
+  const secrets: ImportedSecret[] = [];
+  const notes: string[] = [];
+  for (const s of servers) {
+    if (isGatewayEntry(s, gateway)) continue;
+    const reason = skipReason(s);
+    if (reason || s.url === undefined) {
+      skipped.push({ server: s.name, where: s.where, reason: reason ?? "" });
+      continue;
+    }
+    const url = s.url;
+    const same = [...config.upstreams, ...added].find((u) => typeof u.url === "string" && sameUrl(u.url, url));
+    if (same) {
+      reused.push({ server: s.name, where: s.where, upstream: same.name });
+      continue;
+    }
+    const name = upstreamName(s.name, names);
+    const h = upstreamHeaders(name, s, secretNames);
+    const upstream: JsonObject = { name, url, description: `${s.name}, imported from ${client} (${s.where})`.slice(0, 500) };
+    if (Object.keys(h.headers).length) upstream.headers = h.headers;
+    added.push(upstream);
+    secrets.push(...h.secrets);
+    notes.push(...h.notes.map((n) => `${name}: ${n}`));
+  }
+
+  // The client file: the top-level servers key holds the gateway entry alone; per-project lists are emptied.
+  const unit = indentUnit(parsed.text, parsed.root);
+  const edits: Edit[] = [];
+  for (const s of scopes) {
+    if (s.top) edits.push(setMember(parsed.text, parsed.root, FORMATS[client].key, { [ENTRY]: gatewayEntry(client, gateway) }, unit));
+    else if (s.node?.members.length) edits.push({ start: s.node.start, end: s.node.end, text: "{}" });
+  }
+  const newClientText = applyEdits(parsed.text, edits);
+  const clientChanged = newClientText !== parsed.text;
+  const backup = `${file}${BACKUP_SUFFIX}`;
+  const backupExisted = existsSync(backup);
+  let backupWritten = false;
+  if (!dry) {
+    if (added.length) writeAtomic(configFile, configWith(configFile, config.doc, added, client));
+    if (clientChanged) {
+      if (!backupExisted) {
+        try {
+          copyFileSync(file, backup, constants.COPYFILE_EXCL);
+          backupWritten = true;
+        } catch (e) {
+          throw new Failure(`cannot back up ${file} to ${backup} (${codeOf(e)}); the client file was not changed`);
+        }
+      }
+      writeAtomic(file, newClientText);
+    }
+  }
+  const result = {
+    client,
+    file,
+    config: configFile,
+    gateway,
+    dryRun: dry,
+    upstreams: added,
+    reused,
+    skipped,
+    secrets: secrets.map((s) => ({ ...s, dev: `export ${s.name}=…`, deploy: `npx wrangler secret put ${s.name}` })),
+    notes,
+    backup: { path: backup, written: backupWritten, existed: backupExisted },
+    clientChanged,
+    connect: connectLine(gateway),
+  };
+  if (a.json) {
+    console.log(JSON.stringify(result, null, 2));
+    return 0;
+  }
+  const would = dry ? "would " : "";
+  console.log(`portcullis import ${client}: ${file}${dry ? " (dry run: nothing written)" : ""}`);
+  if (added.length) {
+    console.log(`  ${would}add ${added.length} upstream${added.length === 1 ? "" : "s"} to ${configFile}:`);
+    for (const u of added) {
+      const headers = isObject(u.headers) ? u.headers : undefined;
+      const shown = headers
+        ? `  headers: ${Object.entries(headers)
+            .map(([k, v]) => `${k}: ${v}`)
+            .join(", ")}`
+        : "";
+      console.log(`    ${u.name}  ${u.url}${shown}`);
+    }
+  } else console.log(`  no new upstream for ${configFile}`);
+  for (const r of reused) console.log(`  ${r.server}: already upstream ${r.upstream} of ${configFile} (same url), not added again`);
+  for (const s of skipped) console.log(`  skipped ${s.server} (${s.where}): ${s.reason}`);
+  for (const n of notes) console.log(`  note: ${n}`);
+  if (secrets.length) {
+    console.log("  secrets to set for the gateway (values are never copied or printed):");
+    for (const s of secrets) {
+      console.log(`    ${s.name}: upstreams.${s.upstream}.headers.${s.header}; ${s.why}`);
+      console.log(`      dev:    export ${s.name}=…   (portcullis dev passes it to the gateway)`);
+      console.log(`      deploy: npx wrangler secret put ${s.name}`);
+    }
+  }
+  if (clientChanged) {
+    console.log(
+      backupExisted
+        ? `  backup: ${backup} kept as it was (from the first import; never overwritten)`
+        : `  backup: ${would}write ${backup} (portcullis restore --client ${client}${a.path ? ` --path ${a.path}` : ""} puts it back)`,
+    );
+    console.log(`  ${would}rewrite ${FORMATS[client].key} in ${file} to one "${ENTRY}" entry at ${gateway}; every other key kept`);
+  } else console.log(`  ${file} already has only the "${ENTRY}" entry: not changed`);
+  if (client === "claude-desktop")
+    console.log(`  Claude Desktop cannot read your shell's environment: put an agent grant (${mintLine(gateway)}) in ${ENTRY}.env.${AGENT_TOKEN} of ${file}`);
+  else console.log(`  the client sends ${AGENT_TOKEN} from its environment: export ${AGENT_TOKEN}=$(${mintLine(gateway)})`);
+  console.log(`  (an agent grant, in ${AGENT_TOKEN} only: ${OPERATOR_TOKEN} holds the operator CLI's admin and approver grants)`);
+  console.log(`  to connect Claude Code by hand instead:\n    ${connectLine(gateway)}`);
+  if (added.length && !dry) console.log(`  next: portcullis doctor --config ${configFile}`);
+  return 0;
+}
+
+async function restoreCommand(a: Options<typeof RESTORE_OPTIONS>): Promise<number> {
+  if (a.help) return help("restore");
+  const client = clientOf(a, { required: true });
+  const file = fileOf(client, a);
+  const backup = `${file}${BACKUP_SUFFIX}`;
+  if (!existsSync(backup)) throw new Failure(`no backup at ${backup}: nothing to restore (import writes it)`);
+  try {
+    copyFileSync(backup, file);
+  } catch (e) {
+    throw new Failure(`cannot restore ${file} from ${backup} (${codeOf(e)}); the backup is kept`);
+  }
+  rmSync(backup);
+  if (a.json) console.log(JSON.stringify({ client, file, restoredFrom: backup }));
+  else console.log(`portcullis restore ${client}: ${file} is back as it was before the import (${backup} removed)`);
+  return 0;
+}
+
+type Described = { server: string; where: string; kind: Server["kind"]; url?: string; command?: string | undefined };
+
+async function doctorCommand(a: Options<typeof DOCTOR_OPTIONS>): Promise<number> {
+  if (a.help) return help("doctor");
+  const only = clientOf(a, { required: false });
+  const gateway = gatewayUrlOf(a);
+  const targets: { client: Client; file: string }[] = [];
+  if (only) {
+    const paths = a.path !== undefined ? [resolve(a.path)] : FORMATS[only].paths();
+    const found = paths.filter((p) => existsSync(p));
+    // A named client with no file at all is a client with no gateway entry.
+    for (const p of found.length ? found : paths.slice(0, 1)) targets.push({ client: only, file: p });
+  } else {
+    for (const c of CLIENTS) for (const p of FORMATS[c].paths()) if (existsSync(p) && !targets.some((t) => t.file === p)) targets.push({ client: c, file: p });
+  }
+  const reports = targets.map(({ client, file }) => {
+    const r = { client, file, exists: existsSync(file), gateway: [] as Described[], ungoverned: [] as Described[], problems: [] as string[] };
+    if (!r.exists) {
+      r.problems.push(`no config file: ${client} does not reach the gateway (portcullis import --client ${client}, or add the "${ENTRY}" entry)`);
+      return r;
+    }
+    try {
+      const { servers } = serversOf(client, readClientFile(file));
+      for (const s of servers) {
+        const desc: Described = { server: s.name, where: s.where, kind: s.kind, ...(s.url ? { url: safeUrl(s.url) } : { command: s.command }) };
+        if (isGatewayEntry(s, gateway)) {
+          r.gateway.push(desc);
+          // An agent started from an operator's shell would send the operator's admin or approver grant.
+          if (s.readsOperatorToken)
+            r.problems.push(
+              `the "${ENTRY}" entry (${s.where}) reads ${OPERATOR_TOKEN}, the operator CLI's variable: an agent started from an operator's shell runs with that grant; make it read ${AGENT_TOKEN} (portcullis import --client ${client} rewrites the entry)`,
+            );
+        } else r.ungoverned.push(desc);
+      }
+      // A file with no gateway entry matters when it names servers, or when this client was asked about.
+      if (r.gateway.length === 0 && (servers.length || only)) r.problems.push(`no "${ENTRY}" entry: this client does not reach the gateway`);
+    } catch (e) {
+      if (!(e instanceof Failure)) throw e;
+      r.problems.push(e.message);
+    }
+    return r;
+  });
+  const ok = reports.length > 0 && reports.every((r) => r.problems.length === 0 && r.ungoverned.length === 0);
+  if (a.json) {
+    console.log(JSON.stringify({ ok, gateway, clients: reports }, null, 2));
+    return ok ? 0 : 1;
+  }
+  if (reports.length === 0) {
+    console.log(
+      `portcullis doctor --clients: no client config found at the default paths; give --client C [--path FILE], or connect one:\n  ${connectLine(gateway)}`,
+    );
+    return 1;
+  }
+  for (const r of reports) {
+    const bad = r.problems.length + r.ungoverned.length;
+    console.log(`${r.client}: ${r.file}: ${bad ? "PROBLEMS" : `ok (${r.gateway.map((g) => g.where).join(", ")})`}`);
+    for (const u of r.ungoverned)
+      console.log(`  UNGOVERNED ${u.server} (${u.where}, ${u.kind}${u.url ? ` ${u.url}` : ` ${u.command}`}): reached directly, not through the gateway`);
+    for (const p of r.problems) console.log(`  MISSING ${p}`);
+  }
+  if (!ok) console.log(`fix: portcullis import --client C moves HTTP servers behind the gateway; or connect by hand:\n  ${connectLine(gateway)}`);
+  return ok ? 0 : 1;
+}
+
+const COMMANDS: Record<string, (argv: string[]) => Promise<number>> = {
+  import: (argv) => importCommand(parseOptions(argv, IMPORT_OPTIONS)),
+  restore: (argv) => restoreCommand(parseOptions(argv, RESTORE_OPTIONS)),
+  doctor: (argv) => doctorCommand(parseOptions(argv, DOCTOR_OPTIONS)),
+};
+
+/** Runs `portcullis import|restore|doctor --clients <argv…>` (argv after the command); the exit code. */
+export async function clientsCommand(cmd: string, argv: string[]): Promise<number> {
+  const run = Object.hasOwn(COMMANDS, cmd) ? COMMANDS[cmd] : undefined;
+  if (!run) {
+    console.error(`portcullis: unknown command ${cmd}\n${HELP.import}`);
+    return 2;
+  }
+  const label = cmd === "doctor" ? "portcullis doctor --clients" : `portcullis ${cmd}`;
+  return exitCodeOf(label, async () => {
+    try {
+      return await run(argv);
+    } catch (e) {
+      if (!(e instanceof Failure)) throw e;
+      console.error(`${label}: ${e.message}`);
+      return 1;
+    }
+  });
+}

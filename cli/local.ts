@@ -1,0 +1,186 @@
+/**
+ * The local config commands: `dev --config FILE [--port N] [--force]` (a gateway on workerd via
+ * wrangler with that config, after its rules are checked against the upstreams' real tool lists;
+ * the classification banner once it is up), `check --config FILE` (validate a config: every
+ * problem, and the rules that name no mapped tool as warnings) and `doctor --config FILE`
+ * (the static doctor: schema, policy and each upstream's egress from where it will run). Owns these
+ * commands' flags, output and exit codes (0 ok, 1 invalid or refused, 2 usage), and the usage of
+ * `check` and `doctor` in all their forms (`check --self-probe` and `doctor --live` run in
+ * cli/self-probe.ts and cli/doctor-live.ts). Light to load: what a command needs is loaded when it runs.
+ * Must never: print a secret value (problems name variables, not values), or put one on a command
+ * line (the gateway gets the secrets the config names through its private env file).
+ */
+import type { GatewayConfig } from "../src/config/load.ts";
+import { commandOptions, FLAG, HELP_OPTION, namesOf, portOf, STRING, usageError } from "./args.ts";
+import { messageOf, Refused } from "./gateway-http.ts";
+import { devSigningKey, gatewayOrigin, startGateway, stopChildrenOnSignal } from "./gateway-start.ts";
+
+export const HELP = {
+  dev: `usage: portcullis dev --config FILE [--port N] [--force]
+  a local gateway (wrangler dev on workerd, local D1 and Durable Objects) with that config, on
+  http://127.0.0.1:N/mcp; policy and mappings_dir are relative to FILE; every \${NAME} the config
+  names goes to the gateway from this environment. Before it starts, the policy is checked against
+  the upstreams' real tool lists (as doctor --live does): in enforce, a deny or require_approval rule,
+  or an obligation, that matches no tool stops it (exit 1, each rule named with the nearest real
+  names); other rules that match nothing are warnings. Prints the classification banner once it is up.
+  --config FILE  the portcullis.yaml (validated first: every problem printed, exit 1)
+  --port N       its port on 127.0.0.1 (default 8787)
+  --force        start although a rule matches no real tool
+exit: 1 an invalid config or a rule that matches nothing in enforce, 2 usage; otherwise the gateway's
+exit code once it stops`,
+  check: `usage: portcullis check --config FILE [--json]
+       portcullis check --self-probe [--timeout 180s] [--verbose] [--json]
+  --config FILE   validate a config and report every problem (exit 0 ok, 1 invalid); with --json,
+                  print {ok, config, problems}
+  --self-probe    prove that this build fails closed: starts a recording upstream and a local gateway
+                  (wrangler dev on a free 127.0.0.1 port, a fresh signing key, its state in a temporary
+                  directory) and sends a real tools/call as a grant whose team is not a valid ledger
+                  chain name, so the gateway cannot write the call's decision to the ledger before
+                  forwarding it (the write-ahead). PASS when that call is refused by the ledger step and
+                  the upstream saw no tools/call, and a control call with a writable ledger then reaches
+                  the upstream (so the refusal was the ledger's, not a broken setup).
+  --timeout       how long the gateway may take to start (default 180s)
+  --verbose       show the gateway's own output
+  --json          print the report as JSON
+exit: 0 PASS, 1 FAIL (or an invalid config), 2 usage, 3 the probe could not be run (the gateway did not start)`,
+  doctor: `usage: portcullis doctor --config FILE [--local|--deployed] [--live [--timeout 5s]] [--json]
+       portcullis doctor --clients ...  (portcullis doctor --clients --help)
+  Checks the config statically (schema, mappings, policy, each upstream's egress: every problem at
+  once). --live also contacts each upstream from this machine as an MCP client (server/discover,
+  else initialize, then tools/list; the config's headers with \${NAME} from this environment; no
+  redirect followed) and reports whether it answered. An upstream the egress rules refuse is not
+  contacted. An upstream with per-principal credentials that refuses this command's missing
+  credential (401/403) counts as reachable. With every upstream's tool list in hand, --live also
+  checks the policy against them: a rule (or history query) that matches no real tool is named,
+  with the nearest real names; in enforce a deny or require_approval rule, or one with
+  obligations, that matches nothing is a problem (exit 1), otherwise a warning.
+  --local / --deployed  where the gateway will run (default: local unless auth.required is true)
+  --timeout             per upstream, with --live (default 5s)
+  --json                print {ok, config, where, problems} (and upstreams, warnings, unmatched_rules, with --live)
+exit: 0 sound (and every upstream reachable), 1 a problem or an unreachable upstream, 2 usage`,
+};
+
+const DEV_OPTIONS = { config: STRING, port: STRING, force: FLAG, ...HELP_OPTION } as const;
+const CHECK_OPTIONS = { config: STRING, json: FLAG, ...HELP_OPTION } as const;
+const DOCTOR_OPTIONS = { config: STRING, local: FLAG, deployed: FLAG, json: FLAG, ...HELP_OPTION } as const;
+
+/** The options of `dev`, `check --config` and `doctor --config` (help.test.ts checks their --help names them all). */
+export const KNOWN = { dev: namesOf(DEV_OPTIONS), check: namesOf(CHECK_OPTIONS), doctor: namesOf(DOCTOR_OPTIONS) };
+
+/** The classification banner once the gateway answers /healthz (cli/classify.ts startBanner); never fails the command. */
+export function classificationBanner(opts: { cfg?: GatewayConfig; configText?: string; origin: string }): Promise<void> {
+  return import("./classify.ts")
+    .then(({ startBanner }) => startBanner(opts))
+    .catch((e: unknown) => console.log(`portcullis: no classification banner (${messageOf(e)})`));
+}
+
+/**
+ * `dev`'s check before the gateway starts: the policy of FILE against its upstreams' real tool
+ * lists (cli/reload.ts checkRulesBeforeReload, in dev's words). In enforce, a rule that should stop calls and
+ * matches no tool stops `dev` (exit 1) unless `force`: nothing is served under a policy that says
+ * deny while the gateway would allow. Unchecked (an upstream not answering) and other unmatched
+ * rules are printed and the gateway starts.
+ */
+async function rulesBeforeStart(file: string, force: boolean): Promise<void> {
+  const { checkRulesBeforeReload } = await import("./reload.ts");
+  const words = {
+    command: "portcullis dev",
+    unchecked: "; the gateway reports them once it lists them (/readyz, the ledger)",
+    forced: "starting",
+    refused: "not started",
+    after: "",
+    fix: `fix the rule's match in ${file}`,
+  };
+  try {
+    await checkRulesBeforeReload(file, { force, words });
+  } catch (e) {
+    if (e instanceof Refused) process.exit(1);
+    throw e;
+  }
+}
+
+/**
+ * For `dev`: the secrets the config names — each `${NAME}` in its text (which `validate` just
+ * resolved from this environment) and its credentials key — as this environment holds them, to
+ * go to the gateway with its other vars (wrangler reads no .dev.vars or .env beside the env file).
+ * The vars `startGateway` sets itself are left out.
+ */
+function secretsFromEnv(text: string, cfg: GatewayConfig): Record<string, string> {
+  // `${NAME}` and `${NAME:-fallback}` (the syntax of src/config/load.ts): NAME goes along when set; unset, the Worker falls back.
+  const names = new Set([...text.matchAll(/\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-[^}]*)?\}/g)].map((m) => m[1] ?? ""));
+  if (cfg.credentialsKeySecret) names.add(cfg.credentialsKeySecret);
+  const out: Record<string, string> = {};
+  for (const name of names) {
+    if (["PORTCULLIS_CONFIG", "PORTCULLIS_ORIGIN", "PORTCULLIS_SIGNING_KEY"].includes(name)) continue;
+    const value = process.env[name];
+    if (typeof value === "string") out[name] = value;
+  }
+  return out;
+}
+
+const problemList = (problems: string[]) => problems.map((p) => `  - ${p}`).join("\n");
+
+/** `portcullis dev …`: runs the gateway until it stops (this process exits with it). */
+export async function devCommand(argv: string[]): Promise<void> {
+  const a = commandOptions("dev", argv, DEV_OPTIONS, HELP.dev);
+  if (typeof a.config !== "string") usageError("dev", "give --config FILE");
+  const port = portOf("dev", a.port, 8787);
+  const { configFileText, validate } = await import("./validate.ts");
+  const v = await validate(a.config, { text: configFileText("dev", a.config) });
+  if (!v.ok) {
+    console.error(`${a.config}: invalid\n${problemList(v.problems)}`);
+    process.exit(1);
+  }
+  await rulesBeforeStart(a.config, a.force === true);
+  const child = startGateway({ configText: v.text, port, signingKey: await devSigningKey(), extraVars: secretsFromEnv(v.text, v.cfg) });
+  console.log(`portcullis: gateway on http://127.0.0.1:${port}/mcp`);
+  stopChildrenOnSignal([child]);
+  child.on("exit", (code) => process.exit(code ?? 0));
+  void classificationBanner({ cfg: v.cfg, origin: gatewayOrigin("127.0.0.1", port) });
+}
+
+/** `portcullis check --config FILE [--json]`: exit 0 ok (warnings printed), 1 invalid. */
+export async function checkCommand(argv: string[]): Promise<void> {
+  const a = commandOptions("check", argv, CHECK_OPTIONS, HELP.check);
+  if (typeof a.config !== "string") usageError("check", "give --config FILE (or --self-probe)");
+  const { configFileText, validate } = await import("./validate.ts");
+  const v = await validate(a.config, { text: configFileText("check", a.config) });
+  // Rules, obligations and history queries that name no tool the mappings name: warnings (doctor --live and reload check the real lists).
+  const { mappedCoverage } = await import("./doctor-live.ts");
+  const warnings = v.ok ? (await mappedCoverage(v.cfg)).map((u) => u.line) : [];
+  if (a.json) {
+    console.log(JSON.stringify({ ok: v.ok, config: a.config, problems: v.ok ? [] : v.problems, warnings }, null, 2));
+    process.exit(v.ok ? 0 : 1);
+  }
+  if (v.ok) {
+    console.log(`${a.config}: ok`);
+    for (const w of warnings) console.log(`  warning: ${w}`);
+    return;
+  }
+  console.error(`${a.config}: invalid\n${problemList(v.problems)}`);
+  process.exit(1);
+}
+
+/** `portcullis doctor --config FILE [--local|--deployed] [--json]`: exit 0 sound, 1 refused. */
+export async function doctorCommand(argv: string[]): Promise<void> {
+  const a = commandOptions("doctor", argv, DOCTOR_OPTIONS, HELP.doctor);
+  if (typeof a.config !== "string") usageError("doctor", "give --config FILE (or --clients, for the MCP clients on this machine)");
+  if (a.local && a.deployed) usageError("doctor", "--local and --deployed: give one");
+  // Where will it run? --local: on loopback (portcullis dev); --deployed: on a public hostname.
+  // Default: a config that allows unauthenticated use is a local one.
+  const { configFileText, validate } = await import("./validate.ts");
+  const text = configFileText("doctor", a.config);
+  const local = a.local === true ? true : a.deployed === true ? false : !/^\s*required:\s*true\b/m.test(text);
+  const v = await validate(a.config, { onLoopback: local, secrets: "static", text });
+  const where = local ? "served on loopback" : "deployed";
+  if (a.json) {
+    console.log(JSON.stringify({ ok: v.ok, config: a.config, where, problems: v.ok ? [] : v.problems }, null, 2));
+    process.exit(v.ok ? 0 : 1);
+  }
+  if (v.ok) {
+    console.log(`${a.config}: sound (${where}; ${v.cfg.upstreams.length} upstream${v.cfg.upstreams.length === 1 ? "" : "s"})`);
+    return;
+  }
+  console.error(`${a.config}: refused (${where})\n${problemList(v.problems)}`);
+  process.exit(1);
+}
