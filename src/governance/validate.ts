@@ -65,6 +65,22 @@ function compile(key: string, schema: JsonObject): Compiled {
   return c;
 }
 
+/**
+ * The schemas a validation may reference, watched: whether the last one it asked for was not
+ * there (a reference outside the schema, which is never fetched: the validator then throws).
+ */
+function watched(lookup: Record<string, Schema | boolean>): { lookup: Record<string, Schema | boolean>; lastMissed: boolean } {
+  const seen = { lookup, lastMissed: false };
+  seen.lookup = new Proxy(lookup, {
+    get(target, key, receiver) {
+      const v: unknown = Reflect.get(target, key, receiver);
+      if (typeof key === "string") seen.lastMissed = v === undefined;
+      return v;
+    },
+  });
+  return seen;
+}
+
 /** Where in the instance a unit points: a JSON pointer, `/` for the root. */
 function where(u: OutputUnit): string {
   return u.instanceLocation.replace(/^#/, "") || "/";
@@ -100,14 +116,16 @@ function readable(units: OutputUnit[]): string[] {
 function check(key: string, schema: JsonObject, instance: Json, what: string): string[] {
   const c = compile(key, schema);
   if (!c.ok) return [`the ${what} cannot be compiled: ${c.error}`];
+  const seen = watched(c.lookup);
   try {
-    const r = validate(instance, c.schema, c.draft, c.lookup, false);
+    const r = validate(instance, c.schema, c.draft, seen.lookup, false);
     if (r.valid) return [];
     const problems = readable(r.errors);
     return problems.length ? problems : ["/: does not match"];
   } catch (e) {
-    const msg = firstLine(e);
-    return [`the ${what} cannot be evaluated: ${msg}${/Unresolved \$ref/.test(msg) ? " (references outside the schema are never fetched)" : ""}`];
+    // The validator throws on a $ref right after it looked the reference up and found nothing.
+    const unresolved = seen.lastMissed && !(e instanceof RangeError);
+    return [`the ${what} cannot be evaluated: ${firstLine(e)}${unresolved ? " (references outside the schema are never fetched)" : ""}`];
   }
 }
 
