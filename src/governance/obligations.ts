@@ -40,6 +40,7 @@
  */
 import type { JsonObject } from "../wire/jsonrpc.ts";
 import { historyKey, type HistoryQuery, type HistorySnapshot, type Mode, type Obligation, type Refusal } from "./steps.ts";
+import { Memo } from "../wire/memo.ts";
 
 /** The refusal check every obligation problem names. */
 export const OBLIGATION_CHECK = "obligation";
@@ -144,7 +145,7 @@ export function parseObligation(spec: string): Obligation | string {
   return arg === undefined ? { kind, spec } : { kind, arg, spec };
 }
 
-const compiledCache = new Map<string, Compiled | string>();
+const compiledCache = new Memo<string, Compiled | string>({ max: 4096 });
 export const specOf = (o: Obligation): string => (typeof o?.spec === "string" ? o.spec : String(o?.kind));
 
 /** The handler's form of `o`, or why this gateway cannot apply it (unknown kind, unusable argument). */
@@ -159,7 +160,6 @@ export function compile(o: Obligation): Compiled | string {
     const c = HANDLERS[o.kind](o.arg);
     out = typeof c === "string" ? `cannot be applied: ${c}` : ({ kind: o.kind, spec: specOf(o), ...c } as Compiled);
   }
-  if (compiledCache.size > 4096) compiledCache.clear();
   compiledCache.set(key, out);
   return out;
 }

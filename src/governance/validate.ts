@@ -18,6 +18,7 @@
 import { dereference, type OutputUnit, type Schema, type SchemaDraft, validate } from "@cfworker/json-schema";
 import type { Json, JsonObject } from "../wire/jsonrpc.ts";
 import type { Refusal, Target, ToolMapping } from "./steps.ts";
+import { Memo } from "../wire/memo.ts";
 
 /** How many problems a reason names. */
 export const MAX_PROBLEMS = 5;
@@ -26,7 +27,8 @@ const MAX_COMPILED = 256;
 
 type Compiled = { ok: true; schema: Schema; lookup: Record<string, Schema | boolean>; draft: SchemaDraft } | { ok: false; error: string };
 
-const compiled = new Map<string, Compiled>();
+/** Least recently used first out. */
+const compiled = new Memo<string, Compiled>({ max: MAX_COMPILED, lru: true });
 
 /** The dialect a schema declares; 2020-12 when it names none or one this validator does not know. */
 export function draftOf(schema: JsonObject): SchemaDraft {
@@ -44,11 +46,7 @@ function firstLine(e: unknown): string {
 
 function compile(key: string, schema: JsonObject): Compiled {
   const hit = compiled.get(key);
-  if (hit) {
-    compiled.delete(key);
-    compiled.set(key, hit);
-    return hit;
-  }
+  if (hit) return hit;
   let c: Compiled;
   try {
     const copy = structuredClone(schema) as Schema;
@@ -57,11 +55,6 @@ function compile(key: string, schema: JsonObject): Compiled {
     c = { ok: false, error: firstLine(e) };
   }
   compiled.set(key, c);
-  while (compiled.size > MAX_COMPILED) {
-    const oldest = compiled.keys().next().value;
-    if (oldest === undefined) break;
-    compiled.delete(oldest);
-  }
   return c;
 }
 

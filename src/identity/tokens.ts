@@ -16,6 +16,7 @@ import { decodeCanonical, encode } from "./base64url.ts";
 import { checkClaims, type ForeignClaim } from "./claims.ts";
 import type { Budget, Grant, Role } from "../config/roles.ts";
 import { GRANT_ALG, KID_PATTERN, type KeySet } from "./keys.ts";
+import { Memo } from "../wire/memo.ts";
 
 export { ROLES, hasRole, isRole } from "../config/roles.ts";
 export type { Budget, Grant, Role } from "../config/roles.ts";
@@ -167,7 +168,7 @@ function checkHeader(h: Record<string, unknown>, keys: KeySet): { key: CryptoKey
 
 /** Tokens one verification key remembers as correctly signed, at most (the oldest is dropped first). */
 export const SIGNATURE_MEMO_MAX = 1024;
-const goodSignatures = new WeakMap<CryptoKey, Set<string>>();
+const goodSignatures = new WeakMap<CryptoKey, Memo<string, true>>();
 
 /**
  * Whether `token` (its exact text) was already verified as signed by `key` in this isolate. A
@@ -179,13 +180,12 @@ function signatureKnownGood(key: CryptoKey, token: string): boolean {
   return goodSignatures.get(key)?.has(token) === true;
 }
 function rememberGoodSignature(key: CryptoKey, token: string): void {
-  let set = goodSignatures.get(key);
-  if (!set) {
-    set = new Set();
-    goodSignatures.set(key, set);
+  let known = goodSignatures.get(key);
+  if (!known) {
+    known = new Memo({ max: SIGNATURE_MEMO_MAX });
+    goodSignatures.set(key, known);
   }
-  if (set.size >= SIGNATURE_MEMO_MAX) set.delete(set.values().next().value as string);
-  set.add(token);
+  known.set(token, true);
 }
 
 async function verify(token: unknown, keys: KeySet, opts: VerifyOptions): Promise<VerifyResult> {

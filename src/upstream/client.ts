@@ -46,6 +46,7 @@ export {
   UpstreamSessionGone,
   UpstreamUncertain,
 } from "./exchange.ts";
+import { Memo } from "../wire/memo.ts";
 
 /**
  * Sends one request upstream and yields every message that arrives for it, ending with its
@@ -214,19 +215,17 @@ async function discoverModern(up: UpstreamConfig): Promise<JsonObject | null> {
   }
 }
 
-interface Verdict {
-  discover: JsonObject | null;
-  at: number;
-}
-const verdicts = new Map<string, Verdict>();
+/** Verdicts per upstream and URL: a modern one is kept, a legacy one re-checked after VERDICT_TTL_MS. */
 const VERDICT_TTL_MS = 60_000;
+const MAX_VERDICTS = 1000;
+const verdicts = new Memo<string, { discover: JsonObject | null }>({ max: MAX_VERDICTS });
 
 /** Whether the upstream speaks 2026-07-28 (cached per isolate; legacy verdicts are re-checked after a minute). */
 export async function modernDiscovery(up: UpstreamConfig): Promise<JsonObject | null> {
   const key = `${up.name} ${up.url}`;
   const v = verdicts.get(key);
-  if (v && (v.discover || Date.now() - v.at < VERDICT_TTL_MS)) return v.discover;
+  if (v) return v.discover;
   const discover = await discoverModern(up);
-  verdicts.set(key, { discover, at: Date.now() });
+  verdicts.set(key, { discover }, { ttlMs: discover ? null : VERDICT_TTL_MS });
   return discover;
 }
