@@ -10,6 +10,7 @@
 import { hmac } from "@noble/hashes/hmac.js";
 import { sha256 } from "@noble/hashes/sha2.js";
 import { utf8ToBytes } from "@noble/hashes/utils.js";
+import { Memo } from "../wire/memo.ts";
 
 /** The session cookie's name (`__Host-`: Secure, Path=/, no Domain — the browser enforces it). */
 export const SESSION_COOKIE = "__Host-portcullis";
@@ -49,14 +50,14 @@ function base64url(bytes: Uint8Array): string {
   return btoa(s).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
 }
 
-const keys = new Map<string, Uint8Array>();
+/** The key of the one secret in use (a new secret replaces it). */
+const keys = new Memo<string, Uint8Array>({ max: 1 });
 
 /** The CSRF key: SHA-256 over a label and the signing-key secret (never the secret itself). */
 function csrfKey(secret: string): Uint8Array {
   let k = keys.get(secret);
   if (!k) {
     k = sha256(utf8ToBytes(`portcullis console csrf v1\n${secret}`));
-    keys.clear();
     keys.set(secret, k);
   }
   return k;

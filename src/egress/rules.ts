@@ -9,6 +9,7 @@
  */
 import { classifyHostLiteral, isMetadataName, isUnder } from "../wire/hosts.ts";
 import type { EgressRules } from "../config/egress-schema.ts";
+import { Memo } from "../wire/memo.ts";
 
 export interface EgressContext {
   /** True when the gateway itself listens on loopback (local dev); gates `allow_loopback`. */
@@ -172,7 +173,7 @@ function classifyName(name: string, rules: EgressRules): HostClass {
 
 /** Hostnames whose class one rules object keeps (per config version: a reload brings a new object). */
 const HOST_MEMO_MAX = 256;
-const hostMemo = new WeakMap<EgressRules, Map<string, HostClass>>();
+const hostMemo = new WeakMap<EgressRules, Memo<string, HostClass>>();
 
 /**
  * The class of `hostname` under `rules`, computed once per rules object and hostname: the class
@@ -182,13 +183,12 @@ const hostMemo = new WeakMap<EgressRules, Map<string, HostClass>>();
 function classifyHost(hostname: string, rules: EgressRules): HostClass {
   let memo = hostMemo.get(rules);
   if (!memo) {
-    memo = new Map();
+    memo = new Memo({ max: HOST_MEMO_MAX });
     hostMemo.set(rules, memo);
   }
   const known = memo.get(hostname);
   if (known) return known;
   const found = classifyHostUncached(hostname, rules);
-  if (memo.size >= HOST_MEMO_MAX) memo.delete(memo.keys().next().value as string);
   memo.set(hostname, found);
   return found;
 }

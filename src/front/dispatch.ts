@@ -87,13 +87,13 @@ async function toolsCall(ctx: CallContext, msg: JsonRpcRequest): Promise<Outcome
   const answer = await governToolCall(governance(ctx), toolCallOf(ctx, msg, governed));
   const target = splitName(ctx.cfg.upstreams, name);
   const out = target ? exposeTask(target.up, answer) : answer;
-  return governed === name ? out : unknownAsSent(out, governed, name);
+  return governed === name || !answer.unknownTool ? out : unknownAsSent(out, name);
 }
 
-/** On a route, an unknown tool is named as the client sent it (the governed name is /mcp's spelling of it). */
-function unknownAsSent(out: Outcome, governed: string, name: string): Outcome {
+/** On a route, the gateway's unknown-tool answer names the tool as the client sent it (the governed name is /mcp's spelling of it). */
+function unknownAsSent(out: Outcome, name: string): Outcome {
   const err = out.response.error;
-  if (!err || err.code !== ErrorCode.InvalidParams || err.message !== `Unknown tool: ${governed}`) return out;
+  if (!err) return out;
   return { ...out, response: { ...out.response, error: { ...err, message: `Unknown tool: ${name}` } } };
 }
 

@@ -16,6 +16,8 @@ import type { Decision, LegResult, Receipt, Refusal, ToolCall } from "./steps.ts
 export interface Answer {
   response: JsonRpcResponse;
   status: number;
+  /** The gateway's own "Unknown tool" answer (unknownTool), never an upstream's: a front may name the tool as its client spelled it. */
+  unknownTool?: true;
 }
 
 /** The `_meta` key under which an answer carries its ledger receipt. */
@@ -24,7 +26,7 @@ export const RECEIPT_META = "portcullis/receipt";
 export class StepFailed extends Error {
   readonly step: string;
   constructor(step: string, cause: unknown) {
-    super(`the ${step} step could not answer (${cause instanceof Error ? cause.message : String(cause)})`);
+    super(`the ${step} step could not answer (${cause instanceof Error ? cause.message : String(cause)})`, { cause });
     this.step = step;
   }
 }
@@ -42,6 +44,7 @@ export const result = (call: ToolCall, r: JsonObject): Answer => ({ response: { 
 export const unknownTool = (call: ToolCall): Answer => ({
   response: errorResponse(call.request.id, ErrorCode.InvalidParams, `Unknown tool: ${call.exposedName}`),
   status: 200,
+  unknownTool: true,
 });
 /** A refusal is a tool result the model can read (isError), never a protocol error: what refused, by which rule, the record, who to ask. */
 export function refused(call: ToolCall, r: Refusal, blockedId?: string | null): Answer {

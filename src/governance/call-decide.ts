@@ -10,7 +10,7 @@ import type { ToolCatalog } from "./catalog-entry.ts";
 import { type Answer, notAnswered, StepFailed, step, unknownTool } from "./call-answers.ts";
 import { classifyTool } from "./classify.ts";
 import { grantAllowsTool, toolAllowed } from "./grant-scope.ts";
-import { obligationProblems, obligationQueries } from "./obligations.ts";
+import { obligationFailures, obligationQueries } from "./obligations.ts";
 import {
   CatalogUnreadable,
   type Classification,
@@ -125,14 +125,14 @@ export async function decideCall(deps: GovernanceDeps, call: ToolCall): Promise<
   const rates = rateQueries.length
     ? await step("history", () => deps.history.snapshot(call.principal.sub, call.principal.jti, call.runId, rateQueries, now))
     : NO_HISTORY_ANSWERS;
-  const problems = obligationProblems(decision.obligations, { exposedName: call.exposedName, identity, history: rates });
-  // enforce: the first problem refuses the call before dispatch.
-  if (problems.length && decision.mode === "enforce") return { kind: "refused", refusal: problems[0]! };
-  if (problems.length) {
-    // observe/advise: an obligation that cannot be met is recorded, and not applied.
-    // (each problem's reason quotes its obligation's spec).
-    decision = violation(decision, problems[0]!);
-    decision = { ...decision, obligations: decision.obligations.filter((o) => !problems.some((p) => p.reason.includes(`"${o.spec}"`))) };
+  const failures = obligationFailures(decision.obligations, { exposedName: call.exposedName, identity, history: rates });
+  // enforce: the first failure refuses the call before dispatch.
+  if (failures.length && decision.mode === "enforce") return { kind: "refused", refusal: failures[0]!.refusal };
+  if (failures.length) {
+    // observe/advise: an obligation that cannot be met is recorded, and not applied (that obligation, by identity).
+    decision = violation(decision, failures[0]!.refusal);
+    const failed = new Set(failures.map((f) => f.obligation));
+    decision = { ...decision, obligations: decision.obligations.filter((o) => !failed.has(o)) };
   }
   return { kind: "proceed", target: t, classification, mapping, decision };
 }

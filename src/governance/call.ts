@@ -45,7 +45,7 @@ export async function governToolCall(deps: GovernanceDeps, call: ToolCall): Prom
 
 /** A step that could not answer refuses the call (fail closed), on the record when the ledger takes it. */
 async function stepRefused(deps: GovernanceDeps, call: ToolCall, e: StepFailed): Promise<Answer> {
-  const refusal: Refusal = { check: e.step, reason: `${e.message}; the call was refused to fail closed` };
+  const refusal: Refusal = { check: e.step, reason: `${e.message}; the call was refused to fail closed`, cause: e.cause };
   const id = await deps.ledger.blocked(call, refusal).catch(() => null);
   return refused(call, refusal, id);
 }

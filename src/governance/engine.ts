@@ -11,6 +11,7 @@ import type { Principal } from "../config/principal.ts";
 import { budgetLimits, type CompiledPolicy, compilePolicy, evaluate, historyQueries, listVerdict, namesTool } from "./policy.ts";
 import type { Classification, DecisionInput, Mappings, Policy, Target } from "./steps.ts";
 import { toolGlobMatch } from "../wire/glob.ts";
+import { Memo } from "../wire/memo.ts";
 
 const compiled = new WeakMap<object, CompiledPolicy>();
 const engines = new WeakMap<object, Policy>();
@@ -53,14 +54,13 @@ function recordsCallOf(p: CompiledPolicy): (exposedName: string, upstream: strin
   const counted = p.rules.flatMap((r) => r.historyQueries);
   // Rate limits count the call's own tool by its stable identity (obligations.ts): every call a rate-limited rule could match is kept.
   const rateLimited = p.rules.filter((r) => r.obligations.some((o) => o.kind === "rate_limit"));
-  const memo = new Map<string, boolean>();
+  const memo = new Memo<string, boolean>({ max: 4096 });
   return (name, upstream, tool) => {
     const key = `${upstream}\u0000${tool}\u0000${name}`;
     let hit = memo.get(key);
     if (hit === undefined) {
       const call = { exposed: name, upstream, tool };
       hit = counted.some((q) => toolGlobMatch(q, call)) || rateLimited.some((r) => namesTool(r, call));
-      if (memo.size >= 4096) memo.clear();
       memo.set(key, hit);
     }
     return hit;

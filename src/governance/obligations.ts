@@ -40,6 +40,7 @@
  */
 import type { JsonObject } from "../wire/jsonrpc.ts";
 import { historyKey, type HistoryQuery, type HistorySnapshot, type Mode, type Obligation, type Refusal } from "./steps.ts";
+import { Memo } from "../wire/memo.ts";
 
 /** The refusal check every obligation problem names. */
 export const OBLIGATION_CHECK = "obligation";
@@ -144,7 +145,7 @@ export function parseObligation(spec: string): Obligation | string {
   return arg === undefined ? { kind, spec } : { kind, arg, spec };
 }
 
-const compiledCache = new Map<string, Compiled | string>();
+const compiledCache = new Memo<string, Compiled | string>({ max: 4096 });
 export const specOf = (o: Obligation): string => (typeof o?.spec === "string" ? o.spec : String(o?.kind));
 
 /** The handler's form of `o`, or why this gateway cannot apply it (unknown kind, unusable argument). */
@@ -159,7 +160,6 @@ export function compile(o: Obligation): Compiled | string {
     const c = HANDLERS[o.kind](o.arg);
     out = typeof c === "string" ? `cannot be applied: ${c}` : ({ kind: o.kind, spec: specOf(o), ...c } as Compiled);
   }
-  if (compiledCache.size > 4096) compiledCache.clear();
   compiledCache.set(key, out);
   return out;
 }
@@ -202,33 +202,39 @@ export function obligationQueries(obligations: Obligation[], identity: ToolIdent
   return [...out.values()];
 }
 
+/** An obligation that stops this call, and the refusal that says why. */
+export interface ObligationFailure {
+  /** The obligation itself (the decision's own object): what observe and advise leave unapplied. */
+  obligation: Obligation;
+  refusal: Refusal;
+}
+
 /**
- * Every reason the obligations stop this call, whatever the mode: an obligation this gateway
+ * Every obligation that stops this call, whatever the mode, with its reason: one this gateway
  * cannot apply, a rate limit reached, a rate limit whose count the snapshot lacks (fail closed).
  * In observe and advise these are what enforce would have refused (recorded, not applied).
  */
-export function obligationProblems(obligations: Obligation[], facts: DispatchFacts): Refusal[] {
-  const out: Refusal[] = [];
+export function obligationFailures(obligations: Obligation[], facts: DispatchFacts): ObligationFailure[] {
+  const out: ObligationFailure[] = [];
+  const fail = (obligation: Obligation, reason: string) => out.push({ obligation, refusal: { check: OBLIGATION_CHECK, reason } });
   for (const o of obligations) {
     const c = compile(o);
     if (typeof c === "string") {
-      out.push({ check: OBLIGATION_CHECK, reason: `the obligation "${specOf(o)}" ${c}; the call was not sent` });
+      fail(o, `the obligation "${specOf(o)}" ${c}; the call was not sent`);
       continue;
     }
     if (c.kind !== "rate_limit") continue;
     const n = facts.history?.answers?.[historyKey(rateQuery(c, facts.identity))];
-    if (typeof n !== "number")
-      out.push({
-        check: OBLIGATION_CHECK,
-        reason: `the rate limit "${c.spec}" could not be checked (history has no count for it); the call was refused to fail closed`,
-      });
+    if (typeof n !== "number") fail(o, `the rate limit "${c.spec}" could not be checked (history has no count for it); the call was refused to fail closed`);
     else if (n >= c.n)
-      out.push({
-        check: OBLIGATION_CHECK,
-        reason: `rate limit "${c.spec}" reached: ${n} call${n === 1 ? "" : "s"} of ${facts.exposedName} in the last ${c.window} (at most ${c.n})`,
-      });
+      fail(o, `rate limit "${c.spec}" reached: ${n} call${n === 1 ? "" : "s"} of ${facts.exposedName} in the last ${c.window} (at most ${c.n})`);
   }
   return out;
+}
+
+/** Every reason the obligations stop this call (`obligationFailures`' refusals, in order). */
+export function obligationProblems(obligations: Obligation[], facts: DispatchFacts): Refusal[] {
+  return obligationFailures(obligations, facts).map((f) => f.refusal);
 }
 
 /** The refusal that stops this call before dispatch: the first problem, in enforce; null in observe and advise (report `obligationProblems` there). */

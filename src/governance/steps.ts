@@ -42,6 +42,8 @@ export interface Refusal {
   rule?: string | null;
   /** Who to ask about it (the rule's owner). */
   owner?: string;
+  /** What a step that could not answer threw (never written or shown: the ledger tells its own timeout by it). */
+  cause?: unknown;
 }
 
 // ---- 5 kill switch ------------------------------------------------------------------------

@@ -18,6 +18,7 @@
 import { dereference, type OutputUnit, type Schema, type SchemaDraft, validate } from "@cfworker/json-schema";
 import type { Json, JsonObject } from "../wire/jsonrpc.ts";
 import type { Refusal, Target, ToolMapping } from "./steps.ts";
+import { Memo } from "../wire/memo.ts";
 
 /** How many problems a reason names. */
 export const MAX_PROBLEMS = 5;
@@ -26,7 +27,8 @@ const MAX_COMPILED = 256;
 
 type Compiled = { ok: true; schema: Schema; lookup: Record<string, Schema | boolean>; draft: SchemaDraft } | { ok: false; error: string };
 
-const compiled = new Map<string, Compiled>();
+/** Least recently used first out. */
+const compiled = new Memo<string, Compiled>({ max: MAX_COMPILED, lru: true });
 
 /** The dialect a schema declares; 2020-12 when it names none or one this validator does not know. */
 export function draftOf(schema: JsonObject): SchemaDraft {
@@ -44,11 +46,7 @@ function firstLine(e: unknown): string {
 
 function compile(key: string, schema: JsonObject): Compiled {
   const hit = compiled.get(key);
-  if (hit) {
-    compiled.delete(key);
-    compiled.set(key, hit);
-    return hit;
-  }
+  if (hit) return hit;
   let c: Compiled;
   try {
     const copy = structuredClone(schema) as Schema;
@@ -57,12 +55,23 @@ function compile(key: string, schema: JsonObject): Compiled {
     c = { ok: false, error: firstLine(e) };
   }
   compiled.set(key, c);
-  while (compiled.size > MAX_COMPILED) {
-    const oldest = compiled.keys().next().value;
-    if (oldest === undefined) break;
-    compiled.delete(oldest);
-  }
   return c;
+}
+
+/**
+ * The schemas a validation may reference, watched: whether the last one it asked for was not
+ * there (a reference outside the schema, which is never fetched: the validator then throws).
+ */
+function watched(lookup: Record<string, Schema | boolean>): { lookup: Record<string, Schema | boolean>; lastMissed: boolean } {
+  const seen = { lookup, lastMissed: false };
+  seen.lookup = new Proxy(lookup, {
+    get(target, key, receiver) {
+      const v: unknown = Reflect.get(target, key, receiver);
+      if (typeof key === "string") seen.lastMissed = v === undefined;
+      return v;
+    },
+  });
+  return seen;
 }
 
 /** Where in the instance a unit points: a JSON pointer, `/` for the root. */
@@ -100,14 +109,16 @@ function readable(units: OutputUnit[]): string[] {
 function check(key: string, schema: JsonObject, instance: Json, what: string): string[] {
   const c = compile(key, schema);
   if (!c.ok) return [`the ${what} cannot be compiled: ${c.error}`];
+  const seen = watched(c.lookup);
   try {
-    const r = validate(instance, c.schema, c.draft, c.lookup, false);
+    const r = validate(instance, c.schema, c.draft, seen.lookup, false);
     if (r.valid) return [];
     const problems = readable(r.errors);
     return problems.length ? problems : ["/: does not match"];
   } catch (e) {
-    const msg = firstLine(e);
-    return [`the ${what} cannot be evaluated: ${msg}${/Unresolved \$ref/.test(msg) ? " (references outside the schema are never fetched)" : ""}`];
+    // The validator throws on a $ref right after it looked the reference up and found nothing.
+    const unresolved = seen.lastMissed && !(e instanceof RangeError);
+    return [`the ${what} cannot be evaluated: ${firstLine(e)}${unresolved ? " (references outside the schema are never fetched)" : ""}`];
   }
 }
 

@@ -13,6 +13,7 @@
 import { createRemoteJWKSet, customFetch, jwtVerify } from "jose";
 import type { AccessConfig } from "../config/load.ts";
 import { type Principal, principalNameProblem, reservedNameProblem } from "../config/principal.ts";
+import { Memo } from "../wire/memo.ts";
 
 /** The header Cloudflare Access sets on requests it let through. */
 export const ACCESS_HEADER = "cf-access-jwt-assertion";
@@ -28,7 +29,8 @@ export interface AccessSignIn {
   iat: number;
 }
 
-const keySets = new Map<string, ReturnType<typeof createRemoteJWKSet>>();
+/** Key sets by certs URL (one per configured Access team; bounded). */
+const keySets = new Memo<string, ReturnType<typeof createRemoteJWKSet>>({ max: 64 });
 
 function keysFor(access: AccessConfig, fetcher: AccessFetch) {
   let set = keySets.get(access.certsUrl);

@@ -160,7 +160,7 @@ async function verify(token: string, env: Env, cfg: GatewayConfig, opts: AuthOpt
   });
   if (storeFailed) return unavailable("the revocation list could not be read; denied to fail closed");
   // A grant for another gateway (verifyGrant names its iss/aud and the expected one): say how to mint for this one.
-  if (!v.ok) return /^token (iss|aud) /.test(v.reason) ? `${v.reason}; ${mintHint(cfg)}` : v.reason;
+  if (!v.ok) return v.foreign ? `${v.reason}; ${mintHint(cfg)}` : v.reason;
   const g = v.grant;
   // One person, one name: a grant the gateway gave speaks for its canonical spelling only (reasons name no claim value).
   const badSub = principalNameProblem(g.sub, principalSpaces(cfg.auth));

@@ -42,18 +42,21 @@ function readBudget(v: unknown): Budget | string {
   return budget;
 }
 
-/** Returns the Grant, or a short reason why the claims are not acceptable. */
-export function checkClaims(p: Record<string, unknown>, c: ClaimCheck): { grant: Grant } | { reason: string } {
+/** The claim of a grant minted for another gateway: its issuer or its audience is not this gateway's. */
+export type ForeignClaim = "iss" | "aud";
+
+/** Returns the Grant, or a short reason why the claims are not acceptable (and which claim, when the grant is another gateway's). */
+export function checkClaims(p: Record<string, unknown>, c: ClaimCheck): { grant: Grant } | { reason: string; foreign?: ForeignClaim } {
   const fail = (reason: string) => ({ reason });
   if (p.iss === undefined) return fail("missing iss");
   if (typeof p.iss !== "string") return fail("malformed iss");
-  if (!c.issuers.includes(p.iss)) return fail("wrong iss");
+  if (!c.issuers.includes(p.iss)) return { reason: "wrong iss", foreign: "iss" };
   const aud = p.aud;
   if (aud === undefined) return fail("missing aud");
   const auds = typeof aud === "string" ? [aud] : Array.isArray(aud) && aud.every((a) => typeof a === "string") ? (aud as string[]) : null;
   if (auds === null) return fail("malformed aud");
   const matched = c.audiences.find((a) => auds.includes(a));
-  if (matched === undefined) return fail("wrong aud");
+  if (matched === undefined) return { reason: "wrong aud", foreign: "aud" };
   if (!isNumericDate(p.exp)) return fail("missing or malformed exp");
   if (c.now >= p.exp + c.skew) return fail("expired");
   if (!isNumericDate(p.nbf)) return fail("missing or malformed nbf");

@@ -12,10 +12,12 @@ import type { ExternalIssuer } from "../config/load.ts";
 import { ROLES } from "../config/schema.ts";
 import { type Principal, principalNameProblem, reservedNameProblem } from "../config/principal.ts";
 import type { Role } from "../config/roles.ts";
+import { Memo } from "../wire/memo.ts";
 
 export type OidcFetch = (url: string, init: RequestInit) => Promise<Response>;
 
-const jwksCache = new Map<string, ReturnType<typeof createRemoteJWKSet>>();
+/** Key sets by JWKS URL (one per configured issuer; bounded). */
+const jwksCache = new Memo<string, ReturnType<typeof createRemoteJWKSet>>({ max: 64 });
 
 function jwksFor(iss: ExternalIssuer, fetcher: OidcFetch) {
   let set = jwksCache.get(iss.jwksUrl);

@@ -18,6 +18,7 @@
 import { revocationObject } from "../../durable-objects/object-names.ts";
 import type { Env } from "../env.ts";
 import { bounded } from "../wire/bounded.ts";
+import { Memo } from "../wire/memo.ts";
 
 /** Longest an isolate serves a "not revoked" answer (ms). */
 export const REVOCATION_MAX_AGE_MS = 1000;
@@ -48,16 +49,9 @@ export function revocationCache(
   maxEntries = MAX_ENTRIES,
   readTimeoutMs = REVOCATION_READ_TIMEOUT_MS,
 ): RevocationCache {
-  const answers = new Map<string, Answer>();
-  const keep = (jti: string, a: Answer) => {
-    answers.delete(jti);
-    while (answers.size >= maxEntries) {
-      const oldest = answers.keys().next().value;
-      if (oldest === undefined) break;
-      answers.delete(oldest);
-    }
-    answers.set(jti, a);
-  };
+  // The newest answer is the newest entry; past maxEntries the oldest goes first.
+  const answers = new Memo<string, Answer>({ max: maxEntries });
+  const keep = (jti: string, a: Answer) => answers.set(jti, a);
   return {
     async isRevoked(jti) {
       const t = now();

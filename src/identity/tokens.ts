@@ -13,9 +13,10 @@
 import { compactVerify, SignJWT } from "jose";
 import type { CryptoKey } from "jose";
 import { decodeCanonical, encode } from "./base64url.ts";
-import { checkClaims } from "./claims.ts";
+import { checkClaims, type ForeignClaim } from "./claims.ts";
 import type { Budget, Grant, Role } from "../config/roles.ts";
 import { GRANT_ALG, KID_PATTERN, type KeySet } from "./keys.ts";
+import { Memo } from "../wire/memo.ts";
 
 export { ROLES, hasRole, isRole } from "../config/roles.ts";
 export type { Budget, Grant, Role } from "../config/roles.ts";
@@ -67,7 +68,8 @@ export type VerifyOptions = {
   isRevoked?: (jti: string) => Promise<boolean>;
 };
 
-export type VerifyResult = { ok: true; grant: Grant } | { ok: false; error: "invalid_token"; reason: string };
+/** `foreign`: a validly signed grant minted for another gateway (its `iss` or `aud` is not this one's; the reason names both). */
+export type VerifyResult = { ok: true; grant: Grant } | { ok: false; error: "invalid_token"; reason: string; foreign?: ForeignClaim };
 
 function nowSeconds(): number {
   return Math.floor(Date.now() / 1000);
@@ -128,13 +130,13 @@ function shown(v: unknown): string {
  * the one this gateway expects, so the operator can mint the right one. Runs only after the
  * signature verified, and shows claim values, never the token.
  */
-function explained(reason: string, payload: Record<string, unknown>, issuers: string[], audiences: string[]): string {
-  if (reason === "wrong iss") return `token iss ${shown(payload.iss)} is not this gateway's issuer (expected ${shown(issuers[0])})`;
-  if (reason === "wrong aud") {
-    const aud = Array.isArray(payload.aud) ? payload.aud.join(", ") : payload.aud;
-    return `token aud ${shown(aud)} is not this gateway's audience (expected ${shown(audiences[0])})`;
-  }
-  return reason;
+function explained(foreign: ForeignClaim, payload: Record<string, unknown>, issuers: string[], audiences: string[]): VerifyResult {
+  const aud = Array.isArray(payload.aud) ? payload.aud.join(", ") : payload.aud;
+  const reason =
+    foreign === "iss"
+      ? `token iss ${shown(payload.iss)} is not this gateway's issuer (expected ${shown(issuers[0])})`
+      : `token aud ${shown(aud)} is not this gateway's audience (expected ${shown(audiences[0])})`;
+  return { ok: false, error: "invalid_token", reason, foreign };
 }
 
 function jsonObject(bytes: Uint8Array): Record<string, unknown> | null {
@@ -166,7 +168,7 @@ function checkHeader(h: Record<string, unknown>, keys: KeySet): { key: CryptoKey
 
 /** Tokens one verification key remembers as correctly signed, at most (the oldest is dropped first). */
 export const SIGNATURE_MEMO_MAX = 1024;
-const goodSignatures = new WeakMap<CryptoKey, Set<string>>();
+const goodSignatures = new WeakMap<CryptoKey, Memo<string, true>>();
 
 /**
  * Whether `token` (its exact text) was already verified as signed by `key` in this isolate. A
@@ -178,13 +180,12 @@ function signatureKnownGood(key: CryptoKey, token: string): boolean {
   return goodSignatures.get(key)?.has(token) === true;
 }
 function rememberGoodSignature(key: CryptoKey, token: string): void {
-  let set = goodSignatures.get(key);
-  if (!set) {
-    set = new Set();
-    goodSignatures.set(key, set);
+  let known = goodSignatures.get(key);
+  if (!known) {
+    known = new Memo({ max: SIGNATURE_MEMO_MAX });
+    goodSignatures.set(key, known);
   }
-  if (set.size >= SIGNATURE_MEMO_MAX) set.delete(set.values().next().value as string);
-  set.add(token);
+  known.set(token, true);
 }
 
 async function verify(token: unknown, keys: KeySet, opts: VerifyOptions): Promise<VerifyResult> {
@@ -224,7 +225,7 @@ async function verify(token: unknown, keys: KeySet, opts: VerifyOptions): Promis
   const now = opts.now ?? nowSeconds();
   if (!Number.isFinite(now)) return fail("verifier misconfigured");
   const checked = checkClaims(payload, { issuers, audiences, now, skew, maxLifetimeSeconds: maxLifetime });
-  if ("reason" in checked) return fail(explained(checked.reason, payload, issuers, audiences));
+  if ("reason" in checked) return checked.foreign ? explained(checked.foreign, payload, issuers, audiences) : fail(checked.reason);
   if (opts.isRevoked) {
     let revoked: boolean;
     try {

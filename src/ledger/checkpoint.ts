@@ -12,6 +12,7 @@
  */
 import { sha256 } from "@noble/hashes/sha2.js";
 import { utf8ToBytes } from "@noble/hashes/utils.js";
+import { Memo } from "../wire/memo.ts";
 
 /** One signed checkpoint of a chain: `size` entries whose last hash is `hash`. */
 export interface Checkpoint {
@@ -108,13 +109,12 @@ function textProblem(text: string): string | null {
 }
 
 /** Imported Ed25519 public keys, by hex (a handful per gateway; bounded). Keys, not promises: a Worker may share them across requests. */
-const imported = new Map<string, CryptoKey>();
+const imported = new Memo<string, CryptoKey>({ max: 64 });
 async function publicKeyOf(raw: Uint8Array): Promise<CryptoKey> {
   const hex = bytesToHex(raw);
   const cached = imported.get(hex);
   if (cached) return cached;
   const key = await crypto.subtle.importKey("raw", new Uint8Array(raw), { name: "Ed25519" }, false, ["verify"]);
-  if (imported.size >= 64) imported.clear();
   imported.set(hex, key);
   return key;
 }

@@ -19,7 +19,7 @@ import { ledgerObject } from "../../durable-objects/object-names.ts";
 import type { AppendOutcome, LedgerSigning } from "../../durable-objects/contract.ts";
 import type { Env } from "../env.ts";
 import type { EntryDraft, LedgerEntry } from "../ledger/records.ts";
-import { bounded } from "../wire/bounded.ts";
+import { bounded, NoAnswer } from "../wire/bounded.ts";
 
 /** Appends one RPC carries at most (the object takes up to 1,000 calls per appendEach and 2,000 drafts per transaction). */
 export const MAX_RPC_APPENDS = 128;
@@ -28,6 +28,16 @@ const MAX_RPC_CHARS = 4 * 1024 * 1024;
 /** RPCs one isolate keeps in flight per chain: the next batch gathers while these are answered. */
 export const MAX_RPCS_IN_FLIGHT = 2;
 
+/** The team's ledger did not answer an append within its bound ("the ledger did not answer within <ms> ms"). */
+export class LedgerLate extends NoAnswer {
+  constructor(ms: number) {
+    super("the ledger", ms);
+  }
+}
+
+/** How an append was answered: the object's outcome, or its RPC ran out of time (the bound it had). */
+type Settled = AppendOutcome | { late: number };
+
 interface Waiting {
   drafts: EntryDraft[];
   chars: number;
@@ -35,7 +45,7 @@ interface Waiting {
   taken: boolean;
   /** Chosen to send the next batch, not yet running. */
   woken: boolean;
-  settle(o: AppendOutcome): void;
+  settle(o: Settled): void;
   turn(): void;
 }
 
@@ -116,7 +126,7 @@ async function send(env: Env, team: string, signing: LedgerSigning, q: Queue, ba
     for (const [i, w] of batch.entries()) w.settle(outcomes[i] ?? { error: "the ledger did not confirm the record" });
   } catch (err) {
     const error = err instanceof Error ? err.message : String(err);
-    for (const w of batch) w.settle({ error });
+    for (const w of batch) w.settle(err instanceof NoAnswer ? { late: err.ms } : { error });
   } finally {
     q.inFlight.delete(token);
     wake(q);
@@ -126,14 +136,14 @@ async function send(env: Env, team: string, signing: LedgerSigning, q: Queue, ba
 /**
  * Appends `drafts` (one caller's, kept together) to the team's chain through this isolate's
  * queue for it; resolves with the stored entries once they are durable, or rejects (refused,
- * or no answer within `timeoutMs`). The caller still checks that the entries are its own.
+ * or no answer within `timeoutMs`: LedgerLate). The caller still checks that the entries are its own.
  */
 export async function batchedAppend(env: Env, team: string, signing: LedgerSigning, drafts: EntryDraft[], timeoutMs: number): Promise<LedgerEntry[]> {
   if (!ledgerObject(env, team)) throw new Error(`team "${team}" is not a valid ledger chain name`);
   const q = queueOf(env, team, signing, timeoutMs);
-  let settle!: (o: AppendOutcome) => void;
+  let settle!: (o: Settled) => void;
   let turn!: () => void;
-  const result = new Promise<AppendOutcome>((r) => {
+  const result = new Promise<Settled>((r) => {
     settle = r;
   });
   const myTurn = new Promise<"turn">((r) => {
@@ -161,8 +171,9 @@ export async function batchedAppend(env: Env, team: string, signing: LedgerSigni
       const i = q.waiting.indexOf(me);
       if (i >= 0) q.waiting.splice(i, 1);
       if (me.woken && !me.taken) wake(q);
-      throw new Error(`the ledger did not answer within ${timeoutMs} ms`);
+      throw new LedgerLate(timeoutMs);
     }
+    if ("late" in answer) throw new LedgerLate(answer.late);
     if ("error" in answer) throw new Error(answer.error);
     return answer.entries;
   } finally {

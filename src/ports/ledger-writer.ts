@@ -25,7 +25,7 @@ import type { BlockedBody, ConfigChangedBody, DecisionBody, EntryDraft, EntryKin
 import type { JsonObject } from "../wire/jsonrpc.ts";
 import type { CallLedger, FrontContext } from "../protocol/call-context.ts";
 import { policyEngine } from "../governance/engine.ts";
-import { batchedAppend } from "./ledger-batch.ts";
+import { batchedAppend, LedgerLate } from "./ledger-batch.ts";
 import type { CompensationSpec } from "../config/mapping-schema.ts";
 import { compensationFor } from "../governance/rollback.ts";
 import { bounded } from "../wire/bounded.ts";
@@ -78,7 +78,7 @@ export function callLedger(t: LedgerTarget): CallLedger {
       lateAt = null;
       return receipt;
     } catch (e) {
-      if (e instanceof Error && e.message.includes(LEDGER_LATE)) lateAt = Date.now();
+      if (e instanceof LedgerLate) lateAt = Date.now();
       throw e;
     }
   };
@@ -142,7 +142,7 @@ export function callLedger(t: LedgerTarget): CallLedger {
     async blocked(call: ToolCall, refusal) {
       // A refusal because this ledger did not answer, while it has just not answered: refused at once,
       // so the call is answered within one write bound (the governed path answers without the record).
-      if (lateAt !== null && Date.now() - lateAt < LEDGER_WRITE_TIMEOUT_MS && refusal.reason.includes(LEDGER_LATE))
+      if (lateAt !== null && Date.now() - lateAt < LEDGER_WRITE_TIMEOUT_MS && refusal.cause instanceof LedgerLate)
         throw new Error(`${LEDGER_LATE} a moment ago; the blocked record was not attempted`);
       const body: BlockedBody = {
         principal: p.sub,

@@ -20,6 +20,7 @@ import { PolicyError } from "../governance/policy.ts";
 import { compileCondition } from "../governance/policy-cel.ts";
 import { clearCatalog } from "../upstream/catalog-cache.ts";
 import { bounded } from "../wire/bounded.ts";
+import { Memo } from "../wire/memo.ts";
 
 /** A stored version is served by every isolate at most this long after it was stored (plus one read). */
 export const LIVE_CONFIG_MAX_AGE_MS = 1000;
@@ -138,7 +139,7 @@ export class LiveConfigCache {
 
 const isolate = new LiveConfigCache({ onChange: () => clearCatalog() });
 /** Parsed stored configs, by version (only the newest few are kept). */
-const parsed = new Map<string, GatewayConfig>();
+const parsed = new Memo<string, GatewayConfig>({ max: 4 });
 const stored = new WeakMap<GatewayConfig, Live>();
 
 function objectSource(env: Env): () => LiveConfigSource {
@@ -174,7 +175,6 @@ export async function liveConfig(env: Env, fromVar: (env: Env) => GatewayConfig)
   const hit = parsed.get(key);
   if (hit) return hit;
   const cfg = parseConfigText(text, env);
-  if (parsed.size >= 4) parsed.delete(parsed.keys().next().value as string);
   parsed.set(key, cfg);
   stored.set(cfg, live);
   return cfg;

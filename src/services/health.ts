@@ -12,6 +12,7 @@ import { type JsonObject, isObject } from "../wire/jsonrpc.ts";
 import { callUpstream, modernMeta, UpstreamAuthError, upstreamRequestId } from "../upstream/client.ts";
 import { modernClientLeg } from "../upstream/legs.ts";
 import { exposeName } from "../protocol/exposed-names.ts";
+import { Memo } from "../wire/memo.ts";
 
 let readyCache: { at: number; key: string; body: { ok: boolean; upstreams: { name: string; ok: boolean }[] } } | null = null;
 const READY_TTL_MS = 2000;
@@ -49,20 +50,19 @@ export async function readiness(cfg: GatewayConfig) {
  * each list upstream. Only settled listings are kept (a request that finds none fresh lists for
  * itself: Workers never settles for one request a promise whose request has ended).
  */
-const listings = new Map<string, { at: number; names: string[] | null }>();
 const MAX_LISTINGS = 256;
+const listings = new Memo<string, { names: string[] | null }>({ max: MAX_LISTINGS, ttlMs: READY_TTL_MS });
 
 /** Every tool name `up` lists (null when it cannot be listed), from the cache when fresh. */
 async function listedNames(up: UpstreamConfig, sub: string): Promise<string[] | null> {
   const scope = up.credentials.mode === "per_principal" ? `p:${sub}` : "shared";
   const key = `${up.name}\u0000${up.url}\u0000${scope}`;
   const hit = listings.get(key);
-  if (hit && Date.now() - hit.at < READY_TTL_MS) return hit.names;
+  if (hit) return hit.names;
+  // Its age counts from when the listing started.
   const at = Date.now();
   const names = await listTools(up, sub);
-  listings.delete(key);
-  if (listings.size >= MAX_LISTINGS) listings.delete(listings.keys().next().value as string);
-  listings.set(key, { at, names });
+  listings.set(key, { names }, { at });
   return names;
 }
 

@@ -17,6 +17,7 @@ import { canonicalJson, sha256Hex } from "../wire/canonical.ts";
 import { isObject, type Json, type JsonObject } from "../wire/jsonrpc.ts";
 import type { CallContext } from "../protocol/call-context.ts";
 import { knownTools } from "../protocol/exposed-names.ts";
+import { Memo } from "../wire/memo.ts";
 
 /** What /readyz shows operators: the newest report this isolate made. */
 export interface PolicyWatchReport {
@@ -30,9 +31,8 @@ export interface PolicyWatchReport {
 
 let latest: PolicyWatchReport | null = null;
 /** The signature of the last report per policy version, and the tools it was judged against (bounded: a few versions). */
-const reported = new Map<string, string>();
-const knownAt = new Map<string, KnownTool[]>();
 const MAX_VERSIONS = 8;
+const reported = new Memo<string, { signature: string; known: KnownTool[] }>({ max: MAX_VERSIONS });
 
 /** The newest report of this isolate (null before any complete listing). */
 export function policyWatchReport(): PolicyWatchReport | null {
@@ -43,7 +43,6 @@ export function policyWatchReport(): PolicyWatchReport | null {
 export function resetPolicyWatch(): void {
   latest = null;
   reported.clear();
-  knownAt.clear();
 }
 
 /**
@@ -59,21 +58,15 @@ export function watchPolicy(ctx: CallContext, lists: readonly (readonly [Upstrea
     const names = lists.map(([up, raw]) => [up, raw.flatMap((t) => (isObject(t) && typeof t.name === "string" ? [t.name] : []))] as const);
     const known: KnownTool[] = knownTools(cfg.upstreams, names);
     const policy = compiledPolicy(cfg);
-    const previous = knownAt.get(policy.version);
+    const previous = reported.get(policy.version)?.known;
     let unmatched = unmatchedRules(policy, known, cfg.policy);
     // What a rule that stopped matching matched in this isolate's previous complete listing (the tool that was dropped).
     if (previous && unmatched.length) unmatched = matchedBefore(unmatched, policy, previous, "in the previous listing");
     const lines = unmatched.map((u) => describeUnmatched(u, known.length));
     // The signature leaves out what matched before: the same unmatched rules are one report however they are told.
     const signature = canonicalJson(unmatched.map((u) => describeUnmatched({ ...u, before: undefined }, known.length)));
-    if (reported.get(policy.version) === signature) return;
-    if (reported.size >= MAX_VERSIONS && !reported.has(policy.version)) {
-      const oldest = reported.keys().next().value as string;
-      reported.delete(oldest);
-      knownAt.delete(oldest);
-    }
-    reported.set(policy.version, signature);
-    knownAt.set(policy.version, known);
+    if (reported.get(policy.version)?.signature === signature) return;
+    reported.set(policy.version, { signature, known });
     latest = { at: new Date().toISOString(), policy_version: policy.version, mode: cfg.mode, tools: known.length, unmatched: lines };
     if (unmatched.length === 0) return;
     console.warn(JSON.stringify({ event: "policy_unmatched", policy_version: policy.version, mode: cfg.mode, rules: lines }));

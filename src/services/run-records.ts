@@ -39,6 +39,16 @@ interface Row {
   body: string;
 }
 
+/** Whether D1 holds the ledger_entries table yet (a LedgerDO's first flush creates it); true when D1 cannot say. */
+async function hasEntriesTable(env: Env): Promise<boolean> {
+  try {
+    const t = await env.LEDGER_DB.prepare("SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'ledger_entries'").first();
+    return t !== null;
+  } catch {
+    return true;
+  }
+}
+
 /**
  * Every record of the chain's runs that `match` selects: D1 rows (`where` over ledger_entries)
  * and the LedgerDO's entries after its flushed seq (not in D1 yet), de-duplicated by seq.
@@ -63,7 +73,7 @@ async function chainEntries(
     ).results;
   } catch (e) {
     // Before any LedgerDO's first flush the table does not exist yet: nothing is flushed, the tail holds it all.
-    if (flushed !== 0 || !/no such table/i.test(String((e as Error)?.message ?? e))) throw e;
+    if (flushed !== 0 || (await hasEntriesTable(env))) throw e;
     rows = [];
   }
   const out = new Map<number, RunEntry>();

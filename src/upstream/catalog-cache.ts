@@ -5,6 +5,7 @@
  * importing the code that fills them. Must never: hold more than MAX_KEYS entries.
  */
 import type { CatalogTool } from "../governance/catalog-entry.ts";
+import { Memo } from "../wire/memo.ts";
 
 export interface Entry {
   at: number;
@@ -13,22 +14,20 @@ export interface Entry {
 }
 
 const MAX_KEYS = 1000;
-const entries = new Map<string, Entry>();
+const entries = new Memo<string, Entry>({ max: MAX_KEYS });
 
 export function cached(key: string): Entry | undefined {
   return entries.get(key);
 }
 
 export function store(key: string, e: Entry): Entry {
-  entries.delete(key);
-  if (entries.size >= MAX_KEYS) entries.delete(entries.keys().next().value as string);
   entries.set(key, e);
   return e;
 }
 
 /** The upstream announced a tool list change: every entry of it in this isolate is dropped. */
 function forgetTools(upstream: string): void {
-  for (const k of [...entries.keys()]) if (k.startsWith(`${upstream}\u0000`)) entries.delete(k);
+  for (const k of entries.keys()) if (k.startsWith(`${upstream}\u0000`)) entries.delete(k);
 }
 
 /** Notifications that invalidate an upstream's catalog entries. */

@@ -46,6 +46,7 @@ export {
   UpstreamSessionGone,
   UpstreamUncertain,
 } from "./exchange.ts";
+import { Memo } from "../wire/memo.ts";
 
 /**
  * Sends one request upstream and yields every message that arrives for it, ending with its
@@ -63,7 +64,7 @@ export async function* requestUpstream(up: UpstreamConfig, leg: Leg, msg: JsonRp
   const res = await send(up, { method: "POST", headers, body: JSON.stringify(msg) }, signal, opts.stream ?? false);
   if (res.status === 404 && leg.era === "legacy" && leg.sessionId) {
     await res.body?.cancel();
-    throw new UpstreamSessionGone(up.name, "session expired", 404);
+    throw new UpstreamSessionGone(up.name, "session expired", 404, 404);
   }
   const track: { lastEventId?: string; retryMs?: number } = {};
   let answered = false;
@@ -104,7 +105,7 @@ export async function* requestUpstream(up: UpstreamConfig, leg: Leg, msg: JsonRp
   }
   if (!answered && frames === 0 && !res.ok && !(res.headers.get("content-type") ?? "").includes("text/event-stream")) {
     // An error status with an empty body (a 503 from a proxy or an overloaded server): named as such.
-    throw new UpstreamUncertain(up.name, `answered HTTP ${res.status} with an empty body`, res.status >= 500 ? 502 : res.status);
+    throw new UpstreamUncertain(up.name, `answered HTTP ${res.status} with an empty body`, res.status >= 500 ? 502 : res.status, res.status);
   }
   if (!answered) throw new UpstreamUncertain(up.name, `closed the stream before answering ${msg.method}`, 502);
 }
@@ -113,8 +114,8 @@ export async function* requestUpstream(up: UpstreamConfig, leg: Leg, msg: JsonRp
 export async function postUpstream(up: UpstreamConfig, leg: Leg, msg: JsonRpcMessage, signal?: AbortSignal): Promise<void> {
   const res = await send(up, { method: "POST", headers: baseHeaders(up, leg, msg), body: JSON.stringify(msg) }, timeoutSignal(up, signal));
   await res.body?.cancel();
-  if (res.status === 404 && leg.era === "legacy" && leg.sessionId) throw new UpstreamSessionGone(up.name, "session expired", 404);
-  if (!res.ok) throw new UpstreamError(up.name, `refused a message (HTTP ${res.status})`, res.status);
+  if (res.status === 404 && leg.era === "legacy" && leg.sessionId) throw new UpstreamSessionGone(up.name, "session expired", 404, 404);
+  if (!res.ok) throw new UpstreamError(up.name, `refused a message (HTTP ${res.status})`, res.status, res.status);
 }
 
 /** Opens the upstream's legacy GET stream (server-initiated messages). Null when it has none. */
@@ -169,7 +170,7 @@ export async function initializeLegacy(up: UpstreamConfig, protocolVersion: stri
     }
   }
   if (!response || response.error || !isObject(response.result)) {
-    throw new UpstreamError(up.name, `refused initialize (${response?.error?.message ?? `HTTP ${res.status}`})`, res.status);
+    throw new UpstreamError(up.name, `refused initialize (${response?.error?.message ?? `HTTP ${res.status}`})`, res.status, res.status);
   }
   const negotiated = typeof response.result.protocolVersion === "string" ? response.result.protocolVersion : protocolVersion;
   const init: LegacyInit = { protocolVersion: negotiated, result: response.result };
@@ -206,26 +207,25 @@ async function discoverModern(up: UpstreamConfig): Promise<JsonObject | null> {
     const { response } = await callUpstream(up, { era: "modern", meta: modernMeta({}) }, msg);
     return isObject(response.result) && Array.isArray(response.result.supportedVersions) ? response.result : null;
   } catch (e) {
-    // Unreachable, timed out, or refused our credential: no verdict (nothing is cached).
+    // Unreachable, timed out, or refused our credential: no verdict (nothing is cached). An upstream
+    // that answered discover with an HTTP error or a body that is no message is legacy (`answered`).
     if (e instanceof UpstreamAuthError) throw e;
-    if (e instanceof UpstreamError && (e.status === 502 || e.status === 504) && !/HTTP/.test(e.message)) throw e;
+    if (e instanceof UpstreamError && (e.status === 502 || e.status === 504) && e.answered === undefined) throw e;
     return null;
   }
 }
 
-interface Verdict {
-  discover: JsonObject | null;
-  at: number;
-}
-const verdicts = new Map<string, Verdict>();
+/** Verdicts per upstream and URL: a modern one is kept, a legacy one re-checked after VERDICT_TTL_MS. */
 const VERDICT_TTL_MS = 60_000;
+const MAX_VERDICTS = 1000;
+const verdicts = new Memo<string, { discover: JsonObject | null }>({ max: MAX_VERDICTS });
 
 /** Whether the upstream speaks 2026-07-28 (cached per isolate; legacy verdicts are re-checked after a minute). */
 export async function modernDiscovery(up: UpstreamConfig): Promise<JsonObject | null> {
   const key = `${up.name} ${up.url}`;
   const v = verdicts.get(key);
-  if (v && (v.discover || Date.now() - v.at < VERDICT_TTL_MS)) return v.discover;
+  if (v) return v.discover;
   const discover = await discoverModern(up);
-  verdicts.set(key, { discover, at: Date.now() });
+  verdicts.set(key, { discover }, { ttlMs: discover ? null : VERDICT_TTL_MS });
   return discover;
 }

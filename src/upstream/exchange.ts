@@ -19,10 +19,18 @@ import { MODERN_VERSION } from "../protocol/versions.ts";
 export class UpstreamError extends Error {
   readonly upstream: string;
   readonly status: number | undefined;
-  constructor(upstream: string, message: string, status?: number) {
+  /**
+   * The HTTP status the upstream answered with, when that answer is itself the failure: an error
+   * status (an empty body, a refused credential or message, a session gone) or a body that holds
+   * no JSON-RPC message — the upstream is there and speaks HTTP. Undefined when no such answer
+   * came: unreachable, timed out, aborted, refused by the gateway, or a stream cut or broken.
+   */
+  readonly answered: number | undefined;
+  constructor(upstream: string, message: string, status?: number, answered?: number) {
     super(`upstream ${upstream}: ${message}`);
     this.upstream = upstream;
     this.status = status;
+    this.answered = answered;
   }
 }
 export class UpstreamSessionGone extends UpstreamError {}
@@ -182,6 +190,7 @@ export async function send(
       up.name,
       `refused the gateway's ${up.credentials.mode} credential (HTTP ${res.status}); check the upstream credential configured for it`,
       res.status,
+      res.status,
     );
   }
   return res;
@@ -250,7 +259,7 @@ export async function* readAnswer(up: UpstreamConfig, res: Response, track: { la
   if (text.trim() === "") return;
   const v = parseMessage(text);
   if (!v.ok) {
-    throw new UpstreamError(up.name, `answered HTTP ${res.status} without a JSON-RPC message`, res.status >= 500 ? 502 : res.status);
+    throw new UpstreamError(up.name, `answered HTTP ${res.status} without a JSON-RPC message`, res.status >= 500 ? 502 : res.status, res.status);
   }
   yield { message: v.message, status: res.status };
 }

@@ -16,6 +16,7 @@ import { guardedFetch } from "../egress/guarded-fetch.ts";
 import { callUpstream, initializeLegacy, modernDiscovery, modernMeta } from "./client.ts";
 import { LATEST_LEGACY } from "../protocol/versions.ts";
 import { mergeExtensions } from "../protocol/extensions.ts";
+import { Memo } from "../wire/memo.ts";
 
 /** The client capabilities a legacy client may receive relays for. */
 function relayableCapabilities(clientCaps: JsonObject): JsonObject {
@@ -123,14 +124,12 @@ interface ModernClientLeg {
  * request has ended). The newest to start wins, so a read that began before a renewal cannot put
  * the expired leg back. Bounded; the oldest is dropped first.
  */
-const modernClientLegs = new Map<string, ModernClientLeg>();
 const MAX_MODERN_LEGS = 1000;
+const modernClientLegs = new Memo<string, ModernClientLeg>({ max: MAX_MODERN_LEGS });
 
 function keepModernLeg(key: string, leg: ModernClientLeg): void {
   const cur = modernClientLegs.get(key);
   if (cur && cur.at > leg.at) return;
-  modernClientLegs.delete(key);
-  if (modernClientLegs.size >= MAX_MODERN_LEGS) modernClientLegs.delete(modernClientLegs.keys().next().value as string);
   modernClientLegs.set(key, leg);
 }
 
@@ -189,7 +188,8 @@ export async function modernClientLeg(up: UpstreamConfig, principal: string, ren
   return rec;
 }
 
-const appliedLevels = new Map<string, string>();
+/** The level last applied per legacy session (one per kept leg at most: bounded like the legs). */
+const appliedLevels = new Memo<string, string>({ max: MAX_MODERN_LEGS });
 
 /**
  * A modern request's `logLevel` applied to the per-principal legacy upstream session (once per

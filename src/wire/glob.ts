@@ -4,7 +4,9 @@
  * glob is given, its stable identity). Owns the compiled-pattern cache. Must never: treat a name
  * as a pattern.
  */
-const compiled = new Map<string, RegExp>();
+import { Memo } from "./memo.ts";
+
+const compiled = new Memo<string, RegExp>({ max: 4096 });
 
 /** Whether `name` matches `glob`. Patterns are compiled once per isolate. */
 export function globMatch(glob: string, name: string): boolean {
@@ -16,7 +18,6 @@ export function globMatch(glob: string, name: string): boolean {
         .replace(/\*/g, ".*")
         .replace(/\?/g, ".")}$`,
     );
-    if (compiled.size > 4096) compiled.clear();
     compiled.set(glob, re);
   }
   return re.test(name);

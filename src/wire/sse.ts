@@ -1,8 +1,10 @@
 /**
- * Server-Sent Events: encoding frames for clients and parsing upstream streams.
- * Owns: the wire format (id, event, retry, data lines) in both directions.
+ * Server-Sent Events: encoding frames for clients and parsing upstream streams (the project's
+ * thin adapter over eventsource-parser, which reads the wire format).
+ * Owns: the wire format (id, event, retry, data lines) in both directions, and the last event id.
  * Must never: buffer a whole stream before yielding, or treat a comment line as data.
  */
+import { createParser } from "eventsource-parser";
 export interface SseEvent {
   id?: string;
   event?: string;
@@ -25,52 +27,43 @@ export function encodeComment(text: string): Uint8Array {
   return encoder.encode(`: ${text}\n\n`);
 }
 
-/** Parses an SSE byte stream into events; yields each as soon as its blank line arrives. */
+/**
+ * Parses an SSE byte stream into events; yields each as soon as its blank line arrives. The
+ * parsing is eventsource-parser's (lines ended by CRLF, LF or CR wherever a chunk boundary falls,
+ * comments, `retry`); this adapter keeps the last event id (an event without an `id` field
+ * carries the one before it) and yields a block that sets an id without data as an event with
+ * empty data, so a stream can be resumed from it.
+ */
 export async function* parseSse(body: ReadableStream<Uint8Array>, onRetry?: (ms: number) => void): AsyncGenerator<SseEvent> {
   const reader = body.pipeThrough(new TextDecoderStream()).getReader();
-  let buf = "";
-  let data: string[] = [];
-  let id: string | undefined;
-  let event: string | undefined;
-  let sawField = false;
+  const ready: SseEvent[] = [];
+  let lastId: string | undefined;
+  // The event of the block whose id was just reported (onId comes right before that block's onEvent).
+  let withId: SseEvent | undefined;
+  const parser = createParser({
+    onId(id) {
+      lastId = id;
+      withId = { data: "", id };
+      ready.push(withId);
+    },
+    onEvent(m) {
+      const ev: SseEvent = m.id !== undefined && withId ? withId : { data: "" };
+      ev.data = m.data;
+      if (ev !== withId) {
+        if (lastId !== undefined) ev.id = lastId;
+        ready.push(ev);
+      }
+      if (m.event !== undefined) ev.event = m.event;
+      withId = undefined;
+    },
+    onRetry: (ms) => onRetry?.(ms),
+  });
   try {
     for (;;) {
       const { value, done } = await reader.read();
       if (done) break;
-      buf += value;
-      for (let nl = buf.search(/\r\n|\r|\n/); nl >= 0; nl = buf.search(/\r\n|\r|\n/)) {
-        const line = buf.slice(0, nl);
-        buf = buf.slice(nl + (buf.startsWith("\r\n", nl) ? 2 : 1));
-        if (line === "") {
-          if (sawField) {
-            const ev: SseEvent = { data: data.join("\n") };
-            if (id !== undefined) ev.id = id;
-            if (event !== undefined) ev.event = event;
-            yield ev;
-          }
-          data = [];
-          event = undefined;
-          sawField = false;
-          continue;
-        }
-        if (line.startsWith(":")) continue;
-        const colon = line.indexOf(":");
-        const field = colon < 0 ? line : line.slice(0, colon);
-        let val = colon < 0 ? "" : line.slice(colon + 1);
-        if (val.startsWith(" ")) val = val.slice(1);
-        if (field === "data") {
-          data.push(val);
-          sawField = true;
-        } else if (field === "id") {
-          if (!val.includes("\0")) id = val;
-          sawField = true;
-        } else if (field === "event") {
-          event = val;
-          sawField = true;
-        } else if (field === "retry") {
-          if (/^\d+$/.test(val)) onRetry?.(Number(val));
-        }
-      }
+      parser.feed(value);
+      while (ready.length > 0) yield ready.shift()!;
     }
   } finally {
     reader.releaseLock();

@@ -336,6 +336,22 @@ describe("dispatch through a /mcp/<upstream> view", () => {
     ]);
   });
 
+  it("an upstream's own unknown-tool error passes through a route as the upstream wrote it (only the gateway's own is renamed)", async () => {
+    const listing = vi.mocked(globalThis.fetch).getMockImplementation()!;
+    vi.mocked(globalThis.fetch).mockImplementation(async (input, init) => {
+      const body = JSON.parse(String(init?.body ?? "{}")) as JsonRpcRequest;
+      if (body.method !== "tools/call") return listing(input, init);
+      upstreamCalls.push({ url: String(input instanceof Request ? input.url : input), name: body.params?.name });
+      // The upstream's words happen to be the gateway's spelling of the governed name.
+      const error = { code: -32602, message: "Unknown tool: alpha__read" };
+      return new Response(JSON.stringify({ jsonrpc: "2.0", id: body.id, error }), { headers: { "content-type": "application/json" } });
+    });
+    const v = routeView(shared, "alpha")!;
+    const out = await dispatch(ctx(v.cfg, v.route, ["alpha__*"]), rpc("tools/call", { name: "read", arguments: {} }));
+    expect(upstreamCalls).toEqual([{ url: alpha.url, name: "read" }]);
+    expect(out.response.error).toMatchObject({ code: -32602, message: "Unknown tool: alpha__read" });
+  });
+
   it("names of /mcp and of other upstreams are unknown on the route, named as the client sent them; nothing is forwarded", async () => {
     const v = routeView(shared, "alpha")!;
     for (const name of ["nope", "alpha__read", "beta__search", "portcullis.preview_impact"]) {

@@ -363,6 +363,22 @@ describe("negative matrix (RFC 8725)", () => {
     }
   });
 
+  it("a grant for another gateway says so by its data (foreign: iss or aud); no other failure does", async () => {
+    const iss = await check(await forge(baseHeader(), { ...basePayload(), iss: "https://evil.example" }));
+    expect(iss).toMatchObject({ ok: false, foreign: "iss" });
+    const aud = await check(await forge(baseHeader(), { ...basePayload(), aud: "https://other.example/mcp" }));
+    expect(aud).toMatchObject({ ok: false, foreign: "aud" });
+    for (const payload of [
+      { ...basePayload(), iss: undefined },
+      { ...basePayload(), aud: 42 },
+      { ...basePayload(), exp: NOW - 100 },
+    ]) {
+      const r = await check(await forge(baseHeader(), payload));
+      expect(r.ok).toBe(false);
+      expect(r).not.toHaveProperty("foreign");
+    }
+  });
+
   it("iss wrong or missing", async () => {
     for (const [iss, why] of [
       ["https://evil.example", /^token iss "https:\/\/evil\.example" is not this gateway's issuer \(expected "https:\/\/gw\.example\.com"\)$/],

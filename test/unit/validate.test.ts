@@ -175,6 +175,24 @@ describe("references outside the schema are never fetched; broken schemas are vi
     expect(calls).toHaveLength(0);
   });
 
+  it("the never-fetched hint follows the lookup that found nothing, not the error's words", () => {
+    // A pattern that cannot compile, whose text (and so the error's) reads "Unresolved $ref": no hint.
+    const words = target({ type: "object", properties: { a: { type: "string", pattern: "Unresolved $ref ([" } } }, undefined, "words");
+    const r = refused(words, { a: "x" });
+    expect(r).toMatch(/cannot be evaluated: Invalid regular expression: \/Unresolved \$ref \(\[\//);
+    expect(r).not.toMatch(/never fetched/);
+    // After references that resolve, the one that does not gets the hint.
+    const mixed = target(
+      { type: "object", $defs: { s: { type: "string" } }, properties: { a: { $ref: "#/$defs/s" }, b: { $ref: "https://example.com/b.json" } } },
+      undefined,
+      "mixed",
+    );
+    expect(refused(mixed, { a: "x", b: 1 })).toMatch(
+      /cannot be evaluated: Unresolved \$ref "https:\/\/example\.com\/b\.json"\. \(references outside the schema are never fetched\)$/,
+    );
+    expect(calls).toHaveLength(0);
+  });
+
   it("an invalid pattern, a $ref loop and a duplicate $id are violations", () => {
     expect(refused(target({ type: "object", properties: { a: { type: "string", pattern: "([" } } }, undefined, "re"), { a: "x" })).toMatch(
       /cannot be evaluated/,
