@@ -9,7 +9,8 @@ import type { GatewayConfig, UpstreamConfig } from "../config/load.ts";
 import type { Principal } from "../config/principal.ts";
 import { grantAllowsTool, toolAllowed } from "../governance/grant-scope.ts";
 import { type JsonObject, isObject } from "../wire/jsonrpc.ts";
-import { callUpstream, modernMeta, UpstreamAuthError, upstreamRequestId } from "../upstream/client.ts";
+import { callUpstream, modernMeta } from "../upstream/client.ts";
+import { UpstreamAuthError, upstreamRequestId } from "../upstream/exchange.ts";
 import { modernClientLeg } from "../upstream/legs.ts";
 import { exposeName } from "../protocol/exposed-names.ts";
 

@@ -31,22 +31,6 @@ import {
 } from "./exchange.ts";
 import { GATEWAY_INFO, META, MODERN_VERSION } from "../protocol/versions.ts";
 
-export {
-  answers,
-  encodeHeaderValue,
-  type Frame,
-  routingName,
-  type SendOptions,
-  type StreamSignal,
-  UpstreamAuthError,
-  UpstreamConnectionLost,
-  UpstreamError,
-  type UpstreamFrame,
-  upstreamRequestId,
-  UpstreamSessionGone,
-  UpstreamUncertain,
-} from "./exchange.ts";
-
 /**
  * Sends one request upstream and yields every message that arrives for it, ending with its
  * response. A legacy SSE stream that ends without the response is resumed with GET +

@@ -22,7 +22,8 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 // @ts-expect-error -- plain ESM helpers shared with the CLI
 import { envFileText, gatewayOrigin } from "../../bin/portcullis.mjs";
 import { generateSigningKey } from "../../src/identity/keys.ts";
-import { mintGrant, parseKeySet } from "../../src/identity/tokens.ts";
+import { mintGrant } from "../../src/identity/tokens.ts";
+import { parseKeySet } from "../../src/identity/keys.ts";
 import { startModernOnlyUpstream } from "../fixtures/modern-only-upstream.ts";
 import { freePort, groupMembers, root, startPortcullis, waitFor } from "./harness.ts";
 

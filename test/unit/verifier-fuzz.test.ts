@@ -17,7 +17,9 @@ import { generateSigningKey } from "../../src/identity/keys.ts";
 import { chainEntries, EMPTY_HEAD } from "../../src/ledger/chain.ts";
 import { type Checkpoint, checkpointOrigin, signCheckpoint, signingKeyFrom, verifyCheckpoint } from "../../src/ledger/checkpoint.ts";
 import type { EntryDraft, LedgerEntry } from "../../src/ledger/records.ts";
-import { type ExportReport, ndjsonLines, verifyExport, verifyReceipt } from "../../src/ledger/verify.ts";
+import { type ExportReport, ndjsonLines } from "../../src/ledger/export-format.ts";
+import { verifyExport } from "../../src/ledger/export-verifier.ts";
+import { verifyReceipt } from "../../src/ledger/receipt.ts";
 import { canonicalJson } from "../../src/wire/canonical.ts";
 import type { JsonObject } from "../../src/wire/jsonrpc.ts";
 
