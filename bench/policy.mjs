@@ -22,7 +22,8 @@ import { opsPayRules, otherToolRules } from "./harness.mjs";
 
 const root = resolve(fileURLToPath(import.meta.url), "../..");
 const { parsePolicy } = await import(resolve(root, "src/config/policy-schema.ts"));
-const { compilePolicy, evaluate, historyQueries, listVerdict } = await import(resolve(root, "src/governance/policy.ts"));
+const { compilePolicy } = await import(resolve(root, "src/governance/policy-compile.ts"));
+const { evaluate, historyQueries, listVerdict } = await import(resolve(root, "src/governance/policy.ts"));
 const { historyKey, OPEN_POLICY } = await import(resolve(root, "src/governance/steps.ts"));
 const { classifyTool } = await import(resolve(root, "src/governance/classify.ts"));
 const { catalogEntry } = await import(resolve(root, "src/governance/catalog-entry.ts"));

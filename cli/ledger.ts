@@ -3,10 +3,10 @@
  * `verify --url`), stream an export to a file (`export`), and print one call's records (`trace`).
  * Owns argument parsing, reading files and HTTP for these commands, and their output and exit
  * codes (0 valid, 1 invalid, 2 usage, 3 the gateway could not be reached or refused); the
- * verdict itself is src/ledger/verify.ts, shared with the gateway. Tokens come from --token or,
+ * verdict itself is src/ledger/export-verifier.ts, shared with the gateway. Tokens come from --token or,
  * preferably, PORTCULLIS_TOKEN. Run as `node cli/ledger.ts <command> …` it is `portcullis ledger`.
  * Must never: print or log a token, send it anywhere but the gateway named by --url, or call an
- * export valid that src/ledger/verify.ts did not.
+ * export valid that src/ledger/export-verifier.ts did not.
  */
 import { createReadStream, createWriteStream, type ReadStream, readFileSync, realpathSync } from "node:fs";
 import { Readable } from "node:stream";
@@ -15,7 +15,8 @@ import type { ReadableStream as WebReadableStream } from "node:stream/web";
 import { fileURLToPath } from "node:url";
 import type { Checkpoint } from "../src/ledger/checkpoint.ts";
 import type { ChainReceipt } from "../src/ledger/records.ts";
-import type { ExportReport, ReceiptVerdict } from "../src/ledger/verify.ts";
+import type { ExportReport } from "../src/ledger/export-format.ts";
+import type { ReceiptVerdict } from "../src/ledger/receipt.ts";
 import { FLAG, HELP_OPTION, namesOf, type Options, type OptionSpec, parseOptions, REPEATED, STRING, UsageError } from "./args.ts";
 import { answerOf, codeOf, exitCodeOf, FetchError, gatewayOf, isObject, type JsonObject, refusal, send, tokenOf } from "./gateway-http.ts";
 
@@ -190,7 +191,9 @@ async function verifyCommand(a: Options<typeof VERIFY_OPTIONS>): Promise<number>
   if (a.help) return help("verify");
   if (!a.file && !a.url) throw new UsageError("give --file EXPORT or --url GATEWAY");
   if (a.team && !a.url) throw new UsageError("--team goes with --url");
-  const { verifyExport, verifyReceipt, receiptFrom, ndjsonLines } = await import("../src/ledger/verify.ts");
+  const { verifyExport } = await import("../src/ledger/export-verifier.ts");
+  const { verifyReceipt, receiptFrom } = await import("../src/ledger/receipt.ts");
+  const { ndjsonLines } = await import("../src/ledger/export-format.ts");
   const base = a.url ? gatewayOf(a.url) : null;
   const receipt = a.receipt ? receiptArg(a.receipt, receiptFrom) : null;
   const checkpoints = checkpointsArg(a.checkpoint);

@@ -10,7 +10,7 @@
  */
 import { chmodSync, readFileSync, writeFileSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
-import type { PrivateJwk, PublicJwk } from "../src/identity/tokens.ts";
+import type { PrivateJwk, PublicJwk } from "../src/identity/keys.ts";
 import { FLAG, HELP_OPTION, namesOf, type Options, parseOptions, STRING, UsageError } from "./args.ts";
 import { DOCTOR_OPTIONS, doctorLiveCommand } from "./doctor-live.ts";
 import { adminRefusal, answerOf, codeOf, exitCodeOf, FetchError, gatewayOf, isObject, messageOf, Refused, send, TOKEN_NOTE, tokenOf } from "./gateway-http.ts";

@@ -9,7 +9,7 @@
  * line for `enroll`, or mint a grant the gateway's own name rules would refuse.
  */
 import { readFileSync } from "node:fs";
-import type { Role } from "../src/identity/tokens.ts";
+import type { Role } from "../src/config/roles.ts";
 import { commandOptions, FLAG, HELP_OPTION, namesOf, type Options, STRING, UsageError, usageError } from "./args.ts";
 import { adminRefusal, answerOf, causeOf, codeOf, exitCodeOf, FetchError, gatewayOf, isObject, messageOf, send, tokenOf } from "./gateway-http.ts";
 import { devSigningKey } from "./gateway-start.ts";

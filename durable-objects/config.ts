@@ -15,7 +15,8 @@ import { DurableObject } from "cloudflare:workers";
 import type { Env } from "../src/env.ts";
 import type { ConfigChangedBody, EntryDraft } from "../src/ledger/records.ts";
 import type { JsonObject } from "../src/wire/jsonrpc.ts";
-import { GLOBAL_CHAIN, ledgerObject } from "./object-names.ts";
+import { ledgerObject } from "./object-names.ts";
+import { GLOBAL_CHAIN } from "../src/ledger/records.ts";
 import { type ConfigApi, type ConfigPut, type LedgerSigning, STORED_CONFIG_VERSION, type StoredConfig, type StoredConfigHead } from "./contract.ts";
 import { bounded } from "../src/wire/bounded.ts";
 

@@ -1,6 +1,5 @@
 /**
- * The holds' store contract and clock, beneath the transitions of ./holds-machine.ts (which
- * re-exports all of it): the storage interface a HoldsDO supplies (`HoldStore`, rows as
+ * The holds' store contract and clock, beneath the transitions of ./holds-machine.ts: the storage interface a HoldsDO supplies (`HoldStore`, rows as
  * `StoredHold`), the limits, the argument checks every operation shares, the expiry rule (a
  * pending or approved hold whose `expiresAt` ≤ now is expired whatever its row says, and is marked
  * so whenever a function touches it), the reads (get / list, and a waiter's phase), the ledger

@@ -5,8 +5,7 @@
  * / `hold.rejected` record is appended to the team's chain before the state changes). States:
  * pending → approved | rejected | expired → consumed (and consumed → pending again on release).
  * The store contract, limits, checks, expiry, reads (get / list) and the alarm's work live in
- * ./holds-expiry.ts and are re-exported here: the HoldsDO (./holds.ts) and tests import the whole
- * machine from this file. Every read-then-write runs inside one `store.atomically` block with no
+ * ./holds-expiry.ts, which the HoldsDO (./holds.ts) and tests import directly. Every read-then-write runs inside one `store.atomically` block with no
  * await in it. No Durable Object or Cloudflare import: the HoldsDO supplies a SQLite store and the
  * ledger append, and tests an in-memory fake. Must never: consume a hold at or after its expiry,
  * consume one approval twice, change a hold's state when its resolution could not be recorded, or
@@ -32,35 +31,6 @@ import {
 } from "./holds-expiry.ts";
 import { newHoldId } from "./object-names.ts";
 import { HOLD_RECORD_VERSION, type HoldClaim, type HoldRecord, type HoldResolution, type LedgerSigning, type NewHold } from "./contract.ts";
-
-// The store contract, expiry, reads and alarm live in ./holds-expiry.ts; every importer keeps importing the machine from here.
-export {
-  EXPIRED_UNRESOLVED,
-  HOLD_ALARM_BATCH,
-  HOLD_AWAIT_MAX_MS,
-  HOLD_LIST_MAX,
-  HOLD_RECORD_LEASE_MS,
-  HOLD_RESULT_MAX_BYTES,
-  HOLD_RETENTION_MS,
-  HOLD_TEXT_MAX,
-  HOLD_UNKNOWN_RECHECK_MS,
-  type AppendDrafts,
-  checkNewHold,
-  checkSigning,
-  expiryDraft,
-  getHold,
-  holdDraft,
-  type HoldSchedule,
-  type HoldStore,
-  isOverdue,
-  listHolds,
-  nextAlarm,
-  phaseOf,
-  recordBackoff,
-  runAlarm,
-  type StoredHold,
-  viewOf,
-} from "./holds-expiry.ts";
 
 function recordOf(hold: NewHold, id: string): HoldRecord {
   return {

@@ -16,22 +16,8 @@ import { DurableObject } from "cloudflare:workers";
 import type { Env } from "../src/env.ts";
 import type { EntryDraft } from "../src/ledger/records.ts";
 import type { JsonRpcResponse } from "../src/wire/jsonrpc.ts";
-import {
-  checkResolve,
-  claimHold,
-  completeHold,
-  getHold,
-  HOLD_AWAIT_MAX_MS,
-  type HoldSchedule,
-  type HoldStore,
-  listHolds,
-  nextAlarm,
-  phaseOf,
-  releaseHold,
-  resolveHold,
-  runAlarm,
-  type StoredHold,
-} from "./holds-machine.ts";
+import { checkResolve, claimHold, completeHold, releaseHold, resolveHold } from "./holds-machine.ts";
+import { getHold, HOLD_AWAIT_MAX_MS, type HoldSchedule, type HoldStore, listHolds, nextAlarm, phaseOf, runAlarm, type StoredHold } from "./holds-expiry.ts";
 import { ledgerObject } from "./object-names.ts";
 import {
   HOLD_RECORD_VERSION,

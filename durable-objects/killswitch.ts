@@ -13,7 +13,8 @@
 import { DurableObject } from "cloudflare:workers";
 import type { Env } from "../src/env.ts";
 import type { EntryDraft, KillSwitchBody } from "../src/ledger/records.ts";
-import { GLOBAL_CHAIN, ledgerObject } from "./object-names.ts";
+import { ledgerObject } from "./object-names.ts";
+import { GLOBAL_CHAIN } from "../src/ledger/records.ts";
 import {
   HALT_RECORD_VERSION,
   type HaltRecord,

@@ -15,7 +15,8 @@ import { backoff, CHECKPOINT_WITHIN_MS, FLUSH_DELAY_MS, message } from "./ledger
 import type { Checkpoint } from "../src/ledger/checkpoint.ts";
 import { type CheckpointSqlRow, type EntrySqlRow, toCheckpoint } from "./ledger-rows.ts";
 import { type ChainState, readMeta, setDue, setProblem, type Trouble, writeMeta } from "./ledger-state.ts";
-import { GLOBAL_CHAIN, ledgerObject } from "./object-names.ts";
+import { ledgerObject } from "./object-names.ts";
+import { GLOBAL_CHAIN } from "../src/ledger/records.ts";
 import type { LedgerSigning } from "./contract.ts";
 
 /** What signing and anchoring work on: the object's handles and state, never the object. */

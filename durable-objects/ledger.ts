@@ -44,10 +44,6 @@ import { OBJECT_SCHEMA } from "./ledger-rows.ts";
 import { type ChainState, headOf, loadState, readMeta, setDue, setProblem } from "./ledger-state.ts";
 import type { AppendOutcome, LedgerApi, LedgerSigning, LedgerStatus } from "./contract.ts";
 
-// The pure rules and row code live in ./ledger-drafts.ts and ./ledger-rows.ts; their public names stay importable from here.
-export { CHECKPOINT_EVERY, CHECKPOINT_WITHIN_MS, chainOfObjectName, FLUSH_DELAY_MS, MAX_BODY_CHARS, normaliseDrafts } from "./ledger-drafts.ts";
-export { FLUSH_BATCH_ROWS } from "./ledger-rows.ts";
-
 export class LedgerDO extends DurableObject<Env> implements LedgerApi {
   private readonly sql: SqlStorage;
   private readonly queue: Waiting[] = [];

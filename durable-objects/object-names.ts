@@ -75,7 +75,6 @@ export function historyObject(env: Env, principal: string): HistoryApi {
   return objectFor<HistoryApi>(env.HISTORY, `principal:${principal}`);
 }
 
-export { GLOBAL_CHAIN };
 /** Team names become chain names (the chain is the team); `_global` is reserved. */
 export const CHAIN_NAME = /^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$|^_global$/;
 

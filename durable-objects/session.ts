@@ -25,8 +25,6 @@ import {
 } from "./contract.ts";
 import { addColumn, appendEventRows, FOREIGN, parseRecord, pruneBufferRows, readable, readEventRows, SESSION_SCHEMA } from "./session-rows.ts";
 
-export { SESSION_SCHEMA } from "./session-rows.ts";
-
 /** The protocol version claimRun writes: what marks a run's record (legacy sessions are only created at legacy versions). */
 const RUN_VERSION = "2026-07-28";
 /** How often the alarm looks again at a foreign record (it neither reads nor deletes it). */

@@ -7,7 +7,7 @@ import { Hono } from "hono";
 import { authenticate, isLoopbackRequest, signingKeys } from "./identity/auth.ts";
 import { checkOrigin } from "./identity/origin.ts";
 import { canonicalUrl, protectedResourceMetadata } from "./identity/metadata.ts";
-import { publicJwks } from "./identity/tokens.ts";
+import { publicJwks } from "./identity/keys.ts";
 import { readiness, summary } from "./services/health.ts";
 import { policyWatchReport } from "./services/policy-watch.ts";
 import { liveConfigOr503, requestConfig, servableConfig } from "./routes/config-view.ts";

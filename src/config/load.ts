@@ -22,8 +22,6 @@ import { parseOptions, yamlProblem } from "./problems.ts";
 import { durationMs } from "./duration.ts";
 import { type OAuthConfig, oauthOf } from "./oauth-schema.ts";
 
-export type { GrantTemplate, OAuthConfig, OidcSignIn } from "./oauth-schema.ts";
-
 export interface UpstreamConfig {
   name: string;
   url: string;

@@ -58,8 +58,6 @@ const upstreamSchema = z.strictObject({
 
 import { ROLES } from "./roles.ts";
 
-export { ROLES };
-
 const externalIssuerSchema = z.strictObject({
   /** The `iss` value tokens from this issuer carry. */
   issuer: z.string().url(),

@@ -11,7 +11,8 @@
  * the Roll back form to a viewer without the operator role.
  */
 import type { CompensationRecord, PlannedCompensation, RunStep } from "../governance/rollback.ts";
-import type { RollbackReport, RunDetail, RunSummary } from "../services/runs.ts";
+import type { RunDetail, RunSummary } from "../services/run-records.ts";
+import type { RollbackReport } from "../services/run-rollback.ts";
 import { Layout, type Notice, NoticeBox, type Viewer } from "./layout.tsx";
 
 /** Which run of which principal (and, for an admin, which team's chain) a page is about. */

@@ -14,7 +14,8 @@
  * forward a client's `portcullis/` `_meta` key.
  */
 import type { UpstreamConfig } from "../config/load.ts";
-import { governedPassThrough, governToolCall, previewToolCall } from "../governance/call.ts";
+import { governedPassThrough, governToolCall } from "../governance/call.ts";
+import { previewToolCall } from "../governance/call-decide.ts";
 import { withoutGatewayMeta } from "../governance/call-answers.ts";
 import type { ToolCall } from "../governance/steps.ts";
 import { governance } from "./governance-ports.ts";

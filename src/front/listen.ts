@@ -17,7 +17,8 @@ import { exposeUri, splitUri } from "../protocol/exposed-names.ts";
 
 import { holdOpen, sseStream } from "./streams.ts";
 import { encodeEvent } from "../wire/sse.ts";
-import { openGetStream, requestUpstream, type Frame, upstreamRequestId } from "../upstream/client.ts";
+import { openGetStream, requestUpstream } from "../upstream/client.ts";
+import { type Frame, upstreamRequestId } from "../upstream/exchange.ts";
 import { META } from "../protocol/versions.ts";
 import { SSE_HEADERS } from "../wire/http.ts";
 import { taskObject } from "../../durable-objects/object-names.ts";

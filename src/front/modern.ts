@@ -16,7 +16,7 @@ import { applyLogLevel, mergeCapabilities, mergeInstructions, modernLegFor } fro
 import { listen } from "./listen.ts";
 import { type StreamControl, respond } from "./respond.ts";
 import type { UpstreamLegRecord } from "../../durable-objects/contract.ts";
-import { routingName } from "../upstream/client.ts";
+import { routingName } from "../upstream/exchange.ts";
 import { GATEWAY_INFO, META, MODERN_VERSION, REMOVED_IN_MODERN, SUPPORTED_VERSIONS } from "../protocol/versions.ts";
 import { jsonResponse, refuse } from "../wire/http.ts";
 import { callerStores } from "./caller-stores.ts";

@@ -7,7 +7,7 @@
  * or let a caller preview for another principal without the route having checked its role.
  */
 import { isObject, type JsonObject, type JsonRpcRequest } from "../wire/jsonrpc.ts";
-import { type Preview, previewToolCall } from "../governance/call.ts";
+import { type Preview, previewToolCall } from "../governance/call-decide.ts";
 import type { FrontContext } from "../protocol/call-context.ts";
 import { governance } from "./governance-ports.ts";
 import { modernContext } from "./modern.ts";

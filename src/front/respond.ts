@@ -13,7 +13,7 @@
 import type { Outcome } from "../protocol/call-context.ts";
 import { ErrorCode, type JsonRpcId, type JsonRpcMessage, errorResponse } from "../wire/jsonrpc.ts";
 import { encodeComment, encodeEvent } from "../wire/sse.ts";
-import { UpstreamError } from "../upstream/client.ts";
+import { UpstreamError } from "../upstream/exchange.ts";
 import { jsonResponse, SSE_HEADERS } from "../wire/http.ts";
 
 export interface Resumable {

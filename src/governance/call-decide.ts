@@ -26,9 +26,9 @@ import {
   type Refusal,
   type Target,
   type ToolCall,
-  type ToolMapping,
   type UpstreamLeg,
 } from "./steps.ts";
+import type { ToolMapping } from "../config/mapping-schema.ts";
 import { validateCall } from "./validate.ts";
 
 export interface GovernanceDeps {

@@ -16,22 +16,9 @@ import { type Answer, gatewayMetaKeys, notAnswered, refused, StepFailed, step, u
 import { decideCall, type GovernanceDeps, violation } from "./call-decide.ts";
 import { fullAudit } from "./obligations.ts";
 import { applyResultObligations } from "./obligations-shape.ts";
-import {
-  type Classification,
-  type Decision,
-  haltFor,
-  holdFor,
-  type LegResult,
-  outcomeOf,
-  type Refusal,
-  type Target,
-  type ToolCall,
-  type ToolMapping,
-} from "./steps.ts";
+import { type Classification, type Decision, haltFor, holdFor, type LegResult, outcomeOf, type Refusal, type Target, type ToolCall } from "./steps.ts";
+import type { ToolMapping } from "../config/mapping-schema.ts";
 import { validateOutput } from "./validate.ts";
-
-export { type Answer, RECEIPT_META } from "./call-answers.ts";
-export { type GovernanceDeps, type Preview, previewToolCall, type Verdict } from "./call-decide.ts";
 
 /** Steps 4–14 for one tools/call. */
 export async function governToolCall(deps: GovernanceDeps, call: ToolCall): Promise<Answer> {

@@ -35,7 +35,8 @@
  * name relax a mapping, treat a heuristic as a mapping, or throw on odd input (names are any string).
  */
 import type { CatalogTool } from "./catalog-entry.ts";
-import type { Axes, BlastRadius, Classification, Effect, Mappings, Target, ToolMapping } from "./steps.ts";
+import type { Axes, BlastRadius, Classification, Effect, Mappings, Target } from "./steps.ts";
+import type { ToolMapping } from "../config/mapping-schema.ts";
 
 export type Bucket = "read" | "idempotent" | "write" | "destructive" | "external" | "execute" | "read_hint" | "write_hint" | "destructive_hint";
 

@@ -8,7 +8,8 @@
 import type { GatewayConfig } from "../config/load.ts";
 import type { ToolMapping } from "../config/mapping-schema.ts";
 import type { Principal } from "../config/principal.ts";
-import { budgetLimits, type CompiledPolicy, compilePolicy, evaluate, historyQueries, listVerdict, namesTool } from "./policy.ts";
+import { budgetLimits, evaluate, historyQueries, listVerdict, namesTool } from "./policy.ts";
+import { type CompiledPolicy, compilePolicy } from "./policy-compile.ts";
 import type { Classification, DecisionInput, Mappings, Policy, Target } from "./steps.ts";
 import { toolGlobMatch } from "../wire/glob.ts";
 import { Memo } from "../wire/memo.ts";

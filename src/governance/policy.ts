@@ -1,6 +1,5 @@
 /**
- * The deterministic policy engine (issue 9, items 3–5 and 9): `compilePolicy` (policy-compile.ts,
- * re-exported here) turns a validated `policy:` section into matchers compiled once (globs, CEL
+ * The deterministic policy engine: `compilePolicy` (policy-compile.ts) turns a validated `policy:` section into matchers compiled once (globs, CEL
  * conditions, durations, windows, obligations; every problem at once as a `PolicyError`), `evaluate` decides one call from the
  * facts it is handed, `historyQueries` says which history answers that needs, `listVerdict`
  * whether `tools/list` shows a tool, and `budgetLimits` which call budgets apply (a tool's
@@ -45,10 +44,12 @@ import { hasRole } from "../config/roles.ts";
 import type { Json, JsonObject } from "../wire/jsonrpc.ts";
 import { type CelScope, runCondition } from "./policy-cel.ts";
 import type { CompiledPolicy, CompiledRule, CompiledWindow, RuleHistory, Verdict } from "./policy-compile.ts";
-import type { BudgetLimits, Classification, Decision, HistoryQuery, HistorySnapshot, Obligation, ToolMapping } from "./steps.ts";
+import type { BudgetLimits, Classification, Decision, HistoryQuery, HistorySnapshot, Obligation } from "./steps.ts";
+import type { ToolMapping } from "../config/mapping-schema.ts";
 import { historyKey } from "./steps.ts";
 
-export { type CompiledPolicy, type CompiledRule, compilePolicy, PolicyError } from "./policy-compile.ts";
+// Kept for bin/portcullis.mjs, which imports PolicyError from this path; src/ imports policy-compile.ts.
+export { PolicyError } from "./policy-compile.ts";
 
 /** Everything one decision depends on, handed in by the governed path (or by preview). */
 export interface PolicyFacts {

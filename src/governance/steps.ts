@@ -117,8 +117,6 @@ export interface Classification {
    */
   source: "mapping" | `heuristic:${string}` | "default";
 }
-/** An operator's mapping for one tool (`mappings/<upstream>.yaml`), as loaded: declared once, in src/config/mapping-schema.ts. */
-export type { ToolMapping } from "../config/mapping-schema.ts";
 import type { ToolMapping } from "../config/mapping-schema.ts";
 
 export interface Mappings {

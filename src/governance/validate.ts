@@ -17,7 +17,8 @@
  */
 import { dereference, type OutputUnit, type Schema, type SchemaDraft, validate } from "@cfworker/json-schema";
 import type { Json, JsonObject } from "../wire/jsonrpc.ts";
-import type { Refusal, Target, ToolMapping } from "./steps.ts";
+import type { Refusal, Target } from "./steps.ts";
+import type { ToolMapping } from "../config/mapping-schema.ts";
 import { Memo } from "../wire/memo.ts";
 
 /** How many problems a reason names. */

@@ -16,7 +16,8 @@ import { isLoopbackAddress, isLoopbackHost } from "../wire/hosts.ts";
 import { principalHas, principalNameProblem, type Principal } from "../config/principal.ts";
 import type { Role } from "../config/roles.ts";
 import { revocationObject } from "../../durable-objects/object-names.ts";
-import { parseKeySet, verifyGrant, type KeySet } from "./tokens.ts";
+import { verifyGrant } from "./tokens.ts";
+import { parseKeySet, type KeySet } from "./keys.ts";
 import { isRevokedCached } from "./revocation-cache.ts";
 import { jsonResponse } from "../wire/http.ts";
 

@@ -8,7 +8,7 @@
  * authorization server while auth.oauth is off (no RFC 8414 metadata answers there).
  */
 import type { GatewayConfig } from "../config/load.ts";
-import { ROLES } from "../config/schema.ts";
+import { ROLES } from "../config/roles.ts";
 import { isLoopbackHost, LOOPBACK_HOSTS } from "../wire/hosts.ts";
 import { bearerChallenge, quoteParam } from "../wire/http.ts";
 

@@ -12,7 +12,7 @@
 import { hmac } from "@noble/hashes/hmac.js";
 import { sha256 } from "@noble/hashes/sha2.js";
 import { utf8ToBytes } from "@noble/hashes/utils.js";
-import type { GrantTemplate } from "../config/load.ts";
+import type { GrantTemplate } from "../config/oauth-schema.ts";
 import { principalNameProblem, reservedNameProblem } from "../config/principal.ts";
 import type { Role } from "../config/roles.ts";
 import { isRole } from "../config/roles.ts";

@@ -9,7 +9,7 @@
  */
 import { createRemoteJWKSet, customFetch, jwtVerify, type JWTPayload } from "jose";
 import type { ExternalIssuer } from "../config/load.ts";
-import { ROLES } from "../config/schema.ts";
+import { ROLES } from "../config/roles.ts";
 import { type Principal, principalNameProblem, reservedNameProblem } from "../config/principal.ts";
 import type { Role } from "../config/roles.ts";
 import { Memo } from "../wire/memo.ts";

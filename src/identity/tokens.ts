@@ -7,8 +7,8 @@
  * claims, then revocation; the signature check is done once per token text and key per isolate
  * (a bounded memo), every other check on every request. Must never: throw on hostile input, honour `jku`/`jwk`/`x5u`/`x5c`/
  * `crit` (their presence rejects), hand jose an HMAC key or a key named by the token, fetch
- * anything, or echo the token in a reason. This is the module to import; it re-exports keys.ts
- * and grant.ts.
+ * anything, or echo the token in a reason. Its one
+ * re-export (the key-set names from keys.ts) is for the CLI, which loads this file by path.
  */
 import { compactVerify, SignJWT } from "jose";
 import type { CryptoKey } from "jose";
@@ -18,10 +18,8 @@ import type { Budget, Grant, Role } from "../config/roles.ts";
 import { GRANT_ALG, KID_PATTERN, type KeySet } from "./keys.ts";
 import { Memo } from "../wire/memo.ts";
 
-export { ROLES, hasRole, isRole } from "../config/roles.ts";
-export type { Budget, Grant, Role } from "../config/roles.ts";
-export { GRANT_ALG, KID_PATTERN, KeySetError, generateSigningKey, parseKeySet, publicJwks } from "./keys.ts";
-export type { KeySet, PrivateJwk, PublicJwk } from "./keys.ts";
+// Kept for bin/ (operator-cli.mjs newKey, portcullis.mjs), which imports these from this path; src/ imports keys.ts.
+export { KID_PATTERN, generateSigningKey, parseKeySet } from "./keys.ts";
 
 /** The JOSE `typ` every grant token carries; any other token (even from the same issuer) is refused. */
 export const GRANT_TYP = "portcullis-grant+jwt";

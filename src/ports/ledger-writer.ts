@@ -14,7 +14,8 @@
  * decision/outcome append (the governed path refuses on a throw).
  */
 import { canonicalUrl } from "../identity/metadata.ts";
-import { GLOBAL_CHAIN, ledgerObject } from "../../durable-objects/object-names.ts";
+import { ledgerObject } from "../../durable-objects/object-names.ts";
+import { GLOBAL_CHAIN } from "../ledger/records.ts";
 import type { LedgerSigning } from "../../durable-objects/contract.ts";
 import type { GatewayConfig } from "../config/load.ts";
 import type { Principal } from "../config/principal.ts";

@@ -16,7 +16,7 @@ import type { ConfigApi, StoredConfig, StoredConfigHead } from "../../durable-ob
 import { ConfigError, type GatewayConfig, loadConfig } from "../config/load.ts";
 import type { Env } from "../env.ts";
 import { compiledPolicy } from "../governance/engine.ts";
-import { PolicyError } from "../governance/policy.ts";
+import { PolicyError } from "../governance/policy-compile.ts";
 import { compileCondition } from "../governance/policy-cel.ts";
 import { clearCatalog } from "../upstream/catalog-cache.ts";
 import { bounded } from "../wire/bounded.ts";

@@ -13,7 +13,7 @@
 import { z } from "zod";
 import { type GatewayConfig, principalSpaces } from "../config/load.ts";
 import { mintedPrincipalProblem, type Principal } from "../config/principal.ts";
-import { ROLES } from "../config/schema.ts";
+import { ROLES } from "../config/roles.ts";
 import type { Env } from "../env.ts";
 import { mintEnrollment, readEnrollment } from "../identity/enrollment.ts";
 import { canonicalUrl } from "../identity/metadata.ts";

@@ -8,7 +8,7 @@
  */
 import { z } from "zod";
 import { type GatewayConfig, principalSpaces } from "../config/load.ts";
-import { ROLES } from "../config/schema.ts";
+import { ROLES } from "../config/roles.ts";
 import type { Env } from "../env.ts";
 
 import { signingKeys } from "../identity/auth.ts";

@@ -5,7 +5,8 @@
  * auditor sees only its own team's chain; an admin sees every chain. Must never: show a chain
  * outside the caller's scope, or buffer a whole export in memory.
  */
-import { GLOBAL_CHAIN, ledgerObject } from "../../durable-objects/object-names.ts";
+import { ledgerObject } from "../../durable-objects/object-names.ts";
+import { GLOBAL_CHAIN } from "../ledger/records.ts";
 import type { Principal } from "../config/principal.ts";
 import { principalHas } from "../config/principal.ts";
 import type { Env } from "../env.ts";

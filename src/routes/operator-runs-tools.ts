@@ -6,7 +6,9 @@
  * `/v1/runs` (src/services/runs.ts). Must never: take the actor from the arguments (it is the caller's
  * grant), or execute anything from a tool other than execute_rollback.
  */
-import { listRuns, rollbackRun, runDetail, type RunsResult, validateMapping } from "../services/runs.ts";
+import { validateMapping } from "../services/runs.ts";
+import { listRuns, runDetail, type RunsResult } from "../services/run-records.ts";
+import { rollbackRun } from "../services/run-rollback.ts";
 import type { JsonObject } from "../wire/jsonrpc.ts";
 import { traceRoute } from "./ledger-api.ts";
 import { type OperatorContext, registerOperatorTool } from "./operator-registry.ts";

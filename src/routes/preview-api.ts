@@ -10,7 +10,7 @@ import type { GatewayConfig } from "../config/load.ts";
 import { principalHas, type Principal } from "../config/principal.ts";
 import { ROLES } from "../config/roles.ts";
 import type { Env } from "../env.ts";
-import type { Preview } from "../governance/call.ts";
+import type { Preview } from "../governance/call-decide.ts";
 import { canonicalUrl } from "../identity/metadata.ts";
 import { previewFor } from "../front/preview.ts";
 import { readJsonBody } from "../wire/body.ts";

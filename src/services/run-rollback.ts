@@ -1,5 +1,5 @@
 /**
- * The execution of a run's rollback plan (src/governance/rollback.ts), re-exported by ./runs.ts:
+ * The execution of a run's rollback plan (src/governance/rollback.ts):
  * `rollbackRun` calls each compensation on the upstream that exposes it, newest first, at most 3
  * attempts with backoff, with `_meta["portcullis/idempotency_key"]` (an HMAC of run and step
  * under a key derived from the gateway's signing secret, src/governance/rollback.ts), then its

@@ -1,8 +1,8 @@
 /**
  * Runs and rollback ([R]), the service every surface calls (REST `src/routes/runs-api.ts`, the
  * operator tools, the CLI through REST; the console run page should call `runDetail` and
- * `rollbackRun` too): the run views of ./run-records.ts (read from the ledger alone) and the
- * rollback execution of ./run-rollback.ts re-exported; `validateMapping`, a mapping file checked
+ * `rollbackRun` too): the run views are ./run-records.ts (read from the ledger alone) and the
+ * rollback execution ./run-rollback.ts, imported from there; here: `validateMapping`, a mapping file checked
  * as the loader checks it and then against the upstream's own tools/list; and the run agent tools
  * on /mcp (`agentRunTool`: plans, dry runs, traces and mapping checks of the caller's own runs).
  * Who may see which run: an agent its own runs only (another principal's run is "not found"); an
@@ -20,10 +20,6 @@ import type { CallContext, Outcome } from "../protocol/call-context.ts";
 import { exposeName } from "../protocol/exposed-names.ts";
 import { rollbackRun, upstreamToolNames } from "./run-rollback.ts";
 import { listRuns, runDetail, type RunsResult } from "./run-records.ts";
-
-// The reads live in ./run-records.ts and the rollback in ./run-rollback.ts; every surface keeps importing runs from here.
-export { listRuns, runDetail, type RunDetail, type RunsResult, type RunSummary } from "./run-records.ts";
-export { type RollbackContext, type RollbackOptions, type RollbackReport, rollbackRun, type StepReport, upstreamToolNames } from "./run-rollback.ts";
 
 export interface MappingValidation {
   upstream: string;

@@ -31,21 +31,6 @@ import {
 } from "./exchange.ts";
 import { GATEWAY_INFO, META, MODERN_VERSION } from "../protocol/versions.ts";
 
-export {
-  answers,
-  encodeHeaderValue,
-  type Frame,
-  routingName,
-  type SendOptions,
-  type StreamSignal,
-  UpstreamAuthError,
-  UpstreamConnectionLost,
-  UpstreamError,
-  type UpstreamFrame,
-  upstreamRequestId,
-  UpstreamSessionGone,
-  UpstreamUncertain,
-} from "./exchange.ts";
 import { Memo } from "../wire/memo.ts";
 
 /**

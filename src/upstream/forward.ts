@@ -23,16 +23,8 @@ import {
 import { noteNotification } from "./catalog-cache.ts";
 import { exposeUri } from "../protocol/exposed-names.ts";
 import type { LegResult } from "../governance/steps.ts";
-import {
-  answers,
-  requestUpstream,
-  UpstreamAuthError,
-  UpstreamConnectionLost,
-  UpstreamError,
-  UpstreamSessionGone,
-  UpstreamUncertain,
-  upstreamRequestId,
-} from "./client.ts";
+import { requestUpstream } from "./client.ts";
+import { answers, UpstreamAuthError, UpstreamConnectionLost, UpstreamError, UpstreamSessionGone, UpstreamUncertain, upstreamRequestId } from "./exchange.ts";
 import type { Leg } from "../../durable-objects/contract.ts";
 import { META } from "../protocol/versions.ts";
 

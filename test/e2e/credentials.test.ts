@@ -6,7 +6,8 @@
 import { readFileSync } from "node:fs";
 import { Client, StreamableHTTPClientTransport } from "@modelcontextprotocol/client";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
-import { mintGrant, parseKeySet } from "../../src/identity/tokens.ts";
+import { mintGrant } from "../../src/identity/tokens.ts";
+import { parseKeySet } from "../../src/identity/keys.ts";
 
 const url = inject("namespacedUrl");
 const origin = new URL(url).origin;

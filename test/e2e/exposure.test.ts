@@ -11,7 +11,8 @@
 import { connect } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { generateSigningKey } from "../../src/identity/keys.ts";
-import { mintGrant, parseKeySet } from "../../src/identity/tokens.ts";
+import { mintGrant } from "../../src/identity/tokens.ts";
+import { parseKeySet } from "../../src/identity/keys.ts";
 import { startModernOnlyUpstream } from "../fixtures/modern-only-upstream.ts";
 import { freePort, type Proc, startPortcullis } from "./harness.ts";
 import { raw } from "./raw.ts";

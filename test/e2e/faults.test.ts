@@ -22,7 +22,7 @@ import type { Client } from "@modelcontextprotocol/client";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { generateSigningKey } from "../../src/identity/keys.ts";
 import type { LedgerEntry } from "../../src/ledger/records.ts";
-import { verifyExport } from "../../src/ledger/verify.ts";
+import { verifyExport } from "../../src/ledger/export-verifier.ts";
 import { type FaultyUpstream, startFaultyUpstream } from "./faulty-upstream.ts";
 import { freePort, groupMembers, type Proc, startPortcullis } from "./harness.ts";
 import { closeSessions, connect, grantFor, modern, sessionClient } from "./mcp.ts";

@@ -7,7 +7,8 @@
  */
 import { Client, StreamableHTTPClientTransport } from "@modelcontextprotocol/client";
 import { afterEach, beforeAll, describe, expect, inject, it } from "vitest";
-import { mintGrant, parseKeySet, type KeySet } from "../../src/identity/tokens.ts";
+import { mintGrant } from "../../src/identity/tokens.ts";
+import { parseKeySet, type KeySet } from "../../src/identity/keys.ts";
 
 const url = inject("namespacedUrl");
 const origin = new URL(url).origin;

@@ -18,7 +18,7 @@ import { join } from "node:path";
 import type { Client } from "@modelcontextprotocol/client";
 import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { generateSigningKey } from "../../src/identity/keys.ts";
-import { verifyExport } from "../../src/ledger/verify.ts";
+import { verifyExport } from "../../src/ledger/export-verifier.ts";
 import { startModernOnlyUpstream } from "../fixtures/modern-only-upstream.ts";
 import { type SlowLegacyUpstream, startSlowLegacyUpstream } from "../fixtures/slow-legacy-upstream.ts";
 import { freePort, type Proc, root, startPortcullis } from "./harness.ts";

@@ -11,7 +11,8 @@
 import { spawn } from "node:child_process";
 import { resolve } from "node:path";
 import { Client, StreamableHTTPClientTransport } from "@modelcontextprotocol/client";
-import { type GrantClaimsInput, mintGrant, parseKeySet } from "../../src/identity/tokens.ts";
+import { type GrantClaimsInput, mintGrant } from "../../src/identity/tokens.ts";
+import { parseKeySet } from "../../src/identity/keys.ts";
 
 // biome-ignore lint/suspicious/noExplicitAny: JSON answers are read loosely in tests
 type Any = any;

@@ -22,7 +22,8 @@
 import { createServer, type Server } from "node:http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { generateSigningKey } from "../../src/identity/keys.ts";
-import { mintGrant, parseKeySet } from "../../src/identity/tokens.ts";
+import { mintGrant } from "../../src/identity/tokens.ts";
+import { parseKeySet } from "../../src/identity/keys.ts";
 import { freePort, type Proc, startPortcullis } from "./harness.ts";
 import { api, grantFor, ledgerKinds } from "./mcp.ts";
 import {

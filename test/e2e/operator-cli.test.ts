@@ -14,7 +14,8 @@ import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync 
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, describe, expect, inject, it } from "vitest";
-import { mintGrant, parseKeySet, verifyGrant } from "../../src/identity/tokens.ts";
+import { mintGrant, verifyGrant } from "../../src/identity/tokens.ts";
+import { parseKeySet } from "../../src/identity/keys.ts";
 import { freePort, listeningOn, root, startPortcullis } from "./harness.ts";
 import { grantFor, modernRaw, type Run, runScript } from "./mcp.ts";
 

@@ -9,7 +9,7 @@
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { generateSigningKey } from "../../src/identity/keys.ts";
 import type { LedgerEntry } from "../../src/ledger/records.ts";
-import { verifyExport } from "../../src/ledger/verify.ts";
+import { verifyExport } from "../../src/ledger/export-verifier.ts";
 import { startModernOnlyUpstream } from "../fixtures/modern-only-upstream.ts";
 import { freePort, type Proc, startPortcullis } from "./harness.ts";
 import { grantFor, modern } from "./mcp.ts";

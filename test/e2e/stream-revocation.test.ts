@@ -10,7 +10,8 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { generateSigningKey } from "../../src/identity/keys.ts";
-import { type KeySet, mintGrant, parseKeySet } from "../../src/identity/tokens.ts";
+import { mintGrant } from "../../src/identity/tokens.ts";
+import { type KeySet, parseKeySet } from "../../src/identity/keys.ts";
 import { type ConformanceUpstream, startConformanceUpstream } from "../fixtures/conformance-upstream/server.ts";
 import { freePort, startPortcullis } from "./harness.ts";
 

@@ -8,7 +8,8 @@
  * principals each get their own answer.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { mintGrant, parseKeySet } from "../../src/identity/tokens.ts";
+import { mintGrant } from "../../src/identity/tokens.ts";
+import { parseKeySet } from "../../src/identity/keys.ts";
 import { generateSigningKey } from "../../src/identity/keys.ts";
 import { type ConformanceUpstream, startConformanceUpstream } from "../fixtures/conformance-upstream/server.ts";
 import { freePort, type Proc, startPortcullis } from "./harness.ts";

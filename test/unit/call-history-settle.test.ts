@@ -7,7 +7,8 @@
  */
 import { describe, expect, it } from "vitest";
 import type { Principal } from "../../src/config/principal.ts";
-import { type GovernanceDeps, governToolCall } from "../../src/governance/call.ts";
+import { governToolCall } from "../../src/governance/call.ts";
+import type { GovernanceDeps } from "../../src/governance/call-decide.ts";
 import { catalogEntry } from "../../src/governance/catalog-entry.ts";
 import {
   type HistoryStore,

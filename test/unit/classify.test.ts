@@ -9,7 +9,8 @@ import { describe, expect, it } from "vitest";
 import type { UpstreamConfig } from "../../src/config/load.ts";
 import { type CatalogTool, catalogEntry } from "../../src/governance/catalog-entry.ts";
 import { classificationBanner, classifyTool, formatBanner, heuristic, nameWords } from "../../src/governance/classify.ts";
-import { type Classification, type Effect, type Mappings, NO_MAPPINGS, type ToolMapping } from "../../src/governance/steps.ts";
+import { type Classification, type Effect, type Mappings, NO_MAPPINGS } from "../../src/governance/steps.ts";
+import type { ToolMapping } from "../../src/config/mapping-schema.ts";
 import type { JsonObject } from "../../src/wire/jsonrpc.ts";
 import { testUpstream } from "./fixtures.ts";
 

@@ -12,7 +12,8 @@ import { inlineSecretProblem } from "../../src/config/inline-secret.ts";
 import { ConfigError, type LoadOptions, loadConfig } from "../../src/config/load.ts";
 import { didYouMean, editDistance, yamlProblem } from "../../src/config/problems.ts";
 import { compileCondition } from "../../src/governance/policy-cel.ts";
-import { mintGrant, parseKeySet } from "../../src/identity/tokens.ts";
+import { mintGrant } from "../../src/identity/tokens.ts";
+import { parseKeySet } from "../../src/identity/keys.ts";
 
 function problems(text: string, opts: LoadOptions = {}, vars: Record<string, unknown> = {}): string[] {
   try {

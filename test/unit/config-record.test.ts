@@ -5,7 +5,8 @@
  */
 import { env, SELF } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { GLOBAL_CHAIN, ledgerObject } from "../../durable-objects/object-names.ts";
+import { ledgerObject } from "../../durable-objects/object-names.ts";
+import { GLOBAL_CHAIN } from "../../src/ledger/records.ts";
 import { sha256Hex } from "../../src/wire/canonical.ts";
 
 describe("config.changed", () => {

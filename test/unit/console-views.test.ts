@@ -21,9 +21,10 @@ import { htmlResponse } from "../../src/console/render.ts";
 import { csrfToken, csrfValid, originProblem, readCookie } from "../../src/console/cookie-session.ts";
 import { ToolsPage } from "../../src/console/tools.tsx";
 import type { LedgerEntry } from "../../src/ledger/records.ts";
-import type { RunDetail } from "../../src/services/runs.ts";
+import type { RunDetail } from "../../src/services/run-records.ts";
 import type { RunStep } from "../../src/governance/rollback.ts";
-import { type KeySet, mintGrant, parseKeySet } from "../../src/identity/tokens.ts";
+import { mintGrant } from "../../src/identity/tokens.ts";
+import { type KeySet, parseKeySet } from "../../src/identity/keys.ts";
 import ledgerSchema from "../../migrations/0001_ledger.sql?raw";
 
 const GW = "http://127.0.0.1";

@@ -15,7 +15,8 @@ import type { HoldClaim, HoldRecord, HoldsApi, KillSwitchSnapshot, LedgerApi } f
 import { loadConfig } from "../../src/config/load.ts";
 import type { Principal } from "../../src/config/principal.ts";
 import type { Env } from "../../src/env.ts";
-import { type GovernanceDeps, governToolCall } from "../../src/governance/call.ts";
+import { governToolCall } from "../../src/governance/call.ts";
+import type { GovernanceDeps } from "../../src/governance/call-decide.ts";
 import { catalogEntry } from "../../src/governance/catalog-entry.ts";
 import {
   type HistoryStore,

@@ -10,7 +10,9 @@ import { describe, expect, it } from "vitest";
 import type { UpstreamConfig } from "../../src/config/load.ts";
 import { DEFAULT_EGRESS_RULES } from "../../src/config/egress-schema.ts";
 import type { Principal } from "../../src/config/principal.ts";
-import { type GovernanceDeps, governedPassThrough, governToolCall, RECEIPT_META } from "../../src/governance/call.ts";
+import { governedPassThrough, governToolCall } from "../../src/governance/call.ts";
+import type { GovernanceDeps } from "../../src/governance/call-decide.ts";
+import { RECEIPT_META } from "../../src/governance/call-answers.ts";
 import { type CatalogTool, catalogEntry, schemaHash } from "../../src/governance/catalog-entry.ts";
 import {
   CatalogUnreadable,
@@ -26,7 +28,8 @@ import {
   type ToolCall,
 } from "../../src/governance/steps.ts";
 import type { JsonObject, JsonRpcRequest } from "../../src/wire/jsonrpc.ts";
-import type { Mappings, ToolMapping } from "../../src/governance/steps.ts";
+import type { Mappings } from "../../src/governance/steps.ts";
+import type { ToolMapping } from "../../src/config/mapping-schema.ts";
 
 const up: UpstreamConfig = {
   name: "alpha",

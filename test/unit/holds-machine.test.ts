@@ -10,10 +10,9 @@
  */
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
+import { claimHold, completeHold, releaseHold, resolveHold, type ResolveRequest } from "../../durable-objects/holds-machine.ts";
 import {
   type AppendDrafts,
-  claimHold,
-  completeHold,
   EXPIRED_UNRESOLVED,
   getHold,
   HOLD_LIST_MAX,
@@ -24,12 +23,9 @@ import {
   listHolds,
   nextAlarm,
   recordBackoff,
-  releaseHold,
-  resolveHold,
-  type ResolveRequest,
   runAlarm,
   type StoredHold,
-} from "../../durable-objects/holds-machine.ts";
+} from "../../durable-objects/holds-expiry.ts";
 import { HOLD_RECORD_VERSION, type HoldState, type LedgerSigning, type NewHold } from "../../durable-objects/contract.ts";
 import type { EntryDraft } from "../../src/ledger/records.ts";
 import { canonicalJson, sha256Hex } from "../../src/wire/canonical.ts";

@@ -15,7 +15,8 @@ import type { HoldRecord, HoldsApi, NewHold } from "../../durable-objects/contra
 import type { GatewayConfig, HoldsConfig } from "../../src/config/load.ts";
 import type { Principal } from "../../src/config/principal.ts";
 import type { Role } from "../../src/config/roles.ts";
-import { mintGrant, parseKeySet } from "../../src/identity/tokens.ts";
+import { mintGrant } from "../../src/identity/tokens.ts";
+import { parseKeySet } from "../../src/identity/keys.ts";
 import { getHold, getHoldVia, type HoldsDeps, listHolds, listHoldsVia, resolveHold, resolveHoldVia } from "../../src/services/approvals.ts";
 import { configOr503 } from "../../src/routes/config-view.ts";
 import { operatorTool } from "../../src/routes/operator-registry.ts";

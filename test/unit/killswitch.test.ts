@@ -13,12 +13,14 @@
 import { env, SELF } from "cloudflare:test";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { changeProblem } from "../../durable-objects/killswitch.ts";
-import { GLOBAL_CHAIN, killSwitchObject, ledgerObject } from "../../durable-objects/object-names.ts";
+import { killSwitchObject, ledgerObject } from "../../durable-objects/object-names.ts";
+import { GLOBAL_CHAIN } from "../../src/ledger/records.ts";
 import type { KillSwitchApi, KillSwitchSnapshot, LedgerSigning } from "../../durable-objects/contract.ts";
 import type { Principal } from "../../src/config/principal.ts";
 import type { Env } from "../../src/env.ts";
 import type { KillSwitchReader, KillSwitchState, LegResult, ToolCall } from "../../src/governance/steps.ts";
-import { mintGrant, parseKeySet } from "../../src/identity/tokens.ts";
+import { mintGrant } from "../../src/identity/tokens.ts";
+import { parseKeySet } from "../../src/identity/keys.ts";
 import type { CallContext } from "../../src/protocol/call-context.ts";
 import { cachedKillSwitchReader, changeKillSwitch, haltableLeg, killSwitchReader, killSwitchStatus, stateOf } from "../../src/ports/killswitch-client.ts";
 import { configOr503 } from "../../src/routes/config-view.ts";

@@ -10,7 +10,8 @@ import { describe, expect, it } from "vitest";
 import { generateSigningKey } from "../../src/identity/keys.ts";
 import { chainEntries, EMPTY_HEAD } from "../../src/ledger/chain.ts";
 import { checkpointOrigin, noteKeyId, openNote, signCheckpoint, signingKeyFrom, signNote, verifyCheckpoint } from "../../src/ledger/checkpoint.ts";
-import { verifyExport, verifyReceipt } from "../../src/ledger/verify.ts";
+import { verifyExport } from "../../src/ledger/export-verifier.ts";
+import { verifyReceipt } from "../../src/ledger/receipt.ts";
 import ledgerDoc from "../../docs/ledger.md?raw";
 
 const unb64 = (s: string) => Uint8Array.from(atob(s), (c) => c.charCodeAt(0));

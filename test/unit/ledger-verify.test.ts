@@ -14,7 +14,9 @@ import { chainEntries, EMPTY_HEAD } from "../../src/ledger/chain.ts";
 import { type Checkpoint, checkpointOrigin, type SigningKey, signCheckpoint, signingKeyFrom } from "../../src/ledger/checkpoint.ts";
 import { canonicalHash, canonicalJson, sha256Hex } from "../../src/wire/canonical.ts";
 import type { EntryDraft, EntryKind, LedgerEntry } from "../../src/ledger/records.ts";
-import { ExportVerifier, ndjsonLines, type Problem, verifyExport, verifyReceipt } from "../../src/ledger/verify.ts";
+import { ExportVerifier, verifyExport } from "../../src/ledger/export-verifier.ts";
+import { ndjsonLines, type Problem } from "../../src/ledger/export-format.ts";
+import { verifyReceipt } from "../../src/ledger/receipt.ts";
 import type { Json, JsonObject } from "../../src/wire/jsonrpc.ts";
 
 const GW = "https://gw.example.com";

@@ -11,9 +11,11 @@
  */
 import { env, SELF } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { GLOBAL_CHAIN, ledgerObject } from "../../durable-objects/object-names.ts";
+import { ledgerObject } from "../../durable-objects/object-names.ts";
+import { GLOBAL_CHAIN } from "../../src/ledger/records.ts";
 import type { ConfigApi, LedgerSigning, StoredConfig, StoredConfigHead } from "../../durable-objects/contract.ts";
-import { mintGrant, parseKeySet } from "../../src/identity/tokens.ts";
+import { mintGrant } from "../../src/identity/tokens.ts";
+import { parseKeySet } from "../../src/identity/keys.ts";
 import { LiveConfigCache, type LiveConfigSource, supersededByDeploy } from "../../src/ports/live-config.ts";
 import { sha256Hex } from "../../src/wire/canonical.ts";
 import { allEntries } from "./fixtures.ts";

@@ -6,7 +6,7 @@
 import { describe, expect, it } from "vitest";
 import { parse as parseYaml } from "yaml";
 import { mappingFileSchema, parseMappingFile, parseMappings, type ToolMapping as ConfigToolMapping, toToolMapping } from "../../src/config/mapping-schema.ts";
-import type { ToolMapping } from "../../src/governance/steps.ts";
+import type { ToolMapping } from "../../src/config/mapping-schema.ts";
 
 // Vite inlines the files' text at build time: the test reads the starter mappings as they are.
 const starters = Object.fromEntries(

@@ -1,6 +1,6 @@
 import { describe, expect, it } from "vitest";
 import { checkModernRequest, decodeHeaderValue } from "../../src/front/modern.ts";
-import { encodeHeaderValue } from "../../src/upstream/client.ts";
+import { encodeHeaderValue } from "../../src/upstream/exchange.ts";
 
 const META = { "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {} };
 

@@ -8,7 +8,7 @@
  * shape and freshness). Owns nothing of the gateway; must never touch a binding.
  */
 import { describe, expect, it } from "vitest";
-import type { GrantTemplate } from "../../src/config/load.ts";
+import type { GrantTemplate } from "../../src/config/oauth-schema.ts";
 import { decodeCanonical } from "../../src/identity/base64url.ts";
 import { type GrantOffer, coveredTools, enrollmentOffer, openOffer, signOffer, templateOffer } from "../../src/identity/oauth-grant.ts";
 import { readProps, userIdOf, newGrantJti } from "../../src/identity/oauth-server.ts";

@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from "vitest";
 import { type PolicyInput, parsePolicy } from "../../src/config/policy-schema.ts";
-import { compilePolicy } from "../../src/governance/policy.ts";
+import { compilePolicy } from "../../src/governance/policy-compile.ts";
 import { policyEngine } from "../../src/governance/engine.ts";
 import { testConfig, testUpstream } from "./fixtures.ts";
 import { describeUnmatched, type KnownTool, matchedBefore, unmatchedRules } from "../../src/governance/policy-coverage.ts";

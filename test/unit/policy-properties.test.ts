@@ -14,7 +14,8 @@ import { describe, expect, it } from "vitest";
 import { type PolicyInput, parsePolicy } from "../../src/config/policy-schema.ts";
 import type { Principal } from "../../src/config/principal.ts";
 import { ROLES } from "../../src/config/roles.ts";
-import { budgetLimits, compilePolicy, evaluate, historyQueries, listVerdict, type PolicyFacts, PolicyError } from "../../src/governance/policy.ts";
+import { budgetLimits, evaluate, historyQueries, listVerdict, type PolicyFacts } from "../../src/governance/policy.ts";
+import { compilePolicy, PolicyError } from "../../src/governance/policy-compile.ts";
 import { type Classification, historyKey, type Mode } from "../../src/governance/steps.ts";
 import type { JsonObject } from "../../src/wire/jsonrpc.ts";
 

@@ -6,18 +6,11 @@
 import { describe, expect, it } from "vitest";
 import { type PolicyInput, parsePolicy } from "../../src/config/policy-schema.ts";
 import type { Principal } from "../../src/config/principal.ts";
-import {
-  budgetLimits,
-  type CompiledPolicy,
-  compilePolicy,
-  evaluate,
-  historyQueries,
-  listVerdict,
-  type PolicyFacts,
-  PolicyError,
-} from "../../src/governance/policy.ts";
+import { budgetLimits, evaluate, historyQueries, listVerdict, type PolicyFacts } from "../../src/governance/policy.ts";
+import { type CompiledPolicy, compilePolicy, PolicyError } from "../../src/governance/policy-compile.ts";
 import { toolPolicy } from "../../src/governance/policy-view.ts";
-import { type Classification, type Decision, historyKey, type HistoryQuery, type Mode, type ToolMapping } from "../../src/governance/steps.ts";
+import { type Classification, type Decision, historyKey, type HistoryQuery, type Mode } from "../../src/governance/steps.ts";
+import type { ToolMapping } from "../../src/config/mapping-schema.ts";
 
 type Rules = NonNullable<PolicyInput["rules"]>;
 type Opts = { mode?: Mode; unclassifiedReads?: "block" | "observe"; budgets?: PolicyInput["budgets"] };

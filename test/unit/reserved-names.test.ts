@@ -16,7 +16,8 @@ import { HOLD_ID, RUN_ID } from "../../durable-objects/object-names.ts";
 import { loadConfig } from "../../src/config/load.ts";
 import { GLOBAL_TEAM, OBJECT_NAME_KINDS, lookAlike, mintedPrincipalProblem, principalNameProblem, reservedNameProblem } from "../../src/config/principal.ts";
 import { authenticate } from "../../src/identity/auth.ts";
-import { GRANT_TYP, type KeySet, mintGrant, parseKeySet, verifyGrant } from "../../src/identity/tokens.ts";
+import { GRANT_TYP, mintGrant, verifyGrant } from "../../src/identity/tokens.ts";
+import { type KeySet, parseKeySet } from "../../src/identity/keys.ts";
 import { GLOBAL_CHAIN } from "../../src/ledger/records.ts";
 
 // Vite inlines the source text at build time: the name builders as they are.

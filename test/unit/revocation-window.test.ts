@@ -5,7 +5,8 @@
  */
 import { env, runDurableObjectAlarm, SELF } from "cloudflare:test";
 import { beforeAll, describe, expect, it } from "vitest";
-import { mintGrant, parseKeySet, type KeySet } from "../../src/identity/tokens.ts";
+import { mintGrant } from "../../src/identity/tokens.ts";
+import { parseKeySet, type KeySet } from "../../src/identity/keys.ts";
 import { REVOCATION_SHARDS } from "../../durable-objects/object-names.ts";
 
 const GW = "http://127.0.0.1";

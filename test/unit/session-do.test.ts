@@ -9,7 +9,7 @@
 import { env, evictDurableObject, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { LEG_IDLE_TTL_S, type CredentialsApi, type RevocationsApi, type SessionApi, type SessionRecord } from "../../durable-objects/contract.ts";
-import { SESSION_SCHEMA } from "../../durable-objects/session.ts";
+import { SESSION_SCHEMA } from "../../durable-objects/session-rows.ts";
 
 function stub(name: string) {
   const id = env.SESSIONS.idFromName(name);

@@ -9,7 +9,8 @@
 import { afterEach, describe, expect, it, vi } from "vitest";
 import type { UpstreamConfig } from "../../src/config/load.ts";
 import { egressSchema } from "../../src/config/egress-schema.ts";
-import { requestUpstream, UpstreamError, type UpstreamFrame } from "../../src/upstream/client.ts";
+import { requestUpstream } from "../../src/upstream/client.ts";
+import { UpstreamError, type UpstreamFrame } from "../../src/upstream/exchange.ts";
 import { respond, type Resumable } from "../../src/front/respond.ts";
 import type { JsonRpcRequest } from "../../src/wire/jsonrpc.ts";
 import type { Leg } from "../../durable-objects/contract.ts";

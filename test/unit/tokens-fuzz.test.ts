@@ -4,7 +4,8 @@
 import fc from "fast-check";
 import { base64url } from "jose";
 import { beforeAll, describe, expect, it } from "vitest";
-import { GRANT_TYP, generateSigningKey, mintGrant, parseKeySet, verifyGrant, type KeySet, type VerifyOptions } from "../../src/identity/tokens.ts";
+import { GRANT_TYP, mintGrant, verifyGrant, type VerifyOptions } from "../../src/identity/tokens.ts";
+import { generateSigningKey, parseKeySet, type KeySet } from "../../src/identity/keys.ts";
 
 const ISS = "https://gw.example.com";
 const AUD = "https://gw.example.com/mcp";

@@ -3,20 +3,9 @@
 // property under test is not the signature, so each rejection is caused by that property alone.
 import { base64url, exportJWK, generateKeyPair, SignJWT } from "jose";
 import { beforeAll, describe, expect, it } from "vitest";
-import {
-  GRANT_TYP,
-  KeySetError,
-  MAX_TOKEN_BYTES,
-  generateSigningKey,
-  hasRole,
-  mintGrant,
-  parseKeySet,
-  publicJwks,
-  verifyGrant,
-  type KeySet,
-  type VerifyOptions,
-  type VerifyResult,
-} from "../../src/identity/tokens.ts";
+import { GRANT_TYP, MAX_TOKEN_BYTES, mintGrant, verifyGrant, type VerifyOptions, type VerifyResult } from "../../src/identity/tokens.ts";
+import { KeySetError, generateSigningKey, parseKeySet, publicJwks, type KeySet } from "../../src/identity/keys.ts";
+import { hasRole } from "../../src/config/roles.ts";
 
 const ISS = "https://gw.example.com";
 const AUD = "https://gw.example.com/mcp";

@@ -17,7 +17,7 @@ import { clearCatalog } from "../../src/upstream/catalog-cache.ts";
 import type { CallContext } from "../../src/protocol/call-context.ts";
 import { dispatch } from "../../src/front/dispatch.ts";
 import { forward } from "../../src/upstream/forward.ts";
-import { upstreamRequestId } from "../../src/upstream/client.ts";
+import { upstreamRequestId } from "../../src/upstream/exchange.ts";
 import { NO_LEDGER } from "../../src/governance/steps.ts";
 import type { JsonObject, JsonRpcRequest } from "../../src/wire/jsonrpc.ts";
 import type { Leg, SessionApi, SessionRecord } from "../../durable-objects/contract.ts";

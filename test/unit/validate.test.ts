@@ -9,7 +9,8 @@
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import type { UpstreamConfig } from "../../src/config/load.ts";
 import { type CatalogTool, catalogEntry } from "../../src/governance/catalog-entry.ts";
-import type { Target, ToolMapping } from "../../src/governance/steps.ts";
+import type { Target } from "../../src/governance/steps.ts";
+import type { ToolMapping } from "../../src/config/mapping-schema.ts";
 import { compiledSchemaCount, draftOf, validateCall, validateOutput } from "../../src/governance/validate.ts";
 import type { JsonObject } from "../../src/wire/jsonrpc.ts";
 import { testUpstream } from "./fixtures.ts";

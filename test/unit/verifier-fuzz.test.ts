@@ -1,6 +1,6 @@
 /**
  * The offline ledger verifier under fuzzing (fast-check), exactly as the CLI drives it
- * (cli/ledger.ts: `verifyExport(ndjsonLines(bytes), jwks)` from src/ledger/verify.ts, and
+ * (cli/ledger.ts: `verifyExport(ndjsonLines(bytes), jwks)` from src/ledger/export-verifier.ts, and
  * `verifyReceipt` on its report): arbitrary bytes, arbitrary text lines, arbitrary NDJSON behind a
  * well-formed header, entry-shaped lines with arbitrary fields, arbitrary key sets, and a real
  * valid export (built with the chain and checkpoint code the LedgerDO uses: two team chains
@@ -17,7 +17,9 @@ import { generateSigningKey } from "../../src/identity/keys.ts";
 import { chainEntries, EMPTY_HEAD } from "../../src/ledger/chain.ts";
 import { type Checkpoint, checkpointOrigin, signCheckpoint, signingKeyFrom, verifyCheckpoint } from "../../src/ledger/checkpoint.ts";
 import type { EntryDraft, LedgerEntry } from "../../src/ledger/records.ts";
-import { type ExportReport, ndjsonLines, verifyExport, verifyReceipt } from "../../src/ledger/verify.ts";
+import { type ExportReport, ndjsonLines } from "../../src/ledger/export-format.ts";
+import { verifyExport } from "../../src/ledger/export-verifier.ts";
+import { verifyReceipt } from "../../src/ledger/receipt.ts";
 import { canonicalJson } from "../../src/wire/canonical.ts";
 import type { JsonObject } from "../../src/wire/jsonrpc.ts";
 
