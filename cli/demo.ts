@@ -47,7 +47,8 @@ export const KNOWN = { start: namesOf(START_OPTIONS), "demo-upstream": namesOf(U
  * resolve them). Its auditor role reads the same team's ledger (`ledger verify --url`).
  */
 export async function demoApproverGrant(port: number, ttlSeconds = 8 * 3600): Promise<{ token: string; jti: string; exp: number }> {
-  const { parseKeySet, mintGrant } = await import("../src/identity/tokens.ts");
+  const { parseKeySet } = await import("../src/identity/keys.ts");
+  const { mintGrant } = await import("../src/identity/tokens.ts");
   const target = mintTarget({ port: String(port) });
   if (typeof target === "string") throw new Error(target);
   const claims = { ...target, sub: "human:demo-approver", team: "local", roles: ["approver" as const, "auditor" as const], tools: [], ttlSeconds };

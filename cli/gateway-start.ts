@@ -26,7 +26,7 @@ const DEV_KEY = resolve(root, ".portcullis", "dev-signing-key.json");
  */
 export async function devSigningKey(file = process.env.PORTCULLIS_DEV_KEY_FILE || DEV_KEY): Promise<string> {
   if (existsSync(file)) return readFileSync(file, "utf8");
-  const { generateSigningKey } = await import("../src/identity/tokens.ts");
+  const { generateSigningKey } = await import("../src/identity/keys.ts");
   const { privateJwk } = await generateSigningKey(`dev-${Date.now().toString(36)}`);
   mkdirSync(dirname(file), { recursive: true });
   writeFileSync(file, JSON.stringify(privateJwk), { mode: 0o600 });

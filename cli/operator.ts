@@ -120,7 +120,7 @@ function secretArg(v: string | undefined): string {
 }
 
 async function newKey(kid: string | undefined): Promise<{ privateJwk: PrivateJwk; publicJwk: PublicJwk }> {
-  const { generateSigningKey, KID_PATTERN } = await import("../src/identity/tokens.ts");
+  const { generateSigningKey, KID_PATTERN } = await import("../src/identity/keys.ts");
   if (kid !== undefined && !KID_PATTERN.test(kid)) throw new UsageError("--kid: 1-128 characters of [A-Za-z0-9._:-]");
   return generateSigningKey(kid);
 }
@@ -187,7 +187,7 @@ export async function rotatedKeySet(
   oldText: string,
   newPrivateJwk: PrivateJwk,
 ): Promise<{ set: { keys: (PrivateJwk | ReturnType<typeof publicOf>)[]; active: string }; retired: unknown[] }> {
-  const { parseKeySet } = await import("../src/identity/tokens.ts");
+  const { parseKeySet } = await import("../src/identity/keys.ts");
   try {
     await parseKeySet(oldText);
   } catch (e) {

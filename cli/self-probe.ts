@@ -290,7 +290,8 @@ export async function selfProbe({
     report.upstream = upstream.url;
     progress(`recording upstream on ${upstream.url}`);
 
-    const { generateSigningKey, parseKeySet, mintGrant } = await import("../src/identity/tokens.ts");
+    const { generateSigningKey, parseKeySet } = await import("../src/identity/keys.ts");
+    const { mintGrant } = await import("../src/identity/tokens.ts");
     const { privateJwk } = await generateSigningKey(`self-probe-${Date.now().toString(36)}`);
     const port = await freePort();
     const origin = `http://127.0.0.1:${port}`;

@@ -189,7 +189,8 @@ async function tokenMint(a: Options<typeof MINT_OPTIONS>): Promise<void> {
   if (badSub) fail(`cannot mint: --sub ${JSON.stringify(body.sub)}: ${badSub}`);
   const badTeam = reservedNameProblem("team", body.team);
   if (badTeam) fail(`cannot mint: --team ${JSON.stringify(body.team)}: ${badTeam}`);
-  const { parseKeySet, mintGrant } = await import("../src/identity/tokens.ts");
+  const { parseKeySet } = await import("../src/identity/keys.ts");
+  const { mintGrant } = await import("../src/identity/tokens.ts");
   let keyText: string;
   if (typeof a.key === "string") {
     try {

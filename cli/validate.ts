@@ -11,7 +11,7 @@ import { readFileSync } from "node:fs";
 import { ConfigError, type GatewayConfig, loadConfig } from "../src/config/load.ts";
 import { egressProblems } from "../src/egress/config-check.ts";
 import { compiledPolicy } from "../src/governance/engine.ts";
-import { PolicyError } from "../src/governance/policy.ts";
+import { PolicyError } from "../src/governance/policy-compile.ts";
 import { compileCondition } from "../src/governance/policy-cel.ts";
 import { UsageError } from "./args.ts";
 import { inlineConfigFiles } from "./config-files.ts";

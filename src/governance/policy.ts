@@ -48,9 +48,6 @@ import type { BudgetLimits, Classification, Decision, HistoryQuery, HistorySnaps
 import type { ToolMapping } from "../config/mapping-schema.ts";
 import { historyKey } from "./steps.ts";
 
-// Kept for bin/portcullis.mjs, which imports PolicyError from this path; src/ imports policy-compile.ts.
-export { PolicyError } from "./policy-compile.ts";
-
 /** Everything one decision depends on, handed in by the governed path (or by preview). */
 export interface PolicyFacts {
   principal: Principal;

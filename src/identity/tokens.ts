@@ -7,8 +7,7 @@
  * claims, then revocation; the signature check is done once per token text and key per isolate
  * (a bounded memo), every other check on every request. Must never: throw on hostile input, honour `jku`/`jwk`/`x5u`/`x5c`/
  * `crit` (their presence rejects), hand jose an HMAC key or a key named by the token, fetch
- * anything, or echo the token in a reason. Its one
- * re-export (the key-set names from keys.ts) is for the CLI, which loads this file by path.
+ * anything, or echo the token in a reason. Key sets themselves are keys.ts's.
  */
 import { compactVerify, SignJWT } from "jose";
 import type { CryptoKey } from "jose";
@@ -17,9 +16,6 @@ import { checkClaims, type ForeignClaim } from "./claims.ts";
 import type { Budget, Grant, Role } from "../config/roles.ts";
 import { GRANT_ALG, KID_PATTERN, type KeySet } from "./keys.ts";
 import { Memo } from "../wire/memo.ts";
-
-// Kept for bin/ (operator-cli.mjs newKey, portcullis.mjs), which imports these from this path; src/ imports keys.ts.
-export { KID_PATTERN, generateSigningKey, parseKeySet } from "./keys.ts";
 
 /** The JOSE `typ` every grant token carries; any other token (even from the same issuer) is refused. */
 export const GRANT_TYP = "portcullis-grant+jwt";
