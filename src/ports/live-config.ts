@@ -93,14 +93,17 @@ export class LiveConfigCache {
     this.onChange = opts.onChange;
   }
 
-  /** The version in force and, when stored, its text. */
-  async live(source: () => LiveConfigSource): Promise<{ live: Live; text: string | null }> {
+  /**
+   * The version in force and, when stored, its text. `fresh` reads the source whatever the cache's
+   * age (a config change compares against what is stored now, not what this isolate last read).
+   */
+  async live(source: () => LiveConfigSource, fresh = false): Promise<{ live: Live; text: string | null }> {
     // The caller that finds the cache stale refreshes it and waits for its own read; callers
     // meanwhile serve what is cached. No read is shared between requests: Workers cancels the
     // continuations of a promise whose request has ended, and a request awaiting another's read
     // would never get an answer.
     // Until one read succeeded, every caller reads: nothing cached may stand in for a stored config.
-    if (!this.readOnce || this.now() - this.readAt >= this.maxAgeMs) {
+    if (fresh || !this.readOnce || this.now() - this.readAt >= this.maxAgeMs) {
       this.readAt = this.now();
       await this.refresh(source);
     }
@@ -166,10 +169,11 @@ export async function liveVersion(env: Env): Promise<Live> {
 /**
  * The live config, or the var's through `fromVar` (its own memo and errors) when nothing is
  * stored; a stored version that no longer loads (a secret it names was removed) throws its
- * ConfigError, as the var would.
+ * ConfigError, as the var would. `fresh` reads the object now (a reload's comparison), not off
+ * the per-second cache.
  */
-export async function liveConfig(env: Env, fromVar: (env: Env) => GatewayConfig): Promise<GatewayConfig> {
-  const { live, text } = await isolate.live(objectSource(env));
+export async function liveConfig(env: Env, fromVar: (env: Env) => GatewayConfig, fresh = false): Promise<GatewayConfig> {
+  const { live, text } = await isolate.live(objectSource(env), fresh);
   if (live.source === "var" || text === null || supersededByDeploy(env, live)) return fromVar(env);
   const key = `${live.version}:${live.sha256}`;
   const hit = parsed.get(key);

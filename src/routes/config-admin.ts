@@ -27,7 +27,7 @@ import { sha256Hex } from "../wire/canonical.ts";
 import { readBodyText } from "../wire/body.ts";
 import { jsonResponse } from "../wire/http.ts";
 import type { JsonObject } from "../wire/jsonrpc.ts";
-import { candidateProblems, requestConfig } from "./config-view.ts";
+import { candidateProblems, currentConfig, requestConfig } from "./config-view.ts";
 import { type AppEnv, gate } from "./gate.ts";
 
 /** Largest config text accepted (ConfigDO's own bound). */
@@ -57,10 +57,16 @@ function detailOf(cfg: GatewayConfig): JsonObject {
 /**
  * Validates `text` as the gateway would serve it and stores it as the next version (admin only).
  * A config that would rename an upstream's tools for agents (its namespacing changes) is refused
- * unless `force`: open sessions listed the old names.
+ * unless `force`: open sessions listed the old names. The comparison is with the config stored now
+ * (read past the per-second cache; `cached`, this request's config, when that read fails).
  */
-export async function reloadConfig(env: Env, served: GatewayConfig, req: Request, by: Principal, text: string, force = false): Promise<ReloadResult> {
+export async function reloadConfig(env: Env, cached: GatewayConfig, req: Request, by: Principal, text: string, force = false): Promise<ReloadResult> {
   if (!by.authenticated || !principalHas(by, "admin")) return { ok: false, status: 403, message: `only an admin may reload the config; ${by.sub} is not one` };
+  // Compared with what is stored now: this isolate's cached config may be up to a second behind another reload.
+  let served = cached;
+  try {
+    served = await currentConfig(env);
+  } catch {}
   if (typeof text !== "string" || text.trim() === "")
     return { ok: false, status: 400, message: "the config text is empty", problems: ["the config text is empty"] };
   const checked = candidateProblems(text, env, req);

@@ -65,6 +65,11 @@ export async function liveConfigOr503(env: Env): Promise<GatewayConfig | Respons
   return servedOr503(() => cfg);
 }
 
+/** The config stored now, read past this isolate's per-second cache (a reload compares against it); throws as liveConfig does. */
+export function currentConfig(env: Env): Promise<GatewayConfig> {
+  return liveConfig(env, varConfig, true);
+}
+
 /**
  * Every problem a candidate config text has for this Worker: the loader (against this env's
  * secrets and vars), the policy compile, the gateway's own URL and the egress rules from this

@@ -4,7 +4,7 @@
  * one `config.changed` record per version on the `_global` chain (from/to hashes, actor,
  * version; never the text), and a put whose ledger record cannot be written changes nothing; the
  * per-isolate cache on a controllable clock with a fake source (the var while nothing is stored,
- * a stored version served at most 1 s stale, no read shared between callers (Workers cancels a promise's continuations when its request ends), the last good config
+ * a stored version served at most 1 s stale, a fresh read (a reload's comparison) past the cache, no read shared between callers (Workers cancels a promise's continuations when its request ends), the last good config
  * kept — and logged — when the object cannot be read, the var before any read succeeded); and
  * PUT /v1/config refusing a broken config whole (400, every problem, no secret value) for an
  * admin, and anyone else (403).
@@ -156,6 +156,23 @@ describe("LiveConfigCache", () => {
       [0, 1],
       [1, 2],
     ]);
+  });
+
+  it("a fresh read ignores the cache's age: a reload compares against what is stored now, not what this isolate read within the second", async () => {
+    let t = 80_000;
+    const cache = new LiveConfigCache({ now: () => t, log: () => undefined });
+    const f = fakeSource();
+    f.store(1, TEXT_A);
+    expect((await cache.live(f.source)).live.version).toBe(1);
+    f.store(2, TEXT_B);
+    t += 10;
+    // Within the second the cache still answers version 1; a fresh read sees version 2 at once.
+    expect((await cache.live(f.source)).live.version).toBe(1);
+    expect(await cache.live(f.source, true)).toMatchObject({ live: { version: 2 }, text: TEXT_B });
+    expect([f.state.heads, f.state.currents]).toEqual([2, 2]);
+    // And what it read is what the cache serves after it.
+    expect((await cache.live(f.source)).live.version).toBe(2);
+    expect(f.state.heads).toBe(2);
   });
 
   it("concurrent first callers each read for themselves (no read is shared across requests), the change is reported once, and callers within 1 s use the cache", async () => {
