@@ -6,7 +6,8 @@
  * unexpected argument. Owns the conventions every command follows: `--help` / `-h` prints its
  * usage on stdout and exits 0; a UsageError exits 2 with its message and "(portcullis <command>
  * --help for the options)" on stderr; and the value parsers several commands share (a port, a
- * duration). Must never: accept an option the command did not declare.
+ * duration, a list's --limit, the one id a command takes). Must never: accept an option the
+ * command did not declare.
  */
 import { parseArgs } from "node:util";
 
@@ -38,6 +39,9 @@ type Repeated<O extends OptionSpec> = { [K in keyof O]: O[K] extends { multiple:
 export type Options<O extends OptionSpec> = { -readonly [K in Exclude<keyof O, Repeated<O>>]?: ValueOf<O[K]> } & {
   -readonly [K in Repeated<O>]: string[];
 } & { _: string[] };
+
+/** `--help`, `-h` or `help` as the only word after a command (group): print its usage. */
+export const isHelp = (w: string | undefined): boolean => w === "--help" || w === "-h" || w === "help";
 
 /** The option names of a spec, for the tables help.test.ts reads (its --help must name each one). */
 export const namesOf = (spec: OptionSpec): string[] => Object.keys(spec);
@@ -81,6 +85,13 @@ function usageProblem(argv: readonly string[], spec: OptionSpec, positionals: bo
       return `${name} needs a value${t.value === undefined || t.value.startsWith("--") ? "" : ` (one that starts with "-" is written ${name}=${t.value})`}`;
   }
   return undefined;
+}
+
+/** The one positional a command takes (a hold, run or grant id); a UsageError with `message` unless there is exactly one. */
+export function oneArgument(a: { _: string[] }, message: string): string {
+  const [v] = a._;
+  if (a._.length !== 1 || v === undefined) throw new UsageError(message);
+  return v;
 }
 
 /** A usage mistake in command `name`: its message and the pointer to its --help on stderr, exit 2. */
@@ -130,4 +141,10 @@ export function durationArg(v: string | undefined, fallback: number, name = "--t
   const ms = durationMs(v);
   if (!(ms >= min && ms <= max)) throw new UsageError(`${name}: use 500ms, 15s or 2m (between ${min} ms and ${max / 1000} s), not ${v}`);
   return ms;
+}
+
+/** `--limit N` of a list: N as given (1-500), or undefined when not given; a UsageError otherwise. */
+export function limitArg(v: string | undefined): string | undefined {
+  if (v !== undefined && !(/^\d+$/.test(v) && Number(v) >= 1 && Number(v) <= 500)) throw new UsageError("--limit must be a whole number from 1 to 500");
+  return v;
 }

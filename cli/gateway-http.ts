@@ -19,6 +19,9 @@ export type JsonObject = Record<string, unknown>;
 
 export const isObject = (v: unknown): v is JsonObject => typeof v === "object" && v !== null && !Array.isArray(v);
 
+/** `v` if it is a JSON object, else an empty one. */
+export const objectOf = (v: unknown): JsonObject => (isObject(v) ? v : {});
+
 /** An error's message, whatever was thrown. */
 export const messageOf = (e: unknown): string => (e instanceof Error ? e.message : String(e));
 
@@ -102,6 +105,12 @@ export async function send(
 /** Every gateway command's help ends with this: where its token goes. */
 export const TOKEN_NOTE = "Give the token in PORTCULLIS_TOKEN (a --token on the command line is visible to other processes on this machine).";
 
+/** Prints a gateway command's usage and TOKEN_NOTE on stdout; exit 0. */
+export function helpWithToken(usage: string): number {
+  console.log(`${usage}\n${TOKEN_NOTE}`);
+  return 0;
+}
+
 /** Calls the gateway; the parsed JSON on 2xx, else Refused (403/404/409) or FetchError naming the status and the gateway's reason. */
 export async function callJson(
   base: URL,
@@ -117,6 +126,12 @@ export async function callJson(
   if (res.status === 403 || res.status === 404 || res.status === 409) throw new Refused(msg);
   throw new FetchError(res.ok ? `${where}: the answer is not JSON` : msg);
 }
+
+/** callJson bound to wait at most `timeoutMs` (a command's own bound): the answer's object (empty when it is none). */
+export const jsonCaller =
+  (timeoutMs: number) =>
+  async (base: URL, method: string, path: string, token: string, opts: Pick<SendOptions, "query" | "body"> = {}): Promise<JsonObject> =>
+    objectOf(await callJson(base, method, path, token, { ...opts, timeoutMs }));
 
 /** An answer's text and, when it is JSON, its value (else undefined). */
 export interface Answer {

@@ -9,8 +9,9 @@
  * PORTCULLIS_TOKEN. Must never: print or log a token, send it anywhere but the gateway named by
  * --url, follow a redirect with it, or wait on the gateway without a bound.
  */
-import { FLAG, HELP_OPTION, namesOf, type Options, type OptionSpec, parseOptions, STRING, UsageError } from "./args.ts";
-import { callJson, exitCodeOf, gatewayOf, isObject, type JsonObject, messageOf, type SendOptions, TOKEN_NOTE, tokenOf } from "./gateway-http.ts";
+import { FLAG, HELP_OPTION, limitArg, namesOf, type Options, oneArgument, STRING, UsageError } from "./args.ts";
+import { runGroup, type Subcommand, subcommand, table } from "./command-group.ts";
+import { gatewayOf, helpWithToken, isObject, type JsonObject, jsonCaller, objectOf, tokenOf } from "./gateway-http.ts";
 
 const STATES = ["pending", "approved", "rejected", "expired", "consumed", "all"];
 const MAX_REASON = 500;
@@ -51,25 +52,11 @@ const RESOLVE_OPTIONS = { ...GATEWAY, reason: STRING, "action-hash": STRING, jso
 /** The options of each command (help.test.ts checks each --help names them all). */
 export const KNOWN = { list: namesOf(LIST_OPTIONS), show: namesOf(SHOW_OPTIONS), approve: namesOf(RESOLVE_OPTIONS), reject: namesOf(RESOLVE_OPTIONS) };
 
-function help(cmd: keyof typeof HELP): number {
-  console.log(cmd === "holds" ? HELP[cmd] : `${HELP[cmd]}\n${TOKEN_NOTE}`);
-  return 0;
-}
+const help = (cmd: Exclude<keyof typeof HELP, "holds">): number => helpWithToken(HELP[cmd]);
+const oneId = (a: { _: string[] }, cmd: string): string => oneArgument(a, `give one hold id: holds ${cmd} ID --url GATEWAY`);
 
-function oneId(a: { _: string[] }, cmd: string): string {
-  const [id] = a._;
-  if (a._.length !== 1 || id === undefined) throw new UsageError(`give one hold id: holds ${cmd} ID --url GATEWAY`);
-  return id;
-}
-
-/** Calls the gateway (gateway-http.ts callJson) with this command's timeout; the answer's object (empty when it is none). */
-const call = async (base: URL, method: string, path: string, token: string, opts: Pick<SendOptions, "query" | "body"> = {}): Promise<JsonObject> => {
-  const out = await callJson(base, method, path, token, { ...opts, timeoutMs: TIMEOUT_MS });
-  return isObject(out) ? out : {};
-};
-
-const objectOf = (v: unknown): JsonObject => (isObject(v) ? v : {});
-const pad = (s: unknown, n: number) => String(s).padEnd(n);
+/** Calls the gateway with this command's timeout; the answer's object (empty when it is none). */
+const call = jsonCaller(TIMEOUT_MS);
 
 function ago(ms: number): string {
   const s = Math.round(Math.abs(ms) / 1000);
@@ -98,15 +85,7 @@ function printList(holds: unknown[]): void {
       resolvable ? "yes" : "no",
     ];
   });
-  const head = ["id", "state", "tool", "requester", "rule", "age", "expires", "you may resolve"];
-  const w = head.map((hd, i) => Math.max(hd.length, ...rows.map((r) => String(r[i]).length)) + 2);
-  const line = (r: unknown[]) =>
-    r
-      .map((c, i) => pad(c, w[i] ?? 0))
-      .join("")
-      .trimEnd();
-  console.log(line(head));
-  for (const r of rows) console.log(line(r));
+  table(["id", "state", "tool", "requester", "rule", "age", "expires", "you may resolve"], rows);
 }
 
 function printHold(v: JsonObject): void {
@@ -131,10 +110,9 @@ async function listCommand(a: Options<typeof LIST_OPTIONS>): Promise<number> {
   const base = gatewayOf(a.url);
   const status = a.status ?? "pending";
   if (!STATES.includes(status)) throw new UsageError(`--status must be one of ${STATES.join(", ")}`);
-  if (a.limit !== undefined && !(/^\d+$/.test(a.limit) && Number(a.limit) >= 1 && Number(a.limit) <= 500))
-    throw new UsageError("--limit must be a whole number from 1 to 500");
+  const limit = limitArg(a.limit);
   if (a._.length) throw new UsageError(`unexpected argument ${a._[0]}`);
-  const out = await call(base, "GET", "/v1/holds", tokenOf(a), { query: { status, team: a.team, limit: a.limit } });
+  const out = await call(base, "GET", "/v1/holds", tokenOf(a), { query: { status, team: a.team, limit } });
   if (a.json) console.log(JSON.stringify(out, null, 2));
   else printList(Array.isArray(out.holds) ? out.holds : []);
   return 0;
@@ -173,32 +151,12 @@ function resolveCommand(decision: "approve" | "reject") {
   };
 }
 
-/** One command: its options parsed (positionals allowed: the hold id), then run. */
-const command =
-  <O extends OptionSpec>(spec: O, run: (a: Options<O>) => Promise<number>) =>
-  (argv: string[]) =>
-    run(parseOptions(argv, spec, { positionals: true }));
-
-const COMMANDS: Record<string, (argv: string[]) => Promise<number>> = {
-  list: command(LIST_OPTIONS, listCommand),
-  show: command(SHOW_OPTIONS, showCommand),
-  approve: command(RESOLVE_OPTIONS, resolveCommand("approve")),
-  reject: command(RESOLVE_OPTIONS, resolveCommand("reject")),
+const COMMANDS: Record<string, Subcommand> = {
+  list: subcommand(LIST_OPTIONS, listCommand),
+  show: subcommand(SHOW_OPTIONS, showCommand),
+  approve: subcommand(RESOLVE_OPTIONS, resolveCommand("approve")),
+  reject: subcommand(RESOLVE_OPTIONS, resolveCommand("reject")),
 };
 
-/** Runs `portcullis holds <argv…>`; the exit code. */
-export async function holdsCommand(argv: string[]): Promise<number> {
-  const [cmd, ...rest] = argv;
-  if (cmd === "--help" || cmd === "-h" || cmd === "help") return help("holds");
-  const run = cmd !== undefined && Object.hasOwn(COMMANDS, cmd) ? COMMANDS[cmd] : undefined;
-  if (!run) {
-    console.error(`${cmd ? `portcullis holds: unknown command ${cmd}\n` : ""}${HELP.holds}`);
-    return 2;
-  }
-  try {
-    return await exitCodeOf(`portcullis holds ${cmd}`, () => run(rest));
-  } catch (e) {
-    console.error(`portcullis holds ${cmd}: ${messageOf(e)}`);
-    return 3;
-  }
-}
+/** Runs `portcullis holds <argv…>`; the exit code (3 for an error the exit codes do not name). */
+export const holdsCommand = (argv: string[]): Promise<number> => runGroup("holds", HELP.holds, COMMANDS, argv, { unexpected: 3 });

@@ -8,7 +8,7 @@
  * the gateway did not answer (no "unknown").
  */
 import { FLAG, HELP_OPTION, namesOf, type Options, parseOptions, STRING, UsageError } from "./args.ts";
-import { answerOf, exitCodeOf, FetchError, gatewayOf, isObject, type JsonObject, refusal, send, TOKEN_NOTE, tokenOf } from "./gateway-http.ts";
+import { answerOf, exitCodeOf, FetchError, gatewayOf, helpWithToken, isObject, type JsonObject, refusal, send, tokenOf } from "./gateway-http.ts";
 
 const SCOPES = ["global", "team", "upstream", "tool", "principal", "grant"];
 
@@ -85,10 +85,7 @@ export async function killSwitchCommand(cmd: string, argv: string[]): Promise<nu
     console.error(`portcullis: unknown kill-switch command ${cmd}\n${HELP.halt}\n${HELP.resume}\n${HELP.status}`);
     return 2;
   }
-  const usage = () => {
-    console.log(`${HELP[cmd]}\n${TOKEN_NOTE}`);
-    return 0;
-  };
+  const usage = () => helpWithToken(HELP[cmd]);
   return exitCodeOf(`portcullis ${cmd}`, async () => {
     if (cmd === "status") {
       const a = parseOptions(argv, STATUS_OPTIONS);

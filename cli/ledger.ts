@@ -17,8 +17,9 @@ import type { Checkpoint } from "../src/ledger/checkpoint.ts";
 import type { ChainReceipt } from "../src/ledger/records.ts";
 import type { ExportReport } from "../src/ledger/export-format.ts";
 import type { ReceiptVerdict } from "../src/ledger/receipt.ts";
-import { FLAG, HELP_OPTION, namesOf, type Options, type OptionSpec, parseOptions, REPEATED, STRING, UsageError } from "./args.ts";
-import { answerOf, codeOf, exitCodeOf, FetchError, gatewayOf, isObject, type JsonObject, refusal, send, tokenOf } from "./gateway-http.ts";
+import { FLAG, HELP_OPTION, namesOf, type Options, REPEATED, STRING, UsageError } from "./args.ts";
+import { runGroup, type Subcommand, subcommand } from "./command-group.ts";
+import { answerOf, codeOf, FetchError, gatewayOf, isObject, type JsonObject, objectOf, refusal, send, tokenOf } from "./gateway-http.ts";
 
 const HELP = {
   ledger: `usage: portcullis ledger <command> [options]
@@ -76,7 +77,7 @@ const TRACE_OPTIONS = { ...GATEWAY, json: FLAG, ...HELP_OPTION } as const;
 export const KNOWN = { verify: namesOf(VERIFY_OPTIONS), export: namesOf(EXPORT_OPTIONS), trace: namesOf(TRACE_OPTIONS) };
 
 /** Prints a command's usage to stdout; exit 0. */
-function help(cmd: keyof typeof HELP): number {
+function help(cmd: Exclude<keyof typeof HELP, "ledger">): number {
   console.log(HELP[cmd]);
   return 0;
 }
@@ -254,7 +255,7 @@ async function exportCommand(a: Options<typeof EXPORT_OPTIONS>): Promise<number>
 }
 
 function summary(e: JsonObject): string {
-  const b = isObject(e.body) ? e.body : {};
+  const b = objectOf(e.body);
   const kind = String(e.kind);
   if (kind === "decision") return `${b.principal} → ${b.upstream}/${b.tool}: ${b.decision}${b.rule ? ` (${b.rule})` : ""}`;
   if (kind === "outcome") return `${b.status} in ${b.duration_ms} ms${b.reason ? `: ${b.reason}` : ""}`;
@@ -271,7 +272,7 @@ async function traceCommand(a: Options<typeof TRACE_OPTIONS>): Promise<number> {
   const base = gatewayOf(a.url);
   const res = await get(base, `/v1/ledger/${encodeURIComponent(id)}/trace`, tokenOf(a), { team: a.team });
   const answer: unknown = await res.json();
-  const t = isObject(answer) ? answer : {};
+  const t = objectOf(answer);
   if (a.json) console.log(JSON.stringify(answer, null, 2));
   else {
     console.log(`call ${t.id} (chain ${t.chain}): ${t.status}`);
@@ -281,29 +282,14 @@ async function traceCommand(a: Options<typeof TRACE_OPTIONS>): Promise<number> {
   return 0;
 }
 
-/** One command: its options parsed (positionals allowed: trace's id), then run. */
-const command =
-  <O extends OptionSpec>(spec: O, run: (a: Options<O>) => Promise<number>) =>
-  (argv: string[]) =>
-    run(parseOptions(argv, spec, { positionals: true }));
-
-const COMMANDS: Record<string, (argv: string[]) => Promise<number>> = {
-  verify: command(VERIFY_OPTIONS, verifyCommand),
-  export: command(EXPORT_OPTIONS, exportCommand),
-  trace: command(TRACE_OPTIONS, traceCommand),
+const COMMANDS: Record<string, Subcommand> = {
+  verify: subcommand(VERIFY_OPTIONS, verifyCommand),
+  export: subcommand(EXPORT_OPTIONS, exportCommand),
+  trace: subcommand(TRACE_OPTIONS, traceCommand),
 };
 
 /** Runs `portcullis ledger <argv…>`; the exit code. */
-export async function ledgerCommand(argv: string[]): Promise<number> {
-  const [cmd, ...rest] = argv;
-  if (cmd === "--help" || cmd === "-h" || cmd === "help") return help("ledger");
-  const run = cmd !== undefined && Object.hasOwn(COMMANDS, cmd) ? COMMANDS[cmd] : undefined;
-  if (!run) {
-    console.error(`${cmd ? `portcullis ledger: unknown command ${cmd}\n` : ""}${HELP.ledger}`);
-    return 2;
-  }
-  return exitCodeOf(`portcullis ledger ${cmd}`, () => run(rest));
-}
+export const ledgerCommand = (argv: string[]): Promise<number> => runGroup("ledger", HELP.ledger, COMMANDS, argv);
 
 if (process.argv[1] && realpathSync(process.argv[1]) === realpathSync(fileURLToPath(import.meta.url))) {
   process.exitCode = await ledgerCommand(process.argv.slice(2));

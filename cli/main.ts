@@ -7,6 +7,7 @@
  * command's --help. Must never: print secret values, or put one on a command line (each command's
  * file says how it keeps them out).
  */
+import { isHelp } from "./args.ts";
 import { KNOWN as DEMO } from "./demo.ts";
 import { KNOWN as LOCAL } from "./local.ts";
 import { KNOWN as TOKEN } from "./token.ts";
@@ -87,9 +88,6 @@ required one or an unexpected argument exits 2, naming it and pointing at the co
 
 /** The options of the commands dispatched here with their own parser (help.test.ts checks each --help names them all). */
 export const KNOWN = { ...DEMO, ...LOCAL, ...TOKEN };
-
-/** `--help`, `-h` or `help` as the only word after a command (group): print its usage. */
-const isHelp = (w: string) => w === "--help" || w === "-h" || w === "help";
 
 /**
  * Runs `portcullis <argv…>` (the words after the command name). Each command exits this process

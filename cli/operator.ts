@@ -11,7 +11,7 @@
 import { chmodSync, readFileSync, writeFileSync } from "node:fs";
 import { basename, dirname, join } from "node:path";
 import type { PrivateJwk, PublicJwk } from "../src/identity/keys.ts";
-import { FLAG, HELP_OPTION, namesOf, type Options, parseOptions, STRING, UsageError } from "./args.ts";
+import { FLAG, HELP_OPTION, namesOf, type Options, oneArgument, parseOptions, STRING, UsageError } from "./args.ts";
 import { DOCTOR_OPTIONS, doctorLiveCommand } from "./doctor-live.ts";
 import { adminRefusal, answerOf, codeOf, exitCodeOf, FetchError, gatewayOf, isObject, messageOf, Refused, send, TOKEN_NOTE, tokenOf } from "./gateway-http.ts";
 import { HELP as LOCAL_HELP } from "./local.ts";
@@ -69,8 +69,7 @@ const JTI = /^[A-Za-z0-9_-]{8,128}$/;
 
 async function tokenRevoke(a: Options<typeof REVOKE_OPTIONS>): Promise<number> {
   if (a.help) return help("token revoke");
-  const jti = a._[0];
-  if (a._.length !== 1 || typeof jti !== "string") throw new UsageError("give one grant id: portcullis token revoke JTI --url GATEWAY");
+  const jti = oneArgument(a, "give one grant id: portcullis token revoke JTI --url GATEWAY");
   if (!JTI.test(jti))
     throw new UsageError(
       "JTI must be the grant's jti (8-128 characters of [A-Za-z0-9_-]), as token mint --url prints it or the ledger's grant.minted record names it",

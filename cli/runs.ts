@@ -9,8 +9,9 @@
  * preferably, PORTCULLIS_TOKEN. Must never: print or log a token, send it anywhere but the gateway
  * named by --url, follow a redirect with it, or wait on the gateway without a bound.
  */
-import { FLAG, HELP_OPTION, namesOf, type Options, type OptionSpec, parseOptions, STRING, UsageError } from "./args.ts";
-import { callJson, exitCodeOf, gatewayOf, isObject, type JsonObject, messageOf, type SendOptions, TOKEN_NOTE, tokenOf } from "./gateway-http.ts";
+import { FLAG, HELP_OPTION, limitArg, namesOf, type Options, oneArgument, STRING, UsageError } from "./args.ts";
+import { runGroup, type Subcommand, subcommand, table } from "./command-group.ts";
+import { gatewayOf, helpWithToken, isObject, type JsonObject, jsonCaller, objectOf, tokenOf } from "./gateway-http.ts";
 
 // A rollback calls each compensation up to 3 times and reads it back: give it time.
 const TIMEOUT_MS = 120_000;
@@ -48,36 +49,13 @@ const ROLLBACK_OPTIONS = { ...WHOSE, confirm: FLAG, "approve-compensations": FLA
 /** The options of each command (help.test.ts checks each --help names them all). */
 export const KNOWN = { list: namesOf(LIST_OPTIONS), show: namesOf(SHOW_OPTIONS), rollback: namesOf(ROLLBACK_OPTIONS) };
 
-function help(cmd: keyof typeof HELP): number {
-  console.log(cmd === "runs" ? HELP[cmd] : `${HELP[cmd]}\n${TOKEN_NOTE}`);
-  return 0;
-}
+const help = (cmd: Exclude<keyof typeof HELP, "runs">): number => helpWithToken(HELP[cmd]);
+const oneRun = (a: { _: string[] }, cmd: string): string => oneArgument(a, `give one run id: runs ${cmd} RUN --url GATEWAY`);
 
-function oneRun(a: { _: string[] }, cmd: string): string {
-  const [run] = a._;
-  if (a._.length !== 1 || run === undefined) throw new UsageError(`give one run id: runs ${cmd} RUN --url GATEWAY`);
-  return run;
-}
+/** Calls the gateway with this command's timeout; the answer's object (empty when it is none). */
+const call = jsonCaller(TIMEOUT_MS);
 
-/** Calls the gateway (gateway-http.ts callJson) with this command's timeout; the answer's object (empty when it is none). */
-const call = async (base: URL, method: string, path: string, token: string, opts: Pick<SendOptions, "query" | "body"> = {}): Promise<JsonObject> => {
-  const out = await callJson(base, method, path, token, { ...opts, timeoutMs: TIMEOUT_MS });
-  return isObject(out) ? out : {};
-};
-
-const objectOf = (v: unknown): JsonObject => (isObject(v) ? v : {});
 const listOf = (v: unknown): JsonObject[] => (Array.isArray(v) ? v.map(objectOf) : []);
-
-function table(head: string[], rows: unknown[][]): void {
-  const w = head.map((h, i) => Math.max(h.length, ...rows.map((r) => String(r[i]).length)) + 2);
-  const line = (r: unknown[]) =>
-    r
-      .map((c, i) => String(c).padEnd(w[i] ?? 0))
-      .join("")
-      .trimEnd();
-  console.log(line(head));
-  for (const r of rows) console.log(line(r));
-}
 
 function printPlan(plan: JsonObject): void {
   const compensations = listOf(plan.compensations);
@@ -94,10 +72,9 @@ function printPlan(plan: JsonObject): void {
 async function listCommand(a: Options<typeof LIST_OPTIONS>): Promise<number> {
   if (a.help) return help("list");
   const base = gatewayOf(a.url);
-  if (a.limit !== undefined && !(/^\d+$/.test(a.limit) && Number(a.limit) >= 1 && Number(a.limit) <= 500))
-    throw new UsageError("--limit must be a whole number from 1 to 500");
+  const limit = limitArg(a.limit);
   if (a._.length) throw new UsageError(`unexpected argument ${a._[0]}`);
-  const out = await call(base, "GET", "/v1/runs", tokenOf(a), { query: { principal: a.principal, team: a.team, limit: a.limit } });
+  const out = await call(base, "GET", "/v1/runs", tokenOf(a), { query: { principal: a.principal, team: a.team, limit } });
   const runs = listOf(out.runs);
   if (a.json) console.log(JSON.stringify(out, null, 2));
   else if (runs.length === 0) console.log("no runs");
@@ -167,31 +144,11 @@ async function rollbackCommand(a: Options<typeof ROLLBACK_OPTIONS>): Promise<num
   return out.dry_run || remaining.length === 0 ? 0 : 1;
 }
 
-/** One command: its options parsed (positionals allowed: the run id), then run. */
-const command =
-  <O extends OptionSpec>(spec: O, run: (a: Options<O>) => Promise<number>) =>
-  (argv: string[]) =>
-    run(parseOptions(argv, spec, { positionals: true }));
-
-const COMMANDS: Record<string, (argv: string[]) => Promise<number>> = {
-  list: command(LIST_OPTIONS, listCommand),
-  show: command(SHOW_OPTIONS, showCommand),
-  rollback: command(ROLLBACK_OPTIONS, rollbackCommand),
+const COMMANDS: Record<string, Subcommand> = {
+  list: subcommand(LIST_OPTIONS, listCommand),
+  show: subcommand(SHOW_OPTIONS, showCommand),
+  rollback: subcommand(ROLLBACK_OPTIONS, rollbackCommand),
 };
 
-/** Runs `portcullis runs <argv…>`; the exit code. */
-export async function runsCommand(argv: string[]): Promise<number> {
-  const [cmd, ...rest] = argv;
-  if (cmd === "--help" || cmd === "-h" || cmd === "help") return help("runs");
-  const run = cmd !== undefined && Object.hasOwn(COMMANDS, cmd) ? COMMANDS[cmd] : undefined;
-  if (!run) {
-    console.error(`${cmd ? `portcullis runs: unknown command ${cmd}\n` : ""}${HELP.runs}`);
-    return 2;
-  }
-  try {
-    return await exitCodeOf(`portcullis runs ${cmd}`, () => run(rest));
-  } catch (e) {
-    console.error(`portcullis runs ${cmd}: ${messageOf(e)}`);
-    return 3;
-  }
-}
+/** Runs `portcullis runs <argv…>`; the exit code (3 for an error the exit codes do not name). */
+export const runsCommand = (argv: string[]): Promise<number> => runGroup("runs", HELP.runs, COMMANDS, argv, { unexpected: 3 });
