@@ -7,13 +7,14 @@
  * every scenario that passes directly must pass through the gateway, and the gateway must run as
  * many checks to SUCCESS as the upstream does (in total and per scenario), with no more failures
  * or warnings: a scenario that "passes" by running fewer checks (JSON where the upstream streams,
- * say) is a transparency loss. Owns the two-upstream gateway it starts.
+ * say) is a transparency loss. The three targets run at once (each its suites in order). Owns the
+ * two-upstream gateway it starts.
  */
 import { spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { afterAll, describe, expect, inject, it } from "vitest";
+import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { freePort, type Proc, root, startPortcullis } from "./harness.ts";
 
 type Counts = Record<"SUCCESS" | "FAILURE" | "WARNING" | "SKIPPED" | "INFO" | "OTHER", number>;
@@ -85,31 +86,16 @@ function expectAsDirect(direct: Awaited<ReturnType<typeof runSuites>>, through: 
 }
 
 describe("official conformance suites", () => {
-  let direct: Awaited<ReturnType<typeof runSuites>>;
+  // The three targets' runs go at once (each runs its three suites in order): the suites mostly wait
+  // on the network, and the comparisons below only need every run finished.
+  type Run = Awaited<ReturnType<typeof runSuites>>;
   let twoUpstreams: (Proc & { url: string }) | undefined;
-  afterAll(async () => {
-    await twoUpstreams?.stop();
-  });
-
-  it("pass directly against the conformance upstream", async () => {
-    direct = await runSuites("direct", inject("conformanceUrl"), join(root, "conformance"));
-    console.log(direct.output.slice(direct.output.lastIndexOf("== summary")));
-    expect(direct.code, direct.output.slice(-3000)).toBe(0);
-    expect(Object.keys(direct.report).sort()).toEqual(["alpha-2025", "alpha-2026", "stable"]);
-  }, 900_000);
-
-  it("pass through Portcullis in transparent mode, every directly passing scenario and check included", async () => {
-    expect(direct, "the direct run must come first").toBeDefined();
-    const through = await runSuites("through", inject("transparentUrl"), join(root, "conformance/gateway"));
-    console.log(through.output.slice(through.output.lastIndexOf("== summary")));
-    expect(through.code, through.output.slice(-3000)).toBe(0);
-    expectAsDirect(direct, through, "transparent");
-  }, 900_000);
-
-  it("pass through /mcp/conf of a gateway fronting two upstreams exactly as through the transparent gateway", async () => {
-    expect(direct, "the direct run must come first").toBeDefined();
+  let runs: { direct: Promise<Run>; through: Promise<Run>; routed: Promise<Run> };
+  beforeAll(async () => {
     const port = await freePort();
-    twoUpstreams = await startPortcullis(
+    const direct = runSuites("direct", inject("conformanceUrl"), join(root, "conformance"));
+    const through = runSuites("through", inject("transparentUrl"), join(root, "conformance/gateway"));
+    const routed = startPortcullis(
       `
 actor: local:e2e
 egress:
@@ -123,8 +109,35 @@ upstreams:
     timeout: 30s
 `,
       port,
-    );
-    const routed = await runSuites("route", `http://127.0.0.1:${port}/mcp/conf`, join(root, "conformance/gateway"));
+    ).then((gw) => {
+      twoUpstreams = gw;
+      return runSuites("route", `http://127.0.0.1:${port}/mcp/conf`, join(root, "conformance/gateway"));
+    });
+    runs = { direct, through, routed };
+    // Each test awaits its own run; a failed start is reported by the test that needs it.
+    for (const r of Object.values(runs)) r.catch(() => undefined);
+  }, 180_000);
+  afterAll(async () => {
+    await Promise.allSettled(Object.values(runs ?? {}));
+    await twoUpstreams?.stop();
+  });
+
+  it("pass directly against the conformance upstream", async () => {
+    const direct = await runs.direct;
+    console.log(direct.output.slice(direct.output.lastIndexOf("== summary")));
+    expect(direct.code, direct.output.slice(-3000)).toBe(0);
+    expect(Object.keys(direct.report).sort()).toEqual(["alpha-2025", "alpha-2026", "stable"]);
+  }, 900_000);
+
+  it("pass through Portcullis in transparent mode, every directly passing scenario and check included", async () => {
+    const [direct, through] = await Promise.all([runs.direct, runs.through]);
+    console.log(through.output.slice(through.output.lastIndexOf("== summary")));
+    expect(through.code, through.output.slice(-3000)).toBe(0);
+    expectAsDirect(direct, through, "transparent");
+  }, 900_000);
+
+  it("pass through /mcp/conf of a gateway fronting two upstreams exactly as through the transparent gateway", async () => {
+    const [direct, routed] = await Promise.all([runs.direct, runs.routed]);
     console.log(routed.output.slice(routed.output.lastIndexOf("== summary")));
     expect(routed.code, routed.output.slice(-3000)).toBe(0);
     expect(Object.keys(routed.report).sort()).toEqual(["alpha-2025", "alpha-2026", "stable"]);
