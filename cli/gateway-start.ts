@@ -144,6 +144,12 @@ export interface GatewayStart {
   logLevel?: string;
   ip?: string | undefined;
   detached?: boolean;
+  /**
+   * A wrangler config whose `main` is an already built bundle (`wrangler deploy --dry-run
+   * --outdir`), served with `--no-bundle`: the same Worker without bundling it again at each start
+   * (the e2e suite builds once and starts many gateways). Default: the repository's wrangler.toml.
+   */
+  builtConfig?: string | undefined;
 }
 
 /**
@@ -170,6 +176,7 @@ export function startGateway({
   logLevel = "log",
   ip = "127.0.0.1",
   detached = false,
+  builtConfig,
 }: GatewayStart): ChildProcess {
   // The dev signing key travels as a var: local runs only (a deploy uses `wrangler secret put`).
   const vars = {
@@ -181,8 +188,9 @@ export function startGateway({
   const envFile = privateEnvFile(vars);
   const argv = [
     "dev",
+    ...(builtConfig ? ["--no-bundle"] : []),
     "--config",
-    resolve(root, "wrangler.toml"),
+    builtConfig ?? resolve(root, "wrangler.toml"),
     "--ip",
     ip,
     "--port",

@@ -1,6 +1,7 @@
 /**
- * Vitest global setup for the e2e suite: one set of upstreams and gateways shared by every e2e
- * file (they are slow to start), handed to tests through `provide`.
+ * Vitest global setup for the e2e suite: the gateway build every file's gateways serve (built
+ * once), and one set of upstreams and gateways shared by every e2e file (they are slow to start),
+ * handed to tests through `provide`.
  *  - everything: @modelcontextprotocol/server-everything, streamableHttp (legacy-only, SDK 1.x)
  *  - conformance: our dual-era conformance upstream fixture
  *  - gateway "transparent": one upstream (conformance), names unchanged — for the official suites
@@ -10,14 +11,14 @@
  * they start, everything already started is stopped (process groups, see harness.ts) before the
  * error goes on; the teardown stops them all. Must never leave one running.
  */
-import { mkdtempSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { TestProject } from "vitest/node";
 import { startConformanceUpstream } from "../fixtures/conformance-upstream/server.ts";
 import { generateSigningKey } from "../../src/identity/keys.ts";
 import { startModernOnlyUpstream } from "../fixtures/modern-only-upstream.ts";
-import { freePort, startEverything, startPortcullis, stopEveryProcess } from "./harness.ts";
+import { buildGateway, freePort, startEverything, startPortcullis, stopEveryProcess, useBuiltGateway } from "./harness.ts";
 
 declare module "vitest" {
   export interface ProvidedContext {
@@ -33,6 +34,8 @@ declare module "vitest" {
     vaultLogUrl: string;
     /** Everything the namespaced gateway printed. */
     namespacedLogFile: string;
+    /** The wrangler config of the gateway build every e2e gateway serves (harness.ts buildGateway). */
+    builtGatewayConfig: string;
   }
 }
 
@@ -62,6 +65,11 @@ export default async function setup(project: TestProject) {
   process.once("SIGINT", onSignal);
   process.once("SIGTERM", onSignal);
   try {
+    // One production build for the whole suite; every gateway serves it (`wrangler dev --no-bundle`).
+    const buildDir = await track(mkdtempSync(join(tmpdir(), "portcullis-e2e-build-")), async (d) => rmSync(d, { recursive: true, force: true }));
+    const builtGatewayConfig = buildGateway(buildDir);
+    useBuiltGateway(builtGatewayConfig);
+    project.provide("builtGatewayConfig", builtGatewayConfig);
     const evPort = await freePort();
     await track(await startEverything(evPort), (p) => p.stop());
     const conformance = await track(await startConformanceUpstream({ port: 0, host: "127.0.0.1" }), (s) => s.close());

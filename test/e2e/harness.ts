@@ -1,7 +1,8 @@
 /**
  * E2E harness: starts real upstreams (server-everything in streamableHttp mode, pinned to
  * 127.0.0.1 by the CLI's demo-upstream wrapper) and Portcullis gateways on the production build
- * (`wrangler dev`, workerd, no eval), all on loopback. Owns process lifecycle and readiness waits
+ * (built once by `wrangler deploy --dry-run`, served by `wrangler dev --no-bundle` on workerd, no
+ * eval), all on loopback. Owns process lifecycle and readiness waits
  * (bounded): every process it starts runs in its own process group (the wrangler shim, the real
  * wrangler, esbuild and workerd share it) and is stopped as a group, SIGTERM then SIGKILL after a
  * bound; a group still running when this process exits is SIGKILLed then. Children are unref'd:
@@ -10,7 +11,7 @@
  * Must never: leave a process running after teardown, or reach beyond 127.0.0.1.
  */
 import { execFileSync, type ChildProcess } from "node:child_process";
-import { appendFileSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
+import { appendFileSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
@@ -260,6 +261,45 @@ export async function startEverything(port: number): Promise<Proc> {
 }
 
 /**
+ * The production build every gateway of the suite serves: `wrangler deploy --dry-run --outdir`
+ * once (global-setup.ts), then `wrangler dev --no-bundle` on it at each start. Returns the path of
+ * a wrangler config beside the bundle (the repository's wrangler.toml with `main` pointing at it).
+ */
+export function buildGateway(dir: string): string {
+  const out = join(dir, "bundle");
+  execFileSync(resolve(root, "node_modules/.bin/wrangler"), ["deploy", "--dry-run", "--outdir", out, "--config", resolve(root, "wrangler.toml")], {
+    cwd: root,
+    env: { ...process.env, WRANGLER_SEND_METRICS: "false", CLOUDFLARE_CF_FETCH_ENABLED: "false", WRANGLER_LOG: "warn" },
+    stdio: "pipe",
+    timeout: 120_000,
+  });
+  const js = readdirSync(out).filter((f) => f.endsWith(".js"));
+  if (js.length !== 1) throw new Error(`the gateway build wrote ${js.length} .js modules to ${out}, not one`);
+  const text = readFileSync(resolve(root, "wrangler.toml"), "utf8")
+    .replace(/^main = ".*"$/m, `main = ${JSON.stringify(join(out, js[0]!))}`)
+    .replace(/^migrations_dir = "(.*)"$/m, (_, d: string) => `migrations_dir = ${JSON.stringify(resolve(root, d))}`);
+  if (!text.includes(join(out, js[0]!))) throw new Error("wrangler.toml has no main line to point at the build");
+  const file = join(dir, "wrangler.toml");
+  writeFileSync(file, text);
+  return file;
+}
+
+/** The built gateway's wrangler config: set by global-setup.ts in its process, provided to test files (inject). */
+let built: string | undefined;
+export function useBuiltGateway(config: string): void {
+  built = config;
+}
+async function builtConfig(): Promise<string | undefined> {
+  if (built) return built;
+  try {
+    const { inject } = await import("vitest");
+    return inject("builtGatewayConfig") || undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/**
  * Starts a gateway; everything it prints also goes to `logFile` when given (tests grep it). Its
  * state lives in a fresh temporary directory, removed at stop — or in `keepState`, which is kept
  * (a second gateway started on it resumes the first one's state).
@@ -272,7 +312,15 @@ export async function startPortcullis(
   keepState?: string,
 ): Promise<Proc & { url: string; logs: () => string }> {
   const persistTo = keepState ?? mkdtempSync(join(tmpdir(), "portcullis-e2e-"));
-  const child: ChildProcess = startGateway({ configText, port, persistTo, stdio: ["ignore", "pipe", "pipe"], extraVars, detached: true });
+  const child: ChildProcess = startGateway({
+    configText,
+    port,
+    persistTo,
+    stdio: ["ignore", "pipe", "pipe"],
+    extraVars,
+    detached: true,
+    builtConfig: await builtConfig(),
+  });
   let logs = "";
   const keep = (d: Buffer) => {
     logs += d.toString();

@@ -169,6 +169,7 @@ describe("portcullis ledger verify on a real export, and on forgeries of it", ()
     dir = mkdtempSync(join(tmpdir(), "portcullis-forgery-"));
     const agent = await token("agent:forger", TEAM, ["agent"], ["bump"]);
     const ok = await call(agent, "bump", 1);
+    expect(ok.result, JSON.stringify(ok).slice(0, 2000)).toBeDefined();
     expect(ok.result?.isError).not.toBe(true);
     receipt = ok.result._meta["portcullis/receipt"];
     const denied = await call(agent, "ask_anything", 2); // outside the grant: a blocked record
