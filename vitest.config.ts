@@ -35,5 +35,6 @@ export default defineConfig({
   test: {
     include: ["test/unit/**/*.test.ts"],
     testTimeout: 20_000,
+    maxWorkers: 3,
   },
 });
