@@ -421,39 +421,6 @@ export interface HoldsApi {
   awaitChange(id: string, timeoutMs: number): Promise<HoldRecord | null>;
 }
 
-// ---- kill switch (KillSwitchDO, one for the gateway) ---------------------------------------
-
-/** Version of the HaltRecord shape. */
-export const HALT_RECORD_VERSION = 1;
-export type HaltScopeName = "global" | "team" | "upstream" | "tool" | "principal" | "grant";
-export interface HaltRecord {
-  /** Record shape version (HALT_RECORD_VERSION). */
-  v: number;
-  scope: HaltScopeName;
-  /** The team, upstream, exposed tool name, principal or grant jti; null for global. */
-  target: string | null;
-  reason: string;
-  /** Who halted (the admin's principal, from its token). */
-  by: string;
-  at: number;
-}
-/** The kill switch as it is: `version` grows with every change. */
-export interface KillSwitchSnapshot {
-  version: number;
-  halts: HaltRecord[];
-}
-export type KillSwitchChange = { ok: true; changed: boolean; snapshot: KillSwitchSnapshot } | { ok: false; message: string };
-/**
- * The KillSwitchDO RPC surface (one object, `global`). Every change is recorded as
- * `killswitch.changed` on the `_global` chain, durable before the change answers ok (no record,
- * no change).
- */
-export interface KillSwitchApi {
-  state(): Promise<KillSwitchSnapshot>;
-  halt(scope: HaltScopeName, target: string | null, reason: string, by: string, signing: LedgerSigning): Promise<KillSwitchChange>;
-  resume(scope: HaltScopeName, target: string | null, reason: string, by: string, signing: LedgerSigning): Promise<KillSwitchChange>;
-}
-
 // ---- stored config (ConfigDO, one for the gateway) -----------------------------------------
 
 /** Version of the StoredConfig shape. */

@@ -7,7 +7,8 @@
  */
 import type { Env } from "../src/env.ts";
 import { GLOBAL_CHAIN } from "../src/ledger/records.ts";
-import type { ConfigApi, CredentialsApi, HistoryApi, HoldsApi, KillSwitchApi, LedgerApi, RevocationsApi, SessionApi, SseApi, TasksApi } from "./contract.ts";
+import type { ConfigApi, CredentialsApi, HistoryApi, HoldsApi, LedgerApi, RevocationsApi, SessionApi, SseApi, TasksApi } from "./contract.ts";
+import type { KillSwitchApi } from "./contract-killswitch.ts";
 
 /** Legacy session ids the gateway issues: 192 random bits as 48 lowercase hex characters. */
 export const SESSION_ID = /^[0-9a-f]{48}$/;
