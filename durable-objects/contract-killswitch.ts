@@ -7,7 +7,7 @@
  * change the object would refuse (the object checks again on its side).
  */
 import type { KillSwitchBody } from "../src/ledger/records.ts";
-import type { LedgerSigning } from "./contract.ts";
+import type { LedgerSigning } from "./contract-ledger.ts";
 
 /** Version of the HaltRecord shape. */
 export const HALT_RECORD_VERSION = 1;

@@ -26,7 +26,7 @@ import {
   killSwitchChangeProblem,
   MAX_TARGET_CHARS,
 } from "./contract-killswitch.ts";
-import type { LedgerSigning } from "./contract.ts";
+import type { LedgerSigning } from "./contract-ledger.ts";
 import { bounded } from "../src/wire/bounded.ts";
 
 /** The ledger append gets this long; past it the change is refused (well inside blockConcurrencyWhile's 30 s). */

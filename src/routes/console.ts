@@ -15,7 +15,7 @@
 import { Hono } from "hono";
 import { createMiddleware } from "hono/factory";
 import { HALT_SCOPES, type HaltScopeName } from "../../durable-objects/contract-killswitch.ts";
-import type { HoldState } from "../../durable-objects/contract.ts";
+import type { HoldState } from "../../durable-objects/contract-holds.ts";
 import { principalHas } from "../config/principal.ts";
 import { withSecurityHeaders } from "../console/headers.ts";
 import { HOLD_STATES, HoldPage, HoldsPage, holdPath } from "../console/holds-page.tsx";

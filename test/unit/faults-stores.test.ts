@@ -11,7 +11,8 @@
  * `it.fails` rows naming the function. Owns nothing of the gateway; never imported by src/.
  */
 import { afterEach, describe, expect, it, vi } from "vitest";
-import type { HoldClaim, HoldRecord, HoldsApi, LedgerApi } from "../../durable-objects/contract.ts";
+import type { HoldClaim, HoldRecord, HoldsApi } from "../../durable-objects/contract-holds.ts";
+import type { LedgerApi } from "../../durable-objects/contract-ledger.ts";
 import type { KillSwitchSnapshot } from "../../durable-objects/contract-killswitch.ts";
 import { loadConfig } from "../../src/config/load.ts";
 import type { Principal } from "../../src/config/principal.ts";

@@ -5,7 +5,7 @@
  */
 import { DEFAULT_EGRESS_RULES } from "../../src/config/egress-schema.ts";
 import type { GatewayConfig, UpstreamConfig } from "../../src/config/load.ts";
-import type { LedgerApi } from "../../durable-objects/contract.ts";
+import type { LedgerApi } from "../../durable-objects/contract-ledger.ts";
 import type { LedgerEntry } from "../../src/ledger/records.ts";
 
 /** A resolved upstream at `url` (default: a closed loopback port), namespaced, without credentials. */

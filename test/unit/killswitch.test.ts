@@ -16,7 +16,7 @@ import { changeProblem } from "../../durable-objects/killswitch.ts";
 import { killSwitchObject, ledgerObject } from "../../durable-objects/object-names.ts";
 import { GLOBAL_CHAIN } from "../../src/ledger/records.ts";
 import { type KillSwitchApi, type KillSwitchSnapshot, killSwitchChangeProblem } from "../../durable-objects/contract-killswitch.ts";
-import type { LedgerSigning } from "../../durable-objects/contract.ts";
+import type { LedgerSigning } from "../../durable-objects/contract-ledger.ts";
 import type { Principal } from "../../src/config/principal.ts";
 import type { Env } from "../../src/env.ts";
 import type { KillSwitchReader, KillSwitchState, LegResult, ToolCall } from "../../src/governance/steps.ts";

@@ -18,7 +18,13 @@ describe("layers", () => {
     expect(layerViolations(files)).toEqual([]);
   });
   it("the storage contract's files are the store layer: contract.ts, the contract-<object>.ts files split from it, object-names.ts", () => {
-    for (const p of ["durable-objects/contract.ts", "durable-objects/contract-killswitch.ts", "durable-objects/object-names.ts", "src/env.ts"])
+    for (const p of [
+      "durable-objects/contract.ts",
+      "durable-objects/contract-holds.ts",
+      "durable-objects/contract-killswitch.ts",
+      "durable-objects/object-names.ts",
+      "src/env.ts",
+    ])
       expect(layerOf(p)).toBe("store");
     for (const p of ["durable-objects/killswitch.ts", "durable-objects/contracts.ts", "durable-objects/contract-.ts", "durable-objects/ledger-schema.ts"])
       expect(layerOf(p)).toBe("objects");

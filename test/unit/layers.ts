@@ -65,7 +65,7 @@ export const ALLOWED: Record<string, string[]> = {
  * `src/front/` the two eras' fronts never import each other.
  */
 export const SIBLINGS: Record<string, { shared?: string[]; also?: Record<string, string[]>; rank?: Record<string, number>; never?: [string, string][] }> = {
-  "durable-objects": { shared: ["contract.ts", "contract-killswitch.ts", "object-names.ts"] },
+  "durable-objects": { shared: ["contract.ts", "contract-history.ts", "contract-holds.ts", "contract-killswitch.ts", "contract-ledger.ts", "object-names.ts"] },
   "src/ports": { shared: ["ledger-writer.ts"] },
   "src/services": { also: { "policy-live.ts": ["health.ts"], "runs.ts": ["run-records.ts", "run-rollback.ts"] } },
   "src/upstream": { rank: { "exchange.ts": 0, "client.ts": 1, "catalog-cache.ts": 1, "legs.ts": 2, "forward.ts": 2, "tool-catalog.ts": 3 } },

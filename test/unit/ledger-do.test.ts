@@ -13,7 +13,7 @@ import { describe, expect, it } from "vitest";
 import type { LedgerDO } from "../../durable-objects/ledger.ts";
 import { LEDGER_D1_SCHEMA, schemaStatements } from "../../durable-objects/ledger-schema.ts";
 import { GLOBAL_CHAIN } from "../../src/ledger/records.ts";
-import type { LedgerApi, LedgerSigning } from "../../durable-objects/contract.ts";
+import type { LedgerApi, LedgerSigning } from "../../durable-objects/contract-ledger.ts";
 import type { Env } from "../../src/env.ts";
 import { verifyChain } from "../../src/ledger/chain.ts";
 import { checkpointOrigin, verifyCheckpoint } from "../../src/ledger/checkpoint.ts";

@@ -7,7 +7,7 @@
  * client's `portcullis/` `_meta` keys the forward dropped) and the receipt the answer carries.
  */
 import { describe, expect, it, vi } from "vitest";
-import type { LedgerApi } from "../../durable-objects/contract.ts";
+import type { LedgerApi } from "../../durable-objects/contract-ledger.ts";
 import type { UpstreamConfig } from "../../src/config/load.ts";
 import type { Principal } from "../../src/config/principal.ts";
 import type { Env } from "../../src/env.ts";
