@@ -3,8 +3,10 @@
  * counters, the row shape of one admitted call, the history questions the object answers and its
  * RPC surface. These shapes mirror governance's (src/governance/steps.ts HistoryQuery,
  * HistoryEntry, BudgetLimits, Admission): the store layer cannot import governance, so they are
- * declared here. Owns only types and constants. Must never: hold logic or state.
+ * declared here, and test/unit/mirrors.test.ts proves the two stay in step. Owns only types and
+ * constants. Must never: hold logic or state.
  */
+import type { OutcomeBody } from "../src/ledger/records.ts";
 
 /** Longest window a history query may ask about (ms): 24 h. A query over a longer window is refused (the rows are not kept). */
 export const HISTORY_WINDOW_MAX_MS = 24 * 3_600_000;
@@ -42,7 +44,8 @@ export interface HistoryCall {
   /** When the call was admitted (ms since epoch). */
   at: number;
 }
-export type HistoryCallStatus = "admitted" | "succeeded" | "failed" | "uncertain";
+/** A call's status: admitted, then the outcome status the ledger records (OutcomeBody's). */
+export type HistoryCallStatus = "admitted" | OutcomeBody["status"];
 /** Budget limits of one call (governance's BudgetLimits). */
 export interface HistoryBudget {
   grantCalls?: number;

@@ -5,12 +5,16 @@
  * here — `NO_HALTS` and `NO_HOLDS` — for tests and routes without those stores; `NO_MAPPINGS`,
  * `OPEN_POLICY` and `NO_HISTORY` are what a gateway without mappings or policy runs (classify.ts,
  * validate.ts, policy.ts, obligations.ts own the logic of steps 6, 7, 8 and 12). The ledger is src/ports/ledger-writer.ts;
- * `NO_LEDGER` remains for tests that exercise the path without one.
+ * `NO_LEDGER` remains for tests that exercise the path without one. The kill-switch, history and
+ * receipt shapes here are declared again by the storage contract (durable-objects/contract-killswitch.ts,
+ * contract-history.ts) and the ledger's records, which governance may not import (nor they it):
+ * test/unit/mirrors.test.ts proves each pair stays in step. Mode, Effect and Axes are config's.
  * Must never: reach for storage, a clock or the network itself (all are handed in), or turn a
  * failure into "allow": a step that cannot answer throws, and call.ts refuses the call.
  */
-import type { UpstreamConfig } from "../config/load.ts";
+import type { GatewayMode, UpstreamConfig } from "../config/load.ts";
 import { lookAlike, type Principal } from "../config/principal.ts";
+import type { MappingEffect, ToolMapping } from "../config/mapping-schema.ts";
 import type { JsonObject, JsonRpcRequest, JsonRpcResponse } from "../wire/jsonrpc.ts";
 import type { CatalogTool } from "./catalog-entry.ts";
 
@@ -99,13 +103,11 @@ export function haltFor(state: KillSwitchState, call: ToolCall, upstream: Upstre
 
 // ---- 6 classify ---------------------------------------------------------------------------
 
-export type Effect = "read_only" | "idempotent" | "reversible" | "irreversible";
-export type BlastRadius = "single" | "scoped" | "systemic";
-export interface Axes {
-  reversibility: "reversible" | "compensable" | "irreversible";
-  blastRadius: BlastRadius;
-  externality: "internal" | "external";
-}
+/** A tool's effect: the mapping's (config/mapping-schema.ts declares the names). */
+export type Effect = MappingEffect;
+/** Every axis of a classification: the mapping's optional axes, each one settled. */
+export type Axes = Required<NonNullable<ToolMapping["axes"]>>;
+export type BlastRadius = Axes["blastRadius"];
 export interface Classification {
   effect: Effect;
   blastRadius: BlastRadius;
@@ -117,7 +119,6 @@ export interface Classification {
    */
   source: "mapping" | `heuristic:${string}` | "default";
 }
-import type { ToolMapping } from "../config/mapping-schema.ts";
 
 export interface Mappings {
   /** Whether any mapping is loaded at all (the default mode depends on it). */
@@ -130,7 +131,8 @@ export const NO_MAPPINGS: Mappings = { loaded: false, get: () => undefined };
 
 // ---- 8 decide -----------------------------------------------------------------------------
 
-export type Mode = "enforce" | "advise" | "observe";
+/** The mode a decision is applied in: the gateway's modes (config/load.ts). */
+export type Mode = GatewayMode;
 /** One obligation of a decision, parsed from its spec string (`mask:email`, `redact:$.token`, `rate_limit:5/1m`). */
 export interface Obligation {
   kind: string;
@@ -321,7 +323,7 @@ export interface DecisionRecord {
   /** The call's arguments; the ledger keeps them as the mapping says (canonical, hashed or redacted). */
   arguments: JsonObject | undefined;
   /** How the ledger keeps them: the mapping's `arguments` (default hashed), or full under `audit:full`. */
-  argumentsKept: "full" | "hashed" | "redacted";
+  argumentsKept: ToolMapping["arguments"];
   classification: Classification;
   decision: Decision;
   holdId?: string;
