@@ -24,6 +24,7 @@ describe("layers", () => {
       "durable-objects/contract-killswitch.ts",
       "durable-objects/object-names.ts",
       "src/env.ts",
+      "migrations/0001_ledger.sql",
     ])
       expect(layerOf(p)).toBe("store");
     for (const p of ["durable-objects/killswitch.ts", "durable-objects/contracts.ts", "durable-objects/contract-.ts", "durable-objects/ledger-schema.ts"])
