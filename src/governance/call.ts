@@ -257,7 +257,7 @@ async function forwardWithRetry(
 export interface PassThrough {
   call: ToolCall;
   /** The upstream it goes to (already routed by task id, or the one transparent upstream). */
-  upstream: import("../config/load.ts").UpstreamConfig;
+  upstream: import("../config/gateway-config.ts").UpstreamConfig;
 }
 
 /**

@@ -12,7 +12,7 @@
  * Must never: reach for storage, a clock or the network itself (all are handed in), or turn a
  * failure into "allow": a step that cannot answer throws, and call.ts refuses the call.
  */
-import type { GatewayMode, UpstreamConfig } from "../config/load.ts";
+import type { GatewayMode, UpstreamConfig } from "../config/gateway-config.ts";
 import { lookAlike, type Principal } from "../config/principal.ts";
 import type { MappingEffect, ToolMapping } from "../config/mapping-schema.ts";
 import type { JsonObject, JsonRpcRequest, JsonRpcResponse } from "../wire/jsonrpc.ts";
@@ -131,7 +131,7 @@ export const NO_MAPPINGS: Mappings = { loaded: false, get: () => undefined };
 
 // ---- 8 decide -----------------------------------------------------------------------------
 
-/** The mode a decision is applied in: the gateway's modes (config/load.ts). */
+/** The mode a decision is applied in: the gateway's modes (config/gateway-config.ts). */
 export type Mode = GatewayMode;
 /** One obligation of a decision, parsed from its spec string (`mask:email`, `redact:$.token`, `rate_limit:5/1m`). */
 export interface Obligation {

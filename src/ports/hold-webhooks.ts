@@ -15,7 +15,7 @@
  * egress refusal, or wait without a bound.
  */
 import type { HoldRecord } from "../../durable-objects/contract-holds.ts";
-import type { GatewayConfig } from "../config/load.ts";
+import type { GatewayConfig } from "../config/gateway-config.ts";
 import { EgressError, guardedFetch } from "../egress/guarded-fetch.ts";
 import type { Env } from "../env.ts";
 import { canonicalUrl } from "../identity/metadata.ts";

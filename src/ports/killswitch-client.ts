@@ -15,7 +15,7 @@
 import { ledgerSigning } from "./ledger-writer.ts";
 import { killSwitchObject } from "../../durable-objects/object-names.ts";
 import { type HaltRecord, type HaltScopeName, type KillSwitchSnapshot, killSwitchChangeProblem } from "../../durable-objects/contract-killswitch.ts";
-import type { GatewayConfig, UpstreamConfig } from "../config/load.ts";
+import type { GatewayConfig, UpstreamConfig } from "../config/gateway-config.ts";
 import { type Principal, principalHas } from "../config/principal.ts";
 import type { Env } from "../env.ts";
 import { type Halt, haltFor, type KillSwitchReader, type KillSwitchState, type LegResult, type Refusal, type ToolCall } from "../governance/steps.ts";

@@ -17,7 +17,7 @@ import { canonicalUrl } from "../identity/metadata.ts";
 import { ledgerObject } from "../../durable-objects/object-names.ts";
 import { GLOBAL_CHAIN } from "../ledger/records.ts";
 import type { LedgerSigning } from "../../durable-objects/contract-ledger.ts";
-import type { GatewayConfig } from "../config/load.ts";
+import type { GatewayConfig } from "../config/gateway-config.ts";
 import type { Principal } from "../config/principal.ts";
 import type { Env } from "../env.ts";
 import type { Receipt, ToolCall } from "../governance/steps.ts";

@@ -3,7 +3,7 @@
  * Owns only the contract between the fronts (legacy.ts, modern.ts) and the method handlers.
  * Must never: carry the client's credentials (handlers have no way to send them upstream).
  */
-import type { GatewayConfig, UpstreamConfig } from "../config/load.ts";
+import type { GatewayConfig, UpstreamConfig } from "../config/gateway-config.ts";
 import type { Env } from "../env.ts";
 import type { Principal } from "../config/principal.ts";
 import type { JsonObject, JsonRpcNotification, JsonRpcRequest } from "../wire/jsonrpc.ts";

@@ -12,7 +12,7 @@
  * step's compensation twice under different keys, put a key in a report, a record or a log, or
  * call anything on a dry run.
  */
-import type { GatewayConfig, UpstreamConfig } from "../config/load.ts";
+import type { GatewayConfig, UpstreamConfig } from "../config/gateway-config.ts";
 import { principalHas, type Principal } from "../config/principal.ts";
 import type { Env } from "../env.ts";
 import {

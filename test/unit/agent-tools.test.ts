@@ -7,7 +7,7 @@
  * network is a fake upstream (globalThis.fetch). Owns nothing of the gateway.
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import type { GatewayConfig, UpstreamConfig } from "../../src/config/load.ts";
+import type { GatewayConfig, UpstreamConfig } from "../../src/config/gateway-config.ts";
 import { DEFAULT_EGRESS_RULES } from "../../src/config/egress-schema.ts";
 import type { Principal } from "../../src/config/principal.ts";
 import { NO_HALTS, NO_LEDGER, type ToolCall } from "../../src/governance/steps.ts";

@@ -7,7 +7,7 @@
  * apart per principal.
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import type { UpstreamConfig } from "../../src/config/load.ts";
+import type { UpstreamConfig } from "../../src/config/gateway-config.ts";
 import { DEFAULT_EGRESS_RULES } from "../../src/config/egress-schema.ts";
 import type { Principal } from "../../src/config/principal.ts";
 import { NO_HALTS, NO_LEDGER } from "../../src/governance/steps.ts";

@@ -7,7 +7,7 @@
  * (named, never valued, in the decision record; the gateway's own keys added after).
  */
 import { describe, expect, it } from "vitest";
-import type { UpstreamConfig } from "../../src/config/load.ts";
+import type { UpstreamConfig } from "../../src/config/gateway-config.ts";
 import { DEFAULT_EGRESS_RULES } from "../../src/config/egress-schema.ts";
 import type { Principal } from "../../src/config/principal.ts";
 import { governedPassThrough, governToolCall } from "../../src/governance/call.ts";

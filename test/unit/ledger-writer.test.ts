@@ -8,7 +8,7 @@
  */
 import { describe, expect, it, vi } from "vitest";
 import type { LedgerApi } from "../../durable-objects/contract-ledger.ts";
-import type { UpstreamConfig } from "../../src/config/load.ts";
+import type { UpstreamConfig } from "../../src/config/gateway-config.ts";
 import type { Principal } from "../../src/config/principal.ts";
 import type { Env } from "../../src/env.ts";
 import { governToolCall } from "../../src/governance/call.ts";

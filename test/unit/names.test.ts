@@ -5,7 +5,7 @@
  * own names while the grant, the policy, the catalog and the ledger see the names /mcp gives.
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import type { GatewayConfig, UpstreamConfig } from "../../src/config/load.ts";
+import type { GatewayConfig, UpstreamConfig } from "../../src/config/gateway-config.ts";
 import { DEFAULT_EGRESS_RULES } from "../../src/config/egress-schema.ts";
 import type { Principal } from "../../src/config/principal.ts";
 import { parsePolicy } from "../../src/config/policy-schema.ts";

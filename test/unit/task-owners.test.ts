@@ -11,7 +11,7 @@
 import { NO_HALTS } from "../../src/governance/steps.ts";
 import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import type { UpstreamConfig } from "../../src/config/load.ts";
+import type { UpstreamConfig } from "../../src/config/gateway-config.ts";
 import { DEFAULT_EGRESS_RULES } from "../../src/config/egress-schema.ts";
 import type { Principal } from "../../src/config/principal.ts";
 import { clearCatalog } from "../../src/upstream/catalog-cache.ts";
