@@ -10,7 +10,7 @@
  * (retries only for read_only and idempotent tools; a compensation's shape, the syntax of its
  * `$args.<path>` / `$result.<path>` references, which may not reach arguments the ledger is told
  * to redact, and its tool and read-back tool being mapped in the same file). Must never: accept an unknown field (each is refused naming the nearest known one), do I/O (reading the files is the loader's job),
- * or resolve a compensation (that is src/governance/rollback.ts's; whether the upstream really
+ * or resolve a compensation (that is src/governance/compensation.ts's; whether the upstream really
  * offers its tools is checked where its tools/list is known: rollback time and
  * `portcullis.validate_mapping`).
  */
@@ -175,7 +175,7 @@ export const toolMappingSchema = z
       .transform((h) => h.toLowerCase())
       .optional(),
     arguments: z.enum(["full", "hashed", "redacted"]).default("hashed"),
-    /** How the tool is undone ([R], src/governance/rollback.ts). */
+    /** How the tool is undone ([R], src/governance/compensation.ts and rollback.ts). */
     compensation: compensationSchema.optional(),
   })
   .superRefine((m, ctx) => {
