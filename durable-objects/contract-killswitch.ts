@@ -3,7 +3,7 @@
  * RPC surface, and the one home of the rules a well-formed change follows (the scopes, the target
  * and reason bounds: `killSwitchChangeProblem`), which KillSwitchDO (adding its actor check) and
  * the Worker's client (src/ports/killswitch-client.ts, before a change reaches the object) both run.
- * HaltRecord and the snapshot mirror governance's Halt and KillSwitchState (src/governance/steps.ts;
+ * HaltRecord and the snapshot mirror governance's Halt and KillSwitchState (src/governance/halts.ts;
  * stateOf in the client converts), which this layer may not import: test/unit/mirrors.test.ts
  * keeps them in step. Owns those shapes, bounds and that pure check. Must never: hold state or
  * I/O, or accept a change the object would refuse (the object checks again on its side).

@@ -18,7 +18,8 @@ import { type HaltRecord, type HaltScopeName, type KillSwitchSnapshot, killSwitc
 import type { GatewayConfig, UpstreamConfig } from "../config/gateway-config.ts";
 import { type Principal, principalHas } from "../config/principal.ts";
 import type { Env } from "../env.ts";
-import { type Halt, haltFor, type KillSwitchReader, type KillSwitchState, type LegResult, type Refusal, type ToolCall } from "../governance/steps.ts";
+import { type Halt, haltFor, type KillSwitchReader, type KillSwitchState } from "../governance/halts.ts";
+import type { LegResult, Refusal, ToolCall } from "../governance/steps.ts";
 import type { CallContext } from "../protocol/call-context.ts";
 import { postUpstream } from "../upstream/client.ts";
 import { bounded } from "../wire/bounded.ts";

@@ -9,7 +9,8 @@ import type { Principal } from "../config/principal.ts";
 import type { JsonObject, JsonRpcNotification, JsonRpcRequest } from "../wire/jsonrpc.ts";
 import type { Era, Leg, TasksApi } from "../../durable-objects/contract.ts";
 import type { HoldRecord, HoldsApi } from "../../durable-objects/contract-holds.ts";
-import type { HistoryStore, KillSwitchReader, LedgerWriter } from "../governance/steps.ts";
+import type { HistoryStore, LedgerWriter } from "../governance/steps.ts";
+import type { KillSwitchReader } from "../governance/halts.ts";
 import type { HoldBody } from "../ledger/records.ts";
 import type { RouteView } from "./exposed-names.ts";
 

@@ -27,7 +27,8 @@ import {
 } from "../governance/rollback.ts";
 import { IDEMPOTENCY_META, idempotencyKey, idempotencyKeyHash, idempotencySecretFrom } from "../governance/idempotency.ts";
 import { resultValue, verificationMet } from "../governance/compensation.ts";
-import { haltFor, type LegResult, type ToolCall } from "../governance/steps.ts";
+import { haltFor } from "../governance/halts.ts";
+import type { LegResult, ToolCall } from "../governance/steps.ts";
 import type { EntryKind } from "../ledger/records.ts";
 import { isObject, type JsonObject } from "../wire/jsonrpc.ts";
 import type { CallContext } from "../protocol/call-context.ts";

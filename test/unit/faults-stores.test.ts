@@ -20,17 +20,8 @@ import type { Env } from "../../src/env.ts";
 import { governToolCall } from "../../src/governance/call.ts";
 import type { GovernanceDeps } from "../../src/governance/call-decide.ts";
 import { catalogEntry } from "../../src/governance/catalog-entry.ts";
-import {
-  type HistoryStore,
-  type LegResult,
-  NO_HALTS,
-  NO_HISTORY,
-  NO_HOLDS,
-  NO_LEDGER,
-  NO_MAPPINGS,
-  OPEN_POLICY,
-  type ToolCall,
-} from "../../src/governance/steps.ts";
+import { type HistoryStore, type LegResult, NO_HISTORY, NO_HOLDS, NO_LEDGER, NO_MAPPINGS, OPEN_POLICY, type ToolCall } from "../../src/governance/steps.ts";
+import { NO_HALTS } from "../../src/governance/halts.ts";
 import { chainEntries, EMPTY_HEAD, type Head } from "../../src/ledger/chain.ts";
 import type { EntryDraft, LedgerEntry } from "../../src/ledger/records.ts";
 import type { CallContext, CallLedger } from "../../src/protocol/call-context.ts";

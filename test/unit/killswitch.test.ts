@@ -19,14 +19,16 @@ import { type KillSwitchApi, type KillSwitchSnapshot, killSwitchChangeProblem } 
 import type { LedgerSigning } from "../../durable-objects/contract-ledger.ts";
 import type { Principal } from "../../src/config/principal.ts";
 import type { Env } from "../../src/env.ts";
-import type { KillSwitchReader, KillSwitchState, LegResult, ToolCall } from "../../src/governance/steps.ts";
+import type { KillSwitchReader, KillSwitchState } from "../../src/governance/halts.ts";
+import type { LegResult, ToolCall } from "../../src/governance/steps.ts";
 import { mintGrant } from "../../src/identity/tokens.ts";
 import { parseKeySet } from "../../src/identity/keys.ts";
 import type { CallContext } from "../../src/protocol/call-context.ts";
 import { cachedKillSwitchReader, changeKillSwitch, haltableLeg, killSwitchReader, killSwitchStatus, stateOf } from "../../src/ports/killswitch-client.ts";
 import { configOr503 } from "../../src/routes/config-view.ts";
 import type { JsonObject, JsonRpcRequest } from "../../src/wire/jsonrpc.ts";
-import { haltFor, NO_LEDGER } from "../../src/governance/steps.ts";
+import { haltFor } from "../../src/governance/halts.ts";
+import { NO_LEDGER } from "../../src/governance/steps.ts";
 import { DEFAULT_EGRESS_RULES } from "../../src/config/egress-schema.ts";
 import { testConfig, testUpstream } from "./fixtures.ts";
 import { allEntries } from "./fixtures.ts";

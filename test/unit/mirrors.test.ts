@@ -1,6 +1,6 @@
 /**
- * The type mirrors the layer rule keeps: shapes governance declares (src/governance/steps.ts,
- * which may import only wire and config) that the storage contract (durable-objects/contract*.ts,
+ * The type mirrors the layer rule keeps: shapes governance declares (src/governance/steps.ts and
+ * halts.ts, which may import only wire and config) that the storage contract (durable-objects/contract*.ts,
  * which may import only wire and ledger) and the ledger's records (src/ledger/records.ts, wire
  * only) declare again for themselves. Each pair is checked here by tsc (`npm run typecheck`
  * compiles test/unit): identical pairs must stay identical, and a pair that differs on purpose
@@ -20,19 +20,8 @@ import type {
 } from "../../durable-objects/contract-history.ts";
 import { HALT_SCOPES, type HaltRecord, type HaltScopeName, type KillSwitchSnapshot } from "../../durable-objects/contract-killswitch.ts";
 import type { ToolMapping } from "../../src/config/mapping-schema.ts";
-import type {
-  Admission,
-  BudgetLimits,
-  DecisionRecord,
-  Halt,
-  HaltScope,
-  HistoryEntry,
-  HistoryQuery,
-  HistoryScope,
-  KillSwitchState,
-  OutcomeStatus,
-  Receipt,
-} from "../../src/governance/steps.ts";
+import type { Admission, BudgetLimits, DecisionRecord, HistoryEntry, HistoryQuery, HistoryScope, OutcomeStatus, Receipt } from "../../src/governance/steps.ts";
+import type { Halt, HaltScope, KillSwitchState } from "../../src/governance/halts.ts";
 import type { ArgumentsMode, ChainReceipt, KillSwitchBody, OutcomeBody } from "../../src/ledger/records.ts";
 import { stateOf } from "../../src/ports/killswitch-client.ts";
 
@@ -43,7 +32,7 @@ type Assignable<A, B> = [A] extends [B] ? true : false;
 
 // Each line fails to compile ("Type 'true' does not satisfy the expected type 'false'") when its pair drifts.
 export const MIRRORS = {
-  // kill switch: governance (steps.ts) ↔ store (contract-killswitch.ts) ↔ ledger (KillSwitchBody)
+  // kill switch: governance (halts.ts) ↔ store (contract-killswitch.ts) ↔ ledger (KillSwitchBody)
   haltScope: true satisfies Equal<HaltScope, HaltScopeName>,
   haltScopeRecorded: true satisfies Equal<HaltScopeName, KillSwitchBody["scope"]>,
   haltScopesListed: true satisfies Equal<(typeof HALT_SCOPES)[number], HaltScopeName>,
