@@ -14,7 +14,7 @@
  */
 import { DurableObject } from "cloudflare:workers";
 import { ledgerObject } from "../durable-objects/object-names.ts";
-import type { LedgerApi, LedgerSigning, LedgerStatus } from "../durable-objects/contract.ts";
+import type { LedgerApi, LedgerSigning, LedgerStatus } from "../durable-objects/contract-ledger.ts";
 import type { Env } from "../src/env.ts";
 import type { EntryDraft, LedgerEntry } from "../src/ledger/records.ts";
 import { batchedAppend } from "../src/ports/ledger-batch.ts";

@@ -8,7 +8,7 @@
  * print a header value, fail `dev` or `start` (the banner never throws), or wait on an upstream
  * without a bound.
  */
-import type { GatewayConfig, UpstreamConfig } from "../src/config/load.ts";
+import type { GatewayConfig, UpstreamConfig } from "../src/config/gateway-config.ts";
 import { catalogEntry, type CatalogTool } from "../src/governance/catalog-entry.ts";
 import { type Banner, classificationBanner, classifyTool, formatBanner } from "../src/governance/classify.ts";
 import { compiledPolicy, mappingsOf } from "../src/governance/engine.ts";

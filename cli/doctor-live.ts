@@ -10,7 +10,7 @@
  * upstream the egress rules refuse, or print a header value (reasons are scrubbed of them).
  */
 import { readFileSync } from "node:fs";
-import type { GatewayConfig } from "../src/config/load.ts";
+import type { GatewayConfig } from "../src/config/gateway-config.ts";
 import { checkEgress } from "../src/egress/rules.ts";
 import { compiledPolicy } from "../src/governance/engine.ts";
 import { describeUnmatched, type KnownTool, type UnmatchedRule, unmatchedRules } from "../src/governance/policy-coverage.ts";

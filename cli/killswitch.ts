@@ -9,8 +9,9 @@
  */
 import { FLAG, HELP_OPTION, namesOf, type Options, parseOptions, STRING, UsageError } from "./args.ts";
 import { answerOf, exitCodeOf, FetchError, gatewayOf, helpWithToken, isObject, type JsonObject, refusal, send, tokenOf } from "./gateway-http.ts";
+import { HALT_SCOPES } from "../durable-objects/contract-killswitch.ts";
 
-const SCOPES = ["global", "team", "upstream", "tool", "principal", "grant"];
+const SCOPES: readonly string[] = HALT_SCOPES;
 
 const HELP = {
   halt: `usage: portcullis halt --scope SCOPE [--target T] --reason R --url GATEWAY [--json]

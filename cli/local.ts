@@ -10,7 +10,7 @@
  * Must never: print a secret value (problems name variables, not values), or put one on a command
  * line (the gateway gets the secrets the config names through its private env file).
  */
-import type { GatewayConfig } from "../src/config/load.ts";
+import type { GatewayConfig } from "../src/config/gateway-config.ts";
 import { commandOptions, FLAG, HELP_OPTION, namesOf, portOf, STRING, usageError } from "./args.ts";
 import { messageOf, Refused } from "./gateway-http.ts";
 import { devSigningKey, gatewayOrigin, startGateway, stopChildrenOnSignal } from "./gateway-start.ts";

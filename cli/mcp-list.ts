@@ -10,7 +10,7 @@
  */
 import { pathToFileURL } from "node:url";
 import { resolve } from "node:path";
-import type { UpstreamConfig } from "../src/config/load.ts";
+import type { UpstreamConfig } from "../src/config/gateway-config.ts";
 import { isObject, type Json, type JsonObject } from "../src/wire/jsonrpc.ts";
 import { messageOf } from "./gateway-http.ts";
 import { root } from "./gateway-start.ts";

@@ -12,7 +12,7 @@
 import { existsSync, realpathSync, statSync, writeFileSync } from "node:fs";
 import { basename, dirname, extname, isAbsolute, resolve } from "node:path";
 import { parse as parseYaml } from "yaml";
-import type { GatewayConfig, UpstreamConfig } from "../src/config/load.ts";
+import type { GatewayConfig, UpstreamConfig } from "../src/config/gateway-config.ts";
 import { mappingFileSchema } from "../src/config/mapping-schema.ts";
 import { type CatalogTool, catalogEntry } from "../src/governance/catalog-entry.ts";
 import { classifyTool } from "../src/governance/classify.ts";

@@ -8,7 +8,8 @@
  * variables, not values), or call a config sound that src/config/load.ts refused.
  */
 import { readFileSync } from "node:fs";
-import { ConfigError, type GatewayConfig, loadConfig } from "../src/config/load.ts";
+import { ConfigError, loadConfig } from "../src/config/load.ts";
+import type { GatewayConfig } from "../src/config/gateway-config.ts";
 import { egressProblems } from "../src/egress/config-check.ts";
 import { compiledPolicy } from "../src/governance/engine.ts";
 import { PolicyError } from "../src/governance/policy-compile.ts";

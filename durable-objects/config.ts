@@ -17,7 +17,8 @@ import type { ConfigChangedBody, EntryDraft } from "../src/ledger/records.ts";
 import type { JsonObject } from "../src/wire/jsonrpc.ts";
 import { ledgerObject } from "./object-names.ts";
 import { GLOBAL_CHAIN } from "../src/ledger/records.ts";
-import { type ConfigApi, type ConfigPut, type LedgerSigning, STORED_CONFIG_VERSION, type StoredConfig, type StoredConfigHead } from "./contract.ts";
+import { type ConfigApi, type ConfigPut, STORED_CONFIG_VERSION, type StoredConfig, type StoredConfigHead } from "./contract.ts";
+import type { LedgerSigning } from "./contract-ledger.ts";
 import { bounded } from "../src/wire/bounded.ts";
 
 /** The ledger append gets this long; past it the change is refused (well inside blockConcurrencyWhile's 30 s). */

@@ -24,7 +24,7 @@ import {
   type HistoryCall,
   type HistoryCallStatus,
   type HistoryQuerySpec,
-} from "./contract.ts";
+} from "./contract-history.ts";
 
 /** Every table of the object. Created by the first admitted call (ensureTables), never by a read. */
 export const HISTORY_SCHEMA = `

@@ -13,7 +13,8 @@
 import { type EntryDraft, type EntryKind, holdBody } from "../src/ledger/records.ts";
 import { sha256Hex } from "../src/wire/canonical.ts";
 import { HOLD_ID } from "./object-names.ts";
-import type { HoldRecord, HoldState, LedgerSigning, NewHold } from "./contract.ts";
+import type { HoldRecord, HoldState, NewHold } from "./contract-holds.ts";
+import type { LedgerSigning } from "./contract-ledger.ts";
 
 /** A kept answer whose JSON is larger than this (bytes, UTF-8) is replaced by an isError answer saying so. */
 export const HOLD_RESULT_MAX_BYTES = 512 * 1024;

@@ -30,7 +30,8 @@ import {
   type StoredHold,
 } from "./holds-expiry.ts";
 import { newHoldId } from "./object-names.ts";
-import { HOLD_RECORD_VERSION, type HoldClaim, type HoldRecord, type HoldResolution, type LedgerSigning, type NewHold } from "./contract.ts";
+import { HOLD_RECORD_VERSION, type HoldClaim, type HoldRecord, type HoldResolution, type NewHold } from "./contract-holds.ts";
+import type { LedgerSigning } from "./contract-ledger.ts";
 
 function recordOf(hold: NewHold, id: string): HoldRecord {
   return {

@@ -19,16 +19,8 @@ import type { JsonRpcResponse } from "../src/wire/jsonrpc.ts";
 import { checkResolve, claimHold, completeHold, releaseHold, resolveHold } from "./holds-machine.ts";
 import { getHold, HOLD_AWAIT_MAX_MS, type HoldSchedule, type HoldStore, listHolds, nextAlarm, phaseOf, runAlarm, type StoredHold } from "./holds-expiry.ts";
 import { ledgerObject } from "./object-names.ts";
-import {
-  HOLD_RECORD_VERSION,
-  type HoldClaim,
-  type HoldRecord,
-  type HoldResolution,
-  type HoldsApi,
-  type HoldState,
-  type LedgerSigning,
-  type NewHold,
-} from "./contract.ts";
+import { HOLD_RECORD_VERSION, type HoldClaim, type HoldRecord, type HoldResolution, type HoldsApi, type HoldState, type NewHold } from "./contract-holds.ts";
+import type { LedgerSigning } from "./contract-ledger.ts";
 
 /**
  * `holds`: one row per hold. `record` is the HoldRecord's JSON (the authority); the other

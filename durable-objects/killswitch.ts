@@ -2,7 +2,8 @@
  * KillSwitchDO: the gateway's one kill switch (object `global` in the KILLSWITCH namespace), a
  * thin versioned state machine over DO SQLite — one row per halted (scope, target) and a version
  * that grows with every change. `halt` and `resume` run under `blockConcurrencyWhile`, so no read
- * or other change interleaves with one: the change is validated (changeProblem, a plain function),
+ * or other change interleaves with one: the change is validated (changeProblem: the shared rules of
+ * ./contract-killswitch.ts and the actor check),
  * its `killswitch.changed` record is appended to the `_global` ledger chain FIRST, and only once
  * that append is durable is the change committed (no record, no change). Resuming a scope that is
  * not halted changes nothing and records nothing; halting a halted scope again replaces its
@@ -22,16 +23,12 @@ import {
   type KillSwitchApi,
   type KillSwitchChange,
   type KillSwitchSnapshot,
-  type LedgerSigning,
-} from "./contract.ts";
+  killSwitchChangeProblem,
+  MAX_TARGET_CHARS,
+} from "./contract-killswitch.ts";
+import type { LedgerSigning } from "./contract-ledger.ts";
 import { bounded } from "../src/wire/bounded.ts";
 
-/** Every scope a halt may have, in the order the docs list them. */
-export const HALT_SCOPES: readonly HaltScopeName[] = ["global", "team", "upstream", "tool", "principal", "grant"];
-/** Longest target (team, upstream, exposed tool name, principal, grant jti) and actor accepted. */
-export const MAX_TARGET_CHARS = 256;
-/** Longest reason accepted. */
-export const MAX_REASON_CHARS = 500;
 /** The ledger append gets this long; past it the change is refused (well inside blockConcurrencyWhile's 30 s). */
 export const KILLSWITCH_APPEND_TIMEOUT_MS = 10_000;
 
@@ -40,18 +37,15 @@ CREATE TABLE IF NOT EXISTS halts (scope TEXT NOT NULL, target TEXT NOT NULL, rea
 CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v INTEGER NOT NULL);
 `;
 
-/** Why a change is refused (a readable sentence), or null when it is well formed. Global halts take no target; every other scope needs one. */
+/**
+ * Why a change is refused (a readable sentence), or null when it is well formed: the rules of
+ * killSwitchChangeProblem (./contract-killswitch.ts, the one home the Worker's client shares),
+ * then the actor (`by`), which only the object checks.
+ */
 export function changeProblem(scope: unknown, target: unknown, reason: unknown, by: unknown): string | null {
-  if (typeof scope !== "string" || !(HALT_SCOPES as readonly string[]).includes(scope)) return `scope must be one of ${HALT_SCOPES.join(", ")}`;
-  if (scope === "global") {
-    if (target !== null && target !== undefined) return "a global halt takes no target";
-  } else {
-    if (typeof target !== "string" || target === "") return `a ${scope} halt needs a target (the ${scope === "grant" ? "grant's jti" : scope})`;
-    if (target.length > MAX_TARGET_CHARS) return `target must be at most ${MAX_TARGET_CHARS} characters`;
-  }
-  if (typeof reason !== "string" || reason.trim() === "") return "a reason is required";
-  if (reason.length > MAX_REASON_CHARS) return `reason must be at most ${MAX_REASON_CHARS} characters`;
-  if (typeof by !== "string" || by === "" || by.length > MAX_TARGET_CHARS) return "the actor (by) must be 1-256 characters";
+  const problem = killSwitchChangeProblem(scope, target, reason);
+  if (problem) return problem;
+  if (typeof by !== "string" || by === "" || by.length > MAX_TARGET_CHARS) return `the actor (by) must be 1-${MAX_TARGET_CHARS} characters`;
   return null;
 }
 

@@ -17,7 +17,7 @@ import { type CheckpointSqlRow, type EntrySqlRow, toCheckpoint } from "./ledger-
 import { type ChainState, readMeta, setDue, setProblem, type Trouble, writeMeta } from "./ledger-state.ts";
 import { ledgerObject } from "./object-names.ts";
 import { GLOBAL_CHAIN } from "../src/ledger/records.ts";
-import type { LedgerSigning } from "./contract.ts";
+import type { LedgerSigning } from "./contract-ledger.ts";
 
 /** What signing and anchoring work on: the object's handles and state, never the object. */
 export interface CheckpointHandles {

@@ -18,7 +18,7 @@ import { CHECKPOINT_WITHIN_MS, IDEMPOTENT_KINDS } from "./ledger-drafts.ts";
 import { metaUpsert, OBJECT_INSERT_CHARS, OBJECT_INSERT_ROWS, objectEntryInsert } from "./ledger-rows.ts";
 import { rowFacts } from "./ledger-schema.ts";
 import { type ChainState, entryById } from "./ledger-state.ts";
-import type { LedgerSigning } from "./contract.ts";
+import type { LedgerSigning } from "./contract-ledger.ts";
 
 /**
  * SHA-256 (lowercase hex of the UTF-8 text) for entry hashes: node:crypto's, native and about three

@@ -10,7 +10,7 @@
 import { canonicalJson } from "../src/wire/canonical.ts";
 import type { EntryDraft, EntryKind } from "../src/ledger/records.ts";
 import type { JsonObject } from "../src/wire/jsonrpc.ts";
-import type { LedgerSigning } from "./contract.ts";
+import type { LedgerSigning } from "./contract-ledger.ts";
 
 /** A checkpoint is signed once this many entries follow the newest one… */
 export const CHECKPOINT_EVERY = 256;

@@ -10,7 +10,7 @@ import type { LedgerEntry } from "../src/ledger/records.ts";
 import { MAX_PAGE } from "./ledger-drafts.ts";
 import { type CheckpointSqlRow, type EntrySqlRow, toCheckpoint, toEntry } from "./ledger-rows.ts";
 import { headOf, lastCheckpointOf, readMeta, type Trouble } from "./ledger-state.ts";
-import type { LedgerStatus } from "./contract.ts";
+import type { LedgerStatus } from "./contract-ledger.ts";
 
 /** Up to `limit` (≤ MAX_PAGE) entries after `afterSeq`, in order; `chain` names the object's chain. */
 export function readEntries(sql: SqlStorage, chain: () => string, afterSeq: number, limit: number): LedgerEntry[] {

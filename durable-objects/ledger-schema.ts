@@ -1,52 +1,16 @@
 /**
- * The D1 schema of the shared ledger store, in one place: `LEDGER_D1_SCHEMA` is the exact text of
- * migrations/0001_ledger.sql (a unit test checks they are identical), and the LedgerDO runs the
- * same statements (`CREATE … IF NOT EXISTS`) before its first flush, because `wrangler dev` and
- * vitest do not apply migrations by themselves. Also owns how an entry becomes a D1 row (which
+ * The D1 schema of the shared ledger store, in one place: migrations/0001_ledger.sql is its one
+ * home, and `LEDGER_D1_SCHEMA` is that file imported as text (wrangler's and the vitest plugin's
+ * default module rules load `**\/*.sql` as a Text module; ./sql-text.d.ts types it). The LedgerDO
+ * runs its statements (`CREATE … IF NOT EXISTS`) before its first flush, because `wrangler dev`
+ * and vitest do not apply migrations by themselves. Also owns how an entry becomes a D1 row (which
  * body fields fill the queryable columns). Must never: hold a statement that is not idempotent,
- * or diverge from the migration file.
+ * or a copy of the schema (`wrangler d1 migrations apply` runs the file itself).
  */
+import migration from "../migrations/0001_ledger.sql";
 
-/** migrations/0001_ledger.sql, verbatim. */
-export const LEDGER_D1_SCHEMA = `-- Portcullis ledger: the shared store every team's auditors query (docs/storage.md, "D1").
--- Written only by the LedgerDO of each chain, in idempotent batches keyed (chain, seq).
--- durable-objects/ledger-schema.ts holds this same text; keep the two identical.
-
-CREATE TABLE IF NOT EXISTS ledger_entries (
-  chain TEXT NOT NULL,
-  seq INTEGER NOT NULL,
-  v INTEGER NOT NULL,
-  id TEXT NOT NULL,
-  kind TEXT NOT NULL,
-  at TEXT NOT NULL,
-  prev TEXT NOT NULL,
-  hash TEXT NOT NULL,
-  body TEXT NOT NULL,
-  team TEXT,
-  principal TEXT,
-  upstream TEXT,
-  tool TEXT,
-  status TEXT,
-  decision_id TEXT,
-  PRIMARY KEY (chain, seq)
-);
-CREATE INDEX IF NOT EXISTS ledger_entries_team ON ledger_entries (team, chain, seq);
-CREATE INDEX IF NOT EXISTS ledger_entries_principal ON ledger_entries (principal, at);
-CREATE INDEX IF NOT EXISTS ledger_entries_tool ON ledger_entries (tool, at);
-CREATE INDEX IF NOT EXISTS ledger_entries_kind ON ledger_entries (kind, at);
-CREATE INDEX IF NOT EXISTS ledger_entries_status ON ledger_entries (status, at);
-CREATE INDEX IF NOT EXISTS ledger_entries_at ON ledger_entries (at);
-CREATE INDEX IF NOT EXISTS ledger_entries_decision ON ledger_entries (decision_id);
-
-CREATE TABLE IF NOT EXISTS ledger_checkpoints (
-  chain TEXT NOT NULL,
-  size INTEGER NOT NULL,
-  hash TEXT NOT NULL,
-  at TEXT NOT NULL,
-  note TEXT NOT NULL,
-  PRIMARY KEY (chain, size)
-);
-`;
+/** migrations/0001_ledger.sql, verbatim: the Worker imports the migration file as text (a Text module). */
+export const LEDGER_D1_SCHEMA: string = migration;
 
 /** The schema as separate statements (comment lines dropped), for `D1Database.batch`. */
 export function schemaStatements(schema: string = LEDGER_D1_SCHEMA): string[] {

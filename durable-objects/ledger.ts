@@ -42,7 +42,7 @@ import { type D1Schema, flushPendingAt, flushStep } from "./ledger-flush.ts";
 import { checkpointsAfter, readEntries, statusOf, traceEntries } from "./ledger-queries.ts";
 import { OBJECT_SCHEMA } from "./ledger-rows.ts";
 import { type ChainState, headOf, loadState, readMeta, setDue, setProblem } from "./ledger-state.ts";
-import type { AppendOutcome, LedgerApi, LedgerSigning, LedgerStatus } from "./contract.ts";
+import type { AppendOutcome, LedgerApi, LedgerSigning, LedgerStatus } from "./contract-ledger.ts";
 
 export class LedgerDO extends DurableObject<Env> implements LedgerApi {
   private readonly sql: SqlStorage;

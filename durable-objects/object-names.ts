@@ -7,7 +7,11 @@
  */
 import type { Env } from "../src/env.ts";
 import { GLOBAL_CHAIN } from "../src/ledger/records.ts";
-import type { ConfigApi, CredentialsApi, HistoryApi, HoldsApi, KillSwitchApi, LedgerApi, RevocationsApi, SessionApi, SseApi, TasksApi } from "./contract.ts";
+import type { ConfigApi, CredentialsApi, RevocationsApi, SessionApi, SseApi, TasksApi } from "./contract.ts";
+import type { HistoryApi } from "./contract-history.ts";
+import type { HoldsApi } from "./contract-holds.ts";
+import type { LedgerApi } from "./contract-ledger.ts";
+import type { KillSwitchApi } from "./contract-killswitch.ts";
 
 /** Legacy session ids the gateway issues: 192 random bits as 48 lowercase hex characters. */
 export const SESSION_ID = /^[0-9a-f]{48}$/;

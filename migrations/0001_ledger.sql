@@ -1,6 +1,6 @@
 -- Portcullis ledger: the shared store every team's auditors query (docs/storage.md, "D1").
 -- Written only by the LedgerDO of each chain, in idempotent batches keyed (chain, seq).
--- durable-objects/ledger-schema.ts holds this same text; keep the two identical.
+-- The one home of this schema: durable-objects/ledger-schema.ts imports this file as text for the LedgerDO.
 
 CREATE TABLE IF NOT EXISTS ledger_entries (
   chain TEXT NOT NULL,

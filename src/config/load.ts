@@ -1,119 +1,24 @@
 /**
- * Config loading: YAML text → validated, resolved `GatewayConfig`.
+ * Config loading: YAML text → validated, resolved `GatewayConfig` (its shapes: gateway-config.ts).
  * Owns: YAML parsing (a syntax error shows its line and neighbours, problems.ts), reporting every
  * problem of every layer at once — schema (unknown keys with a "did you mean"), headers (a
- * `${NAME}` unset, an inline secret: inline-secret.ts's rule), identity, policy and mappings, and,
- * given the caller's CEL compiler (config cannot import governance), the `when` condition of every
- * rule whose text is readable even when other layers failed — `${NAME}` / `${NAME:-fallback}`
- * expansion from Worker secrets/vars, duration parsing and namespace defaults, and the principal
- * spaces of the identity providers (each external issuer, Cloudflare Access): no two may overlap,
- * and the loopback actor is in none, each refusal naming both sources. Must never: include a
- * secret's value in an error message, or return a config that failed any check.
+ * `${NAME}` unset, an inline secret: inline-secret.ts's rule), identity (the principal spaces of
+ * the identity providers: principal-spaces.ts's rules), policy and mappings, and, given the
+ * caller's CEL compiler (config cannot import governance), the `when` condition of every rule
+ * whose text is readable even when other layers failed — `${NAME}` / `${NAME:-fallback}`
+ * expansion from Worker secrets/vars, duration parsing and namespace defaults. Must never:
+ * include a secret's value in an error message, or return a config that failed any check.
  */
 import { parse as parseYaml } from "yaml";
-import type { EgressRules } from "./egress-schema.ts";
-import { parseMappings, type ToolMapping } from "./mapping-schema.ts";
+import { type AuthConfig, type ExternalIssuer, type GatewayConfig, type GatewayMode, HOLD_WAIT_MAX_MS, type UpstreamConfig } from "./gateway-config.ts";
+import { parseMappings } from "./mapping-schema.ts";
 import { parsePolicy, type PolicyConfig } from "./policy-schema.ts";
-import { type PrincipalSpace, principalNameProblem, reservedNameProblem, spaceOf, foldedName } from "./principal.ts";
-import type { Role } from "./roles.ts";
+import { defaultSubPrefix, principalSpaceProblems } from "./principal-spaces.ts";
 import { configSchema, type ParsedConfig } from "./schema.ts";
 import { inlineSecretProblem } from "./inline-secret.ts";
 import { parseOptions, yamlProblem } from "./problems.ts";
 import { durationMs } from "./duration.ts";
-import { type OAuthConfig, oauthOf } from "./oauth-schema.ts";
-
-export interface UpstreamConfig {
-  name: string;
-  url: string;
-  description?: string;
-  /** True when exposed names carry the `<name>__` prefix (and URIs the `<name>+` scheme prefix). */
-  namespaced: boolean;
-  /** Resolved headers (secrets expanded). Never log these. */
-  headers: Record<string, string>;
-  allow: string[];
-  deny: string[];
-  timeoutMs: number;
-  credentials: { mode: "brokered" | "per_principal" | "none"; header: string; prefix: string };
-  egress: EgressRules;
-  /** Whether the gateway serves this request on loopback (set per request; loopback egress needs it). */
-  onLoopback: boolean;
-  /** Set per request when a per-principal credential is missing: every request to the upstream fails with it. */
-  credentialProblem?: string;
-}
-
-export interface ExternalIssuer {
-  issuer: string;
-  jwksUrl: string;
-  audience: string;
-  rolesClaim?: string;
-  defaultRoles: string[];
-  teamClaim?: string;
-  defaultTeam: string;
-  toolsClaim?: string;
-  defaultTools: string[];
-  subPrefix: string;
-}
-
-/** Cloudflare Access for the console (auth.access). */
-export interface AccessConfig {
-  teamDomain: string;
-  audience: string;
-  certsUrl: string;
-  roles: Role[];
-  team: string;
-  subPrefix: string;
-}
-
-/** The `holds` section, resolved. */
-export interface HoldsConfig {
-  expiresMs: number;
-  /** 0: answer a held call at once; else how long it may stay open for the approver. */
-  waitMs: number;
-  resolvers: { rules: string[]; roles: Role[]; teams?: string[] }[];
-  unresolvable: string[];
-  webhooks: { url: string; secret?: string; events: ("created" | "resolved")[] }[];
-}
-
-/** Longest `holds.wait`: a call is never held open longer than this. */
-export const HOLD_WAIT_MAX_MS = 10 * 60_000;
-
-export interface AuthConfig {
-  required: boolean;
-  audience?: string;
-  /** The origin `portcullis dev` started this gateway on (PORTCULLIS_ORIGIN), when it is a valid http(s) origin. */
-  origin?: string;
-  issuer?: string;
-  maxTokenLifetimeS: number;
-  signingKeySecret: string;
-  externalIssuers: ExternalIssuer[];
-  access?: AccessConfig;
-  oauth: OAuthConfig;
-}
-
-export type GatewayMode = "enforce" | "advise" | "observe";
-
-export interface GatewayConfig {
-  actor: string;
-  auth: AuthConfig;
-  /** The governance mode (default: observe while no mappings are loaded, else enforce). */
-  mode: GatewayMode;
-  unclassifiedReads: "block" | "observe";
-  policy: PolicyConfig;
-  /** Tool mappings by upstream name, then the upstream's own tool name. */
-  mappings: Record<string, Record<string, ToolMapping>>;
-  /** Whether `portcullis.preview_impact` is offered to agents on /mcp. */
-  agentTools: boolean;
-  /** Whether the legacy HTTP+SSE endpoint (`GET /sse`, `POST /messages`) is served (`gateway.legacy_sse`). */
-  legacySse: boolean;
-  allowedHosts: string[];
-  allowedOrigins: string[];
-  sseRetryMs: number;
-  sessionTtlS: number;
-  credentialsKeySecret: string;
-  holds: HoldsConfig;
-  egress: EgressRules;
-  upstreams: UpstreamConfig[];
-}
+import { oauthOf } from "./oauth-schema.ts";
 
 export class ConfigError extends Error {
   readonly problems: string[];
@@ -336,67 +241,6 @@ export function loadConfig(yamlText: string, vars: Record<string, unknown>, opts
     egress: c.egress,
     upstreams,
   };
-}
-
-/** `oidc:<host><path>:` of an issuer URL: each issuer's principals get a space of their own. */
-export function defaultSubPrefix(issuer: string): string {
-  const u = new URL(issuer);
-  return `oidc:${u.host}${u.pathname.replace(/\/+$/, "")}:`;
-}
-
-/**
- * The principal spaces of the identity providers: each external issuer's sub_prefix and Cloudflare
- * Access's. A principal in one was signed in by that provider alone; minted grants and enrollment
- * codes (the gateway's own names) live outside them all, and OAuth sign-in issues grants in the
- * space of the source the person signed in with (Access, an issuer, or an enrollment code).
- */
-export function principalSpaces(auth: Pick<AuthConfig, "externalIssuers" | "access">): PrincipalSpace[] {
-  const out: PrincipalSpace[] = auth.externalIssuers.map((e, i) => ({ prefix: e.subPrefix, source: `auth.external_issuers[${i}] (${e.issuer})` }));
-  if (auth.access) out.push({ prefix: auth.access.subPrefix, source: `auth.access (${auth.access.teamDomain})` });
-  return out;
-}
-
-/**
- * Sources whose principals could be the same string: equal issuers, or one sub_prefix starting
- * with another's, compared folded (then `alice` of one and some `sub` of the other meet, or look
- * alike: an issuer's `sub_prefix: "access:"` next to auth.access would make an IdP user whose sub
- * is an email the same principal as that person through Access). A prefix must be a name the
- * gateway does not reserve, and the loopback actor must be in no provider's space.
- */
-function principalSpaceProblems(auth: AuthConfig, actor: string): string[] {
-  const out: string[] = [];
-  const issuers = auth.externalIssuers;
-  const spaces = principalSpaces(auth);
-  for (const s of spaces) {
-    const reserved = reservedNameProblem("principal", s.prefix);
-    if (reserved) out.push(`${s.source}: sub_prefix ${JSON.stringify(s.prefix)}: ${reserved.replace(/^the principal/, "the prefix")}`);
-  }
-  // spaces[i] is issuers[i] for i < issuers.length; Access, when configured, comes last.
-  for (let i = 0; i < spaces.length; i++) {
-    for (let j = i + 1; j < spaces.length; j++) {
-      const a = spaces[i]!;
-      const b = spaces[j]!;
-      if (j < issuers.length && issuers[i]!.issuer === issuers[j]!.issuer) {
-        out.push(`auth.external_issuers: ${issuers[i]!.issuer} is configured twice`);
-        continue;
-      }
-      const fa = foldedName(a.prefix);
-      const fb = foldedName(b.prefix);
-      if (fa.startsWith(fb) || fb.startsWith(fa)) {
-        out.push(
-          `${a.source} with sub_prefix ${JSON.stringify(a.prefix)} and ${b.source} with sub_prefix ${JSON.stringify(b.prefix)} map into the same principal space: give each a sub_prefix that does not start with the other's`,
-        );
-      }
-    }
-  }
-  const actorProblem = principalNameProblem(actor, []);
-  if (actorProblem) out.push(`actor: ${actorProblem}`);
-  const actorSpace = spaceOf(actor, spaces);
-  if (actorSpace)
-    out.push(
-      `actor ${JSON.stringify(actor)} is in the principal space of ${actorSpace.source}, sub_prefix ${JSON.stringify(actorSpace.prefix)}: name the loopback actor outside it`,
-    );
-  return out;
 }
 
 /** PORTCULLIS_ORIGIN (set by `portcullis dev`): the origin string, nothing when unset, or why it is unusable. */

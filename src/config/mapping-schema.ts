@@ -3,14 +3,14 @@
  * upstream's tools — effect, verb, axes, permission, approval, magnitude, timeout, retry, pinned
  * schema hash, how the ledger keeps the arguments, and a compensation kept verbatim for rollback —
  * and the conversion of a parsed entry into the camelCase `ToolMapping` governance reads
- * (the same shape as src/governance/steps.ts's `ToolMapping`; config cannot import governance, so
- * the type is declared here and a unit test keeps the two assignable). `parseMappings` reads the
+ * (declared here only: src/governance/steps.ts imports it, and derives its Effect and Axes from
+ * it). `parseMappings` reads the
  * config's inline `mappings: { <upstream>: <file contents> }` section and reports every problem at
  * once, each with its path. Owns: field names, types, bounds, defaults and the load-time rules
  * (retries only for read_only and idempotent tools; a compensation's shape, the syntax of its
  * `$args.<path>` / `$result.<path>` references, which may not reach arguments the ledger is told
  * to redact, and its tool and read-back tool being mapped in the same file). Must never: accept an unknown field (each is refused naming the nearest known one), do I/O (reading the files is the loader's job),
- * or resolve a compensation (that is src/governance/rollback.ts's; whether the upstream really
+ * or resolve a compensation (that is src/governance/compensation.ts's; whether the upstream really
  * offers its tools is checked where its tools/list is known: rollback time and
  * `portcullis.validate_mapping`).
  */
@@ -25,7 +25,7 @@ export const EFFECTS = ["read_only", "idempotent", "reversible", "irreversible"]
 /** Effects a mapping may ask retries for: repeating them cannot do more than doing them once. */
 const RETRYABLE: ReadonlySet<MappingEffect> = new Set(["read_only", "idempotent"]);
 
-/** One tool's mapping as governance reads it (steps.ts `ToolMapping`, field for field). */
+/** One tool's mapping as governance reads it (src/governance/steps.ts imports it). */
 export interface ToolMapping {
   effect: MappingEffect;
   verb?: string;
@@ -175,7 +175,7 @@ export const toolMappingSchema = z
       .transform((h) => h.toLowerCase())
       .optional(),
     arguments: z.enum(["full", "hashed", "redacted"]).default("hashed"),
-    /** How the tool is undone ([R], src/governance/rollback.ts). */
+    /** How the tool is undone ([R], src/governance/compensation.ts and rollback.ts). */
     compensation: compensationSchema.optional(),
   })
   .superRefine((m, ctx) => {

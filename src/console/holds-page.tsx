@@ -8,7 +8,7 @@
  * for a hold the service says is not resolvable, or show "approved" for a hold the record does
  * not say is approved.
  */
-import type { HoldRecord, HoldState } from "../../durable-objects/contract.ts";
+import type { HoldRecord, HoldState } from "../../durable-objects/contract-holds.ts";
 import type { HoldView } from "../services/approvals.ts";
 import { age, classificationText, expiry, iso, prettyJson } from "./format.ts";
 import { Layout, type Notice, NoticeBox, type Viewer } from "./layout.tsx";

@@ -5,11 +5,9 @@
  * state the service did not report (an unreadable switch is an error page, not "no halts"), or
  * offer the controls to a viewer without the admin role.
  */
-import type { HaltScopeName, KillSwitchSnapshot } from "../../durable-objects/contract.ts";
+import { HALT_SCOPES, type KillSwitchSnapshot } from "../../durable-objects/contract-killswitch.ts";
 import { iso } from "./format.ts";
 import { Layout, type Notice, NoticeBox, type Viewer } from "./layout.tsx";
-
-export const HALT_SCOPES: readonly HaltScopeName[] = ["global", "team", "upstream", "tool", "principal", "grant"];
 
 export function KillSwitchPage(props: { viewer: Viewer; snapshot: KillSwitchSnapshot; admin: boolean; notice?: Notice | null }) {
   const { snapshot, admin, viewer } = props;

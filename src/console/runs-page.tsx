@@ -10,7 +10,8 @@
  * Must never: render a value as markup, show a step's state the run view did not report, or offer
  * the Roll back form to a viewer without the operator role.
  */
-import type { CompensationRecord, PlannedCompensation, RunStep } from "../governance/rollback.ts";
+import type { CompensationRecord } from "../governance/compensation.ts";
+import type { PlannedCompensation, RunStep } from "../governance/rollback.ts";
 import type { RunDetail, RunSummary } from "../services/run-records.ts";
 import type { RollbackReport } from "../services/run-rollback.ts";
 import { Layout, type Notice, NoticeBox, type Viewer } from "./layout.tsx";

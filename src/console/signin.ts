@@ -8,7 +8,7 @@
  * signs out at its next request), accept an unsigned, expired or foreign Access token, or let a
  * token reach a page, a URL, a log or a redirect.
  */
-import type { GatewayConfig } from "../config/load.ts";
+import type { GatewayConfig } from "../config/gateway-config.ts";
 import type { Principal } from "../config/principal.ts";
 import type { Role } from "../config/roles.ts";
 import { guardedFetch } from "../egress/guarded-fetch.ts";

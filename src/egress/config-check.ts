@@ -4,7 +4,7 @@
  * vantage by the routes). Must never: fetch anything, or pass a config a single URL of which
  * the rules refuse.
  */
-import type { GatewayConfig } from "../config/load.ts";
+import type { GatewayConfig } from "../config/gateway-config.ts";
 import { checkEgress } from "./rules.ts";
 
 /**

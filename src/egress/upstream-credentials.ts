@@ -6,7 +6,7 @@
  * Must never: log or return a credential value, let one principal's credential reach a request
  * of another, or pass the client's own Authorization through.
  */
-import type { GatewayConfig, UpstreamConfig } from "../config/load.ts";
+import type { GatewayConfig, UpstreamConfig } from "../config/gateway-config.ts";
 import type { Env } from "../env.ts";
 import { credentialsObject } from "../../durable-objects/object-names.ts";
 

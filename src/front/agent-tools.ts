@@ -12,7 +12,7 @@
  * anything (a preview runs steps 4–8 of the governed path read-only; a dry run calls nothing),
  * answer for another principal, or be offered to a grant whose globs do not cover it.
  */
-import type { GatewayConfig } from "../config/load.ts";
+import type { GatewayConfig } from "../config/gateway-config.ts";
 import type { Principal } from "../config/principal.ts";
 import { grantAllowsTool } from "../governance/grant-scope.ts";
 import { isObject, type JsonObject } from "../wire/jsonrpc.ts";

@@ -8,7 +8,7 @@
  * unconditionally, and adding the gateway's agent tools the grant covers. Must never: touch any field of a tool,
  * prompt or resource other than its name/uri (schemas pass verbatim), or list a tool the caller cannot call.
  */
-import type { UpstreamConfig } from "../config/load.ts";
+import type { UpstreamConfig } from "../config/gateway-config.ts";
 import type { CallContext, Outcome } from "../protocol/call-context.ts";
 import { forward } from "../upstream/forward.ts";
 import { type Json, type JsonObject, type JsonRpcRequest, isObject } from "../wire/jsonrpc.ts";

@@ -13,7 +13,7 @@
  * does not own it, forward a task-addressed request for a task the caller does not own, or
  * forward a client's `portcullis/` `_meta` key.
  */
-import type { UpstreamConfig } from "../config/load.ts";
+import type { UpstreamConfig } from "../config/gateway-config.ts";
 import { governedPassThrough, governToolCall } from "../governance/call.ts";
 import { previewToolCall } from "../governance/call-decide.ts";
 import { withoutGatewayMeta } from "../governance/call-answers.ts";

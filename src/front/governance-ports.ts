@@ -7,7 +7,8 @@
  */
 import type { GovernanceDeps } from "../governance/call-decide.ts";
 import { mappingsOf, policyEngine } from "../governance/engine.ts";
-import { type HistoryStore, type KillSwitchReader, NO_HOLDS, type UpstreamLeg } from "../governance/steps.ts";
+import { type HistoryStore, NO_HOLDS, type UpstreamLeg } from "../governance/steps.ts";
+import type { KillSwitchReader } from "../governance/halts.ts";
 import { holdStore } from "../ports/hold-store.ts";
 import { haltableLeg } from "../ports/killswitch-client.ts";
 import { recordCreatedTasks } from "../ports/task-owners.ts";

@@ -7,7 +7,7 @@
  * legacy CallContext. Must never: serve a session to a principal that did not open it (404),
  * or accept a JSON-RPC batch.
  */
-import type { UpstreamConfig } from "../config/load.ts";
+import type { UpstreamConfig } from "../config/gateway-config.ts";
 import { guardedFetch } from "../egress/guarded-fetch.ts";
 import type { CallContext, FrontContext } from "../protocol/call-context.ts";
 import { dispatch } from "./dispatch.ts";

@@ -6,7 +6,7 @@
  * stream ends with its grant (holdOpen, grant-watch.ts). Must never: send a notification type the
  * client did not ask for, anything before the ack, or anything once the stream has ended.
  */
-import type { UpstreamConfig } from "../config/load.ts";
+import type { UpstreamConfig } from "../config/gateway-config.ts";
 import { withoutGatewayMeta } from "../governance/call-answers.ts";
 import { type JsonObject, type JsonRpcNotification, type JsonRpcRequest, isNotification, isObject } from "../wire/jsonrpc.ts";
 import type { FrontContext } from "../protocol/call-context.ts";

@@ -5,7 +5,7 @@
  * Must never: relay a request for a capability the client did not declare, or reuse the
  * upstream's id toward the client (ids from several upstreams would collide).
  */
-import type { UpstreamConfig } from "../config/load.ts";
+import type { UpstreamConfig } from "../config/gateway-config.ts";
 import { ErrorCode, type JsonObject, type JsonRpcRequest, errorResponse } from "../wire/jsonrpc.ts";
 import type { SessionApi } from "../../durable-objects/contract.ts";
 import { postUpstream } from "../upstream/client.ts";

@@ -12,7 +12,7 @@
  * is already cut down to the upstreams the grant reaches, config-view.ts requestConfig), mutate
  * the config it is handed, or change anything but the upstream list and the agent tools.
  */
-import type { GatewayConfig } from "../config/load.ts";
+import type { GatewayConfig } from "../config/gateway-config.ts";
 import type { RouteView } from "../protocol/exposed-names.ts";
 
 /** The view of `cfg` (this request's, grant-scoped config) that serves upstream `name` alone; null when `cfg` holds no such upstream. */

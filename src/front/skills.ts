@@ -11,7 +11,7 @@
  * an upstream the caller's grant does not reach. Skill files themselves are resources:
  * `resources/read` of `<upstream>+skill://…` goes through dispatch.ts's URI routing.
  */
-import type { UpstreamConfig } from "../config/load.ts";
+import type { UpstreamConfig } from "../config/gateway-config.ts";
 import { grantReachesUpstream } from "../governance/grant-scope.ts";
 import { type Json, type JsonObject, type JsonRpcRequest, ErrorCode, errorResponse, isObject } from "../wire/jsonrpc.ts";
 import { allPages, stampCache } from "./aggregate.ts";

@@ -7,7 +7,7 @@
  * Must never: replay events onto a different stream, keep upstream streams open after the
  * client has gone, or deliver anything after the grant that opened the stream has ended.
  */
-import type { UpstreamConfig } from "../config/load.ts";
+import type { UpstreamConfig } from "../config/gateway-config.ts";
 import { ErrorCode, type JsonRpcMessage, type JsonRpcRequest, isNotification, isObject, isRequest } from "../wire/jsonrpc.ts";
 import type { FrontContext } from "../protocol/call-context.ts";
 import { noteNotification } from "../upstream/catalog-cache.ts";

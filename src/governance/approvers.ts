@@ -11,7 +11,7 @@
  * clock or a request (identity comes only from the principal handed in), or let anything but a
  * matching entry (or admin) resolve a hold.
  */
-import type { HoldsConfig } from "../config/load.ts";
+import type { HoldsConfig } from "../config/gateway-config.ts";
 import { lookAlike, type Principal, principalHas } from "../config/principal.ts";
 import type { Role } from "../config/roles.ts";
 import { globMatch } from "../wire/glob.ts";

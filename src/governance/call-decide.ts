@@ -15,11 +15,9 @@ import {
   CatalogUnreadable,
   type Classification,
   type Decision,
-  haltFor,
   type HistorySnapshot,
   type HistoryStore,
   type HoldStore,
-  type KillSwitchReader,
   type LedgerWriter,
   type Mappings,
   type Policy,
@@ -28,6 +26,7 @@ import {
   type ToolCall,
   type UpstreamLeg,
 } from "./steps.ts";
+import { haltFor, type KillSwitchReader } from "./halts.ts";
 import type { ToolMapping } from "../config/mapping-schema.ts";
 import { validateCall } from "./validate.ts";
 

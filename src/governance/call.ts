@@ -16,7 +16,8 @@ import { type Answer, gatewayMetaKeys, notAnswered, refused, StepFailed, step, u
 import { decideCall, type GovernanceDeps, violation } from "./call-decide.ts";
 import { fullAudit } from "./obligations.ts";
 import { applyResultObligations } from "./obligations-shape.ts";
-import { type Classification, type Decision, haltFor, holdFor, type LegResult, outcomeOf, type Refusal, type Target, type ToolCall } from "./steps.ts";
+import { type Classification, type Decision, holdFor, type LegResult, outcomeOf, type Refusal, type Target, type ToolCall } from "./steps.ts";
+import { haltFor } from "./halts.ts";
 import type { ToolMapping } from "../config/mapping-schema.ts";
 import { validateOutput } from "./validate.ts";
 
@@ -257,7 +258,7 @@ async function forwardWithRetry(
 export interface PassThrough {
   call: ToolCall;
   /** The upstream it goes to (already routed by task id, or the one transparent upstream). */
-  upstream: import("../config/load.ts").UpstreamConfig;
+  upstream: import("../config/gateway-config.ts").UpstreamConfig;
 }
 
 /**

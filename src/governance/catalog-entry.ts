@@ -6,7 +6,7 @@
  * job; governance only reads it through the `ToolCatalog` interface it is handed.
  * Must never: fetch anything, or treat annotations as more than hints.
  */
-import type { UpstreamConfig } from "../config/load.ts";
+import type { UpstreamConfig } from "../config/gateway-config.ts";
 import { canonicalHash } from "../wire/canonical.ts";
 import { isObject, type JsonObject } from "../wire/jsonrpc.ts";
 

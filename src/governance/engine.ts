@@ -5,7 +5,7 @@
  * translation from a call (DecisionInput) to the policy's facts. Must never: compile per request,
  * or answer for a policy that failed to compile (compilation errors refuse the config at load).
  */
-import type { GatewayConfig } from "../config/load.ts";
+import type { GatewayConfig } from "../config/gateway-config.ts";
 import type { ToolMapping } from "../config/mapping-schema.ts";
 import type { Principal } from "../config/principal.ts";
 import { budgetLimits, evaluate, historyQueries, listVerdict, namesTool } from "./policy.ts";

@@ -3,7 +3,7 @@
  * upstream's own allow/deny globs let through. Pure questions over the principal and the
  * config. Must never: widen a grant, or answer for a tool name it was not given.
  */
-import type { UpstreamConfig } from "../config/load.ts";
+import type { UpstreamConfig } from "../config/gateway-config.ts";
 import type { Principal } from "../config/principal.ts";
 import { globMatch } from "../wire/glob.ts";
 

@@ -2,15 +2,20 @@
  * The steps of a governed tools/call (docs/architecture.md, request path 5–13), each with the signature it
  * keeps, and the collaborators each is handed (kill-switch state, mappings, policy, hold store,
  * ledger, history, upstream leg). Steps whose issue has not landed yet are explicit pass-throughs
- * here — `NO_HALTS` and `NO_HOLDS` — for tests and routes without those stores; `NO_MAPPINGS`,
+ * — `NO_HOLDS` here, `NO_HALTS` in halts.ts — for tests and routes without those stores; `NO_MAPPINGS`,
  * `OPEN_POLICY` and `NO_HISTORY` are what a gateway without mappings or policy runs (classify.ts,
  * validate.ts, policy.ts, obligations.ts own the logic of steps 6, 7, 8 and 12). The ledger is src/ports/ledger-writer.ts;
- * `NO_LEDGER` remains for tests that exercise the path without one.
+ * `NO_LEDGER` remains for tests that exercise the path without one. Step 5, the kill switch, is
+ * halts.ts's (its shapes, NO_HALTS and haltFor). The history and receipt shapes here are declared
+ * again by the storage contract (durable-objects/contract-history.ts) and the ledger's records,
+ * which governance may not import (nor they it): test/unit/mirrors.test.ts proves each pair stays
+ * in step. Mode, Effect and Axes are config's.
  * Must never: reach for storage, a clock or the network itself (all are handed in), or turn a
  * failure into "allow": a step that cannot answer throws, and call.ts refuses the call.
  */
-import type { UpstreamConfig } from "../config/load.ts";
-import { lookAlike, type Principal } from "../config/principal.ts";
+import type { GatewayMode, UpstreamConfig } from "../config/gateway-config.ts";
+import type { Principal } from "../config/principal.ts";
+import type { MappingEffect, ToolMapping } from "../config/mapping-schema.ts";
 import type { JsonObject, JsonRpcRequest, JsonRpcResponse } from "../wire/jsonrpc.ts";
 import type { CatalogTool } from "./catalog-entry.ts";
 
@@ -46,66 +51,15 @@ export interface Refusal {
   cause?: unknown;
 }
 
-// ---- 5 kill switch ------------------------------------------------------------------------
-
-export type HaltScope = "global" | "team" | "upstream" | "tool" | "principal" | "grant";
-export interface Halt {
-  scope: HaltScope;
-  /** The team, upstream, exposed tool name, principal or grant jti; absent for global. */
-  target?: string;
-  reason: string;
-}
-export interface KillSwitchState {
-  version: number;
-  halts: Halt[];
-}
-/** Reads the current halts (KillSwitchDO, cached per isolate for at most a second: src/ports/killswitch-client.ts); throws when it cannot tell. */
-export interface KillSwitchReader {
-  read(): Promise<KillSwitchState>;
-}
-export const NO_HALTS: KillSwitchReader = { read: async () => ({ version: 0, halts: [] }) };
-
-/**
- * The first halt that covers this call, as a refusal; null when nothing is halted for it. A tool
- * halt names the tool as agents call it, or (given `ownTool`) by its stable identity
- * (`<upstream>/<tool>`), its prefixed name or the upstream's own name, whichever naming the
- * upstream has now: a rename under the agents never lifts it (covering more is safe).
- */
-export function haltFor(state: KillSwitchState, call: ToolCall, upstream: UpstreamConfig, ownTool?: string): Refusal | null {
-  const p = call.principal;
-  const covers = (h: Halt): boolean => {
-    switch (h.scope) {
-      case "global":
-        return true;
-      // Team and principal halts cover every spelling of their target (folded): a halt can only ever cover more.
-      case "team":
-        return h.target !== null && h.target !== undefined && lookAlike(h.target, p.team);
-      case "upstream":
-        return h.target === upstream.name;
-      case "tool":
-        return (
-          h.target === call.exposedName ||
-          (ownTool !== undefined && [ownTool, `${upstream.name}/${ownTool}`, `${upstream.name}__${ownTool}`].includes(h.target ?? ""))
-        );
-      case "principal":
-        return h.target !== null && h.target !== undefined && lookAlike(h.target, p.sub);
-      case "grant":
-        return p.jti !== undefined && h.target === p.jti;
-    }
-  };
-  const h = state.halts.find(covers);
-  return h ? { check: "kill_switch", reason: `halted (${h.scope}${h.target ? ` ${h.target}` : ""}): ${h.reason}` } : null;
-}
+// ---- 5 kill switch: governance/halts.ts (HaltScope, Halt, KillSwitchState, KillSwitchReader, haltFor) ----
 
 // ---- 6 classify ---------------------------------------------------------------------------
 
-export type Effect = "read_only" | "idempotent" | "reversible" | "irreversible";
-export type BlastRadius = "single" | "scoped" | "systemic";
-export interface Axes {
-  reversibility: "reversible" | "compensable" | "irreversible";
-  blastRadius: BlastRadius;
-  externality: "internal" | "external";
-}
+/** A tool's effect: the mapping's (config/mapping-schema.ts declares the names). */
+export type Effect = MappingEffect;
+/** Every axis of a classification: the mapping's optional axes, each one settled. */
+export type Axes = Required<NonNullable<ToolMapping["axes"]>>;
+export type BlastRadius = Axes["blastRadius"];
 export interface Classification {
   effect: Effect;
   blastRadius: BlastRadius;
@@ -117,7 +71,6 @@ export interface Classification {
    */
   source: "mapping" | `heuristic:${string}` | "default";
 }
-import type { ToolMapping } from "../config/mapping-schema.ts";
 
 export interface Mappings {
   /** Whether any mapping is loaded at all (the default mode depends on it). */
@@ -130,7 +83,8 @@ export const NO_MAPPINGS: Mappings = { loaded: false, get: () => undefined };
 
 // ---- 8 decide -----------------------------------------------------------------------------
 
-export type Mode = "enforce" | "advise" | "observe";
+/** The mode a decision is applied in: the gateway's modes (config/gateway-config.ts). */
+export type Mode = GatewayMode;
 /** One obligation of a decision, parsed from its spec string (`mask:email`, `redact:$.token`, `rate_limit:5/1m`). */
 export interface Obligation {
   kind: string;
@@ -321,7 +275,7 @@ export interface DecisionRecord {
   /** The call's arguments; the ledger keeps them as the mapping says (canonical, hashed or redacted). */
   arguments: JsonObject | undefined;
   /** How the ledger keeps them: the mapping's `arguments` (default hashed), or full under `audit:full`. */
-  argumentsKept: "full" | "hashed" | "redacted";
+  argumentsKept: ToolMapping["arguments"];
   classification: Classification;
   decision: Decision;
   holdId?: string;

@@ -11,7 +11,7 @@
  * (src/config/principal.ts), or let the token reach a log or a page.
  */
 import { createRemoteJWKSet, customFetch, jwtVerify } from "jose";
-import type { AccessConfig } from "../config/load.ts";
+import type { AccessConfig } from "../config/gateway-config.ts";
 import { type Principal, principalNameProblem, reservedNameProblem } from "../config/principal.ts";
 import { Memo } from "../wire/memo.ts";
 

@@ -8,7 +8,8 @@
  * or an upstream, or answer "allowed" when the key set or revocation list cannot be read.
  */
 import { decodeJwt } from "jose";
-import { type GatewayConfig, principalSpaces } from "../config/load.ts";
+import type { GatewayConfig } from "../config/gateway-config.ts";
+import { principalSpaces } from "../config/principal-spaces.ts";
 import type { Env } from "../env.ts";
 import { acceptedAudiences, acceptedIssuers, canonicalUrl, forbidden, issuerOf, ownUrlProblem, unauthorized } from "./metadata.ts";
 import { verifyExternal } from "./oidc.ts";

@@ -7,7 +7,7 @@
  * token, put `offline_access` in a challenge, or name the gateway's own origin or issuer as an
  * authorization server while auth.oauth is off (no RFC 8414 metadata answers there).
  */
-import type { GatewayConfig } from "../config/load.ts";
+import type { GatewayConfig } from "../config/gateway-config.ts";
 import { ROLES } from "../config/roles.ts";
 import { isLoopbackHost, LOOPBACK_HOSTS } from "../wire/hosts.ts";
 import { bearerChallenge, quoteParam } from "../wire/http.ts";

@@ -10,7 +10,7 @@
  * the library log or return a token.
  */
 import { OAuthAuthorizationServer, OAuthError, type OAuthHelpers } from "@cloudflare/workers-oauth-provider";
-import type { GatewayConfig } from "../config/load.ts";
+import type { GatewayConfig } from "../config/gateway-config.ts";
 import type { Role } from "../config/roles.ts";
 import { ROLES, isRole } from "../config/roles.ts";
 import type { Env } from "../env.ts";

@@ -8,7 +8,7 @@
  * non-canonical team, a control or format character): such a token signs nobody in.
  */
 import { createRemoteJWKSet, customFetch, jwtVerify, type JWTPayload } from "jose";
-import type { ExternalIssuer } from "../config/load.ts";
+import type { ExternalIssuer } from "../config/gateway-config.ts";
 import { ROLES } from "../config/roles.ts";
 import { type Principal, principalNameProblem, reservedNameProblem } from "../config/principal.ts";
 import type { Role } from "../config/roles.ts";

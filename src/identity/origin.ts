@@ -6,7 +6,7 @@
  * Host for another port, or accept a request because a header has odd casing (names are
  * compared lower-cased).
  */
-import type { GatewayConfig } from "../config/load.ts";
+import type { GatewayConfig } from "../config/gateway-config.ts";
 import { isLoopbackHost } from "../wire/hosts.ts";
 import { canonicalUrl, ownHosts, ownUrlProblem } from "./metadata.ts";
 import { refuse } from "../wire/http.ts";

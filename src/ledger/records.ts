@@ -127,7 +127,7 @@ export interface OutcomeBody extends JsonObject {
   /** Where the result's structuredContent broke the tool's outputSchema (empty when it did not; absent before [G]). */
   output_problems: string[];
   reason: string | null;
-  // `compensation` (only when the tool's mapping declares one; [R], src/governance/rollback.ts):
+  // `compensation` (only when the tool's mapping declares one; [R], src/governance/compensation.ts):
   // the compensation resolved against this call — `{v, status: "planned", tool, arguments, approval,
   // verification}`, only the values its references name — or `{v, status: "unavailable" | "not_needed", reason}`.
 }

@@ -20,7 +20,7 @@ import {
   type OutcomeStatus,
 } from "../governance/steps.ts";
 import { historyObject } from "../../durable-objects/object-names.ts";
-import type { HistoryBudget, HistoryCall, HistoryQuerySpec } from "../../durable-objects/contract.ts";
+import type { HistoryBudget, HistoryCall, HistoryQuerySpec } from "../../durable-objects/contract-history.ts";
 import { bounded } from "../wire/bounded.ts";
 
 /** A HistoryDO that does not answer within this bound counts as failed (like the ledger's write bound): the call is refused at its step. */

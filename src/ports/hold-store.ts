@@ -16,7 +16,8 @@
  * store bound), or wait on the HoldsDO without a bound.
  */
 import { ledgerSigning } from "./ledger-writer.ts";
-import type { HoldClaim, HoldRecord, HoldsApi, LedgerSigning, NewHold } from "../../durable-objects/contract.ts";
+import type { HoldClaim, HoldRecord, HoldsApi, NewHold } from "../../durable-objects/contract-holds.ts";
+import type { LedgerSigning } from "../../durable-objects/contract-ledger.ts";
 import { newHoldId } from "../../durable-objects/object-names.ts";
 import type { Classification, Decision, HoldStore, HoldVerdict, Refusal, Target, ToolCall } from "../governance/steps.ts";
 import { canonicalUrl } from "../identity/metadata.ts";

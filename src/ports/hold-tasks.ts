@@ -9,7 +9,7 @@
  * Must never: run a call whose hold is not approved, answer another principal's task differently
  * from a missing one, or run the call a second time once its answer is recorded.
  */
-import type { HoldRecord, HoldsApi } from "../../durable-objects/contract.ts";
+import type { HoldRecord, HoldsApi } from "../../durable-objects/contract-holds.ts";
 import type { ToolCall } from "../governance/steps.ts";
 import { ErrorCode, type JsonObject, type JsonRpcRequest, type JsonRpcResponse, errorResponse, isObject } from "../wire/jsonrpc.ts";
 import type { CallContext, Outcome } from "../protocol/call-context.ts";

@@ -14,8 +14,8 @@
  * path or query (Slack-style URLs carry their credential there) or a secret's value, retry an
  * egress refusal, or wait without a bound.
  */
-import type { HoldRecord } from "../../durable-objects/contract.ts";
-import type { GatewayConfig } from "../config/load.ts";
+import type { HoldRecord } from "../../durable-objects/contract-holds.ts";
+import type { GatewayConfig } from "../config/gateway-config.ts";
 import { EgressError, guardedFetch } from "../egress/guarded-fetch.ts";
 import type { Env } from "../env.ts";
 import { canonicalUrl } from "../identity/metadata.ts";

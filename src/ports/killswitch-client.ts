@@ -2,7 +2,8 @@
  * The kill switch as the gateway reads and changes it — the per-isolate reader (KillSwitchDO
  * state cached for at most one second; unreadable → throws, so the governed path refuses), the
  * in-flight watch that cancels a running call upstream when a halt covers it, and the
- * status/halt/resume operations the API, operator tools, console and CLI share. Must never:
+ * status/halt/resume operations the API, operator tools, console and CLI share (a change is
+ * checked first by killSwitchChangeProblem, durable-objects/contract-killswitch.ts). Must never:
  * report an unknown state as "not halted", or cache state longer than one second.
  *
  * Decision: a change does not refresh this isolate's cache. Every isolate, the admin's included,
@@ -13,11 +14,12 @@
  */
 import { ledgerSigning } from "./ledger-writer.ts";
 import { killSwitchObject } from "../../durable-objects/object-names.ts";
-import type { HaltRecord, HaltScopeName, KillSwitchSnapshot } from "../../durable-objects/contract.ts";
-import type { GatewayConfig, UpstreamConfig } from "../config/load.ts";
+import { type HaltRecord, type HaltScopeName, type KillSwitchSnapshot, killSwitchChangeProblem } from "../../durable-objects/contract-killswitch.ts";
+import type { GatewayConfig, UpstreamConfig } from "../config/gateway-config.ts";
 import { type Principal, principalHas } from "../config/principal.ts";
 import type { Env } from "../env.ts";
-import { type Halt, haltFor, type KillSwitchReader, type KillSwitchState, type LegResult, type Refusal, type ToolCall } from "../governance/steps.ts";
+import { type Halt, haltFor, type KillSwitchReader, type KillSwitchState } from "../governance/halts.ts";
+import type { LegResult, Refusal, ToolCall } from "../governance/steps.ts";
 import type { CallContext } from "../protocol/call-context.ts";
 import { postUpstream } from "../upstream/client.ts";
 import { bounded } from "../wire/bounded.ts";
@@ -28,24 +30,6 @@ export const KILLSWITCH_MAX_AGE_MS = 1000;
 export const KILLSWITCH_POLL_MS = 250;
 /** A kill switch that does not answer within this bound counts as unreadable. */
 export const KILLSWITCH_READ_TIMEOUT_MS = 5000;
-
-export const HALT_SCOPES: readonly HaltScopeName[] = ["global", "team", "upstream", "tool", "principal", "grant"];
-const MAX_TARGET_CHARS = 256;
-const MAX_REASON_CHARS = 500;
-
-/** Why a change is refused before it reaches the object (the same rules KillSwitchDO enforces), or null. */
-export function killSwitchChangeProblem(scope: unknown, target: unknown, reason: unknown): string | null {
-  if (typeof scope !== "string" || !(HALT_SCOPES as readonly string[]).includes(scope)) return `scope must be one of ${HALT_SCOPES.join(", ")}`;
-  if (scope === "global") {
-    if (target !== null && target !== undefined) return "a global halt takes no target";
-  } else {
-    if (typeof target !== "string" || target === "") return `a ${scope} halt needs a target (the ${scope === "grant" ? "grant's jti" : scope})`;
-    if (target.length > MAX_TARGET_CHARS) return `target must be at most ${MAX_TARGET_CHARS} characters`;
-  }
-  if (typeof reason !== "string" || reason.trim() === "") return "a reason is required";
-  if (reason.length > MAX_REASON_CHARS) return `reason must be at most ${MAX_REASON_CHARS} characters`;
-  return null;
-}
 
 /** A snapshot as the governed path reads it (HaltRecord → Halt: a null target is absent); a malformed one throws. */
 export function stateOf(s: KillSwitchSnapshot): KillSwitchState {

@@ -16,7 +16,7 @@
  * counts as in flight, and every caller is bounded on its own.
  */
 import { ledgerObject } from "../../durable-objects/object-names.ts";
-import type { AppendOutcome, LedgerSigning } from "../../durable-objects/contract.ts";
+import type { AppendOutcome, LedgerSigning } from "../../durable-objects/contract-ledger.ts";
 import type { Env } from "../env.ts";
 import type { EntryDraft, LedgerEntry } from "../ledger/records.ts";
 import { bounded, NoAnswer } from "../wire/bounded.ts";

@@ -6,7 +6,7 @@
  * a hash, the names (never the values) of the client's `portcullis/` `_meta` keys the forward
  * dropped, never a secret or a token — except, for a tool whose mapping declares a compensation,
  * the compensation resolved against the call (exactly the argument and result values its
- * references name, src/governance/rollback.ts), kept on the outcome so a run can be rolled back
+ * references name, src/governance/compensation.ts), kept on the outcome so a run can be rolled back
  * from the ledger alone. Every append is bounded (LEDGER_WRITE_TIMEOUT_MS), and a call's refusal
  * stays within one bound: the blocked record of a refusal caused by this ledger not answering is
  * not attempted while it has just timed out (it would wait a second bound on the same ledger).
@@ -16,8 +16,8 @@
 import { canonicalUrl } from "../identity/metadata.ts";
 import { ledgerObject } from "../../durable-objects/object-names.ts";
 import { GLOBAL_CHAIN } from "../ledger/records.ts";
-import type { LedgerSigning } from "../../durable-objects/contract.ts";
-import type { GatewayConfig } from "../config/load.ts";
+import type { LedgerSigning } from "../../durable-objects/contract-ledger.ts";
+import type { GatewayConfig } from "../config/gateway-config.ts";
 import type { Principal } from "../config/principal.ts";
 import type { Env } from "../env.ts";
 import type { Receipt, ToolCall } from "../governance/steps.ts";
@@ -28,7 +28,7 @@ import type { CallLedger, FrontContext } from "../protocol/call-context.ts";
 import { policyEngine } from "../governance/engine.ts";
 import { batchedAppend, LedgerLate } from "./ledger-batch.ts";
 import type { CompensationSpec } from "../config/mapping-schema.ts";
-import { compensationFor } from "../governance/rollback.ts";
+import { compensationFor } from "../governance/compensation.ts";
 import { bounded } from "../wire/bounded.ts";
 
 const policyVersion = (cfg: GatewayConfig): string => {

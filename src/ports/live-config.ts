@@ -13,7 +13,8 @@
 import { sha256Hex } from "../wire/canonical.ts";
 import { configObject } from "../../durable-objects/object-names.ts";
 import type { ConfigApi, StoredConfig, StoredConfigHead } from "../../durable-objects/contract.ts";
-import { ConfigError, type GatewayConfig, loadConfig } from "../config/load.ts";
+import { ConfigError, loadConfig } from "../config/load.ts";
+import type { GatewayConfig } from "../config/gateway-config.ts";
 import type { Env } from "../env.ts";
 import { compiledPolicy } from "../governance/engine.ts";
 import { PolicyError } from "../governance/policy-compile.ts";

@@ -9,7 +9,7 @@
  * non-owned task differently from a missing one, forward anything when the store cannot be read,
  * or touch the store for a tools/call whose result is not a task.
  */
-import type { UpstreamConfig } from "../config/load.ts";
+import type { UpstreamConfig } from "../config/gateway-config.ts";
 import type { LegResult } from "../governance/steps.ts";
 import { ErrorCode, type JsonObject, type JsonRpcNotification, type JsonRpcRequest, errorResponse, isObject } from "../wire/jsonrpc.ts";
 import type { TasksApi } from "../../durable-objects/contract.ts";

@@ -3,12 +3,14 @@
  * Owns only the contract between the fronts (legacy.ts, modern.ts) and the method handlers.
  * Must never: carry the client's credentials (handlers have no way to send them upstream).
  */
-import type { GatewayConfig, UpstreamConfig } from "../config/load.ts";
+import type { GatewayConfig, UpstreamConfig } from "../config/gateway-config.ts";
 import type { Env } from "../env.ts";
 import type { Principal } from "../config/principal.ts";
 import type { JsonObject, JsonRpcNotification, JsonRpcRequest } from "../wire/jsonrpc.ts";
-import type { Era, HoldRecord, HoldsApi, Leg, TasksApi } from "../../durable-objects/contract.ts";
-import type { HistoryStore, KillSwitchReader, LedgerWriter } from "../governance/steps.ts";
+import type { Era, Leg, TasksApi } from "../../durable-objects/contract.ts";
+import type { HoldRecord, HoldsApi } from "../../durable-objects/contract-holds.ts";
+import type { HistoryStore, LedgerWriter } from "../governance/steps.ts";
+import type { KillSwitchReader } from "../governance/halts.ts";
 import type { HoldBody } from "../ledger/records.ts";
 import type { RouteView } from "./exposed-names.ts";
 

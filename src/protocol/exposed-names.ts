@@ -15,7 +15,7 @@
  * look prefixed are shadowed, `shadowed`), or give governance a name other than the one /mcp
  * would have given the same tool.
  */
-import type { UpstreamConfig } from "../config/load.ts";
+import type { UpstreamConfig } from "../config/gateway-config.ts";
 
 export const SEP = "__";
 const MAX_TOOL_NAME = 64;

@@ -19,7 +19,7 @@ import { renamedUpstreams, renameProblem } from "../protocol/exposed-names.ts";
 import { liveCoverage } from "../services/policy-live.ts";
 import { Hono } from "hono";
 import { configObject } from "../../durable-objects/object-names.ts";
-import type { GatewayConfig } from "../config/load.ts";
+import type { GatewayConfig } from "../config/gateway-config.ts";
 import { principalHas, type Principal } from "../config/principal.ts";
 import type { Env } from "../env.ts";
 import { policyEngine } from "../governance/engine.ts";

@@ -8,7 +8,8 @@
  * failed validation or the egress rules (503 naming every problem), mutate the shared config,
  * or let a resolved credential outlive the request.
  */
-import { ConfigError, type GatewayConfig } from "../config/load.ts";
+import { ConfigError } from "../config/load.ts";
+import type { GatewayConfig } from "../config/gateway-config.ts";
 import type { Principal } from "../config/principal.ts";
 import { egressProblems } from "../egress/config-check.ts";
 import { upstreamsFor } from "../egress/upstream-credentials.ts";

@@ -7,7 +7,7 @@
  */
 import type { Context } from "hono";
 import { createMiddleware } from "hono/factory";
-import type { GatewayConfig } from "../config/load.ts";
+import type { GatewayConfig } from "../config/gateway-config.ts";
 import type { Principal } from "../config/principal.ts";
 import { ErrorPage, type Viewer } from "../console/layout.tsx";
 import { htmlResponse, seeOther } from "../console/render.ts";

@@ -14,11 +14,12 @@
  */
 import { Hono } from "hono";
 import { createMiddleware } from "hono/factory";
-import type { HaltScopeName, HoldState } from "../../durable-objects/contract.ts";
+import { HALT_SCOPES, type HaltScopeName } from "../../durable-objects/contract-killswitch.ts";
+import type { HoldState } from "../../durable-objects/contract-holds.ts";
 import { principalHas } from "../config/principal.ts";
 import { withSecurityHeaders } from "../console/headers.ts";
 import { HOLD_STATES, HoldPage, HoldsPage, holdPath } from "../console/holds-page.tsx";
-import { HALT_SCOPES, KillSwitchPage } from "../console/killswitch-page.tsx";
+import { KillSwitchPage } from "../console/killswitch-page.tsx";
 import { LoginPage, type Notice } from "../console/layout.tsx";
 import { LedgerPage, TracePage } from "../console/ledger-page.tsx";
 import { htmlResponse, seeOther } from "../console/render.ts";

@@ -3,7 +3,7 @@
  * (or removes) its own token for a `per_principal` upstream. Owns request validation.
  * Must never: echo the token back, store it unsealed, or act on another principal's entry.
  */
-import type { GatewayConfig, UpstreamConfig } from "../config/load.ts";
+import type { GatewayConfig, UpstreamConfig } from "../config/gateway-config.ts";
 import type { Env } from "../env.ts";
 import type { Principal } from "../config/principal.ts";
 

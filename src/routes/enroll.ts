@@ -11,7 +11,8 @@
  * or beyond the template.
  */
 import { z } from "zod";
-import { type GatewayConfig, principalSpaces } from "../config/load.ts";
+import type { GatewayConfig } from "../config/gateway-config.ts";
+import { principalSpaces } from "../config/principal-spaces.ts";
 import { mintedPrincipalProblem, type Principal } from "../config/principal.ts";
 import { ROLES } from "../config/roles.ts";
 import type { Env } from "../env.ts";

@@ -7,7 +7,7 @@
  */
 import type { Context } from "hono";
 import { createMiddleware } from "hono/factory";
-import type { GatewayConfig } from "../config/load.ts";
+import type { GatewayConfig } from "../config/gateway-config.ts";
 import type { Principal } from "../config/principal.ts";
 import type { Role } from "../config/roles.ts";
 import { guardedFetch } from "../egress/guarded-fetch.ts";

@@ -7,7 +7,8 @@
  * space (src/config/principal.ts), return or log the signing key, or log a minted token.
  */
 import { z } from "zod";
-import { type GatewayConfig, principalSpaces } from "../config/load.ts";
+import type { GatewayConfig } from "../config/gateway-config.ts";
+import { principalSpaces } from "../config/principal-spaces.ts";
 import { ROLES } from "../config/roles.ts";
 import type { Env } from "../env.ts";
 

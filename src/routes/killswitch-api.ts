@@ -8,8 +8,8 @@
  */
 import { Hono } from "hono";
 import type { Context } from "hono";
-import type { HaltScopeName, KillSwitchSnapshot } from "../../durable-objects/contract.ts";
-import { changeKillSwitch, killSwitchChangeProblem, killSwitchStatus } from "../ports/killswitch-client.ts";
+import { type HaltScopeName, type KillSwitchSnapshot, killSwitchChangeProblem } from "../../durable-objects/contract-killswitch.ts";
+import { changeKillSwitch, killSwitchStatus } from "../ports/killswitch-client.ts";
 import { readJsonBody } from "../wire/body.ts";
 import { jsonResponse } from "../wire/http.ts";
 import { type AppEnv, gate } from "./gate.ts";

@@ -13,7 +13,7 @@
 import { AuthorizationError, type AuthRequest, CimdFetchError, type ConsentDescription, authorizationErrorRedirect } from "@cloudflare/workers-oauth-provider";
 import { decodeJwt } from "jose";
 import { Hono } from "hono";
-import type { GatewayConfig } from "../config/load.ts";
+import type { GatewayConfig } from "../config/gateway-config.ts";
 import { ErrorPage } from "../console/layout.tsx";
 import { type ClientFacts, OAuthConsentPage, OAuthSignInPage, type OfferFacts } from "../console/oauth-page.tsx";
 import { htmlResponse } from "../console/render.ts";

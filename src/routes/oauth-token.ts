@@ -10,7 +10,7 @@
  * never: hand out the library's own opaque access token, issue a token whose ledger record is not
  * durable, let anyone but a token's holder revoke its grant, or log a token.
  */
-import type { GatewayConfig } from "../config/load.ts";
+import type { GatewayConfig } from "../config/gateway-config.ts";
 import type { Env } from "../env.ts";
 import { signingKeys } from "../identity/auth.ts";
 import { canonicalUrl, issuerOf } from "../identity/metadata.ts";

@@ -5,8 +5,8 @@
  * the ledger before they answer. Must never: answer a state it could not read (the tool fails
  * with the reason instead), or take the actor from the arguments (it is the caller's grant).
  */
-import type { HaltScopeName } from "../../durable-objects/contract.ts";
-import { changeKillSwitch, HALT_SCOPES, killSwitchChangeProblem, killSwitchStatus } from "../ports/killswitch-client.ts";
+import { HALT_SCOPES, type HaltScopeName, killSwitchChangeProblem } from "../../durable-objects/contract-killswitch.ts";
+import { changeKillSwitch, killSwitchStatus } from "../ports/killswitch-client.ts";
 import type { JsonObject } from "../wire/jsonrpc.ts";
 import { stateBody } from "./killswitch-api.ts";
 import { registerOperatorTool } from "./operator-registry.ts";

@@ -3,7 +3,7 @@
  * that may see and call it. Later issues register their tools here (holds, ledger, kill switch,
  * classification). Must never: list or run a tool for a principal without one of its roles.
  */
-import type { GatewayConfig } from "../config/load.ts";
+import type { GatewayConfig } from "../config/gateway-config.ts";
 import type { Env } from "../env.ts";
 import { principalHas, type Principal } from "../config/principal.ts";
 import type { Role } from "../config/roles.ts";

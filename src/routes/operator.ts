@@ -4,7 +4,7 @@
  * GET and DELETE answer 405. Must never: serve an upstream tool, or list a tool the caller's
  * roles do not reach.
  */
-import type { GatewayConfig } from "../config/load.ts";
+import type { GatewayConfig } from "../config/gateway-config.ts";
 import type { Env } from "../env.ts";
 import type { Principal } from "../config/principal.ts";
 import { readPost } from "../front/edge.ts";

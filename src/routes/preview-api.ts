@@ -6,7 +6,7 @@
  * execute, record or change anything, or let an agent preview as someone else.
  */
 import { z } from "zod";
-import type { GatewayConfig } from "../config/load.ts";
+import type { GatewayConfig } from "../config/gateway-config.ts";
 import { principalHas, type Principal } from "../config/principal.ts";
 import { ROLES } from "../config/roles.ts";
 import type { Env } from "../env.ts";

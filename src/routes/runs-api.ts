@@ -8,7 +8,7 @@
  * src/services/runs.ts. Must never: take the caller's identity from the body, or run unauthenticated.
  */
 import { Hono } from "hono";
-import type { GatewayConfig } from "../config/load.ts";
+import type { GatewayConfig } from "../config/gateway-config.ts";
 import type { Principal } from "../config/principal.ts";
 import type { Env } from "../env.ts";
 import { canonicalUrl } from "../identity/metadata.ts";

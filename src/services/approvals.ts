@@ -12,9 +12,10 @@
  * before the `hold.approved` record is durable (HoldsApi.resolve answers ok only after it is).
  */
 import { ledgerSigning } from "../ports/ledger-writer.ts";
-import type { HoldRecord, HoldsApi, HoldState, LedgerSigning } from "../../durable-objects/contract.ts";
+import type { HoldRecord, HoldsApi, HoldState } from "../../durable-objects/contract-holds.ts";
+import type { LedgerSigning } from "../../durable-objects/contract-ledger.ts";
 import { holdsObject, holdTeam } from "../../durable-objects/object-names.ts";
-import type { GatewayConfig } from "../config/load.ts";
+import type { GatewayConfig } from "../config/gateway-config.ts";
 import type { Principal } from "../config/principal.ts";
 import type { Env } from "../env.ts";
 import { mayResolve, maySeeTeam } from "../governance/approvers.ts";

@@ -5,7 +5,7 @@
  * JSON-RPC answer means the upstream is up) and that count. Must never: include tool schemas or
  * upstream credentials in what it returns, or count a tool the caller could not list.
  */
-import type { GatewayConfig, UpstreamConfig } from "../config/load.ts";
+import type { GatewayConfig, UpstreamConfig } from "../config/gateway-config.ts";
 import type { Principal } from "../config/principal.ts";
 import { grantAllowsTool, toolAllowed } from "../governance/grant-scope.ts";
 import { type JsonObject, isObject } from "../wire/jsonrpc.ts";

@@ -8,7 +8,7 @@
  * upstream did not answer, why nothing was judged. Must never: judge from a partial set of lists,
  * decide a call, or return a tool's schema or an upstream's credential.
  */
-import type { GatewayConfig, UpstreamConfig } from "../config/load.ts";
+import type { GatewayConfig, UpstreamConfig } from "../config/gateway-config.ts";
 import { compiledPolicy } from "../governance/engine.ts";
 import { describeUnmatched, type KnownTool, matchedBefore, unmatchedRules } from "../governance/policy-coverage.ts";
 import { listTools } from "./health.ts";

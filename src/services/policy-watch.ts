@@ -10,7 +10,7 @@
  * block the answer, report from a partial set of lists (an upstream the caller's grant does not
  * reach, a page cut short, or a `/mcp/<upstream>` route's one upstream), or log a tool's arguments or a grant.
  */
-import type { UpstreamConfig } from "../config/load.ts";
+import type { UpstreamConfig } from "../config/gateway-config.ts";
 import { compiledPolicy } from "../governance/engine.ts";
 import { describeUnmatched, type KnownTool, matchedBefore, unmatchedRules } from "../governance/policy-coverage.ts";
 import { canonicalJson, sha256Hex } from "../wire/canonical.ts";

@@ -2,7 +2,7 @@
  * The execution of a run's rollback plan (src/governance/rollback.ts):
  * `rollbackRun` calls each compensation on the upstream that exposes it, newest first, at most 3
  * attempts with backoff, with `_meta["portcullis/idempotency_key"]` (an HMAC of run and step
- * under a key derived from the gateway's signing secret, src/governance/rollback.ts), then its
+ * under a key derived from the gateway's signing secret, src/governance/idempotency.ts), then its
  * read-back with backoff (`verified | verification_failed | unverified`), each step recorded on
  * the run's team chain before and after it runs (with the key's SHA-256, never the key).
  * Compensations bypass grant globs and upstream allow/deny (an operator is deliberately undoing),
@@ -12,26 +12,23 @@
  * step's compensation twice under different keys, put a key in a report, a record or a log, or
  * call anything on a dry run.
  */
-import type { GatewayConfig, UpstreamConfig } from "../config/load.ts";
+import type { GatewayConfig, UpstreamConfig } from "../config/gateway-config.ts";
 import { principalHas, type Principal } from "../config/principal.ts";
 import type { Env } from "../env.ts";
 import {
   COMPENSATION_ATTEMPTS,
-  IDEMPOTENCY_META,
-  idempotencyKey,
-  idempotencyKeyHash,
-  idempotencySecretFrom,
   type PlannedCompensation,
   planRollback,
   type RollbackPlan,
   ROLLBACK_STEP_KIND,
   rollbackStepBody,
   type RunView,
-  resultValue,
   type VerificationStatus,
-  verificationMet,
 } from "../governance/rollback.ts";
-import { haltFor, type LegResult, type ToolCall } from "../governance/steps.ts";
+import { IDEMPOTENCY_META, idempotencyKey, idempotencyKeyHash, idempotencySecretFrom } from "../governance/idempotency.ts";
+import { resultValue, verificationMet } from "../governance/compensation.ts";
+import { haltFor } from "../governance/halts.ts";
+import type { LegResult, ToolCall } from "../governance/steps.ts";
 import type { EntryKind } from "../ledger/records.ts";
 import { isObject, type JsonObject } from "../wire/jsonrpc.ts";
 import type { CallContext } from "../protocol/call-context.ts";

@@ -10,7 +10,7 @@
  * Must never: read a store other than the ledger to build a run, show an agent tool another
  * principal's run, or execute a compensation from an agent tool (a dry run calls nothing).
  */
-import type { GatewayConfig } from "../config/load.ts";
+import type { GatewayConfig } from "../config/gateway-config.ts";
 import { formatMappingPath, parseMappingFile } from "../config/mapping-schema.ts";
 import type { Principal } from "../config/principal.ts";
 import { ledgerObject } from "../../durable-objects/object-names.ts";

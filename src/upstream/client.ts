@@ -9,7 +9,7 @@
  * client's own headers or credentials upstream (every header is built from config), follow a
  * redirect, or wait without a timeout.
  */
-import type { UpstreamConfig } from "../config/load.ts";
+import type { UpstreamConfig } from "../config/gateway-config.ts";
 import { type JsonObject, type JsonRpcMessage, type JsonRpcRequest, type JsonRpcResponse, isObject } from "../wire/jsonrpc.ts";
 import type { Leg } from "../../durable-objects/contract.ts";
 import {

@@ -9,7 +9,7 @@
  * client's own headers or credentials upstream (every header here is built from config), follow a
  * redirect, wait without a timeout, or let a failure escape as a plain Error.
  */
-import type { UpstreamConfig } from "../config/load.ts";
+import type { UpstreamConfig } from "../config/gateway-config.ts";
 import { type JsonObject, type JsonRpcMessage, type JsonRpcRequest, type JsonRpcResponse, isResponse, parseMessage } from "../wire/jsonrpc.ts";
 import { EgressError, guardedFetch } from "../egress/guarded-fetch.ts";
 import { parseSse, type SseEvent } from "../wire/sse.ts";

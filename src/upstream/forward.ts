@@ -7,7 +7,7 @@
  * fields other than the exposed names it is told to map, lose the client's request id, or send a
  * client's id (or anything derived from it) upstream.
  */
-import type { UpstreamConfig } from "../config/load.ts";
+import type { UpstreamConfig } from "../config/gateway-config.ts";
 import type { CallContext, Outcome } from "../protocol/call-context.ts";
 import {
   ErrorCode,

@@ -7,7 +7,7 @@
  * Must never: advertise upstream a client capability the gateway cannot route back, or keep two
  * legs of one session to one upstream.
  */
-import type { GatewayConfig, UpstreamConfig } from "../config/load.ts";
+import type { GatewayConfig, UpstreamConfig } from "../config/gateway-config.ts";
 import { type JsonObject, isObject } from "../wire/jsonrpc.ts";
 import type { Env } from "../env.ts";
 import { legObject } from "../../durable-objects/object-names.ts";

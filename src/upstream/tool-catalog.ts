@@ -13,7 +13,7 @@
  * Must never: resolve a name from another credential scope's list, resolve a name of an upstream
  * the request does not serve, or serve an entry past its TTL.
  */
-import type { UpstreamConfig } from "../config/load.ts";
+import type { UpstreamConfig } from "../config/gateway-config.ts";
 import { type CatalogTool, catalogEntry, type ToolCatalog } from "../governance/catalog-entry.ts";
 import { CatalogUnreadable } from "../governance/steps.ts";
 import { type Json, type JsonObject, isObject } from "../wire/jsonrpc.ts";

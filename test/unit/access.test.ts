@@ -7,7 +7,7 @@
  */
 import { exportJWK, generateKeyPair, SignJWT, type JWK } from "jose";
 import { beforeAll, describe, expect, it } from "vitest";
-import type { AccessConfig } from "../../src/config/load.ts";
+import type { AccessConfig } from "../../src/config/gateway-config.ts";
 import { ACCESS_SKEW_S, verifyAccess } from "../../src/identity/access.ts";
 
 const TEAM = "https://acme.cloudflareaccess.com";

@@ -6,7 +6,7 @@
  * `approval` matched as `(mapping)`. And who may see a team's holds at all.
  */
 import { describe, expect, it } from "vitest";
-import type { HoldsConfig } from "../../src/config/load.ts";
+import type { HoldsConfig } from "../../src/config/gateway-config.ts";
 import type { Principal } from "../../src/config/principal.ts";
 import type { Role } from "../../src/config/roles.ts";
 import { mayResolve, maySeeTeam } from "../../src/governance/approvers.ts";

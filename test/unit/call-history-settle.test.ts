@@ -10,17 +10,8 @@ import type { Principal } from "../../src/config/principal.ts";
 import { governToolCall } from "../../src/governance/call.ts";
 import type { GovernanceDeps } from "../../src/governance/call-decide.ts";
 import { catalogEntry } from "../../src/governance/catalog-entry.ts";
-import {
-  type HistoryStore,
-  type LegResult,
-  NO_HALTS,
-  NO_HOLDS,
-  NO_LEDGER,
-  NO_MAPPINGS,
-  OPEN_POLICY,
-  type Policy,
-  type ToolCall,
-} from "../../src/governance/steps.ts";
+import { type HistoryStore, type LegResult, NO_HOLDS, NO_LEDGER, NO_MAPPINGS, OPEN_POLICY, type Policy, type ToolCall } from "../../src/governance/steps.ts";
+import { NO_HALTS } from "../../src/governance/halts.ts";
 import type { JsonRpcRequest } from "../../src/wire/jsonrpc.ts";
 import { testUpstream } from "./fixtures.ts";
 

@@ -7,10 +7,11 @@
  * apart per principal.
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import type { UpstreamConfig } from "../../src/config/load.ts";
+import type { UpstreamConfig } from "../../src/config/gateway-config.ts";
 import { DEFAULT_EGRESS_RULES } from "../../src/config/egress-schema.ts";
 import type { Principal } from "../../src/config/principal.ts";
-import { NO_HALTS, NO_LEDGER } from "../../src/governance/steps.ts";
+import { NO_HALTS } from "../../src/governance/halts.ts";
+import { NO_LEDGER } from "../../src/governance/steps.ts";
 import { toolCatalog } from "../../src/upstream/tool-catalog.ts";
 import { clearCatalog } from "../../src/upstream/catalog-cache.ts";
 import type { CallContext } from "../../src/protocol/call-context.ts";

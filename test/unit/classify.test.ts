@@ -6,7 +6,7 @@
  */
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import type { UpstreamConfig } from "../../src/config/load.ts";
+import type { UpstreamConfig } from "../../src/config/gateway-config.ts";
 import { type CatalogTool, catalogEntry } from "../../src/governance/catalog-entry.ts";
 import { classificationBanner, classifyTool, formatBanner, heuristic, nameWords } from "../../src/governance/classify.ts";
 import { type Classification, type Effect, type Mappings, NO_MAPPINGS } from "../../src/governance/steps.ts";

@@ -10,7 +10,7 @@
  */
 import { env, SELF } from "cloudflare:test";
 import { beforeAll, describe, expect, it } from "vitest";
-import type { HoldRecord } from "../../durable-objects/contract.ts";
+import type { HoldRecord } from "../../durable-objects/contract-holds.ts";
 import { CONSOLE_CSP, CONSOLE_CSS, SECURITY_HEADERS, STYLE_HASH } from "../../src/console/headers.ts";
 import { HoldPage, HoldsPage } from "../../src/console/holds-page.tsx";
 import { KillSwitchPage } from "../../src/console/killswitch-page.tsx";

@@ -6,7 +6,7 @@
 import { env } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { credentialsObject } from "../../durable-objects/object-names.ts";
-import type { GatewayConfig, UpstreamConfig } from "../../src/config/load.ts";
+import type { GatewayConfig, UpstreamConfig } from "../../src/config/gateway-config.ts";
 import { DEFAULT_EGRESS_RULES } from "../../src/config/egress-schema.ts";
 import { sealCredential, upstreamsFor } from "../../src/egress/upstream-credentials.ts";
 import type { Env } from "../../src/env.ts";

@@ -6,9 +6,9 @@
  * invalidation, the client's `portcullis/` `_meta` keys dropped from every forwarded request, and
  * the leg's answered / failed / uncertain / auth results.
  */
-import { NO_HALTS } from "../../src/governance/steps.ts";
+import { NO_HALTS } from "../../src/governance/halts.ts";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import type { UpstreamConfig } from "../../src/config/load.ts";
+import type { UpstreamConfig } from "../../src/config/gateway-config.ts";
 import { DEFAULT_EGRESS_RULES } from "../../src/config/egress-schema.ts";
 import type { Principal } from "../../src/config/principal.ts";
 import { clearCatalog, noteNotification } from "../../src/upstream/catalog-cache.ts";

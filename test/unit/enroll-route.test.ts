@@ -12,7 +12,8 @@
 import { env } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { ledgerObject, revocationObject } from "../../durable-objects/object-names.ts";
-import { type GatewayConfig, loadConfig } from "../../src/config/load.ts";
+import type { GatewayConfig } from "../../src/config/gateway-config.ts";
+import { loadConfig } from "../../src/config/load.ts";
 import type { Principal } from "../../src/config/principal.ts";
 import type { Env } from "../../src/env.ts";
 import { ENROLLMENT_CODE, enrollmentId, readEnrollment } from "../../src/identity/enrollment.ts";

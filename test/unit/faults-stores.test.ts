@@ -11,24 +11,17 @@
  * `it.fails` rows naming the function. Owns nothing of the gateway; never imported by src/.
  */
 import { afterEach, describe, expect, it, vi } from "vitest";
-import type { HoldClaim, HoldRecord, HoldsApi, KillSwitchSnapshot, LedgerApi } from "../../durable-objects/contract.ts";
+import type { HoldClaim, HoldRecord, HoldsApi } from "../../durable-objects/contract-holds.ts";
+import type { LedgerApi } from "../../durable-objects/contract-ledger.ts";
+import type { KillSwitchSnapshot } from "../../durable-objects/contract-killswitch.ts";
 import { loadConfig } from "../../src/config/load.ts";
 import type { Principal } from "../../src/config/principal.ts";
 import type { Env } from "../../src/env.ts";
 import { governToolCall } from "../../src/governance/call.ts";
 import type { GovernanceDeps } from "../../src/governance/call-decide.ts";
 import { catalogEntry } from "../../src/governance/catalog-entry.ts";
-import {
-  type HistoryStore,
-  type LegResult,
-  NO_HALTS,
-  NO_HISTORY,
-  NO_HOLDS,
-  NO_LEDGER,
-  NO_MAPPINGS,
-  OPEN_POLICY,
-  type ToolCall,
-} from "../../src/governance/steps.ts";
+import { type HistoryStore, type LegResult, NO_HISTORY, NO_HOLDS, NO_LEDGER, NO_MAPPINGS, OPEN_POLICY, type ToolCall } from "../../src/governance/steps.ts";
+import { NO_HALTS } from "../../src/governance/halts.ts";
 import { chainEntries, EMPTY_HEAD, type Head } from "../../src/ledger/chain.ts";
 import type { EntryDraft, LedgerEntry } from "../../src/ledger/records.ts";
 import type { CallContext, CallLedger } from "../../src/protocol/call-context.ts";

@@ -4,8 +4,8 @@
  * no policy, no mappings), and every entry of a chain, paged. Owns nothing of the gateway; must never be imported by src/.
  */
 import { DEFAULT_EGRESS_RULES } from "../../src/config/egress-schema.ts";
-import type { GatewayConfig, UpstreamConfig } from "../../src/config/load.ts";
-import type { LedgerApi } from "../../durable-objects/contract.ts";
+import type { GatewayConfig, UpstreamConfig } from "../../src/config/gateway-config.ts";
+import type { LedgerApi } from "../../durable-objects/contract-ledger.ts";
 import type { LedgerEntry } from "../../src/ledger/records.ts";
 
 /** A resolved upstream at `url` (default: a closed loopback port), namespaced, without credentials. */

@@ -7,7 +7,7 @@
  * (named, never valued, in the decision record; the gateway's own keys added after).
  */
 import { describe, expect, it } from "vitest";
-import type { UpstreamConfig } from "../../src/config/load.ts";
+import type { UpstreamConfig } from "../../src/config/gateway-config.ts";
 import { DEFAULT_EGRESS_RULES } from "../../src/config/egress-schema.ts";
 import type { Principal } from "../../src/config/principal.ts";
 import { governedPassThrough, governToolCall } from "../../src/governance/call.ts";
@@ -19,7 +19,6 @@ import {
   type Decision,
   type DecisionRecord,
   type LegResult,
-  NO_HALTS,
   NO_HOLDS,
   NO_HISTORY,
   NO_LEDGER,
@@ -27,6 +26,7 @@ import {
   OPEN_POLICY,
   type ToolCall,
 } from "../../src/governance/steps.ts";
+import { NO_HALTS } from "../../src/governance/halts.ts";
 import type { JsonObject, JsonRpcRequest } from "../../src/wire/jsonrpc.ts";
 import type { Mappings } from "../../src/governance/steps.ts";
 import type { ToolMapping } from "../../src/config/mapping-schema.ts";

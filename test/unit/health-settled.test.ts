@@ -6,7 +6,7 @@
  * the caller's grant still applied per call.
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import type { UpstreamConfig } from "../../src/config/load.ts";
+import type { UpstreamConfig } from "../../src/config/gateway-config.ts";
 import { DEFAULT_EGRESS_RULES } from "../../src/config/egress-schema.ts";
 import type { Principal } from "../../src/config/principal.ts";
 import { summary } from "../../src/services/health.ts";

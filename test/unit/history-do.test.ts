@@ -11,7 +11,7 @@
 import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { historyObject } from "../../durable-objects/object-names.ts";
-import { HISTORY_BUDGET_RETENTION_MS, HISTORY_CALL_RETENTION_MS, HISTORY_WINDOW_MAX_MS, type HistoryApi } from "../../durable-objects/contract.ts";
+import { HISTORY_BUDGET_RETENTION_MS, HISTORY_CALL_RETENTION_MS, HISTORY_WINDOW_MAX_MS, type HistoryApi } from "../../durable-objects/contract-history.ts";
 import { HISTORY_SWEEP_MS } from "../../durable-objects/history.ts";
 import { type HistoryEntry, type HistoryQuery, historyKey } from "../../src/governance/steps.ts";
 import { historyStore } from "../../src/ports/history-store.ts";

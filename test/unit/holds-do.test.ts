@@ -12,7 +12,8 @@
 import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
 import { holdsObject, ledgerObject, newHoldId } from "../../durable-objects/object-names.ts";
-import { HOLD_RECORD_VERSION, type HoldsApi, type LedgerSigning, type NewHold } from "../../durable-objects/contract.ts";
+import { HOLD_RECORD_VERSION, type HoldsApi, type NewHold } from "../../durable-objects/contract-holds.ts";
+import type { LedgerSigning } from "../../durable-objects/contract-ledger.ts";
 import type { LedgerEntry } from "../../src/ledger/records.ts";
 import { canonicalJson, sha256Hex } from "../../src/wire/canonical.ts";
 import type { JsonRpcResponse } from "../../src/wire/jsonrpc.ts";

@@ -26,7 +26,8 @@ import {
   runAlarm,
   type StoredHold,
 } from "../../durable-objects/holds-expiry.ts";
-import { HOLD_RECORD_VERSION, type HoldState, type LedgerSigning, type NewHold } from "../../durable-objects/contract.ts";
+import { HOLD_RECORD_VERSION, type HoldState, type NewHold } from "../../durable-objects/contract-holds.ts";
+import type { LedgerSigning } from "../../durable-objects/contract-ledger.ts";
 import type { EntryDraft } from "../../src/ledger/records.ts";
 import { canonicalJson, sha256Hex } from "../../src/wire/canonical.ts";
 import type { JsonRpcResponse } from "../../src/wire/jsonrpc.ts";

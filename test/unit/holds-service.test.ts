@@ -11,8 +11,8 @@
 import { env, SELF } from "cloudflare:test";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { holdsObject, ledgerObject, newHoldId } from "../../durable-objects/object-names.ts";
-import type { HoldRecord, HoldsApi, NewHold } from "../../durable-objects/contract.ts";
-import type { GatewayConfig, HoldsConfig } from "../../src/config/load.ts";
+import type { HoldRecord, HoldsApi, NewHold } from "../../durable-objects/contract-holds.ts";
+import type { GatewayConfig, HoldsConfig } from "../../src/config/gateway-config.ts";
 import type { Principal } from "../../src/config/principal.ts";
 import type { Role } from "../../src/config/roles.ts";
 import { mintGrant } from "../../src/identity/tokens.ts";

@@ -15,17 +15,20 @@ import { afterEach, describe, expect, it, vi } from "vitest";
 import { changeProblem } from "../../durable-objects/killswitch.ts";
 import { killSwitchObject, ledgerObject } from "../../durable-objects/object-names.ts";
 import { GLOBAL_CHAIN } from "../../src/ledger/records.ts";
-import type { KillSwitchApi, KillSwitchSnapshot, LedgerSigning } from "../../durable-objects/contract.ts";
+import { type KillSwitchApi, type KillSwitchSnapshot, killSwitchChangeProblem } from "../../durable-objects/contract-killswitch.ts";
+import type { LedgerSigning } from "../../durable-objects/contract-ledger.ts";
 import type { Principal } from "../../src/config/principal.ts";
 import type { Env } from "../../src/env.ts";
-import type { KillSwitchReader, KillSwitchState, LegResult, ToolCall } from "../../src/governance/steps.ts";
+import type { KillSwitchReader, KillSwitchState } from "../../src/governance/halts.ts";
+import type { LegResult, ToolCall } from "../../src/governance/steps.ts";
 import { mintGrant } from "../../src/identity/tokens.ts";
 import { parseKeySet } from "../../src/identity/keys.ts";
 import type { CallContext } from "../../src/protocol/call-context.ts";
 import { cachedKillSwitchReader, changeKillSwitch, haltableLeg, killSwitchReader, killSwitchStatus, stateOf } from "../../src/ports/killswitch-client.ts";
 import { configOr503 } from "../../src/routes/config-view.ts";
 import type { JsonObject, JsonRpcRequest } from "../../src/wire/jsonrpc.ts";
-import { haltFor, NO_LEDGER } from "../../src/governance/steps.ts";
+import { haltFor } from "../../src/governance/halts.ts";
+import { NO_LEDGER } from "../../src/governance/steps.ts";
 import { DEFAULT_EGRESS_RULES } from "../../src/config/egress-schema.ts";
 import { testConfig, testUpstream } from "./fixtures.ts";
 import { allEntries } from "./fixtures.ts";
@@ -71,6 +74,28 @@ describe("changeProblem (the object's validation)", () => {
     expect(changeProblem("tool", "t", "r".repeat(501), "a")).toMatch(/at most 500/);
     expect(changeProblem("tool", "t", "r".repeat(500), "a")).toBeNull();
     expect(changeProblem("tool", "t", "r", "")).toMatch(/actor/);
+  });
+  it("is the shared rules the Worker's client runs (killSwitchChangeProblem), plus the actor check only the object makes", () => {
+    const cases: [unknown, unknown, unknown][] = [
+      ["global", null, "incident 1"],
+      ["global", undefined, "r"],
+      ["planet", "x", "r"],
+      [7, "x", "r"],
+      ["global", "x", "r"],
+      ["grant", null, "r"],
+      ["tool", "", "r"],
+      ["tool", "t".repeat(257), "r"],
+      ["tool", "t".repeat(256), "r"],
+      ["tool", "t", "   "],
+      ["tool", "t", 5],
+      ["tool", "t", "r".repeat(501)],
+      ["tool", "t", "r".repeat(500)],
+    ];
+    for (const [scope, target, reason] of cases)
+      expect(changeProblem(scope, target, reason, "human:root")).toBe(killSwitchChangeProblem(scope, target, reason));
+    expect(killSwitchChangeProblem("tool", "t", "r")).toBeNull();
+    for (const by of ["", "a".repeat(257), null]) expect(changeProblem("tool", "t", "r", by)).toBe("the actor (by) must be 1-256 characters");
+    expect(changeProblem("tool", "t", "r", "a".repeat(256))).toBeNull();
   });
 });
 

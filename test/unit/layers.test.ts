@@ -1,5 +1,5 @@
 import { describe, expect, it } from "vitest";
-import { ALLOWED, layerViolations } from "./layers.ts";
+import { ALLOWED, layerOf, layerViolations } from "./layers.ts";
 
 // Vite inlines every source file's text at build time: the test reads the tree as it is.
 const raw = {
@@ -16,6 +16,19 @@ describe("layers", () => {
   });
   it("every import points down the layer order, and no file imports itself through a cycle", () => {
     expect(layerViolations(files)).toEqual([]);
+  });
+  it("the storage contract's files are the store layer: contract.ts, the contract-<object>.ts files split from it, object-names.ts", () => {
+    for (const p of [
+      "durable-objects/contract.ts",
+      "durable-objects/contract-holds.ts",
+      "durable-objects/contract-killswitch.ts",
+      "durable-objects/object-names.ts",
+      "src/env.ts",
+      "migrations/0001_ledger.sql",
+    ])
+      expect(layerOf(p)).toBe("store");
+    for (const p of ["durable-objects/killswitch.ts", "durable-objects/contracts.ts", "durable-objects/contract-.ts", "durable-objects/ledger-schema.ts"])
+      expect(layerOf(p)).toBe("objects");
   });
   it("flags an upward import, a sideways import and a cycle", () => {
     const v = layerViolations({
@@ -39,6 +52,8 @@ describe("layers", () => {
       "durable-objects/holds.ts": 'import { x } from "./ledger-rows.ts";\nimport type { C } from "./contract.ts";',
       "durable-objects/ledger-rows.ts": "export const x = 1;",
       "durable-objects/contract.ts": "export type C = 1;",
+      "durable-objects/killswitch.ts": 'import type { K } from "./contract-killswitch.ts";',
+      "durable-objects/contract-killswitch.ts": "export type K = 1;",
       "src/upstream/exchange.ts": 'import { f } from "./forward.ts";',
       "src/upstream/forward.ts": "export const f = 1;",
       "src/front/legacy.ts": 'import { m } from "./modern.ts";',
@@ -54,7 +69,7 @@ describe("layers", () => {
       true,
     );
     expect(v.some((p) => p.startsWith("src/front/legacy.ts imports src/front/modern.ts: in src/front/ legacy.ts never imports modern.ts"))).toBe(true);
-    expect(v.filter((p) => p.includes("imports durable-objects/contract.ts") || p.startsWith("src/ports/"))).toEqual([]);
+    expect(v.filter((p) => p.includes("imports durable-objects/contract") || p.startsWith("src/ports/"))).toEqual([]);
   });
   it("docs/architecture.md's layer table is this test's table", () => {
     const table: Record<string, string[]> = {};

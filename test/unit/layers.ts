@@ -7,8 +7,11 @@
 /** Layer of a repository path, or null for files outside the layered tree. */
 export function layerOf(path: string): string | null {
   if (path === "src/env.ts") return "store";
+  // The D1 schema (migrations/*.sql, imported as text by durable-objects/ledger-schema.ts) is part of the storage contract.
+  if (/^migrations\/[^/]+\.sql$/.test(path)) return "store";
   if (path === "src/index.ts") return "app";
-  if (path === "durable-objects/contract.ts" || path === "durable-objects/object-names.ts") return "store";
+  // The storage contract: contract.ts and the contract-<object>.ts files split from it, and the object names.
+  if (/^durable-objects\/contract(-[a-z]+)?\.ts$/.test(path) || path === "durable-objects/object-names.ts") return "store";
   if (path.startsWith("durable-objects/")) return "objects";
   const m = /^src\/([^/]+)\//.exec(path);
   return m ? m[1]! : null;
@@ -16,8 +19,8 @@ export function layerOf(path: string): string | null {
 
 /**
  * What each layer may import besides itself. `store` is the storage contract: record shapes,
- * object names and the Env bindings — types and name builders only, importing `wire` and the
- * ledger's pure record code. `ledger` (records, hashing, chain and checkpoint rules) is shared
+ * object names and the Env bindings — types, name builders and the pure rules a stored record
+ * keeps (a kill-switch change's bounds), importing `wire` and the ledger's pure record code. `ledger` (records, hashing, chain and checkpoint rules) is shared
  * with the offline verifier, so it imports only `wire`.
  */
 export const ALLOWED: Record<string, string[]> = {
@@ -64,7 +67,7 @@ export const ALLOWED: Record<string, string[]> = {
  * `src/front/` the two eras' fronts never import each other.
  */
 export const SIBLINGS: Record<string, { shared?: string[]; also?: Record<string, string[]>; rank?: Record<string, number>; never?: [string, string][] }> = {
-  "durable-objects": { shared: ["contract.ts", "object-names.ts"] },
+  "durable-objects": { shared: ["contract.ts", "contract-history.ts", "contract-holds.ts", "contract-killswitch.ts", "contract-ledger.ts", "object-names.ts"] },
   "src/ports": { shared: ["ledger-writer.ts"] },
   "src/services": { also: { "policy-live.ts": ["health.ts"], "runs.ts": ["run-records.ts", "run-rollback.ts"] } },
   "src/upstream": { rank: { "exchange.ts": 0, "client.ts": 1, "catalog-cache.ts": 1, "legs.ts": 2, "forward.ts": 2, "tool-catalog.ts": 3 } },

@@ -6,7 +6,7 @@
  * queue moves on; queues of two chains, or of two Envs, never mix.
  */
 import { describe, expect, it, vi } from "vitest";
-import type { AppendOutcome, LedgerSigning } from "../../durable-objects/contract.ts";
+import type { AppendOutcome, LedgerSigning } from "../../durable-objects/contract-ledger.ts";
 import type { Env } from "../../src/env.ts";
 import { chainEntries, EMPTY_HEAD, type Head } from "../../src/ledger/chain.ts";
 import type { EntryDraft } from "../../src/ledger/records.ts";

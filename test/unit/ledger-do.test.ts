@@ -13,7 +13,7 @@ import { describe, expect, it } from "vitest";
 import type { LedgerDO } from "../../durable-objects/ledger.ts";
 import { LEDGER_D1_SCHEMA, schemaStatements } from "../../durable-objects/ledger-schema.ts";
 import { GLOBAL_CHAIN } from "../../src/ledger/records.ts";
-import type { LedgerApi, LedgerSigning } from "../../durable-objects/contract.ts";
+import type { LedgerApi, LedgerSigning } from "../../durable-objects/contract-ledger.ts";
 import type { Env } from "../../src/env.ts";
 import { verifyChain } from "../../src/ledger/chain.ts";
 import { checkpointOrigin, verifyCheckpoint } from "../../src/ledger/checkpoint.ts";
@@ -101,6 +101,33 @@ describe("LedgerDO", () => {
     expect(stmts.filter((s) => s.startsWith("CREATE TABLE IF NOT EXISTS"))).toHaveLength(2);
     expect(stmts.filter((s) => s.startsWith("CREATE INDEX IF NOT EXISTS"))).toHaveLength(7);
     expect(stmts.every((s) => / IF NOT EXISTS /.test(s))).toBe(true);
+  });
+
+  it("D1 schema: after the flush's statements run, D1 holds exactly the tables and indexes the migration names, with their columns", async () => {
+    const stmts = schemaStatements();
+    await env.LEDGER_DB.batch(stmts.map((s) => env.LEDGER_DB.prepare(s)));
+    const named = (kind: "TABLE" | "INDEX") => stmts.flatMap((s) => new RegExp(`^CREATE ${kind} IF NOT EXISTS (\\w+)`).exec(s)?.[1] ?? []).sort();
+    const master = await env.LEDGER_DB.prepare("SELECT type, name, sql FROM sqlite_master WHERE name LIKE 'ledger_%' ORDER BY name").all<{
+      type: string;
+      name: string;
+      sql: string | null;
+    }>();
+    const of = (type: string) => master.results.filter((r) => r.type === type && r.sql !== null).map((r) => r.name);
+    expect(of("table").sort()).toEqual(named("TABLE"));
+    expect(of("index").sort()).toEqual(named("INDEX"));
+    expect(named("INDEX")).toHaveLength(7);
+    // Statement by statement: what D1 keeps is the migration's text (whitespace aside, IF NOT EXISTS dropped).
+    const norm = (s: string) =>
+      s
+        .replace(/\s+/g, " ")
+        .replace(/ IF NOT EXISTS /, " ")
+        .replace(/\( /g, "(")
+        .replace(/ \)/g, ")")
+        .trim();
+    for (const s of stmts) {
+      const name = /^CREATE (?:TABLE|INDEX) IF NOT EXISTS (\w+)/.exec(s)![1]!;
+      expect(norm(master.results.find((r) => r.name === name)!.sql!)).toBe(norm(s));
+    }
   });
 
   it("500 concurrent appends: group commit, contiguous seq, every prev the previous hash, the chain verifies; D1 holds them one to one", async () => {

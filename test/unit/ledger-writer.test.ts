@@ -7,15 +7,16 @@
  * client's `portcullis/` `_meta` keys the forward dropped) and the receipt the answer carries.
  */
 import { describe, expect, it, vi } from "vitest";
-import type { LedgerApi } from "../../durable-objects/contract.ts";
-import type { UpstreamConfig } from "../../src/config/load.ts";
+import type { LedgerApi } from "../../durable-objects/contract-ledger.ts";
+import type { UpstreamConfig } from "../../src/config/gateway-config.ts";
 import type { Principal } from "../../src/config/principal.ts";
 import type { Env } from "../../src/env.ts";
 import { governToolCall } from "../../src/governance/call.ts";
 import type { GovernanceDeps } from "../../src/governance/call-decide.ts";
 import { RECEIPT_META } from "../../src/governance/call-answers.ts";
 import { catalogEntry } from "../../src/governance/catalog-entry.ts";
-import { type LegResult, NO_HALTS, NO_HISTORY, NO_HOLDS, NO_MAPPINGS, OPEN_POLICY, type ToolCall } from "../../src/governance/steps.ts";
+import { type LegResult, NO_HISTORY, NO_HOLDS, NO_MAPPINGS, OPEN_POLICY, type ToolCall } from "../../src/governance/steps.ts";
+import { NO_HALTS } from "../../src/governance/halts.ts";
 import { chainEntries, EMPTY_HEAD, type Head } from "../../src/ledger/chain.ts";
 import { canonicalHash } from "../../src/wire/canonical.ts";
 import type { EntryDraft, LedgerEntry } from "../../src/ledger/records.ts";

@@ -9,7 +9,7 @@
  * that never settles; a leg already kept in the session is used and nothing is opened upstream.
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import type { UpstreamConfig } from "../../src/config/load.ts";
+import type { UpstreamConfig } from "../../src/config/gateway-config.ts";
 import { DEFAULT_EGRESS_RULES } from "../../src/config/egress-schema.ts";
 import { modernClientLeg, sessionLeg } from "../../src/upstream/legs.ts";
 import type { SessionApi, SessionRecord, UpstreamLegRecord } from "../../durable-objects/contract.ts";

@@ -9,7 +9,8 @@
  */
 import { SELF } from "cloudflare:test";
 import { describe, expect, it } from "vitest";
-import { type GatewayConfig, loadConfig } from "../../src/config/load.ts";
+import type { GatewayConfig } from "../../src/config/gateway-config.ts";
+import { loadConfig } from "../../src/config/load.ts";
 import { authorizationServers, protectedResourceMetadata, unauthorized } from "../../src/identity/metadata.ts";
 
 const GW = "https://gw.example.com";

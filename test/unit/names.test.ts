@@ -5,7 +5,7 @@
  * own names while the grant, the policy, the catalog and the ledger see the names /mcp gives.
  */
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import type { GatewayConfig, UpstreamConfig } from "../../src/config/load.ts";
+import type { GatewayConfig, UpstreamConfig } from "../../src/config/gateway-config.ts";
 import { DEFAULT_EGRESS_RULES } from "../../src/config/egress-schema.ts";
 import type { Principal } from "../../src/config/principal.ts";
 import { parsePolicy } from "../../src/config/policy-schema.ts";
@@ -27,7 +27,8 @@ import { noSuchRoute, routeView } from "../../src/front/route-view.ts";
 import { clearCatalog } from "../../src/upstream/catalog-cache.ts";
 import type { CallContext } from "../../src/protocol/call-context.ts";
 import { dispatch } from "../../src/front/dispatch.ts";
-import { NO_HALTS, type ToolCall } from "../../src/governance/steps.ts";
+import { NO_HALTS } from "../../src/governance/halts.ts";
+import type { ToolCall } from "../../src/governance/steps.ts";
 import { globMatch } from "../../src/wire/glob.ts";
 import { toolAllowed } from "../../src/governance/grant-scope.ts";
 import type { JsonObject, JsonRpcRequest } from "../../src/wire/jsonrpc.ts";

@@ -1,5 +1,5 @@
 /**
- * The config rules of auth.oauth (src/config/load.ts oauthOf), through loadConfig as a gateway
+ * The config rules of auth.oauth (src/config/oauth-schema.ts oauthOf), through loadConfig as a gateway
  * reads its YAML: a template lifetime above auth.max_token_lifetime (or under a minute) is
  * refused, an Access sign-in without auth.access is refused, an OIDC sign-in whose issuer is not
  * one of auth.external_issuers is refused, OAuth enabled with no sign-in source is refused, an
@@ -8,7 +8,8 @@
  * of the gateway; must never touch a binding.
  */
 import { describe, expect, it } from "vitest";
-import { ConfigError, type GatewayConfig, loadConfig } from "../../src/config/load.ts";
+import { ConfigError, loadConfig } from "../../src/config/load.ts";
+import type { GatewayConfig } from "../../src/config/gateway-config.ts";
 
 const IDP = "https://idp.example.com";
 

@@ -9,7 +9,7 @@
  */
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { HISTORY_WINDOW_MAX_MS } from "../../durable-objects/contract.ts";
+import { HISTORY_WINDOW_MAX_MS } from "../../durable-objects/contract-history.ts";
 import {
   MASKED,
   PUSH_DOWN_META,

@@ -1,5 +1,5 @@
 /**
- * [R] The pure rollback logic (src/governance/rollback.ts) and the compensation rules of the
+ * [R] The pure rollback logic (src/governance/rollback.ts, compensation.ts, idempotency.ts) and the compensation rules of the
  * mapping schema (src/config/mapping-schema.ts): load-time checks of a compensation's shape and
  * references; resolving `$args` / `$result` (structuredContent, or one text block of JSON) into
  * the record an outcome keeps, and refusing to when the result broke its outputSchema, the call
@@ -11,21 +11,9 @@
  */
 import { describe, expect, it } from "vitest";
 import { parseMappingFile } from "../../src/config/mapping-schema.ts";
-import {
-  compensationFor,
-  IDEMPOTENCY_KEY_CONTEXT,
-  idempotencyKey,
-  idempotencyKeyHash,
-  idempotencySecretFrom,
-  type PlannedCompensation,
-  planRollback,
-  rollbackStepBody,
-  resolveTemplate,
-  resultValue,
-  type RunEntry,
-  runView,
-  verificationMet,
-} from "../../src/governance/rollback.ts";
+import { compensationFor, resolveTemplate, resultValue, verificationMet } from "../../src/governance/compensation.ts";
+import { IDEMPOTENCY_KEY_CONTEXT, idempotencyKey, idempotencyKeyHash, idempotencySecretFrom } from "../../src/governance/idempotency.ts";
+import { type PlannedCompensation, planRollback, rollbackStepBody, type RunEntry, runView } from "../../src/governance/rollback.ts";
 import type { CompensationSpec } from "../../src/config/mapping-schema.ts";
 import { generateSigningKey } from "../../src/identity/keys.ts";
 import { canonicalHash } from "../../src/wire/canonical.ts";

@@ -7,7 +7,8 @@
  * all skills upstreams agree on.
  */
 import { describe, expect, it } from "vitest";
-import { type GatewayConfig, type UpstreamConfig, loadConfig } from "../../src/config/load.ts";
+import type { GatewayConfig, UpstreamConfig } from "../../src/config/gateway-config.ts";
+import { loadConfig } from "../../src/config/load.ts";
 import type { Principal } from "../../src/config/principal.ts";
 import type { CallContext, Outcome } from "../../src/protocol/call-context.ts";
 import { mergeCapabilities } from "../../src/upstream/legs.ts";

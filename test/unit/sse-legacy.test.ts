@@ -15,7 +15,7 @@ import { describe, expect, it } from "vitest";
 import { parseOpen, SseChannel } from "../../durable-objects/http-sse.ts";
 import { SESSION_ID, sseObject } from "../../durable-objects/object-names.ts";
 import type { SseApi, SseOwner } from "../../durable-objects/contract.ts";
-import type { GatewayConfig } from "../../src/config/load.ts";
+import type { GatewayConfig } from "../../src/config/gateway-config.ts";
 import type { Principal } from "../../src/config/principal.ts";
 import type { Env } from "../../src/env.ts";
 import type { FrontContext } from "../../src/protocol/call-context.ts";

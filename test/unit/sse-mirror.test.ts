@@ -7,7 +7,7 @@
  * Must never: reach a network (the upstream is a stub of the global fetch).
  */
 import { afterEach, describe, expect, it, vi } from "vitest";
-import type { UpstreamConfig } from "../../src/config/load.ts";
+import type { UpstreamConfig } from "../../src/config/gateway-config.ts";
 import { egressSchema } from "../../src/config/egress-schema.ts";
 import { requestUpstream } from "../../src/upstream/client.ts";
 import { UpstreamError, type UpstreamFrame } from "../../src/upstream/exchange.ts";

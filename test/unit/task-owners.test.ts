@@ -8,10 +8,10 @@
  * reach no upstream; a legacy tasks/list shows only the caller's tasks; a store that cannot answer
  * refuses (nothing forwarded); a result that is not a task never touches the store.
  */
-import { NO_HALTS } from "../../src/governance/steps.ts";
+import { NO_HALTS } from "../../src/governance/halts.ts";
 import { env, runDurableObjectAlarm, runInDurableObject } from "cloudflare:test";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import type { UpstreamConfig } from "../../src/config/load.ts";
+import type { UpstreamConfig } from "../../src/config/gateway-config.ts";
 import { DEFAULT_EGRESS_RULES } from "../../src/config/egress-schema.ts";
 import type { Principal } from "../../src/config/principal.ts";
 import { clearCatalog } from "../../src/upstream/catalog-cache.ts";

@@ -10,23 +10,14 @@
  */
 import { env } from "cloudflare:test";
 import { afterEach, describe, expect, it, vi } from "vitest";
-import type { UpstreamConfig } from "../../src/config/load.ts";
+import type { UpstreamConfig } from "../../src/config/gateway-config.ts";
 import { DEFAULT_EGRESS_RULES } from "../../src/config/egress-schema.ts";
 import type { Principal } from "../../src/config/principal.ts";
 import type { Env } from "../../src/env.ts";
 import { decideCall, type GovernanceDeps } from "../../src/governance/call-decide.ts";
 import { catalogEntry } from "../../src/governance/catalog-entry.ts";
-import {
-  type Decision,
-  NO_HALTS,
-  NO_HISTORY,
-  NO_HOLDS,
-  NO_LEDGER,
-  NO_MAPPINGS,
-  type Obligation,
-  OPEN_POLICY,
-  type ToolCall,
-} from "../../src/governance/steps.ts";
+import { type Decision, NO_HISTORY, NO_HOLDS, NO_LEDGER, NO_MAPPINGS, type Obligation, OPEN_POLICY, type ToolCall } from "../../src/governance/steps.ts";
+import { NO_HALTS } from "../../src/governance/halts.ts";
 import { LEDGER_D1_SCHEMA, schemaStatements } from "../../durable-objects/ledger-schema.ts";
 import { chainEntries, EMPTY_HEAD } from "../../src/ledger/chain.ts";
 import type { EntryDraft } from "../../src/ledger/records.ts";

@@ -7,10 +7,10 @@
  * fan-outs (list pages, logging/setLevel) and MRTR rounds never derive an id from the client's;
  * and SessionDO keeps the upstream id in its id map.
  */
-import { NO_HALTS } from "../../src/governance/steps.ts";
+import { NO_HALTS } from "../../src/governance/halts.ts";
 import { env, evictDurableObject, runInDurableObject } from "cloudflare:test";
 import { afterEach, beforeEach, describe, expect, it, vi } from "vitest";
-import type { UpstreamConfig } from "../../src/config/load.ts";
+import type { UpstreamConfig } from "../../src/config/gateway-config.ts";
 import { DEFAULT_EGRESS_RULES } from "../../src/config/egress-schema.ts";
 import type { Principal } from "../../src/config/principal.ts";
 import { clearCatalog } from "../../src/upstream/catalog-cache.ts";

@@ -7,7 +7,7 @@
  * first five problems in the reason, the bounded compile cache, and output checks.
  */
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
-import type { UpstreamConfig } from "../../src/config/load.ts";
+import type { UpstreamConfig } from "../../src/config/gateway-config.ts";
 import { type CatalogTool, catalogEntry } from "../../src/governance/catalog-entry.ts";
 import type { Target } from "../../src/governance/steps.ts";
 import type { ToolMapping } from "../../src/config/mapping-schema.ts";

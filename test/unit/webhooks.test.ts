@@ -9,9 +9,9 @@
  * notifyHold never throws and hands its work to waitUntil.
  */
 import { afterEach, describe, expect, it, vi } from "vitest";
-import type { HoldRecord } from "../../durable-objects/contract.ts";
+import type { HoldRecord } from "../../durable-objects/contract-holds.ts";
 import { DEFAULT_EGRESS_RULES } from "../../src/config/egress-schema.ts";
-import type { GatewayConfig, HoldsConfig } from "../../src/config/load.ts";
+import type { GatewayConfig, HoldsConfig } from "../../src/config/gateway-config.ts";
 import type { Env } from "../../src/env.ts";
 import { deliverHoldEvent, notifyHold, WEBHOOK_ATTEMPTS } from "../../src/ports/hold-webhooks.ts";
 import { testConfig, testUpstream } from "./fixtures.ts";
