@@ -62,9 +62,9 @@ async function together(commands) {
   return all;
 }
 
-function vitest(name, config) {
+function vitest(name, config, env = {}) {
   const file = join(out, `${name}.json`);
-  step(name, bin("vitest"), ["run", "--config", config, "--reporter=default", "--reporter=json", `--outputFile.json=${file}`]);
+  step(name, bin("vitest"), ["run", "--config", config, "--reporter=default", "--reporter=json", `--outputFile.json=${file}`], env);
   try {
     const j = JSON.parse(readFileSync(file, "utf8"));
     passed += j.numPassedTests;
@@ -137,9 +137,11 @@ if (!only || quick || only === "typecheck") {
     ["typecheck (e2e + fixtures, Node)", bin("tsc"), ["--noEmit", "-p", "tsconfig.node.json"]],
   ]);
 }
-if ((!only || only === "bundle") && !bundle()) failed += 1;
+const bundled = (!only || only === "bundle") && bundle();
+if ((!only || only === "bundle") && !bundled) failed += 1;
 if (!only || quick || only === "unit") vitest("unit", "vitest.config.ts");
-if (!only || only === "e2e") vitest("e2e", "vitest.e2e.config.ts");
+// The e2e gateways serve the bundle the bundle step just built (test/e2e/harness.ts buildGateway).
+if (!only || only === "e2e") vitest("e2e", "vitest.e2e.config.ts", bundled ? { PORTCULLIS_E2E_BUNDLE: join(out, "bundle") } : {});
 rmSync(out, { recursive: true, force: true });
 console.log(`\n${passed} passed, ${failed} failed`);
 process.exit(ok && failed === 0 ? 0 : 1);
