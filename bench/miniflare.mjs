@@ -1,7 +1,7 @@
 /**
  * Bench only (`npm run bench`, `npm run bench:load`): serves a Worker that `wrangler deploy
  * --dry-run` already built on the production runtime through Miniflare's API, without wrangler
- * dev's proxy in front of it: one workerd process per Worker, the built bundle as its only module,
+ * dev's proxy in front of it: one workerd process per Worker, the built bundle and the text modules beside it,
  * the bindings, compatibility date and flags of the Worker's wrangler.toml (read with wrangler's
  * own `unstable_getMiniflareWorkerOptions`, the options `wrangler dev` gives Miniflare), local D1
  * and SQLite-backed Durable Objects persisted under a throwaway directory, and no `unsafeEval`
@@ -12,7 +12,7 @@
  * but loopback, read the developer's .portcullis or .dev.vars, or outlive the bench that started it.
  */
 import { readdirSync, readFileSync } from "node:fs";
-import { dirname } from "node:path";
+import { dirname, join } from "node:path";
 import { convertV4MiniflareOptions, Log, LogLevel, Miniflare } from "miniflare";
 import { unstable_getMiniflareWorkerOptions } from "wrangler";
 
@@ -39,7 +39,7 @@ class QuietLog extends Log {
  * opens workerd's inspector on loopback (bench/profile.mjs only; it costs nothing until attached).
  */
 export async function serveBuilt(config, { port, persistTo, vars = {}, name, inspectorPort }) {
-  // modulesRules and rootPath locate a source tree's extra modules; the bundle is one module.
+  // modulesRules and rootPath locate a source tree's extra modules; the bundle's are listed below.
   const {
     workerOptions: { modulesRules, rootPath, ...workerOptions },
     main,
@@ -52,8 +52,13 @@ export async function serveBuilt(config, { port, persistTo, vars = {}, name, ins
     convertV4MiniflareOptions({
       ...workerOptions,
       name,
-      modules: true,
-      scriptPath: main,
+      // The bundle, and the text modules wrangler wrote beside it (the D1 migration, `*.sql`).
+      modules: [
+        { type: "ESModule", path: main },
+        ...readdirSync(dirname(main))
+          .filter((f) => f.endsWith(".sql"))
+          .map((f) => ({ type: "Text", path: join(dirname(main), f) })),
+      ],
       modulesRoot: dirname(main),
       bindings: { ...workerOptions.bindings, ...vars },
       host: "127.0.0.1",
