@@ -1,18 +1,18 @@
 /**
  * Bench only: what `npm run bench` (bench/run.mjs) and `npm run bench:load` (bench/load.mjs)
  * share — free loopback ports, a keep-alive HTTP POST with a timeout, waiting for a server,
- * percentiles, building a Worker once with the deploy bundler (`wrangler deploy --dry-run`),
+ * percentiles (a Worker is built once by cli/gateway-start.ts `builtWorker`),
  * stopping whole process groups, the gateway configs the benches serve (observe; enforce with a
  * 50-rule policy, a mapping and grants required), minting a grant with the CLI, and reading a
  * JSON-RPC answer that came as JSON or as SSE. Owns no gateway behaviour; must never touch the
  * developer's .portcullis key or .dev.vars, listen off loopback, or leave a process running.
  */
 import { execFileSync } from "node:child_process";
-import { existsSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readdirSync, readFileSync } from "node:fs";
 import { Agent, request } from "node:http";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
-import { dirname, join, resolve } from "node:path";
+import { join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 
 export const root = resolve(fileURLToPath(import.meta.url), "../..");
@@ -118,43 +118,6 @@ export function rpcMessage(body) {
   } catch {
     return null;
   }
-}
-
-/**
- * Builds the Worker of `config` (entry `entry`, else its own `main`) once, with the bundler a
- * deploy uses (`wrangler deploy --dry-run`, offline), and writes the config `wrangler dev
- * --no-bundle` (and bench/miniflare.mjs) runs it with: the same bindings, flags and
- * compatibility date, `main` pointing at the bundle. So every Worker runs the source as it was
- * when the bench started: edits made to the tree meanwhile neither restart it mid-run nor mix two
- * versions into one comparison. Returns `{ file, bundle, dryRun }`: the config written, the
- * bundle's path and what the dry run printed (its "Total Upload" line).
- */
-export function bundled(config, dir, { entry, name } = {}) {
-  const out = join(dir, "bundle");
-  let dryRun;
-  try {
-    dryRun = execFileSync(wrangler, ["deploy", ...(entry ? [entry] : []), "--dry-run", "--outdir", out, "--config", config], {
-      cwd: root,
-      env: WORKER_ENV,
-      stdio: "pipe",
-      timeout: 120_000,
-      encoding: "utf8",
-    });
-  } catch (err) {
-    throw new Error(`building ${entry ?? config} failed:\n${err.stderr?.toString() ?? ""}${err.stdout?.toString() ?? ""}`);
-  }
-  const js = readdirSync(out).filter((f) => f.endsWith(".js"));
-  if (js.length !== 1) throw new Error(`building ${entry ?? config}: expected one .js bundle in ${out}, found ${js.join(", ") || "none"}`);
-  const main = /^main = ".*"$/m;
-  const text = readFileSync(config, "utf8");
-  if (!main.test(text)) throw new Error(`${config}: no main line`);
-  let outText = text
-    .replace(main, `main = ${JSON.stringify(join(out, js[0]))}`)
-    .replace(/^migrations_dir = "(.*)"$/m, (_, d) => `migrations_dir = ${JSON.stringify(resolve(dirname(config), d))}`);
-  if (name) outText = outText.replace(/^name = ".*"$/m, `name = ${JSON.stringify(name)}`);
-  const file = join(dir, "wrangler.toml");
-  writeFileSync(file, outText);
-  return { file, bundle: join(out, js[0]), dryRun };
 }
 
 /** Does process group `pgid` still have a live (not zombie) member? /proc where there is one, else signal 0. */

@@ -33,9 +33,8 @@ import { rmSync, writeFileSync } from "node:fs";
 import { cpus, loadavg, tmpdir, totalmem } from "node:os";
 import { join } from "node:path";
 import autocannon from "autocannon";
-import { devSigningKey, gatewayOrigin } from "../cli/gateway-start.ts";
+import { builtWorker, devSigningKey, gatewayOrigin } from "../cli/gateway-start.ts";
 import {
-  bundled,
   enforceConfig,
   freePort,
   mint,
@@ -219,7 +218,7 @@ async function main() {
     const load0 = loadavg()[0];
     const keyFile = join(tmp("bench-load-key-"), "signing-key.json");
     const signingKey = await devSigningKey(keyFile);
-    const gw = bundled(join(root, "wrangler.toml"), tmp("bench-load-gw-"));
+    const gw = builtWorker(join(root, "wrangler.toml"), tmp("bench-load-gw-"));
 
     const upPort = await freePort();
     procs.push(spawn(process.execPath, [join(root, "bench/upstream.mjs"), "--port", String(upPort)], { stdio: "ignore", detached: true }));

@@ -30,7 +30,7 @@ class QuietLog extends Log {
 
 /**
  * Serves the built Worker of `config` (a wrangler.toml whose `main` is the bundle, as
- * bench/run.mjs `bundled` writes it) on 127.0.0.1:`port`, with `vars` as plain-text bindings and
+ * cli/gateway-start.ts `builtWorker` writes it) on 127.0.0.1:`port`, with `vars` as plain-text bindings and
  * its state under `persistTo`. Returns `{ mf, url, constructMs, readyMs, t0, log, pids }`: the
  * time the constructor took, the time until Miniflare answered ready (workerd started, the bundle
  * loaded), the clock at construction (for a first-request time), workerd's log lines (the last

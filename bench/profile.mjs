@@ -16,8 +16,8 @@
 import { spawn } from "node:child_process";
 import { readFileSync, rmSync } from "node:fs";
 import { join } from "node:path";
-import { devSigningKey, gatewayOrigin } from "../cli/gateway-start.ts";
-import { bundled, enforceConfig, freePort, mint, openSession, post, root, sleep, stopGroups, tempDirMaker, waitHttp } from "./harness.mjs";
+import { builtWorker, devSigningKey, gatewayOrigin } from "../cli/gateway-start.ts";
+import { enforceConfig, freePort, mint, openSession, post, root, sleep, stopGroups, tempDirMaker, waitHttp } from "./harness.mjs";
 import { cpuMsOf, serveBuilt } from "./miniflare.mjs";
 
 const CALLS = Number(process.env.PROFILE_CALLS ?? 400);
@@ -84,7 +84,7 @@ async function main() {
   try {
     const keyFile = join(tmp("bench-prof-key-"), "k.json");
     const signingKey = await devSigningKey(keyFile);
-    const gw = bundled(join(root, "wrangler.toml"), tmp("bench-prof-gw-"));
+    const gw = builtWorker(join(root, "wrangler.toml"), tmp("bench-prof-gw-"));
     const upPort = await freePort();
     procs.push(spawn(process.execPath, [join(root, "bench/upstream.mjs"), "--port", String(upPort)], { stdio: "ignore", detached: true }));
     const upstreamUrl = `http://127.0.0.1:${upPort}/mcp`;

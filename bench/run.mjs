@@ -31,9 +31,8 @@ import { readdirSync, readFileSync, rmSync, statSync } from "node:fs";
 import { cpus, loadavg, tmpdir, totalmem } from "node:os";
 import { join } from "node:path";
 import { gzipSync } from "node:zlib";
-import { devSigningKey, gatewayOrigin, privateEnvFile } from "../cli/gateway-start.ts";
+import { builtWorker, devSigningKey, gatewayOrigin, privateEnvFile } from "../cli/gateway-start.ts";
 import {
-  bundled,
   enforceConfig,
   freePort,
   mint,
@@ -217,7 +216,7 @@ async function measureEra(calls, pids) {
   return out;
 }
 
-/** `wrangler dev --no-bundle` of a built Worker (see `bundled`) in its own process group. */
+/** `wrangler dev --no-bundle` of a built Worker (see `builtWorker` in cli/gateway-start.ts) in its own process group. */
 function wranglerDev(config, port, persistTo, vars, logLevel = "error") {
   const argv = [
     "dev",
@@ -523,7 +522,7 @@ async function main() {
     if (ONLY === "ledger") {
       // Only part (2): the ledger Worker on Miniflare, with a throwaway checkpoint signing key (never the developer's .portcullis key).
       const signingKey = await devSigningKey(join(tmp("bench-key-"), "signing-key.json"));
-      const ld = await serve(bundled(join(root, "bench/ledger.wrangler.toml"), tmp("bench-ledger-")), {
+      const ld = await serve(builtWorker(join(root, "bench/ledger.wrangler.toml"), tmp("bench-ledger-")), {
         name: "portcullis-bench-ledger",
         vars: { PORTCULLIS_SIGNING_KEY: signingKey },
       });
@@ -543,10 +542,10 @@ async function main() {
     const signingKey = await devSigningKey(keyFile);
 
     // Every Worker built once, back to back, from one source tree.
-    const gw = bundled(join(root, "wrangler.toml"), tmp("bench-gw-"));
-    const nl = bundled(join(root, "wrangler.toml"), tmp("bench-nl-"), { entry: "bench/no-ledger-worker.ts", name: "portcullis-bench-no-ledger" });
-    const pt = bundled(join(root, "bench/passthrough.wrangler.toml"), tmp("bench-pt-"));
-    const ld = bundled(join(root, "bench/ledger.wrangler.toml"), tmp("bench-ledger-"));
+    const gw = builtWorker(join(root, "wrangler.toml"), tmp("bench-gw-"));
+    const nl = builtWorker(join(root, "wrangler.toml"), tmp("bench-nl-"), { entry: "bench/no-ledger-worker.ts", name: "portcullis-bench-no-ledger" });
+    const pt = builtWorker(join(root, "bench/passthrough.wrangler.toml"), tmp("bench-pt-"));
+    const ld = builtWorker(join(root, "bench/ledger.wrangler.toml"), tmp("bench-ledger-"));
     const sizes = {
       portcullis: bundleSize(gw.bundle, gw.dryRun),
       "portcullis-no-ledger": bundleSize(nl.bundle, nl.dryRun),

@@ -3,14 +3,14 @@
  * through a private env file), the bundled demo upstream (the `demo-upstream` command in a child
  * process), the dev signing key they are given, and the signal handling of `dev` and `start`
  * (Ctrl-C and SIGTERM reach every child; a child still running after a grace period is killed
- * with its whole process tree). The e2e harness and the bench start gateways through this file
- * too. Must never: put a secret on a command line (a gateway gets its vars through a private env
+ * with its whole process tree). The e2e harness and the bench build Workers once (`builtWorker`)
+ * and start gateways through this file too. Must never: put a secret on a command line (a gateway gets its vars through a private env
  * file of mode 0600, removed when it exits), let the process environment reach the Worker's vars,
  * or leave a child running after a second signal.
  */
 import { type ChildProcess, execFileSync, type StdioOptions, spawn } from "node:child_process";
 import { randomBytes } from "node:crypto";
-import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 
@@ -130,6 +130,51 @@ export function privateEnvFile(vars: Record<string, unknown>): { dir: string; fi
 /** The origin a gateway started on `ip`:`port` serves: `http://127.0.0.1:8787`, `http://[::1]:8787`. */
 export function gatewayOrigin(ip: string, port: number | string): string {
   return `http://${String(ip).includes(":") ? `[${ip}]` : ip}:${port}`;
+}
+
+/**
+ * Builds the Worker of `config` (entry `entry`, else its own `main`) with the bundler a deploy
+ * uses (`wrangler deploy --dry-run --outdir DIR/bundle`, offline), or takes the bundle already
+ * built in `prebuilt` (an outdir of that same command), and writes DIR/wrangler.toml: the same
+ * bindings, flags and compatibility date, `main` pointing at the bundle, for `wrangler dev
+ * --no-bundle` (startGateway's `builtConfig`) and the bench's Miniflare. Every Worker then runs the
+ * source as it was when the build ran. Returns the config written, the bundle's path and what the
+ * dry run printed (its "Total Upload" line; empty for a prebuilt bundle).
+ */
+export function builtWorker(
+  config: string,
+  dir: string,
+  { entry, name, prebuilt }: { entry?: string; name?: string; prebuilt?: string | undefined } = {},
+): { file: string; bundle: string; dryRun: string } {
+  const out = prebuilt || join(dir, "bundle");
+  let dryRun = "";
+  if (!prebuilt) {
+    try {
+      dryRun = execFileSync(bin("wrangler"), ["deploy", ...(entry ? [entry] : []), "--dry-run", "--outdir", out, "--config", config], {
+        cwd: root,
+        env: { ...process.env, CLOUDFLARE_CF_FETCH_ENABLED: "false", WRANGLER_SEND_METRICS: "false" },
+        stdio: "pipe",
+        timeout: 120_000,
+        encoding: "utf8",
+      });
+    } catch (err) {
+      const e = err as { stderr?: Buffer | string; stdout?: Buffer | string };
+      throw new Error(`building ${entry ?? config} failed:\n${e.stderr?.toString() ?? ""}${e.stdout?.toString() ?? ""}`);
+    }
+  }
+  const js = readdirSync(out).filter((f) => f.endsWith(".js"));
+  if (js.length !== 1) throw new Error(`building ${entry ?? config}: expected one .js bundle in ${out}, found ${js.join(", ") || "none"}`);
+  const bundle = join(out, js[0]!);
+  const main = /^main = ".*"$/m;
+  const text = readFileSync(config, "utf8");
+  if (!main.test(text)) throw new Error(`${config}: no main line`);
+  let outText = text
+    .replace(main, `main = ${JSON.stringify(bundle)}`)
+    .replace(/^migrations_dir = "(.*)"$/m, (_, d: string) => `migrations_dir = ${JSON.stringify(resolve(dirname(config), d))}`);
+  if (name) outText = outText.replace(/^name = ".*"$/m, `name = ${JSON.stringify(name)}`);
+  const file = join(dir, "wrangler.toml");
+  writeFileSync(file, outText);
+  return { file, bundle, dryRun };
 }
 
 export interface GatewayStart {

@@ -11,11 +11,11 @@
  * Must never: leave a process running after teardown, or reach beyond 127.0.0.1.
  */
 import { execFileSync, type ChildProcess } from "node:child_process";
-import { appendFileSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { appendFileSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
-import { startDemoUpstream, startGateway } from "../../cli/gateway-start.ts";
+import { builtWorker, startDemoUpstream, startGateway } from "../../cli/gateway-start.ts";
 
 export const root = resolve(import.meta.dirname, "../..");
 
@@ -267,23 +267,7 @@ export async function startEverything(port: number): Promise<Proc> {
  */
 export function buildGateway(dir: string, prebuilt = process.env.PORTCULLIS_E2E_BUNDLE): string {
   // `npm test` has just built the same bundle (its bundle step) and names it here: served as it is.
-  const out = prebuilt || join(dir, "bundle");
-  if (!prebuilt)
-    execFileSync(resolve(root, "node_modules/.bin/wrangler"), ["deploy", "--dry-run", "--outdir", out, "--config", resolve(root, "wrangler.toml")], {
-      cwd: root,
-      env: { ...process.env, WRANGLER_SEND_METRICS: "false", CLOUDFLARE_CF_FETCH_ENABLED: "false", WRANGLER_LOG: "warn" },
-      stdio: "pipe",
-      timeout: 120_000,
-    });
-  const js = readdirSync(out).filter((f) => f.endsWith(".js"));
-  if (js.length !== 1) throw new Error(`the gateway build wrote ${js.length} .js modules to ${out}, not one`);
-  const text = readFileSync(resolve(root, "wrangler.toml"), "utf8")
-    .replace(/^main = ".*"$/m, `main = ${JSON.stringify(join(out, js[0]!))}`)
-    .replace(/^migrations_dir = "(.*)"$/m, (_, d: string) => `migrations_dir = ${JSON.stringify(resolve(root, d))}`);
-  if (!text.includes(join(out, js[0]!))) throw new Error("wrangler.toml has no main line to point at the build");
-  const file = join(dir, "wrangler.toml");
-  writeFileSync(file, text);
-  return file;
+  return builtWorker(resolve(root, "wrangler.toml"), dir, { prebuilt }).file;
 }
 
 /** The built gateway's wrangler config: set by global-setup.ts in its process, provided to test files (inject). */
