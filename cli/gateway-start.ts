@@ -12,13 +12,34 @@ import { type ChildProcess, execFileSync, type StdioOptions, spawn } from "node:
 import { randomBytes } from "node:crypto";
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { dirname, join, resolve } from "node:path";
+import { basename, dirname, join, resolve } from "node:path";
 
-/** The repository (or installed package) the CLI runs from. */
-export const root = resolve(import.meta.dirname, "..");
-const bin = (name: string) => resolve(root, "node_modules", ".bin", name);
+/** The directory of the nearest package.json above `dir` (this file runs as cli/*.ts in a checkout, as dist/cli/*.js in the package). */
+function packageRoot(dir: string): string {
+  for (let d = dir; ; d = dirname(d)) {
+    if (existsSync(join(d, "package.json"))) return d;
+    if (dirname(d) === d) return resolve(dir, "..");
+  }
+}
 
-const DEV_KEY = resolve(root, ".portcullis", "dev-signing-key.json");
+/** The repository, or the installed package (node_modules/portcullis), the CLI runs from. */
+export const root = packageRoot(import.meta.dirname);
+/** Whether the CLI runs from an installed package (a gateway project's node_modules), not a checkout. */
+export const installed = /[\\/]node_modules[\\/]/.test(root);
+/** Where the CLI keeps its local files (.portcullis/): the checkout, or the directory an installed CLI runs in (a gateway project). */
+export const home = installed ? process.cwd() : root;
+
+/**
+ * The path of an npm bin: the checkout's node_modules/.bin, or, for an installed package, the
+ * project's (node_modules/.bin beside node_modules/portcullis). The first that exists; else the first.
+ */
+export function bin(name: string): string {
+  const candidates = [resolve(root, "node_modules", ".bin", name)];
+  if (basename(dirname(root)) === "node_modules") candidates.push(resolve(dirname(root), ".bin", name));
+  return candidates.find((c) => existsSync(c)) ?? candidates[0]!;
+}
+
+const DEV_KEY = resolve(home, ".portcullis", "dev-signing-key.json");
 
 /**
  * The local dev signing key (a private Ed25519 JWK, its JSON text), created on first use. Never
@@ -178,8 +199,16 @@ export function builtWorker(
 }
 
 export interface GatewayStart {
-  /** The config text (its files inlined): the Worker's PORTCULLIS_CONFIG. */
-  configText: string;
+  /**
+   * The config text (its files inlined): the Worker's PORTCULLIS_CONFIG. Absent for a `project`,
+   * whose bundle carries its built config (cli/project.ts).
+   */
+  configText?: string;
+  /**
+   * A gateway project's directory (cli/project.ts): its own wrangler.toml, run from there (its
+   * local state in its .wrangler/ unless persistTo), serving the config built into its bundle.
+   */
+  project?: string | undefined;
   port?: number;
   persistTo?: string | undefined;
   stdio?: StdioOptions;
@@ -222,10 +251,11 @@ export function startGateway({
   ip = "127.0.0.1",
   detached = false,
   builtConfig,
+  project,
 }: GatewayStart): ChildProcess {
   // The dev signing key travels as a var: local runs only (a deploy uses `wrangler secret put`).
   const vars = {
-    PORTCULLIS_CONFIG: configText,
+    ...(configText === undefined ? {} : { PORTCULLIS_CONFIG: configText }),
     PORTCULLIS_ORIGIN: gatewayOrigin(ip, port),
     ...(signingKey ? { PORTCULLIS_SIGNING_KEY: signingKey } : {}),
     ...extraVars,
@@ -235,7 +265,7 @@ export function startGateway({
     "dev",
     ...(builtConfig ? ["--no-bundle"] : []),
     "--config",
-    builtConfig ?? resolve(root, "wrangler.toml"),
+    builtConfig ?? (project ? join(project, "wrangler.toml") : resolve(root, "wrangler.toml")),
     "--ip",
     ip,
     "--port",
@@ -253,7 +283,7 @@ export function startGateway({
   let child: ChildProcess;
   try {
     child = spawn(bin("wrangler"), argv, {
-      cwd: root,
+      cwd: project ?? root,
       stdio,
       detached,
       env: {

@@ -13,7 +13,9 @@
 import type { GatewayConfig } from "../src/config/gateway-config.ts";
 import { commandOptions, FLAG, HELP_OPTION, namesOf, portOf, STRING, usageError } from "./args.ts";
 import { messageOf, Refused } from "./gateway-http.ts";
+import { existsSync } from "node:fs";
 import { devSigningKey, gatewayOrigin, startGateway, stopChildrenOnSignal } from "./gateway-start.ts";
+import { projectOf, writeConfigModule } from "./project.ts";
 
 export const HELP = {
   dev: `usage: portcullis dev --config FILE [--port N] [--force]
@@ -123,7 +125,9 @@ const problemList = (problems: string[]) => problems.map((p) => `  - ${p}`).join
 /** `portcullis dev …`: runs the gateway until it stops (this process exits with it). */
 export async function devCommand(argv: string[]): Promise<void> {
   const a = commandOptions("dev", argv, DEV_OPTIONS, HELP.dev);
-  if (typeof a.config !== "string") usageError("dev", "give --config FILE");
+  // In a gateway project (npx portcullis init) the config is its portcullis.yaml.
+  if (typeof a.config !== "string" && existsSync("portcullis.yaml") && projectOf("portcullis.yaml")) a.config = "portcullis.yaml";
+  if (typeof a.config !== "string") usageError("dev", "give --config FILE (in a gateway project, portcullis.yaml is the default)");
   const port = portOf("dev", a.port, 8787);
   const { configFileText, validate } = await import("./validate.ts");
   const v = await validate(a.config, { text: configFileText("dev", a.config) });
@@ -132,7 +136,15 @@ export async function devCommand(argv: string[]): Promise<void> {
     process.exit(1);
   }
   await rulesBeforeStart(a.config, a.force === true);
-  const child = startGateway({ configText: v.text, port, signingKey: await devSigningKey(), extraVars: secretsFromEnv(v.text, v.cfg) });
+  // A project's Worker is its own bundle, serving the config built into it (as deployed); here, the var.
+  const project = projectOf(a.config);
+  if (project) writeConfigModule(project, v.text);
+  const child = startGateway({
+    ...(project ? { project } : { configText: v.text }),
+    port,
+    signingKey: await devSigningKey(),
+    extraVars: secretsFromEnv(v.text, v.cfg),
+  });
   console.log(`portcullis: gateway on http://127.0.0.1:${port}/mcp`);
   stopChildrenOnSignal([child]);
   child.on("exit", (code) => process.exit(code ?? 0));

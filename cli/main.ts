@@ -9,7 +9,9 @@
  */
 import { isHelp } from "./args.ts";
 import { KNOWN as DEMO } from "./demo.ts";
+import { KNOWN as DEPLOY } from "./deploy.ts";
 import { KNOWN as LOCAL } from "./local.ts";
+import { KNOWN as PROJECT } from "./project.ts";
 import { KNOWN as TOKEN } from "./token.ts";
 
 /**
@@ -17,6 +19,13 @@ import { KNOWN as TOKEN } from "./token.ts";
  * (stderr). Each command's own `--help` / `-h` prints its full usage.
  */
 export const USAGE = `usage: portcullis <command> [options]     (portcullis <command> --help, or -h, for each one's options)
+  portcullis init [DIR] [--name NAME]      a gateway project for a team's own repository (wrangler.toml,
+                        worker.js importing the Worker from this package, portcullis.yaml, policy,
+                        mappings/, .gitignore, README); never overwrites a file (portcullis init --help)
+  portcullis build [--config FILE]         the project's config built into its bundle (.portcullis/build/config.js)
+  portcullis deploy [--dry-run] [--generate-key]
+                        from a project to a hosted gateway: D1 (and KV for OAuth) created, migrations,
+                        secrets checked, wrangler deploy, /healthz and /readyz probed (portcullis deploy --help)
   portcullis start [--port N] [--upstream-port N] [--persist-to DIR]
                         demo upstream (127.0.0.1 only) + gateway on http://127.0.0.1:8787/mcp
   portcullis demo-upstream [--port N]      the bundled demo upstream alone, on 127.0.0.1:3001 only
@@ -87,7 +96,7 @@ Every command answers --help (or -h) with its usage on stdout (exit 0). An unkno
 required one or an unexpected argument exits 2, naming it and pointing at the command's --help.`;
 
 /** The options of the commands dispatched here with their own parser (help.test.ts checks each --help names them all). */
-export const KNOWN = { ...DEMO, ...LOCAL, ...TOKEN };
+export const KNOWN = { ...DEMO, ...LOCAL, ...TOKEN, ...PROJECT, ...DEPLOY };
 
 /**
  * Runs `portcullis <argv…>` (the words after the command name). Each command exits this process
@@ -106,6 +115,15 @@ export async function main(argv: string[]): Promise<void> {
     return;
   }
   const has = (...flags: string[]) => rest.some((w) => flags.includes(w) || flags.some((f) => w.startsWith(`${f}=`)));
+  if (cmd === "init" || cmd === "build") {
+    // cli/project.ts owns the gateway project: its files and its built config.
+    const { initCommand, buildCommand } = await import("./project.ts");
+    process.exit(await (cmd === "init" ? initCommand : buildCommand)(rest));
+  }
+  if (cmd === "deploy") {
+    const { deployCommand } = await import("./deploy.ts");
+    process.exit(await deployCommand(rest));
+  }
   if (cmd === "ledger") {
     // verify | export | trace: cli/ledger.ts owns the ledger commands and their flags.
     const { ledgerCommand } = await import("./ledger.ts");

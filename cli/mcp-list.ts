@@ -8,12 +8,11 @@
  * `${NAME}` from this environment; reasons are scrubbed of them), print a URL's userinfo or query,
  * follow a redirect, or wait on an upstream without a bound.
  */
-import { pathToFileURL } from "node:url";
-import { resolve } from "node:path";
+import { TextDecoderStream } from "node:stream/web";
+import { EventSourceParserStream } from "eventsource-parser/stream";
 import type { UpstreamConfig } from "../src/config/gateway-config.ts";
 import { isObject, type Json, type JsonObject } from "../src/wire/jsonrpc.ts";
 import { messageOf } from "./gateway-http.ts";
-import { root } from "./gateway-start.ts";
 
 const MODERN_VERSION = "2026-07-28";
 const LEGACY_VERSION = "2025-11-25";
@@ -82,12 +81,11 @@ function transportReason(e: unknown, deadline: AbortSignal, timeoutMs: number): 
   return message ?? messageOf(e);
 }
 
-/**
- * src/wire/sse.ts's parseSse, loaded by URL: that file is typed for the Worker's streams (its
- * TextDecoderStream pipe does not check against Node's lib), so the Node typecheck leaves it out.
- */
-type ParseSse = (body: ReadableStream<Uint8Array>) => AsyncIterable<{ data: string }>;
-const parseSse = async (): Promise<ParseSse> => ((await import(pathToFileURL(resolve(root, "src/wire/sse.ts")).href)) as { parseSse: ParseSse }).parseSse;
+/** The events of an SSE body (eventsource-parser: CRLF, comments and multi-line data as the spec has them). */
+function sseEvents(body: ReadableStream<Uint8Array>): AsyncIterable<{ data: string }> {
+  const events = body.pipeThrough(new TextDecoderStream() as unknown as TransformStream<Uint8Array, string>).pipeThrough(new EventSourceParserStream());
+  return events as unknown as AsyncIterable<{ data: string }>; // Node's ReadableStream is async-iterable
+}
 
 interface Ctx {
   up: ListedUpstream;
@@ -135,7 +133,7 @@ async function post(ctx: Ctx, headers: Record<string, string>, message: JsonObje
     try {
       const body = bounded(res.body);
       if ((res.headers.get("content-type") ?? "").includes("text/event-stream")) {
-        for await (const ev of (await parseSse())(body)) {
+        for await (const ev of sseEvents(body)) {
           let m: Json;
           try {
             m = JSON.parse(ev.data);

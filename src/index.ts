@@ -29,16 +29,8 @@ import { enrollRoute } from "./routes/enroll.ts";
 import { jsonResponse } from "./wire/http.ts";
 import { withSecurityHeaders } from "./console/headers.ts";
 
-export { CredentialsDO } from "../durable-objects/credentials.ts";
-export { LedgerDO } from "../durable-objects/ledger.ts";
-export { RevocationsDO } from "../durable-objects/revocations.ts";
-export { SessionDO } from "../durable-objects/session.ts";
-export { TasksDO } from "../durable-objects/tasks.ts";
-export { HistoryDO } from "../durable-objects/history.ts";
-export { HoldsDO } from "../durable-objects/holds.ts";
-export { KillSwitchDO } from "../durable-objects/killswitch.ts";
-export { ConfigDO } from "../durable-objects/config.ts";
-export { SseDO } from "../durable-objects/http-sse.ts";
+// The Durable Object classes (src/objects.ts): the main module exports each one wrangler binds.
+export * from "./objects.ts";
 
 const app = new Hono<AppEnv>();
 

@@ -1,4 +1,4 @@
-/** @jsxImportSource hono/jsx */
+/** @jsxRuntime automatic @jsxImportSource hono/jsx */
 /**
  * The approver's pages: pending (or any state's) holds as a table, and one hold in full — the
  * exact canonical action that is hashed (pretty-printed and, verbatim, the bytes), its action

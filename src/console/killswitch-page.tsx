@@ -1,4 +1,4 @@
-/** @jsxImportSource hono/jsx */
+/** @jsxRuntime automatic @jsxImportSource hono/jsx */
 /**
  * The kill-switch page: its real state (version and every halt with scope, target, reason, who
  * and when) and, for an admin, the halt form and a resume form per halt. Must never: show a

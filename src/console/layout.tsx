@@ -1,4 +1,4 @@
-/** @jsxImportSource hono/jsx */
+/** @jsxRuntime automatic @jsxImportSource hono/jsx */
 /**
  * The frame of every console page: the document head (the one inline stylesheet the CSP allows
  * by hash), the navigation the viewer's roles reach, who is signed in and how, the sign-out form,

@@ -1,4 +1,4 @@
-/** @jsxImportSource hono/jsx */
+/** @jsxRuntime automatic @jsxImportSource hono/jsx */
 /**
  * The auditor's pages: recent ledger entries of the chains the viewer may read (filter by kind
  * and tool, newest first, a link to the next page), and the trace of one call — its decision,

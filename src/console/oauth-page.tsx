@@ -1,4 +1,4 @@
-/** @jsxImportSource hono/jsx */
+/** @jsxRuntime automatic @jsxImportSource hono/jsx */
 /**
  * The two pages a person sees when a hosted MCP client (Claude, ChatGPT, VS Code) connects through
  * OAuth: the sign-in page (the sources auth.oauth.sign_in configures: an enrollment code, an

@@ -1,4 +1,4 @@
-/** @jsxImportSource hono/jsx */
+/** @jsxRuntime automatic @jsxImportSource hono/jsx */
 /**
  * The operator's run pages ([R]): the runs the viewer may see (run, principal, steps, last
  * activity), and one run in full — its steps newest first (tool, when, outcome, the compensation

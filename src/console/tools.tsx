@@ -1,4 +1,4 @@
-/** @jsxImportSource hono/jsx */
+/** @jsxRuntime automatic @jsxImportSource hono/jsx */
 /**
  * The tool-classification page: every tool the viewer's grant reaches with its banner level (OK
  * mapped, NOTE heuristic read, WARN heuristic write, BLOCK unclassified or drifted) and why, what

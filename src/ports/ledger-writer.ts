@@ -13,6 +13,7 @@
  * Must never: report a receipt for a record that was not stored, or swallow a failed
  * decision/outcome append (the governed path refuses on a throw).
  */
+import { deployedConfigText } from "../config/deployed.ts";
 import { canonicalUrl } from "../identity/metadata.ts";
 import { ledgerObject } from "../../durable-objects/object-names.ts";
 import { GLOBAL_CHAIN } from "../ledger/records.ts";
@@ -210,7 +211,7 @@ const recordedConfigs = new WeakSet<object>();
 export function recordConfigOnce(env: Env, cfg: GatewayConfig, gateway: string, waitUntil: (p: Promise<unknown>) => void): void {
   if (recordedConfigs.has(cfg)) return;
   recordedConfigs.add(cfg);
-  const text = typeof env.PORTCULLIS_CONFIG === "string" ? env.PORTCULLIS_CONFIG : "";
+  const text = deployedConfigText(env) ?? "";
   const sha = sha256Hex(text);
   const d: EntryDraft = {
     kind: "config.changed",

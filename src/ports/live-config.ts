@@ -13,6 +13,7 @@
 import { sha256Hex } from "../wire/canonical.ts";
 import { configObject } from "../../durable-objects/object-names.ts";
 import type { ConfigApi, StoredConfig, StoredConfigHead } from "../../durable-objects/contract.ts";
+import { deployedConfigText } from "../config/deployed.ts";
 import { ConfigError, loadConfig } from "../config/load.ts";
 import type { GatewayConfig } from "../config/gateway-config.ts";
 import type { Env } from "../env.ts";
@@ -134,7 +135,7 @@ export class LiveConfigCache {
       this.readOnce = true;
     } catch (e) {
       this.log(
-        `portcullis: the stored config could not be read (${(e as Error)?.message ?? String(e)}); serving ${this.good ? `the last good version ${this.good.version}` : this.readOnce ? "the PORTCULLIS_CONFIG var" : "the PORTCULLIS_CONFIG var (nothing read yet)"}`,
+        `portcullis: the stored config could not be read (${(e as Error)?.message ?? String(e)}); serving ${this.good ? `the last good version ${this.good.version}` : this.readOnce ? "the deployed config" : "the deployed config (nothing read yet)"}`,
       );
     }
     if (change && this.onChange) this.onChange(change[0], change[1]);
@@ -156,8 +157,9 @@ let varSha: { text: string; sha: string } | null = null;
  * deployed a new config since, and the deploy wins (a reload after it stores over the new var).
  */
 export function supersededByDeploy(env: Env, live: Live): boolean {
-  if (live.source !== "stored" || !live.base || typeof env.PORTCULLIS_CONFIG !== "string") return false;
-  if (varSha?.text !== env.PORTCULLIS_CONFIG) varSha = { text: env.PORTCULLIS_CONFIG, sha: sha256Hex(env.PORTCULLIS_CONFIG) };
+  const deployed = deployedConfigText(env);
+  if (live.source !== "stored" || !live.base || deployed === undefined) return false;
+  if (varSha?.text !== deployed) varSha = { text: deployed, sha: sha256Hex(deployed) };
   return varSha.sha !== live.base;
 }
 

@@ -14,6 +14,7 @@
  * secret's value or the config text in an answer or a log, or take the actor from anything but
  * the verified grant.
  */
+import { deployedConfigText } from "../config/deployed.ts";
 import { ledgerSigning } from "../ports/ledger-writer.ts";
 import { renamedUpstreams, renameProblem } from "../protocol/exposed-names.ts";
 import { liveCoverage } from "../services/policy-live.ts";
@@ -97,7 +98,8 @@ export async function reloadConfig(env: Env, cached: GatewayConfig, req: Request
   try {
     const signing = ledgerSigning(served);
     // The deployed var this version is stored over: a later deploy of another var supersedes it.
-    const base = typeof env.PORTCULLIS_CONFIG === "string" ? sha256Hex(env.PORTCULLIS_CONFIG) : null;
+    const deployed = deployedConfigText(env);
+    const base = deployed === undefined ? null : sha256Hex(deployed);
     const r = await configObject(env).put(text, sha256, by.sub, signing, detailOf(checked.config), base);
     if (!r.ok) return { ok: false, status: 503, message: r.message };
     return { ok: true, version: r.stored.version, sha256: r.stored.sha256, changed: r.changed, warnings };

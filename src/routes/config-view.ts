@@ -8,6 +8,7 @@
  * failed validation or the egress rules (503 naming every problem), mutate the shared config,
  * or let a resolved credential outlive the request.
  */
+import { deployedConfigText } from "../config/deployed.ts";
 import { ConfigError } from "../config/load.ts";
 import type { GatewayConfig } from "../config/gateway-config.ts";
 import type { Principal } from "../config/principal.ts";
@@ -22,11 +23,13 @@ import { jsonResponse } from "../wire/http.ts";
 
 let cached: { text: string; config: GatewayConfig } | null = null;
 
-/** The parsed config of the PORTCULLIS_CONFIG var; throws ConfigError naming every problem. */
+/** The parsed deployed config (the PORTCULLIS_CONFIG var, else the one built into the bundle); throws ConfigError naming every problem. */
 function varConfig(env: Env): GatewayConfig {
-  const text = env.PORTCULLIS_CONFIG;
-  if (typeof text !== "string" || text.trim() === "") {
-    throw new ConfigError(["PORTCULLIS_CONFIG is not set: start with `portcullis dev --config FILE` or set it at deploy"]);
+  const text = deployedConfigText(env);
+  if (text === undefined) {
+    throw new ConfigError([
+      "no config: this Worker has no PORTCULLIS_CONFIG var and none built into its bundle (start with `npx portcullis dev`; deploy with `npx portcullis deploy`)",
+    ]);
   }
   if (cached && cached.text === text) return cached.config;
   const config = parseConfigText(text, env);

@@ -9,7 +9,8 @@ export function layerOf(path: string): string | null {
   if (path === "src/env.ts") return "store";
   // The D1 schema (migrations/*.sql, imported as text by durable-objects/ledger-schema.ts) is part of the storage contract.
   if (/^migrations\/[^/]+\.sql$/.test(path)) return "store";
-  if (path === "src/index.ts") return "app";
+  // The Worker and its package entries (the DO classes, and the handler a gateway project imports).
+  if (path === "src/index.ts" || path === "src/objects.ts" || path === "src/worker.ts") return "app";
   // The storage contract: contract.ts and the contract-<object>.ts files split from it, and the object names.
   if (/^durable-objects\/contract(-[a-z]+)?\.ts$/.test(path) || path === "durable-objects/object-names.ts") return "store";
   if (path.startsWith("durable-objects/")) return "objects";

@@ -202,7 +202,7 @@ describe("LiveConfigCache", () => {
     const f = fakeSource();
     f.state.fail = true;
     expect((await cache.live(f.source)).live.source).toBe("var");
-    expect(logs.at(-1)).toMatch(/could not be read \(object down\); serving the PORTCULLIS_CONFIG var \(nothing read yet\)/);
+    expect(logs.at(-1)).toMatch(/could not be read \(object down\); serving the deployed config \(nothing read yet\)/);
     f.state.fail = false;
     f.store(4, TEXT_A);
     t += 1000;
