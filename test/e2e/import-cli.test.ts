@@ -635,7 +635,7 @@ describe("portcullis import keeps what it cannot govern: stdio servers and serve
     );
     for (const name of ["notes", "wiki", "atlassian", "local-fs", "repo-tool"]) expect(line(name)).toContain("kept in .claude.json as it is");
     expect(r.stdout).toMatch(/note: asleep: asleep did not answer the OAuth probe \(ECONNREFUSED\): imported as an HTTP server/);
-    expect(r.stdout).toContain('3 servers moved behind one "portcullis" entry at http://127.0.0.1:8787/mcp, 5 kept as they were');
+    expect(r.stdout).toContain('4 servers moved behind one "portcullis" entry at http://127.0.0.1:8787/mcp, 5 kept as they were');
     expectNoSecret(r.stdout, r.stderr, readFileSync(join(dir, "portcullis.yaml"), "utf8"));
 
     // doctor --clients probes as import does: what import kept is reported, not a problem.
