@@ -115,17 +115,21 @@ export interface Edit {
   text: string;
 }
 
-/** The edit that sets `key` of the object `node` to `value`. */
+/** The edit that sets `key` of the object `node` to `value` (a new member goes last; the comment after the last one stays with it). */
 export function setMember(text: string, node: JsonNode, key: string, value: unknown, unit: string): Edit {
   const m = member(node, key);
   if (m) return { start: m.value.start, end: m.value.end, text: jsonAt(value, unit, lineIndent(text, m.keyStart)) };
   const last = node.members.at(-1);
   if (last) {
+    // After the last member, its comma (one is added when it has none) and a comment on the rest of its line.
     const ind = unit ? lineIndent(text, last.keyStart) : "";
+    const comma = commaAfter(text, last.value.end, node.end - 1);
+    const from = comma < 0 ? last.value.end : comma + 1;
+    const eol = restOfLine(text, from);
     return {
-      start: last.value.end,
-      end: last.value.end,
-      text: `,${unit ? `\n${ind}` : ""}${JSON.stringify(key)}:${unit ? " " : ""}${jsonAt(value, unit, ind)}`,
+      start: from,
+      end: eol,
+      text: `${comma < 0 ? "," : ""}${text.slice(from, eol)}${unit ? `\n${ind}` : ""}${JSON.stringify(key)}:${unit ? " " : ""}${jsonAt(value, unit, ind)}`,
     };
   }
   const outer = lineIndent(text, node.start);
