@@ -31,7 +31,6 @@ import {
   ENTRY,
   FORMATS,
   Failure,
-  GATEWAY_FORMS,
   gatewayEndpoint,
   gatewayEntry,
   type ImportedSecret,
@@ -81,8 +80,9 @@ const HELP = {
                  claude-desktop (claude_desktop_config.json: ~/Library/Application Support/Claude on macOS,
                  ~/.config/Claude elsewhere), cursor (~/.cursor/mcp.json), vscode (./.vscode/mcp.json: servers)
   --path FILE    the client's config file instead of its default
-  --gateway URL  ${GATEWAY_FORMS}
-                 (default ${DEFAULT_GATEWAY}); what the client file gets always ends in /mcp or /mcp/<upstream>
+  --gateway URL  the gateway: its origin (http://127.0.0.1:8787 gets /mcp), its MCP endpoint …/mcp (default
+                 ${DEFAULT_GATEWAY}), or one upstream's route …/mcp/<upstream>; any other path is refused.
+                 What the client file gets always ends in /mcp or /mcp/<upstream>
   --offline      no probe, no network: only each entry's own settings say whether it signs in with OAuth
   --dry-run      print what would change; write nothing (the probe still runs unless --offline)
   --json         print the result as JSON
@@ -98,8 +98,9 @@ exit: 0 restored, 1 no backup (or it could not be restored), 2 usage`,
   Portcullis cannot govern it yet ("not governed: stdio", "oauth" or "sse", as import says) is
   reported but is not a problem by itself; any other direct server is. Without --client: every client
   config found at its default path (and ./.mcp.json, ./.cursor/mcp.json, ./.vscode/mcp.json)
-  --gateway URL  ${GATEWAY_FORMS}
-                 (default ${DEFAULT_GATEWAY}); an entry at that endpoint, or named "${ENTRY}", is the gateway entry
+  --gateway URL  the gateway, as import reads it: its origin (gets /mcp), its MCP endpoint …/mcp (default
+                 ${DEFAULT_GATEWAY}) or …/mcp/<upstream>; an entry at that endpoint, or named "${ENTRY}",
+                 is the gateway entry
   --offline      no probe: an HTTP server counts as signing in with OAuth only by its entry's own settings
                  (otherwise each one sending no credential-looking header is probed as import does)
 exit: 0 every client goes through the gateway (and what it keeps direct is only what Portcullis cannot

@@ -20,7 +20,7 @@
  */
 import { spawn } from "node:child_process";
 import { createServer, type IncomingHttpHeaders, type Server } from "node:http";
-import type { AddressInfo } from "node:net";
+import type { AddressInfo, Socket } from "node:net";
 import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
@@ -668,6 +668,35 @@ describe("portcullis import keeps what it cannot govern: stdio servers and serve
     expect(readFileSync(file, "utf8")).toBe(text);
     expect((await portcullis(["restore", "--client", "claude-code"], opts)).code).toBe(0);
     expect(readFileSync(file, "utf8")).toBe(original);
+  });
+});
+
+describe("the OAuth probe gives up after 3 s", () => {
+  it("a server that accepts the connection and never answers is imported, and the output says it did not answer", async () => {
+    const sockets: Socket[] = [];
+    const silent = createServer();
+    silent.on("connection", (c) => sockets.push(c));
+    silent.on("request", () => undefined); // never answered
+    await new Promise<void>((done) => silent.listen(0, "127.0.0.1", done));
+    const url = `http://127.0.0.1:${(silent.address() as AddressInfo).port}/mcp`;
+    try {
+      const { dir, home } = sandbox();
+      const file = join(dir, "mcp.json");
+      writeFileSync(file, JSON.stringify({ mcpServers: { quiet: { url } } }));
+      const started = Date.now();
+      const r = await portcullis(["import", "--client", "cursor", "--path", file, "--dry-run", "--json"], { cwd: dir, home });
+      expect(r.code, r.stderr).toBe(0);
+      expect(Date.now() - started).toBeGreaterThanOrEqual(3000);
+      const j = JSON.parse(r.stdout);
+      expect(j.upstreams.map((u: Any) => [u.name, u.url])).toEqual([["quiet", url]]);
+      expect(j.kept).toEqual([]);
+      expect(j.notes).toEqual([
+        "quiet: quiet did not answer the OAuth probe (no answer within 3 s): imported as an HTTP server; if it signs in with OAuth, restore and keep it direct",
+      ]);
+    } finally {
+      for (const c of sockets) c.destroy();
+      await new Promise((done) => silent.close(done));
+    }
   });
 });
 
