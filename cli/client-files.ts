@@ -2,18 +2,23 @@
  * The MCP clients' own config files (Claude Code, Claude Desktop, Cursor, VS Code) as `import`,
  * `restore` and `doctor --clients` (cli/clients.ts) read and rewrite them: each client's file
  * format and default paths (the file read as JSONC, cli/jsonc.ts, so a rewrite changes only the
- * servers key), every server in a file and what kind it is, the gateway entry in each client's own reference
- * syntax (the agent's grant from PORTCULLIS_AGENT_TOKEN), the headers an imported upstream gets
- * (a credential becomes a `${NAME}` reference), and the atomic write (`add` uses it too). What
- * counts as an inline secret is src/config/inline-secret.ts's rule. Must never: copy a credential
- * out of a client file, put one in a message, or point a client at PORTCULLIS_TOKEN (the operator
- * CLI's admin and approver grants).
+ * servers it moves), every server in a file and what kind it is (HTTP, legacy SSE, stdio, and
+ * whether its entry's own settings say it signs in with OAuth), the probe that asks an HTTP server
+ * whether it wants an OAuth sign-in (one POST initialize, no redirect followed, then its RFC 9728
+ * metadata), the gateway endpoint `--gateway` names (always /mcp or /mcp/<upstream>), the gateway
+ * entry in each client's own reference syntax (the agent's grant from PORTCULLIS_AGENT_TOKEN), the
+ * headers an imported upstream gets (a credential becomes a `${NAME}` reference), and the atomic
+ * write (`add` uses it too). What counts as an inline secret is src/config/inline-secret.ts's rule.
+ * Must never: copy a credential out of a client file, put one in a message, send one in a probe
+ * (only servers with no credential-looking header are probed, and with no header of theirs), or
+ * point a client at PORTCULLIS_TOKEN (the operator CLI's admin and approver grants).
  */
 import { existsSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { homedir, platform } from "node:os";
 import { basename, dirname, join, resolve } from "node:path";
 import { looksLikeCredential, SCHEME, SENSITIVE_HEADER, secretName } from "../src/config/inline-secret.ts";
-import { codeOf, isObject, type JsonObject, messageOf } from "./gateway-http.ts";
+import { UsageError } from "./args.ts";
+import { causeOf, codeOf, isObject, type JsonObject, messageOf } from "./gateway-http.ts";
 import { type JsonNode, member, scanJsonc } from "./jsonc.ts";
 
 export const CLIENTS = ["claude-code", "claude-desktop", "cursor", "vscode"] as const;
@@ -72,6 +77,34 @@ export const sameUrl = (a: string, b: string): boolean => {
   }
 };
 
+/** What --gateway accepts, for its usage errors and help. */
+export const GATEWAY_FORMS =
+  "the gateway's origin (http://127.0.0.1:8787: /mcp is added), its MCP endpoint (…/mcp), or one upstream's route (…/mcp/<upstream>)";
+
+/**
+ * The MCP endpoint `--gateway raw` names: an origin (or origin + "/") gets "/mcp"; a path of /mcp or
+ * /mcp/<upstream> is kept (a trailing "/" dropped); anything else is a UsageError saying what is
+ * accepted. A URL written into a client always ends in /mcp or /mcp/<upstream>.
+ */
+export function gatewayEndpoint(raw: string): string {
+  let u: URL;
+  try {
+    u = new URL(raw);
+  } catch {
+    throw new UsageError(`--gateway: not a URL: ${raw}; give ${GATEWAY_FORMS}`);
+  }
+  if (u.protocol !== "http:" && u.protocol !== "https:") throw new UsageError(`--gateway must be an http(s) URL: ${GATEWAY_FORMS}`);
+  if (u.username || u.password) throw new UsageError("--gateway must not carry user:password@ (an agent's grant goes in PORTCULLIS_AGENT_TOKEN)");
+  if (u.search || u.hash) throw new UsageError(`--gateway must be a URL without ?query or #fragment: ${GATEWAY_FORMS}`);
+  const path = u.pathname.replace(/\/+$/, "");
+  if (path === "") return `${u.origin}/mcp`;
+  if (!/^\/mcp(\/[a-z][a-z0-9-]{0,30})?$/.test(path))
+    throw new UsageError(
+      `--gateway must be the gateway's MCP endpoint, and ${u.pathname} is not (an upstream name matches ^[a-z][a-z0-9-]{0,30}$): give ${GATEWAY_FORMS}`,
+    );
+  return `${u.origin}${path}`;
+}
+
 /** The entry that connects `client` to the gateway at `url`, with the grant as a reference in the client's own syntax. */
 export function gatewayEntry(client: Client, url: string): JsonObject {
   if (client === "claude-desktop") {
@@ -114,7 +147,28 @@ export interface Server {
   command?: string;
   bridge?: boolean;
   readsOperatorToken?: boolean;
+  /** The entry's own setting that says it signs in with OAuth (`oauth`, `auth`, an mcp-remote --static-oauth-… flag). */
+  oauth?: string;
 }
+
+/**
+ * The settings by which a client entry signs in with OAuth: Claude Code's `oauth` ({clientId,
+ * callbackPort, …}), Cursor's `auth` ({CLIENT_ID, CLIENT_SECRET, scopes}), an `authorization` or
+ * `authentication` object some clients write, and mcp-remote's --static-oauth-client-info /
+ * --static-oauth-client-metadata (or any --oauth… flag).
+ */
+const OAUTH_KEYS = new Set(["oauth", "auth", "authorization", "authentication"]);
+const OAUTH_FLAG = /^--(static-oauth-client-(info|metadata)|oauth[A-Za-z0-9-]*)(=|$)/;
+
+function oauthSettingOf(entry: JsonObject): string | undefined {
+  const key = Object.keys(entry).find((k) => OAUTH_KEYS.has(k.toLowerCase()) && entry[k] !== null && entry[k] !== false && entry[k] !== "");
+  if (key) return key;
+  const args = Array.isArray(entry.args) ? entry.args.filter((x): x is string => typeof x === "string") : [];
+  return args.find((x) => OAUTH_FLAG.test(x))?.split("=")[0];
+}
+
+/** True when a server sends a header that looks like a credential (its name, or a Bearer/Basic/… value): it signs in by that header. */
+export const sendsCredential = (s: Server): boolean => Object.entries(s.headers).some(([h, v]) => SENSITIVE_HEADER.test(h) || SCHEME.test(v));
 
 /** mcp-remote's `--header "Name: value"` arguments, `${VAR}` resolved from the entry's env (a literal there is inline). */
 function bridgeOf(entry: JsonObject): { url: string; headers: Record<string, string>; sse: boolean } | null {
@@ -152,12 +206,14 @@ function serverOf(name: string, where: string, entry: unknown, client: Client): 
   const e = entry as JsonObject;
   const headers = isObject(e.headers) ? Object.fromEntries(Object.entries(e.headers).map(([k, v]) => [k, String(v)])) : {};
   const type = typeof e.type === "string" ? e.type.toLowerCase() : undefined;
+  const oauth = oauthSettingOf(e);
+  const signIn = oauth ? { oauth } : {};
   if (typeof e.url === "string") {
     const kind = type === "sse" ? "sse" : "http";
-    return { name, where, kind, url: e.url, headers };
+    return { name, where, kind, url: e.url, headers, ...signIn };
   }
   const bridge = client === "claude-desktop" || typeof e.command === "string" ? bridgeOf(e) : null;
-  if (bridge) return { name, where, kind: bridge.sse ? "sse" : "http", url: bridge.url, headers: bridge.headers, bridge: true };
+  if (bridge) return { name, where, kind: bridge.sse ? "sse" : "http", url: bridge.url, headers: bridge.headers, bridge: true, ...signIn };
   return { name, where, kind: "stdio", headers: {}, command: redactedCommand(e) };
 }
 
@@ -219,6 +275,76 @@ export function serversOf(client: Client, parsed: { root: JsonNode }): { scopes:
 }
 
 export const isGatewayEntry = (s: Server, gateway: string): boolean => s.name === ENTRY || (s.url !== undefined && sameUrl(s.url, gateway));
+
+// ---------------------------------------------------------------------------------------------
+// The OAuth probe: does an HTTP server want a sign-in the gateway cannot hold yet?
+
+/** What one probe of a server found: an OAuth sign-in (and the evidence), an answer (its status), or no answer (why). */
+export type Probe = { oauth: true; evidence: string } | { oauth: false; status: number } | { oauth: false; status: null; why: string };
+
+export const PROBE_TIMEOUT_MS = 3000;
+
+/** One request of the probe: no redirect followed, no header of the client's, its body discarded. */
+async function probeRequest(url: string, init: RequestInit, timeoutMs: number): Promise<Response> {
+  const signal = AbortSignal.timeout(timeoutMs);
+  try {
+    return await fetch(url, { ...init, redirect: "manual", signal });
+  } catch (e) {
+    throw new Error(signal.aborted ? `no answer within ${timeoutMs / 1000} s` : causeOf(e));
+  }
+}
+
+/** RFC 9728 §3.1: the metadata URL with the resource's path inserted after /.well-known/oauth-protected-resource, then the origin's. */
+function metadataUrls(url: string): string[] {
+  const u = new URL(url);
+  const path = u.pathname.replace(/\/+$/, "");
+  const base = `${u.origin}/.well-known/oauth-protected-resource`;
+  return path ? [`${base}${path}`, base] : [base];
+}
+
+/**
+ * Whether the MCP server at `url` signs in with OAuth: one POST initialize (no redirect followed,
+ * none of the client's headers); a 401 whose WWW-Authenticate is a Bearer challenge carrying
+ * resource_metadata, or a 401 from a server that serves RFC 9728 protected-resource metadata
+ * (authorization_servers), is OAuth. A server that does not answer is not (status null, why).
+ */
+export async function probeOAuth(url: string, timeoutMs = PROBE_TIMEOUT_MS): Promise<Probe> {
+  let res: Response;
+  try {
+    res = await probeRequest(
+      url,
+      {
+        method: "POST",
+        headers: { "content-type": "application/json", accept: "application/json, text/event-stream" },
+        body: JSON.stringify({
+          jsonrpc: "2.0",
+          id: 1,
+          method: "initialize",
+          params: { protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "portcullis-import", version: "1" } },
+        }),
+      },
+      timeoutMs,
+    );
+  } catch (e) {
+    return { oauth: false, status: null, why: messageOf(e) };
+  }
+  await res.body?.cancel().catch(() => undefined);
+  if (res.status !== 401) return { oauth: false, status: res.status };
+  const challenge = res.headers.get("www-authenticate") ?? "";
+  if (/\bbearer\b/i.test(challenge) && /\bresource_metadata\s*=/i.test(challenge))
+    return { oauth: true, evidence: "401 with WWW-Authenticate: Bearer resource_metadata=…" };
+  for (const meta of metadataUrls(url)) {
+    try {
+      const r = await probeRequest(meta, { headers: { accept: "application/json" } }, timeoutMs);
+      const body: unknown = r.ok ? await r.json().catch(() => null) : await r.body?.cancel().catch(() => null);
+      if (isObject(body) && Array.isArray(body.authorization_servers))
+        return { oauth: true, evidence: `401, and RFC 9728 metadata at ${new URL(meta).pathname}` };
+    } catch {
+      // No metadata there: try the next URL.
+    }
+  }
+  return { oauth: false, status: 401 };
+}
 
 // ---------------------------------------------------------------------------------------------
 // Secrets: what looks like a credential, and the references that replace it.

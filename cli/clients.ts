@@ -1,16 +1,22 @@
 /**
  * `portcullis import | restore | doctor --clients`: an MCP client's own config file (Claude Code,
  * Claude Desktop, Cursor, VS Code) moved behind the gateway and back. `import` reads the client's
- * server list, appends each HTTP server to the `upstreams:` of a portcullis.yaml (through the yaml
- * Document API, so its comments stay), backs the client file up once and rewrites its server list
- * to one `portcullis` entry; `restore` puts the backup back byte for byte; `doctor --clients`
- * reports servers a client reaches directly (ungoverned), a missing gateway entry, and a gateway
- * entry that reads PORTCULLIS_TOKEN. Owns these commands' flags, output and exit codes (0 ok,
- * 1 problems found, 2 usage); the client file formats are cli/client-files.ts's, the byte-exact
- * JSONC edit cli/jsonc.ts's.
+ * server list, appends each HTTP server it can govern to the `upstreams:` of a portcullis.yaml
+ * (through the yaml Document API, so its comments stay), backs the client file up once, takes those
+ * servers out of the client file and adds one `portcullis` entry; what it cannot govern — stdio
+ * servers, servers that sign in with OAuth (their entry's settings, or a probe unless --offline),
+ * legacy SSE, a URL carrying a credential — stays in the client file byte for byte and is named
+ * (`not governed: <reason>`). `restore` puts the backup back byte for byte; `doctor --clients`
+ * reports servers a client reaches directly (ungoverned: a problem when import would move them;
+ * reported, not failed, when it cannot govern them yet), a missing gateway entry, and a gateway
+ * entry that reads PORTCULLIS_TOKEN. `--gateway` is normalised the same way in both (an origin gets
+ * /mcp; /mcp and /mcp/<upstream> are kept; any other path is a usage error). Owns these commands'
+ * flags, output and exit codes (0 ok, 1 problems found, 2 usage); the client file formats and the
+ * probe are cli/client-files.ts's, the byte-exact JSONC edit cli/jsonc.ts's.
  * Must never: copy a credential out of a client file (an inline secret becomes a `${NAME}`
- * reference and the command names the secret to set, never its value), print one, overwrite an
- * existing backup, write anything on --dry-run, or point a client at PORTCULLIS_TOKEN.
+ * reference and the command names the secret to set, never its value), print one, change or drop a
+ * server it keeps, overwrite an existing backup, write anything on --dry-run, or point a client at
+ * PORTCULLIS_TOKEN.
  */
 import { constants, copyFileSync, existsSync, readFileSync, rmSync } from "node:fs";
 import { basename, resolve } from "node:path";
@@ -25,15 +31,20 @@ import {
   ENTRY,
   FORMATS,
   Failure,
+  gatewayEndpoint,
   gatewayEntry,
   type ImportedSecret,
   isClient,
   isGatewayEntry,
   OPERATOR_TOKEN,
+  PROBE_TIMEOUT_MS,
+  type Probe,
+  probeOAuth,
   readClientFile,
   type Server,
   safeUrl,
   sameUrl,
+  sendsCredential,
   serversOf,
   upstreamHeaders,
   upstreamName,
@@ -41,45 +52,74 @@ import {
   writeAtomic,
 } from "./client-files.ts";
 import { codeOf, exitCodeOf, isObject, type JsonObject } from "./gateway-http.ts";
-import { applyEdits, type Edit, indentUnit, setMember } from "./jsonc.ts";
+import { applyEdits, dropMembers, type Edit, indentUnit, member, scanJsonc, setMember } from "./jsonc.ts";
 
 const HELP = {
   import: `usage: portcullis import --client ${CLIENTS.join("|")} [--path FILE] [--config portcullis.yaml]
-                         [--gateway URL] [--dry-run] [--json]
-  moves a client's HTTP MCP servers behind Portcullis:
+                         [--gateway URL] [--offline] [--dry-run] [--json]
+  moves a client's HTTP MCP servers behind Portcullis, and keeps what it cannot govern:
   - each HTTP server in the client's file becomes an upstream in --config (default ./portcullis.yaml,
-    created when missing; appended to upstreams:, comments kept); stdio servers are skipped, and said so
+    created when missing; appended to upstreams:, comments kept) and leaves the client file
+  - kept in the client file as they are, each named with "not governed: <reason>" (--json: kept[]):
+    stdio  a server the client starts (command): a Worker cannot spawn processes; a later release
+           brings stdio servers behind the gateway through a local bridge
+    oauth  a server that signs in with OAuth (its entry's oauth/auth settings or an mcp-remote
+           --static-oauth-… flag; or the probe below): Portcullis cannot yet hold its sign-in
+    sse    the legacy SSE transport (Portcullis upstreams speak Streamable HTTP)
+    url    a url carrying a credential (user:password@, ?token=…): move it to a header, import again
+  - the probe: each HTTP server sending no credential-looking header gets one POST initialize
+    (${PROBE_TIMEOUT_MS / 1000} s, no redirect followed, none of its headers); a 401 with WWW-Authenticate: Bearer
+    resource_metadata=…, or with RFC 9728 metadata at /.well-known/oauth-protected-resource, is OAuth.
+    A server that does not answer is imported, and said so
   - secrets only by reference: an inline Authorization (or any credential-looking header) is never
     copied; the upstream gets "\${<NAME>_TOKEN}" and the command names the secret to set
   - the client file is backed up once to FILE${BACKUP_SUFFIX} (an existing backup is never overwritten),
-    then its server list becomes one "${ENTRY}" entry at --gateway (default ${DEFAULT_GATEWAY})
-    sending the agent's grant from $${AGENT_TOKEN} (never ${OPERATOR_TOKEN}, the operator CLI's);
-    every other key of the file is kept as it was
-  --client C   claude-code (~/.claude.json: mcpServers and projects.<dir>.mcpServers; or --path .mcp.json),
-               claude-desktop (claude_desktop_config.json: ~/Library/Application Support/Claude on macOS,
-               ~/.config/Claude elsewhere), cursor (~/.cursor/mcp.json), vscode (./.vscode/mcp.json: servers)
-  --path FILE  the client's config file instead of its default
-  --dry-run    print what would change; write nothing
-  --json       print the result as JSON
+    then gets one "${ENTRY}" entry at --gateway sending the agent's grant from $${AGENT_TOKEN} (never
+    ${OPERATOR_TOKEN}, the operator CLI's); every kept server and every other key stays byte for byte
+  --client C     claude-code (~/.claude.json: mcpServers and projects.<dir>.mcpServers; or --path .mcp.json),
+                 claude-desktop (claude_desktop_config.json: ~/Library/Application Support/Claude on macOS,
+                 ~/.config/Claude elsewhere), cursor (~/.cursor/mcp.json), vscode (./.vscode/mcp.json: servers)
+  --path FILE    the client's config file instead of its default
+  --gateway URL  the gateway: its origin (http://127.0.0.1:8787 gets /mcp), its MCP endpoint …/mcp (default
+                 ${DEFAULT_GATEWAY}), or one upstream's route …/mcp/<upstream>; any other path is refused.
+                 What the client file gets always ends in /mcp or /mcp/<upstream>
+  --offline      no probe, no network: only each entry's own settings say whether it signs in with OAuth
+  --dry-run      print what would change; write nothing (the probe still runs unless --offline)
+  --json         print the result as JSON
 exit: 0 imported (or nothing to import), 1 a file could not be read, parsed or written, 2 usage`,
   restore: `usage: portcullis restore --client ${CLIENTS.join("|")} [--path FILE] [--json]
   puts FILE${BACKUP_SUFFIX} (written by the first import) back byte for byte and removes it;
   the upstreams import added to portcullis.yaml stay
 exit: 0 restored, 1 no backup (or it could not be restored), 2 usage`,
-  doctor: `usage: portcullis doctor --clients [--client ${CLIENTS.join("|")}] [--path FILE] [--gateway URL] [--json]
+  doctor: `usage: portcullis doctor --clients [--client ${CLIENTS.join("|")}] [--path FILE] [--gateway URL] [--offline] [--json]
   reports every MCP server a client reaches directly (an ungoverned path: anything but the "${ENTRY}"
   entry), a client with no gateway entry, and a gateway entry that reads ${OPERATOR_TOKEN} (the
-  operator CLI's variable) instead of ${AGENT_TOKEN}. Without --client: every client config
-  found at its default path (and ./.mcp.json, ./.cursor/mcp.json, ./.vscode/mcp.json)
-  --gateway URL  the gateway's MCP endpoint (default ${DEFAULT_GATEWAY}); an entry at this URL, or named
-                 "${ENTRY}", is the gateway entry
-exit: 0 every client goes through the gateway only, 1 an ungoverned server, a missing gateway entry or one
-  reading ${OPERATOR_TOKEN}, 2 usage`,
+  operator CLI's variable) instead of ${AGENT_TOKEN}. A direct server that import keeps because
+  Portcullis cannot govern it yet ("not governed: stdio", "oauth" or "sse", as import says) is
+  reported but is not a problem by itself; any other direct server is. Without --client: every client
+  config found at its default path (and ./.mcp.json, ./.cursor/mcp.json, ./.vscode/mcp.json)
+  --gateway URL  the gateway, as import reads it: its origin (gets /mcp), its MCP endpoint …/mcp (default
+                 ${DEFAULT_GATEWAY}) or …/mcp/<upstream>; an entry at that endpoint, or named "${ENTRY}",
+                 is the gateway entry
+  --offline      no probe: an HTTP server counts as signing in with OAuth only by its entry's own settings
+                 (otherwise each one sending no credential-looking header is probed as import does)
+exit: 0 every client goes through the gateway (and what it keeps direct is only what Portcullis cannot
+  govern yet), 1 an ungoverned server import would move, a missing gateway entry or one reading
+  ${OPERATOR_TOKEN}, 2 usage`,
 };
 
-const IMPORT_OPTIONS = { client: STRING, path: STRING, config: STRING, gateway: STRING, "dry-run": FLAG, json: FLAG, ...HELP_OPTION } as const;
+const IMPORT_OPTIONS = {
+  client: STRING,
+  path: STRING,
+  config: STRING,
+  gateway: STRING,
+  offline: FLAG,
+  "dry-run": FLAG,
+  json: FLAG,
+  ...HELP_OPTION,
+} as const;
 const RESTORE_OPTIONS = { client: STRING, path: STRING, json: FLAG, ...HELP_OPTION } as const;
-const DOCTOR_OPTIONS = { clients: FLAG, client: STRING, path: STRING, gateway: STRING, json: FLAG, ...HELP_OPTION } as const;
+const DOCTOR_OPTIONS = { clients: FLAG, client: STRING, path: STRING, gateway: STRING, offline: FLAG, json: FLAG, ...HELP_OPTION } as const;
 
 /** The options of each command (help.test.ts checks each --help names them all). */
 export const KNOWN = { import: namesOf(IMPORT_OPTIONS), restore: namesOf(RESTORE_OPTIONS), doctor: namesOf(DOCTOR_OPTIONS) };
@@ -104,17 +144,55 @@ function clientOf(a: { client?: string; path?: string }, { required }: { require
 /** The file `import`/`restore` work on: --path, else the client's first default. */
 const fileOf = (client: Client, a: { path?: string }) => resolve(typeof a.path === "string" ? a.path : (FORMATS[client].paths()[0] ?? ""));
 
-function gatewayUrlOf(a: { gateway?: string }): string {
-  const g = a.gateway ?? DEFAULT_GATEWAY;
-  let u: URL;
-  try {
-    u = new URL(g);
-  } catch {
-    throw new UsageError(`--gateway: not a URL: ${g}`);
-  }
-  if (u.protocol !== "http:" && u.protocol !== "https:")
-    throw new UsageError("--gateway must be the gateway's http(s) MCP endpoint, e.g. http://127.0.0.1:8787/mcp");
-  return u.href;
+/** The gateway's MCP endpoint --gateway names (cli/client-files.ts's gatewayEndpoint), or the default. */
+const gatewayUrlOf = (a: { gateway?: string }): string => gatewayEndpoint(a.gateway ?? DEFAULT_GATEWAY);
+
+// ---------------------------------------------------------------------------------------------
+// What Portcullis cannot govern yet: the servers import keeps in the client file, and why.
+
+/** Why a server stays direct: import keeps it, doctor reports it without counting it a problem (except "url", which the operator can fix). */
+type KeptReason = "stdio" | "oauth" | "sse" | "url";
+interface Kept {
+  name: string;
+  where: string;
+  reason: KeptReason;
+  detail: string;
+}
+
+const WHY: Record<KeptReason, string> = {
+  stdio: "a Worker cannot spawn processes; a later release brings stdio servers behind the gateway through a local bridge",
+  oauth: "it signs in with OAuth, and Portcullis cannot yet hold its OAuth sign-in",
+  sse: "the legacy SSE transport: Portcullis upstreams speak Streamable HTTP",
+  url: "its url cannot be copied",
+};
+
+/** Servers an HTTP-server probe is for: HTTP, a clean url, no OAuth setting, no credential-looking header. */
+const probed = (s: Server, offline: boolean): boolean =>
+  !offline && s.kind === "http" && s.url !== undefined && !s.oauth && urlProblem(s.url) === null && !sendsCredential(s);
+
+/** The probes of `servers` (at most 8 at once), by server. */
+async function probesOf(servers: Server[], offline: boolean): Promise<Map<Server, Probe>> {
+  const todo = servers.filter((s) => probed(s, offline));
+  const out = new Map<Server, Probe>();
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: Math.min(8, todo.length) }, async () => {
+      for (let s = todo[next++]; s !== undefined; s = todo[next++]) out.set(s, await probeOAuth(s.url ?? ""));
+    }),
+  );
+  return out;
+}
+
+/** Why Portcullis cannot govern `s` (it stays direct), with a detail for messages; null when import moves it. */
+function keptOf(s: Server, probe: Probe | undefined): Kept | null {
+  const k = (reason: KeptReason, detail: string): Kept => ({ name: s.name, where: s.where, reason, detail });
+  if (s.kind === "stdio") return k("stdio", `a stdio server (${s.command}): ${WHY.stdio}`);
+  if (s.oauth) return k("oauth", `${WHY.oauth} (its entry's "${s.oauth}" setting)`);
+  if (s.kind === "sse") return k("sse", WHY.sse);
+  const bad = urlProblem(s.url ?? "");
+  if (bad) return k("url", bad);
+  if (probe?.oauth) return k("oauth", `${WHY.oauth} (${probe.evidence})`);
+  return null;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -158,13 +236,6 @@ const connectLine = (gateway: string) => `claude mcp add --transport http ${ENTR
 // A grant that reaches every tool (--tools '*'); narrow it with globs for a real agent.
 const mintLine = (gateway: string) => `portcullis token mint --sub you@example.com --tools '*' --gateway ${new URL(gateway).origin}`;
 
-const skipReason = (s: Server): string | null => {
-  if (s.kind === "stdio") return `a stdio server (${s.command}): Portcullis fronts HTTP servers only; removed from the client file, kept in the backup`;
-  if (s.kind === "sse") return "the legacy SSE transport: Portcullis upstreams speak Streamable HTTP; removed from the client file, kept in the backup";
-  const bad = urlProblem(s.url ?? "");
-  return bad ? `${bad}; removed from the client file, kept in the backup` : null;
-};
-
 async function importCommand(a: Options<typeof IMPORT_OPTIONS>): Promise<number> {
   if (a.help) return help("import");
   const client = clientOf(a, { required: true });
@@ -172,25 +243,37 @@ async function importCommand(a: Options<typeof IMPORT_OPTIONS>): Promise<number>
   const file = fileOf(client, a);
   const configFile = resolve(typeof a.config === "string" ? a.config : "portcullis.yaml");
   const dry = a["dry-run"] === true;
+  const offline = a.offline === true;
   const parsed = readClientFile(file);
   const { scopes, servers } = serversOf(client, parsed);
   const config = readConfig(configFile);
+  const probes = await probesOf(
+    servers.filter((s) => !isGatewayEntry(s, gateway)),
+    offline,
+  );
 
   const names = new Set(config.upstreams.map((u) => u.name).filter((n): n is string => typeof n === "string"));
   const secretNames = new Set<string>();
   const added: JsonObject[] = [];
   const reused: { server: string; where: string; upstream: unknown }[] = [];
-  const skipped: { server: string; where: string; reason: string }[] = [];
+  const kept: Kept[] = [];
   const secrets: ImportedSecret[] = [];
   const notes: string[] = [];
+  // What leaves the client file (by where): the servers moved behind the gateway, and old gateway entries.
+  const leaving = new Set<string>();
   for (const s of servers) {
-    if (isGatewayEntry(s, gateway)) continue;
-    const reason = skipReason(s);
-    if (reason || s.url === undefined) {
-      skipped.push({ server: s.name, where: s.where, reason: reason ?? "" });
+    if (isGatewayEntry(s, gateway)) {
+      leaving.add(s.where);
+      continue;
+    }
+    const probe = probes.get(s);
+    const keep = keptOf(s, probe);
+    if (keep || s.url === undefined) {
+      if (keep) kept.push(keep);
       continue;
     }
     const url = s.url;
+    leaving.add(s.where);
     const same = [...config.upstreams, ...added].find((u) => typeof u.url === "string" && sameUrl(u.url, url));
     if (same) {
       reused.push({ server: s.name, where: s.where, upstream: same.name });
@@ -203,16 +286,35 @@ async function importCommand(a: Options<typeof IMPORT_OPTIONS>): Promise<number>
     added.push(upstream);
     secrets.push(...h.secrets);
     notes.push(...h.notes.map((n) => `${name}: ${n}`));
+    if (probe && !probe.oauth && probe.status === null)
+      notes.push(
+        `${name}: ${s.name} did not answer the OAuth probe (${probe.why}): imported as an HTTP server; if it signs in with OAuth, restore and keep it direct`,
+      );
+    else if (probe && !probe.oauth && probe.status === 401)
+      notes.push(
+        `${name}: ${s.name} answered 401 with no OAuth metadata: it needs a credential the client file does not give; set it in upstreams.${name}.headers as a \${NAME} reference`,
+      );
   }
 
-  // The client file: the top-level servers key holds the gateway entry alone; per-project lists are emptied.
+  // The client file: the servers that leave are dropped from their lists (every kept one stays byte for
+  // byte), then the top-level list gets the "portcullis" entry.
   const unit = indentUnit(parsed.text, parsed.root);
-  const edits: Edit[] = [];
-  for (const s of scopes) {
-    if (s.top) edits.push(setMember(parsed.text, parsed.root, FORMATS[client].key, { [ENTRY]: gatewayEntry(client, gateway) }, unit));
-    else if (s.node?.members.length) edits.push({ start: s.node.start, end: s.node.end, text: "{}" });
+  const drops: Edit[] = [];
+  for (const sc of scopes) {
+    const node = sc.node;
+    if (node?.kind !== "object") continue;
+    // The top level's own "portcullis" entry is rewritten in place below, not dropped.
+    const edit = dropMembers(parsed.text, node, (key) => leaving.has(`${sc.where}.${key}`) && !(sc.top && key === ENTRY));
+    if (edit) drops.push(edit);
   }
-  const newClientText = applyEdits(parsed.text, edits);
+  const dropped = applyEdits(parsed.text, drops);
+  const root = scanJsonc(dropped);
+  const list = member(root, FORMATS[client].key)?.value;
+  const entry = gatewayEntry(client, gateway);
+  const newClientText = applyEdits(dropped, [
+    list?.kind === "object" ? setMember(dropped, list, ENTRY, entry, unit) : setMember(dropped, root, FORMATS[client].key, { [ENTRY]: entry }, unit),
+  ]);
+  const moved = servers.filter((s) => leaving.has(s.where) && !isGatewayEntry(s, gateway)).length;
   const clientChanged = newClientText !== parsed.text;
   const backup = `${file}${BACKUP_SUFFIX}`;
   const backupExisted = existsSync(backup);
@@ -237,9 +339,10 @@ async function importCommand(a: Options<typeof IMPORT_OPTIONS>): Promise<number>
     config: configFile,
     gateway,
     dryRun: dry,
+    offline,
     upstreams: added,
     reused,
-    skipped,
+    kept,
     secrets: secrets.map((s) => ({ ...s, dev: `export ${s.name}=…`, deploy: `npx wrangler secret put ${s.name}` })),
     notes,
     backup: { path: backup, written: backupWritten, existed: backupExisted },
@@ -265,7 +368,10 @@ async function importCommand(a: Options<typeof IMPORT_OPTIONS>): Promise<number>
     }
   } else console.log(`  no new upstream for ${configFile}`);
   for (const r of reused) console.log(`  ${r.server}: already upstream ${r.upstream} of ${configFile} (same url), not added again`);
-  for (const s of skipped) console.log(`  skipped ${s.server} (${s.where}): ${s.reason}`);
+  for (const k of kept)
+    console.log(
+      `  stays direct: ${k.name} (${k.where}) is not governed by Portcullis (not governed: ${k.reason}): ${k.detail}; kept in ${basename(file)} as it is`,
+    );
   for (const n of notes) console.log(`  note: ${n}`);
   if (secrets.length) {
     console.log("  secrets to set for the gateway (values are never copied or printed):");
@@ -281,8 +387,11 @@ async function importCommand(a: Options<typeof IMPORT_OPTIONS>): Promise<number>
         ? `  backup: ${backup} kept as it was (from the first import; never overwritten)`
         : `  backup: ${would}write ${backup} (portcullis restore --client ${client}${a.path ? ` --path ${a.path}` : ""} puts it back)`,
     );
-    console.log(`  ${would}rewrite ${FORMATS[client].key} in ${file} to one "${ENTRY}" entry at ${gateway}; every other key kept`);
-  } else console.log(`  ${file} already has only the "${ENTRY}" entry: not changed`);
+    console.log(
+      `  ${would}rewrite ${FORMATS[client].key} in ${file}: ${moved} server${moved === 1 ? "" : "s"} moved behind one "${ENTRY}" entry at ${gateway}` +
+        `${kept.length ? `, ${kept.length} kept as ${kept.length === 1 ? "it was" : "they were"}` : ""}; every other key kept`,
+    );
+  } else console.log(`  ${file} already has the "${ENTRY}" entry and no server left to move: not changed`);
   if (client === "claude-desktop")
     console.log(`  Claude Desktop cannot read your shell's environment: put an agent grant (${mintLine(gateway)}) in ${ENTRY}.env.${AGENT_TOKEN} of ${file}`);
   else console.log(`  the client sends ${AGENT_TOKEN} from its environment: export ${AGENT_TOKEN}=$(${mintLine(gateway)})`);
@@ -309,12 +418,26 @@ async function restoreCommand(a: Options<typeof RESTORE_OPTIONS>): Promise<numbe
   return 0;
 }
 
-type Described = { server: string; where: string; kind: Server["kind"]; url?: string; command?: string | undefined };
+type Described = {
+  server: string;
+  where: string;
+  kind: Server["kind"];
+  url?: string;
+  command?: string | undefined;
+  /** Why Portcullis cannot govern it (import keeps it direct), as import says it; absent when import would move it. */
+  reason?: KeptReason;
+  /** Whether it counts as a problem: every direct server but those Portcullis cannot govern yet. */
+  problem: boolean;
+};
+
+/** Direct servers that are not a problem by themselves: Portcullis cannot govern them yet ("url" the operator can fix). */
+const NOT_A_PROBLEM: ReadonlySet<KeptReason> = new Set(["stdio", "oauth", "sse"]);
 
 async function doctorCommand(a: Options<typeof DOCTOR_OPTIONS>): Promise<number> {
   if (a.help) return help("doctor");
   const only = clientOf(a, { required: false });
   const gateway = gatewayUrlOf(a);
+  const offline = a.offline === true;
   const targets: { client: Client; file: string }[] = [];
   if (only) {
     const paths = a.path !== undefined ? [resolve(a.path)] : FORMATS[only].paths();
@@ -324,24 +447,33 @@ async function doctorCommand(a: Options<typeof DOCTOR_OPTIONS>): Promise<number>
   } else {
     for (const c of CLIENTS) for (const p of FORMATS[c].paths()) if (existsSync(p) && !targets.some((t) => t.file === p)) targets.push({ client: c, file: p });
   }
-  const reports = targets.map(({ client, file }) => {
+  const reports: { client: Client; file: string; exists: boolean; gateway: Described[]; ungoverned: Described[]; problems: string[] }[] = [];
+  for (const { client, file } of targets) {
     const r = { client, file, exists: existsSync(file), gateway: [] as Described[], ungoverned: [] as Described[], problems: [] as string[] };
+    reports.push(r);
     if (!r.exists) {
       r.problems.push(`no config file: ${client} does not reach the gateway (portcullis import --client ${client}, or add the "${ENTRY}" entry)`);
-      return r;
+      continue;
     }
     try {
       const { servers } = serversOf(client, readClientFile(file));
+      const probes = await probesOf(
+        servers.filter((s) => !isGatewayEntry(s, gateway)),
+        offline,
+      );
       for (const s of servers) {
-        const desc: Described = { server: s.name, where: s.where, kind: s.kind, ...(s.url ? { url: safeUrl(s.url) } : { command: s.command }) };
+        const base = { server: s.name, where: s.where, kind: s.kind, ...(s.url ? { url: safeUrl(s.url) } : { command: s.command }) };
         if (isGatewayEntry(s, gateway)) {
-          r.gateway.push(desc);
+          r.gateway.push({ ...base, problem: false });
           // An agent started from an operator's shell would send the operator's admin or approver grant.
           if (s.readsOperatorToken)
             r.problems.push(
               `the "${ENTRY}" entry (${s.where}) reads ${OPERATOR_TOKEN}, the operator CLI's variable: an agent started from an operator's shell runs with that grant; make it read ${AGENT_TOKEN} (portcullis import --client ${client} rewrites the entry)`,
             );
-        } else r.ungoverned.push(desc);
+          continue;
+        }
+        const kept = keptOf(s, probes.get(s));
+        r.ungoverned.push({ ...base, ...(kept ? { reason: kept.reason } : {}), problem: !kept || !NOT_A_PROBLEM.has(kept.reason) });
       }
       // A file with no gateway entry matters when it names servers, or when this client was asked about.
       if (r.gateway.length === 0 && (servers.length || only)) r.problems.push(`no "${ENTRY}" entry: this client does not reach the gateway`);
@@ -349,11 +481,10 @@ async function doctorCommand(a: Options<typeof DOCTOR_OPTIONS>): Promise<number>
       if (!(e instanceof Failure)) throw e;
       r.problems.push(e.message);
     }
-    return r;
-  });
-  const ok = reports.length > 0 && reports.every((r) => r.problems.length === 0 && r.ungoverned.length === 0);
+  }
+  const ok = reports.length > 0 && reports.every((r) => r.problems.length === 0 && r.ungoverned.every((u) => !u.problem));
   if (a.json) {
-    console.log(JSON.stringify({ ok, gateway, clients: reports }, null, 2));
+    console.log(JSON.stringify({ ok, gateway, offline, clients: reports }, null, 2));
     return ok ? 0 : 1;
   }
   if (reports.length === 0) {
@@ -363,10 +494,15 @@ async function doctorCommand(a: Options<typeof DOCTOR_OPTIONS>): Promise<number>
     return 1;
   }
   for (const r of reports) {
-    const bad = r.problems.length + r.ungoverned.length;
-    console.log(`${r.client}: ${r.file}: ${bad ? "PROBLEMS" : `ok (${r.gateway.map((g) => g.where).join(", ")})`}`);
-    for (const u of r.ungoverned)
-      console.log(`  UNGOVERNED ${u.server} (${u.where}, ${u.kind}${u.url ? ` ${u.url}` : ` ${u.command}`}): reached directly, not through the gateway`);
+    const bad = r.problems.length + r.ungoverned.filter((u) => u.problem).length;
+    const direct = r.ungoverned.length ? `; ${r.ungoverned.length} direct, not governed` : "";
+    console.log(`${r.client}: ${r.file}: ${bad ? "PROBLEMS" : `ok (${r.gateway.map((g) => g.where).join(", ")}${direct})`}`);
+    for (const u of r.ungoverned) {
+      const what = `UNGOVERNED ${u.server} (${u.where}, ${u.kind}${u.url ? ` ${u.url}` : ` ${u.command}`}): reached directly, not through the gateway`;
+      if (!u.reason) console.log(`  ${what} (portcullis import --client ${r.client} moves it)`);
+      else if (u.problem) console.log(`  ${what}; not governed: ${u.reason} (${WHY[u.reason]}: fix it and import again)`);
+      else console.log(`  ${what}; not governed: ${u.reason} (${WHY[u.reason]}; import keeps it direct; not counted as a problem)`);
+    }
     for (const p of r.problems) console.log(`  MISSING ${p}`);
   }
   if (!ok) console.log(`fix: portcullis import --client C moves HTTP servers behind the gateway; or connect by hand:\n  ${connectLine(gateway)}`);

@@ -1,8 +1,10 @@
 /**
  * JSONC as the MCP clients write their config files (comments and trailing commas allowed, as VS
  * Code and Cursor allow them): a text parsed into values that know where they sit, so a rewrite
- * can replace one value (the servers key) and leave every other byte as it was. Owns that scanner
- * and the edits made with it. Must never: change a byte outside the value an edit names.
+ * can replace one value, add a member or drop some members of an object (the servers a client
+ * moves behind the gateway) and leave every other byte as it was. Owns that scanner and the edits
+ * made with it. Must never: change a byte outside the value an edit names, or touch a member an
+ * edit keeps (its key, value, and the comments before it stay byte for byte).
  */
 
 /** A text that is not JSONC (or not a JSON object at its root): the reason, with the line. */
@@ -113,17 +115,21 @@ export interface Edit {
   text: string;
 }
 
-/** The edit that sets `key` of the object `node` to `value`. */
+/** The edit that sets `key` of the object `node` to `value` (a new member goes last; the comment after the last one stays with it). */
 export function setMember(text: string, node: JsonNode, key: string, value: unknown, unit: string): Edit {
   const m = member(node, key);
   if (m) return { start: m.value.start, end: m.value.end, text: jsonAt(value, unit, lineIndent(text, m.keyStart)) };
   const last = node.members.at(-1);
   if (last) {
+    // After the last member, its comma (one is added when it has none) and a comment on the rest of its line.
     const ind = unit ? lineIndent(text, last.keyStart) : "";
+    const comma = commaAfter(text, last.value.end, node.end - 1);
+    const from = comma < 0 ? last.value.end : comma + 1;
+    const eol = restOfLine(text, from);
     return {
-      start: last.value.end,
-      end: last.value.end,
-      text: `,${unit ? `\n${ind}` : ""}${JSON.stringify(key)}:${unit ? " " : ""}${jsonAt(value, unit, ind)}`,
+      start: from,
+      end: eol,
+      text: `${comma < 0 ? "," : ""}${text.slice(from, eol)}${unit ? `\n${ind}` : ""}${JSON.stringify(key)}:${unit ? " " : ""}${jsonAt(value, unit, ind)}`,
     };
   }
   const outer = lineIndent(text, node.start);
@@ -132,3 +138,67 @@ export function setMember(text: string, node: JsonNode, key: string, value: unkn
 
 export const applyEdits = (text: string, edits: Edit[]): string =>
   [...edits].sort((a, b) => b.start - a.start).reduce((t, e) => t.slice(0, e.start) + e.text + t.slice(e.end), text);
+
+/** The end of a line comment or one-line block comment (and the blanks before it) starting at `pos`, on that line; else `pos`. */
+function restOfLine(text: string, pos: number): number {
+  let i = pos;
+  while (text[i] === " " || text[i] === "\t") i++;
+  if (text.startsWith("//", i)) {
+    const nl = text.indexOf("\n", i);
+    return nl < 0 ? text.length : nl;
+  }
+  if (text.startsWith("/*", i)) {
+    const end = text.indexOf("*/", i + 2);
+    const nl = text.indexOf("\n", i);
+    if (end >= 0 && (nl < 0 || end < nl)) return restOfLine(text, end + 2);
+  }
+  return i === pos || text[i] === "\n" || text[i] === "\r" || i >= text.length ? i : pos;
+}
+
+/** The position of the comma after `pos` (past blanks and comments), or -1. */
+function commaAfter(text: string, pos: number, close: number): number {
+  let i = pos;
+  while (i < close) {
+    if (/\s/.test(text[i] ?? "")) i++;
+    else if (text.startsWith("//", i)) {
+      const nl = text.indexOf("\n", i);
+      i = nl < 0 ? close : nl + 1;
+    } else if (text.startsWith("/*", i)) {
+      const end = text.indexOf("*/", i + 2);
+      if (end < 0) return -1;
+      i = end + 2;
+    } else return text[i] === "," ? i : -1;
+  }
+  return -1;
+}
+
+/**
+ * The edit that drops the members of object `node` for which `drop(key)` is true, or null when none
+ * is. Each kept member keeps its bytes: the blanks and comments before it, its key and value, its
+ * comma and a comment on the rest of that line; the object's closing blanks stay. No member left: "{}".
+ */
+export function dropMembers(text: string, node: JsonNode, drop: (key: string) => boolean): Edit | null {
+  if (node.kind !== "object" || !node.members.some((m) => drop(m.key))) return null;
+  const close = node.end - 1;
+  // Member k's chunk runs from the end of the one before (or the "{") to the end of its comma's line.
+  const chunks: { start: number; comma: number; end: number }[] = [];
+  let start = node.start + 1;
+  for (const m of node.members) {
+    const comma = commaAfter(text, m.value.end, close);
+    const end = comma < 0 ? m.value.end : restOfLine(text, comma + 1);
+    chunks.push({ start, comma, end });
+    start = end;
+  }
+  const kept = node.members.flatMap((m, k) => (drop(m.key) ? [] : [chunks[k]]));
+  if (kept.length === 0) return { start: node.start, end: node.end, text: "{}" };
+  const lastChunk = chunks.at(-1);
+  const trailingComma = lastChunk !== undefined && lastChunk.comma >= 0;
+  const tail = text.slice(lastChunk?.end ?? node.start + 1, close);
+  const out = kept.map((c, k) => {
+    if (!c) return "";
+    // The last kept member loses its comma unless the object ended in one (JSONC's trailing comma).
+    if (k === kept.length - 1 && c.comma >= 0 && !trailingComma) return text.slice(c.start, c.comma) + text.slice(c.comma + 1, c.end);
+    return text.slice(c.start, c.end);
+  });
+  return { start: node.start + 1, end: close, text: out.join("") + tail };
+}

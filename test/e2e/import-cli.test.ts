@@ -4,15 +4,23 @@
  * Cursor, VS Code) are copied into a temporary HOME / working directory, imported through
  * bin/portcullis.mjs run as a child process, and checked on disk: the upstreams created in the
  * config (comments kept, and `portcullis doctor --config` accepts it), no inline secret copied
- * anywhere (the written config, the rewritten client file, stdout, stderr), the backup written
- * once, `restore` returning the client file byte for byte, and `doctor --clients` finding a server
- * added back directly. Every gateway entry written, in every client's format, and every line the
+ * anywhere (the written config, stdout, stderr; the rewritten client file keeps only the kept
+ * servers' own), the backup written once, `restore` returning the client file byte for byte, and
+ * `doctor --clients` finding a server added back directly. What import cannot govern — stdio
+ * servers, servers that sign in with OAuth (by their entry's settings, or by the probe, against
+ * loopback servers this file starts: a 401 with resource_metadata, a 401 with RFC 9728 metadata),
+ * legacy SSE — stays in the client file byte for byte (comments too) and is named with its reason;
+ * a server that does not answer the probe, or redirects, is imported; --offline probes nothing.
+ * `--gateway` is normalised to /mcp or /mcp/<upstream> in import and doctor --clients alike, any
+ * other path refused (exit 2). Every gateway entry written, in every client's format, and every line the
  * commands print for connecting a client, read the agent's grant from PORTCULLIS_AGENT_TOKEN, never
  * PORTCULLIS_TOKEN (the operator CLI's admin and approver grants); doctor --clients reports an
  * entry that still reads PORTCULLIS_TOKEN. Owns only its temporary directories; touches no real
  * client config.
  */
 import { spawn } from "node:child_process";
+import { createServer, type IncomingHttpHeaders, type Server } from "node:http";
+import type { AddressInfo, Socket } from "node:net";
 import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
@@ -89,6 +97,20 @@ function expectNoSecret(...texts: string[]) {
   for (const t of texts) for (const s of SECRETS) expect(t).not.toContain(s);
 }
 
+/** A rewritten client file: no fixture secret but those of the servers import kept there (`kept`: their own, left in place). */
+function expectOnlyKeptSecrets(text: string, kept: string[]) {
+  for (const s of SECRETS) if (!kept.includes(s)) expect(text).not.toContain(s);
+  for (const s of kept) expect(text).toContain(s);
+}
+
+/** The exact text of server `name`'s entry in a JSON(C) client file (from its key to its closing brace, at `indent`). */
+function entryText(text: string, name: string, indent = "    "): string {
+  const start = text.indexOf(`${indent}${JSON.stringify(name)}: {`);
+  expect(start, name).toBeGreaterThanOrEqual(0);
+  const end = text.indexOf(`\n${indent}}`, start);
+  return text.slice(start, end + indent.length + 2);
+}
+
 /** A reference to the operator CLI's variable (`${PORTCULLIS_TOKEN}`, `${env:PORTCULLIS_TOKEN}`, an env key), not PORTCULLIS_AGENT_TOKEN. */
 const OPERATOR_TOKEN = /(?<![A-Za-z0-9_])PORTCULLIS_TOKEN(?![A-Za-z0-9_])/;
 
@@ -137,17 +159,25 @@ describe("portcullis import --client claude-code (~/.claude.json)", () => {
     expect(r.stdout).toContain("npx wrangler secret put GITHUB_2_TOKEN");
     expect(r.stdout).toContain("npx wrangler secret put SENTRY_MCP_X_API_KEY");
     expect(r.stdout).toContain("npx wrangler secret put LINEAR_API_KEY");
-    expect(r.stdout).toMatch(/skipped filesystem \(mcpServers\.filesystem\): a stdio server/);
+    expect(r.stdout).toMatch(
+      /stays direct: filesystem \(mcpServers\.filesystem\) is not governed by Portcullis \(not governed: stdio\): a stdio server \(npx /,
+    );
+    expect(r.stdout).toContain("a Worker cannot spawn processes; a later release brings stdio servers behind the gateway through a local bridge");
     expect(r.stdout).toContain(`claude mcp add --transport http portcullis ${ENTRY_URL} --header 'Authorization: Bearer \${PORTCULLIS_AGENT_TOKEN}'`);
     expect(r.stdout).toContain("the client sends PORTCULLIS_AGENT_TOKEN from its environment: export PORTCULLIS_AGENT_TOKEN=$(portcullis token mint");
     expectAgentTokenPrinted(r.stdout);
 
-    // The client file: one gateway entry; project servers emptied; every other key as it was.
+    // The client file: the stdio server as it was, then the gateway entry; project HTTP servers gone; every other key as it was.
     const text = readFileSync(file, "utf8");
-    expectNoSecret(configText, text, r.stdout, r.stderr);
+    expectNoSecret(configText, r.stdout, r.stderr);
+    expectOnlyKeptSecrets(text, ["fs-inline-9d8c7b6a5f4e3d2c1b0a"]);
     const before = JSON.parse(original.toString("utf8"));
     const after = JSON.parse(text);
-    expect(after.mcpServers).toEqual({ portcullis: { type: "http", url: ENTRY_URL, headers: { Authorization: "Bearer ${PORTCULLIS_AGENT_TOKEN}" } } });
+    expect(after.mcpServers).toEqual({
+      filesystem: before.mcpServers.filesystem,
+      portcullis: { type: "http", url: ENTRY_URL, headers: { Authorization: "Bearer ${PORTCULLIS_AGENT_TOKEN}" } },
+    });
+    expect(text).toContain(entryText(original.toString("utf8"), "filesystem"));
     expectAgentToken(text);
     expect(after.projects["/home/dev/app"].mcpServers).toEqual({});
     const { mcpServers: _a, projects: pa, ...restAfter } = after;
@@ -172,7 +202,10 @@ describe("portcullis import --client claude-code (~/.claude.json)", () => {
     // The imported file goes through the gateway only.
     const ok = await portcullis(["doctor", "--clients", "--client", "claude-code"], opts);
     expect(ok.code).toBe(0);
-    expect(ok.stdout).toMatch(/claude-code: .*\.claude\.json: ok \(mcpServers\.portcullis\)/);
+    expect(ok.stdout).toMatch(/claude-code: .*\.claude\.json: ok \(mcpServers\.portcullis; 1 direct, not governed\)/);
+    expect(ok.stdout).toContain("UNGOVERNED filesystem (mcpServers.filesystem, stdio npx");
+    expect(ok.stdout).toContain("not governed: stdio (a Worker cannot spawn processes");
+    expect(ok.stdout).toContain("not counted as a problem");
 
     // A server added back directly is an ungoverned path: exit 1, named.
     after.mcpServers.rogue = { type: "http", url: "https://rogue.example.com/mcp", headers: { Authorization: "Bearer rogue-inline-secret-123456789abc" } };
@@ -185,7 +218,10 @@ describe("portcullis import --client claude-code (~/.claude.json)", () => {
     const j = JSON.parse(badAll.stdout);
     expect(j.ok).toBe(false);
     expect(j.clients.map((c: Any) => c.client)).toEqual(["claude-code"]);
-    expect(j.clients[0].ungoverned.map((u: Any) => u.server)).toEqual(["rogue"]);
+    expect(j.clients[0].ungoverned.map((u: Any) => [u.server, u.reason ?? null, u.problem])).toEqual([
+      ["filesystem", "stdio", false],
+      ["rogue", null, true],
+    ]);
     expect(j.clients[0].gateway.map((g: Any) => g.server)).toEqual(["portcullis"]);
     expectNoSecret(bad.stdout, badAll.stdout);
 
@@ -199,7 +235,8 @@ describe("portcullis import --client claude-code (~/.claude.json)", () => {
       headers: { Authorization: "Bearer ${ROGUE_TOKEN}" },
     });
     expect(upstreamsOf(configFile).map((u) => u.name)).toEqual(["github", "github-2", "linear", "sentry-mcp", "rogue"]);
-    expectNoSecret(readFileSync(configFile, "utf8"), readFileSync(file, "utf8"), r2.stdout, r2.stderr);
+    expectNoSecret(readFileSync(configFile, "utf8"), r2.stdout, r2.stderr);
+    expectOnlyKeptSecrets(readFileSync(file, "utf8"), ["fs-inline-9d8c7b6a5f4e3d2c1b0a"]);
     expect((await portcullis(["doctor", "--clients", "--client", "claude-code"], opts)).code).toBe(0);
 
     // restore: the original bytes back, the backup gone; a second restore has nothing to restore.
@@ -238,11 +275,14 @@ describe("portcullis import: the other clients", () => {
       },
     ]);
     expect(j.secrets.map((s: Any) => [s.name, s.deploy])).toEqual([["NOTION_TOKEN", "npx wrangler secret put NOTION_TOKEN"]]);
-    expect(j.skipped.map((s: Any) => s.server)).toEqual(["weather"]);
+    expect(j.kept).toEqual([
+      { name: "weather", where: "mcpServers.weather", reason: "stdio", detail: expect.stringContaining("a stdio server (uvx mcp-weather --api-key …)") },
+    ]);
     expect(j.backup).toEqual({ path: `${file}.portcullis-backup`, written: true, existed: false });
     const after = JSON.parse(readFileSync(file, "utf8"));
     expect(after.globalShortcut).toBe("Ctrl+Space");
-    expect(Object.keys(after.mcpServers)).toEqual(["portcullis"]);
+    expect(Object.keys(after.mcpServers)).toEqual(["weather", "portcullis"]);
+    expect(readFileSync(file, "utf8")).toContain(entryText(original.toString("utf8"), "weather"));
     expect(after.mcpServers.portcullis.args).toEqual([
       "-y",
       "mcp-remote",
@@ -253,7 +293,8 @@ describe("portcullis import: the other clients", () => {
     expect(after.mcpServers.portcullis.env).toEqual({ PORTCULLIS_AGENT_TOKEN: "PASTE-AN-AGENT-GRANT-HERE" });
     expectAgentToken(readFileSync(file, "utf8"));
     expect(j.connect).toBe("claude mcp add --transport http portcullis https://gw.example.com/mcp --header 'Authorization: Bearer ${PORTCULLIS_AGENT_TOKEN}'");
-    expectNoSecret(r.stdout, r.stderr, readFileSync(file, "utf8"), readFileSync(join(dir, "portcullis.yaml"), "utf8"));
+    expectNoSecret(r.stdout, r.stderr, readFileSync(join(dir, "portcullis.yaml"), "utf8"));
+    expectOnlyKeptSecrets(readFileSync(file, "utf8"), ["wx-inline-7e6d5c4b3a29f8e7"]);
     expect(byName(upstreamsOf(join(dir, "portcullis.yaml")), "notion")).toBeDefined();
     const ok = await portcullis(["doctor", "--clients", "--client", "claude-desktop", "--path", file, "--gateway", "https://gw.example.com/mcp"], opts);
     expect(ok.code).toBe(0);
@@ -295,7 +336,14 @@ describe("portcullis import: the other clients", () => {
     const { dir, home } = sandbox(false);
     mkdirSync(join(dir, ".vscode"));
     const file = join(dir, ".vscode", "mcp.json");
-    copyFileSync(join(FIXTURES, "vscode.jsonc"), file);
+    // A comment before the stdio server and a trailing comma: both stay with it.
+    const fixture = readFileSync(join(FIXTURES, "vscode.jsonc"), "utf8");
+    writeFileSync(
+      file,
+      fixture
+        .replace('    "fetch": {', '    // fetch runs on this machine\n    "fetch": {')
+        .replace('["mcp-server-fetch"]\n    }', '["mcp-server-fetch"]\n    },'),
+    );
     const original = readFileSync(file);
     const opts = { cwd: dir, home };
     const r = await portcullis(["import", "--client", "vscode", "--config", "gw.yaml"], opts);
@@ -311,14 +359,20 @@ describe("portcullis import: the other clients", () => {
       },
     ]);
     expect(r.stdout).toContain("GITHUB_TOKEN: upstreams.github.headers.Authorization; the client filled it in itself");
-    expect(r.stdout).toMatch(/skipped fetch \(servers\.fetch\): a stdio server/);
+    expect(r.stdout).toMatch(/stays direct: fetch \(servers\.fetch\) is not governed by Portcullis \(not governed: stdio\)/);
     const text = readFileSync(file, "utf8");
     const o = original.toString("utf8");
     expect(text.startsWith(o.slice(0, o.indexOf('"servers"')))).toBe(true); // the comment and inputs, byte for byte
     expect(text).toContain('"Authorization": "Bearer ${env:PORTCULLIS_AGENT_TOKEN}"');
     expectAgentToken(text);
     expectAgentTokenPrinted(r.stdout);
-    expect(text).not.toContain('"fetch"');
+    expect(text).toContain(`    // fetch runs on this machine\n${entryText(original.toString("utf8"), "fetch")},`);
+    expect(text).not.toContain('"github"');
+    expect(JSON.parse(text.replace(/^\s*\/\/.*$/gm, "").replace(/,(\s*[}\]])/g, "$1")).servers.fetch).toEqual({
+      type: "stdio",
+      command: "uvx",
+      args: ["mcp-server-fetch"],
+    });
     const d = await portcullis(["doctor", "--config", "gw.yaml"], opts);
     expect(d.code).toBe(0);
     expect((await portcullis(["doctor", "--clients", "--client", "vscode"], opts)).code).toBe(0);
@@ -362,6 +416,11 @@ describe("portcullis import: dry run, help and usage", () => {
       [["restore"], "give --client"],
       [["doctor", "--clients", "--path", "x.json"], "--path needs --client"],
       [["import", "--client", "cursor", "--gateway", "ftp://x"], "--gateway must be"],
+      [["import", "--client", "cursor", "--gateway", "http://127.0.0.1:9301/api"], "--gateway must be the gateway's MCP endpoint, and /api is not"],
+      [["import", "--client", "cursor", "--gateway", "http://127.0.0.1:9301/mcp/GitHub"], "an upstream name matches ^[a-z][a-z0-9-]{0,30}$"],
+      [["import", "--client", "cursor", "--gateway", "http://127.0.0.1:9301/mcp/a/b"], "its MCP endpoint (…/mcp), or one upstream's route (…/mcp/<upstream>)"],
+      [["import", "--client", "cursor", "--gateway", "http://127.0.0.1:9301/mcp?x=1"], "without ?query"],
+      [["doctor", "--clients", "--gateway", "http://127.0.0.1:9301/v1/mcp"], "the gateway's origin (http://127.0.0.1:8787: /mcp is added)"],
     ];
     for (const [args, says] of cases) {
       const r = await portcullis(args, opts);
@@ -380,14 +439,312 @@ describe("portcullis import: dry run, help and usage", () => {
     expect(missing.code).toBe(1);
     expect(missing.stdout).toContain("MISSING no config file");
     writeFileSync(join(dir, ".mcp.json"), `${JSON.stringify({ mcpServers: { docs: { type: "http", url: "https://docs.example.com/mcp" } } }, null, 2)}\n`);
-    const direct = await portcullis(["doctor", "--clients", "--json"], opts);
+    // --offline: the server is not probed (it would be: no credential header), so it is one import would move.
+    const direct = await portcullis(["doctor", "--clients", "--json", "--offline"], opts);
     expect(direct.code).toBe(1);
     const j = JSON.parse(direct.stdout);
     expect(j.clients).toHaveLength(1);
-    expect(j.clients[0]).toMatchObject({ client: "claude-code", file: join(dir, ".mcp.json"), ungoverned: [{ server: "docs" }] });
+    expect(j.offline).toBe(true);
+    expect(j.clients[0]).toMatchObject({ client: "claude-code", file: join(dir, ".mcp.json"), ungoverned: [{ server: "docs", problem: true }] });
     expect(j.clients[0].problems[0]).toContain('no "portcullis" entry');
   });
 });
+/** What a loopback test server answers. */
+interface Answer {
+  status: number;
+  headers?: Record<string, string>;
+  body?: string;
+}
+
+/** One request a loopback test server saw. */
+interface Seen {
+  method: string;
+  path: string;
+  headers: IncomingHttpHeaders;
+}
+
+/** A loopback HTTP server answering with `answer`; `seen` has every request it got. */
+async function loopback(answer: (req: Seen, port: number) => Answer) {
+  const seen: Seen[] = [];
+  const server: Server = createServer((req, res) => {
+    req.resume();
+    req.on("end", () => {
+      const r: Seen = { method: req.method ?? "", path: req.url ?? "", headers: req.headers };
+      seen.push(r);
+      const a = answer(r, port);
+      res.writeHead(a.status, a.headers ?? {});
+      res.end(a.body ?? "");
+    });
+  });
+  await new Promise<void>((done) => server.listen(0, "127.0.0.1", done));
+  const port = (server.address() as AddressInfo).port;
+  servers.push(server);
+  return { url: `http://127.0.0.1:${port}`, port, seen };
+}
+const servers: Server[] = [];
+afterAll(async () => {
+  for (const s of servers) await new Promise((done) => s.close(done));
+});
+
+/** A port nothing listens on: one the system gave a server that has since closed. */
+async function deadPort(): Promise<number> {
+  const s = createServer();
+  await new Promise<void>((done) => s.listen(0, "127.0.0.1", done));
+  const port = (s.address() as AddressInfo).port;
+  await new Promise((done) => s.close(done));
+  return port;
+}
+
+const INIT_RESULT = JSON.stringify({
+  jsonrpc: "2.0",
+  id: 1,
+  result: { protocolVersion: "2025-11-25", capabilities: {}, serverInfo: { name: "plain", version: "1" } },
+});
+
+describe("portcullis import keeps what it cannot govern: stdio servers and servers that sign in with OAuth", () => {
+  it("moves the plain HTTP servers, keeps stdio and OAuth servers byte for byte (user and project lists), names them with their reasons; --offline probes nothing; doctor --clients agrees", async () => {
+    // An OAuth server (RFC 9728): 401 + WWW-Authenticate: Bearer resource_metadata=…, and the metadata it names.
+    const oauth = await loopback(
+      (r, port): Answer =>
+        r.path === "/.well-known/oauth-protected-resource"
+          ? {
+              status: 200,
+              headers: { "content-type": "application/json" },
+              body: JSON.stringify({ resource: `http://127.0.0.1:${port}/mcp`, authorization_servers: [`http://127.0.0.1:${port}`] }),
+            }
+          : {
+              status: 401,
+              headers: { "www-authenticate": `Bearer resource_metadata="http://127.0.0.1:${port}/.well-known/oauth-protected-resource"` },
+            },
+    );
+    // A 401 whose challenge names no metadata, from a server that serves it at the path-inserted RFC 9728 URL.
+    const metaOnly = await loopback(
+      (r, port): Answer =>
+        r.path === "/.well-known/oauth-protected-resource/mcp"
+          ? {
+              status: 200,
+              headers: { "content-type": "application/json" },
+              body: JSON.stringify({ resource: `http://127.0.0.1:${port}/mcp`, authorization_servers: ["https://as.example"] }),
+            }
+          : { status: 401, headers: { "www-authenticate": 'Bearer realm="mcp"' } },
+    );
+    // A plain MCP server, and one that redirects to the OAuth server (a redirect is never followed).
+    const plain = await loopback(() => ({ status: 200, headers: { "content-type": "application/json" }, body: INIT_RESULT }));
+    const redirecting = await loopback(() => ({ status: 307, headers: { location: `${oauth.url}/mcp` } }));
+    const dead = await deadPort();
+
+    const { dir, home } = sandbox();
+    const file = join(home, ".claude.json");
+    const clientFile = {
+      theme: "dark",
+      mcpServers: {
+        notes: { type: "http", url: `${oauth.url}/mcp` },
+        "local-fs": {
+          type: "stdio",
+          command: "npx",
+          args: ["-y", "@modelcontextprotocol/server-filesystem", "/srv"],
+          env: { FS_API_KEY: "fs-inline-9d8c7b6a5f4e3d2c1b0a" },
+        },
+        plain: { type: "http", url: `${plain.url}/mcp`, headers: { "X-Team": "platform" } },
+        wiki: { type: "http", url: `${metaOnly.url}/mcp` },
+        atlassian: { type: "http", url: `${plain.url}/settings`, oauth: { clientId: "portcullis-test", callbackPort: 8080 } },
+        moved: { type: "http", url: `${redirecting.url}/mcp` },
+        asleep: { type: "http", url: `http://127.0.0.1:${dead}/mcp` },
+      },
+      projects: {
+        "/home/dev/app": {
+          allowedTools: [],
+          mcpServers: {
+            "repo-tool": { command: "node", args: ["tools/mcp.js"] },
+            "plain-project": { type: "http", url: `${plain.url}/project` },
+          },
+        },
+      },
+    };
+    writeFileSync(file, `${JSON.stringify(clientFile, null, 2)}\n`);
+    const original = readFileSync(file, "utf8");
+    const opts = { cwd: dir, home };
+    const requests = () => [oauth, metaOnly, plain, redirecting].map((s) => s.seen.length);
+
+    // --offline --dry-run: nothing reaches a server; only the entry's own settings say OAuth.
+    const off = await portcullis(["import", "--client", "claude-code", "--offline", "--dry-run", "--json"], opts);
+    expect(off.stderr).toBe("");
+    expect(off.code).toBe(0);
+    expect(requests()).toEqual([0, 0, 0, 0]);
+    const jo = JSON.parse(off.stdout);
+    expect(jo.offline).toBe(true);
+    expect(jo.kept.map((k: Any) => [k.name, k.reason])).toEqual([
+      ["local-fs", "stdio"],
+      ["atlassian", "oauth"],
+      ["repo-tool", "stdio"],
+    ]);
+    expect(jo.kept[1].detail).toContain(`its entry's "oauth" setting`);
+    expect(jo.upstreams.map((u: Any) => u.name)).toEqual(["notes", "plain", "wiki", "moved", "asleep", "plain-project"]);
+    expect(readFileSync(file, "utf8")).toBe(original);
+
+    // The import: one probe each for the servers that send no credential (none of their headers), no redirect followed.
+    const r = await portcullis(["import", "--client", "claude-code"], opts);
+    expect(r.stderr).toBe("");
+    expect(r.code).toBe(0);
+    const probes = (s: { seen: Seen[] }) => s.seen.map((x) => `${x.method} ${x.path}`);
+    expect(probes(oauth)).toEqual(["POST /mcp"]);
+    expect(probes(metaOnly)).toEqual(["POST /mcp", "GET /.well-known/oauth-protected-resource/mcp"]);
+    expect(probes(plain).sort()).toEqual(["POST /mcp", "POST /project"]);
+    expect(probes(redirecting)).toEqual(["POST /mcp"]);
+    expect(plain.seen.every((x) => x.headers["x-team"] === undefined && x.headers.authorization === undefined)).toBe(true);
+    expect(plain.seen.find((x) => x.path === "/mcp")?.headers["content-type"]).toBe("application/json");
+
+    // The config: the plain servers (also one that redirects, and one that did not answer), not the OAuth ones.
+    const ups = upstreamsOf(join(dir, "portcullis.yaml"));
+    expect(ups.map((u) => [u.name, u.url])).toEqual([
+      ["github", "https://example.com/mcp"],
+      ["plain", `${plain.url}/mcp`],
+      ["moved", `${redirecting.url}/mcp`],
+      ["asleep", `http://127.0.0.1:${dead}/mcp`],
+      ["plain-project", `${plain.url}/project`],
+    ]);
+    expect(byName(ups, "plain").headers).toEqual({ "X-Team": "platform" });
+
+    // The client file: the OAuth and stdio entries byte for byte, the moved ones gone, the gateway entry added.
+    const text = readFileSync(file, "utf8");
+    for (const name of ["notes", "local-fs", "wiki", "atlassian"]) expect(text, name).toContain(entryText(original, name));
+    expect(text).toContain(entryText(original, "repo-tool", "        "));
+    const after = JSON.parse(text);
+    expect(Object.keys(after.mcpServers)).toEqual(["notes", "local-fs", "wiki", "atlassian", "portcullis"]);
+    for (const name of ["notes", "local-fs", "wiki", "atlassian"])
+      expect(after.mcpServers[name]).toEqual(clientFile.mcpServers[name as keyof typeof clientFile.mcpServers]);
+    expect(after.projects["/home/dev/app"]).toEqual({ allowedTools: [], mcpServers: { "repo-tool": { command: "node", args: ["tools/mcp.js"] } } });
+    expect(after.theme).toBe("dark");
+    expectOnlyKeptSecrets(text, ["fs-inline-9d8c7b6a5f4e3d2c1b0a"]);
+
+    // The output names every kept server and its reason, and the one that did not answer.
+    const line = (name: string) => r.stdout.split("\n").find((l) => l.startsWith(`  stays direct: ${name} (`)) ?? "";
+    expect(line("notes")).toContain(
+      "(not governed: oauth): it signs in with OAuth, and Portcullis cannot yet hold its OAuth sign-in (401 with WWW-Authenticate: Bearer resource_metadata=…)",
+    );
+    expect(line("wiki")).toContain("(not governed: oauth)");
+    expect(line("wiki")).toContain("RFC 9728 metadata at /.well-known/oauth-protected-resource/mcp");
+    expect(line("atlassian")).toContain(
+      `(not governed: oauth): it signs in with OAuth, and Portcullis cannot yet hold its OAuth sign-in (its entry's "oauth" setting)`,
+    );
+    expect(line("local-fs")).toContain(
+      "(not governed: stdio): a stdio server (npx -y @modelcontextprotocol/server-filesystem /srv): a Worker cannot spawn processes",
+    );
+    expect(line("repo-tool")).toMatch(
+      /^ {2}stays direct: repo-tool \(projects\["\/home\/dev\/app"\]\.mcpServers\.repo-tool\) is not governed by Portcullis \(not governed: stdio\)/,
+    );
+    for (const name of ["notes", "wiki", "atlassian", "local-fs", "repo-tool"]) expect(line(name)).toContain("kept in .claude.json as it is");
+    expect(r.stdout).toMatch(/note: asleep: asleep did not answer the OAuth probe \(ECONNREFUSED\): imported as an HTTP server/);
+    expect(r.stdout).toContain('4 servers moved behind one "portcullis" entry at http://127.0.0.1:8787/mcp, 5 kept as they were');
+    expectNoSecret(r.stdout, r.stderr, readFileSync(join(dir, "portcullis.yaml"), "utf8"));
+
+    // doctor --clients probes as import does: what import kept is reported, not a problem.
+    const d = await portcullis(["doctor", "--clients", "--client", "claude-code", "--json"], opts);
+    expect(d.code, d.stdout).toBe(0);
+    const dj = JSON.parse(d.stdout);
+    expect(dj.clients[0].ungoverned.map((u: Any) => [u.server, u.reason, u.problem])).toEqual([
+      ["notes", "oauth", false],
+      ["local-fs", "stdio", false],
+      ["wiki", "oauth", false],
+      ["atlassian", "oauth", false],
+      ["repo-tool", "stdio", false],
+    ]);
+    const dt = await portcullis(["doctor", "--clients", "--client", "claude-code"], opts);
+    expect(dt.code).toBe(0);
+    expect(dt.stdout).toContain(`UNGOVERNED notes (mcpServers.notes, http ${oauth.url}/mcp): reached directly, not through the gateway; not governed: oauth`);
+    // --offline: only the settings speak, so the probed OAuth servers look like servers import would move.
+    const doff = await portcullis(["doctor", "--clients", "--client", "claude-code", "--offline", "--json"], opts);
+    expect(doff.code).toBe(1);
+    expect(
+      JSON.parse(doff.stdout)
+        .clients[0].ungoverned.filter((u: Any) => u.problem)
+        .map((u: Any) => u.server),
+    ).toEqual(["notes", "wiki"]);
+
+    // Importing again changes nothing; restore brings back the original bytes.
+    const again = await portcullis(["import", "--client", "claude-code"], opts);
+    expect(again.code).toBe(0);
+    expect(again.stdout).toContain('already has the "portcullis" entry and no server left to move: not changed');
+    expect(readFileSync(file, "utf8")).toBe(text);
+    expect((await portcullis(["restore", "--client", "claude-code"], opts)).code).toBe(0);
+    expect(readFileSync(file, "utf8")).toBe(original);
+  });
+});
+
+describe("the OAuth probe gives up after 3 s", () => {
+  it("a server that accepts the connection and never answers is imported, and the output says it did not answer", async () => {
+    const sockets: Socket[] = [];
+    const silent = createServer();
+    silent.on("connection", (c) => sockets.push(c));
+    silent.on("request", () => undefined); // never answered
+    await new Promise<void>((done) => silent.listen(0, "127.0.0.1", done));
+    const url = `http://127.0.0.1:${(silent.address() as AddressInfo).port}/mcp`;
+    try {
+      const { dir, home } = sandbox();
+      const file = join(dir, "mcp.json");
+      writeFileSync(file, JSON.stringify({ mcpServers: { quiet: { url } } }));
+      const started = Date.now();
+      const r = await portcullis(["import", "--client", "cursor", "--path", file, "--dry-run", "--json"], { cwd: dir, home });
+      expect(r.code, r.stderr).toBe(0);
+      expect(Date.now() - started).toBeGreaterThanOrEqual(3000);
+      const j = JSON.parse(r.stdout);
+      expect(j.upstreams.map((u: Any) => [u.name, u.url])).toEqual([["quiet", url]]);
+      expect(j.kept).toEqual([]);
+      expect(j.notes).toEqual([
+        "quiet: quiet did not answer the OAuth probe (no answer within 3 s): imported as an HTTP server; if it signs in with OAuth, restore and keep it direct",
+      ]);
+    } finally {
+      for (const c of sockets) c.destroy();
+      await new Promise((done) => silent.close(done));
+    }
+  });
+});
+
+describe("--gateway names the gateway's MCP endpoint, in import and doctor --clients alike", () => {
+  it("an origin (or origin/) gets /mcp, /mcp/ loses its slash, /mcp/<upstream> is kept; doctor --clients finds the entry the same way", async () => {
+    const cases: [string, string][] = [
+      ["http://127.0.0.1:9301", "http://127.0.0.1:9301/mcp"],
+      ["http://127.0.0.1:9301/", "http://127.0.0.1:9301/mcp"],
+      ["http://127.0.0.1:9301/mcp/", "http://127.0.0.1:9301/mcp"],
+      ["https://gw.example.com/mcp/github", "https://gw.example.com/mcp/github"],
+    ];
+    for (const [given, written] of cases) {
+      const { dir, home } = sandbox();
+      mkdirSync(join(home, ".cursor"));
+      const file = join(home, ".cursor", "mcp.json");
+      copyFileSync(join(FIXTURES, "cursor.json"), file);
+      const r = await portcullis(["import", "--client", "cursor", "--gateway", given], { cwd: dir, home });
+      expect(r.code, `${given}: ${r.stderr}`).toBe(0);
+      expect(JSON.parse(readFileSync(file, "utf8")).mcpServers.portcullis.url, given).toBe(written);
+      expect(r.stdout).toContain(`one "portcullis" entry at ${written};`);
+      expect(r.stdout).toContain(`claude mcp add --transport http portcullis ${written} --header`);
+      expect(r.stdout).toContain(`--gateway ${new URL(written).origin})`);
+    }
+    // doctor --clients: an entry (not named portcullis) at the endpoint an origin-only --gateway names is the gateway entry.
+    const { dir, home } = sandbox();
+    const file = join(dir, "mcp.json");
+    writeFileSync(
+      file,
+      JSON.stringify({ mcpServers: { gw: { url: "http://127.0.0.1:9301/mcp", headers: { Authorization: "Bearer ${env:PORTCULLIS_AGENT_TOKEN}" } } } }),
+    );
+    const d = await portcullis(["doctor", "--clients", "--client", "cursor", "--path", file, "--gateway", "http://127.0.0.1:9301", "--json"], {
+      cwd: dir,
+      home,
+    });
+    expect(d.code, d.stdout).toBe(0);
+    const j = JSON.parse(d.stdout);
+    expect(j.gateway).toBe("http://127.0.0.1:9301/mcp");
+    expect(j.clients[0].gateway.map((g: Any) => g.server)).toEqual(["gw"]);
+    // An import through --json reports the normalised endpoint too.
+    const ij = await portcullis(["import", "--client", "cursor", "--path", file, "--gateway", "http://127.0.0.1:9301/", "--dry-run", "--json"], {
+      cwd: dir,
+      home,
+    });
+    expect(ij.code).toBe(0);
+    expect(JSON.parse(ij.stdout).gateway).toBe("http://127.0.0.1:9301/mcp");
+  });
+});
+
 describe("agents and operators never share a credential variable", () => {
   it("doctor --clients reports a gateway entry that reads PORTCULLIS_TOKEN (exit 1, in each client's syntax); import rewrites it to PORTCULLIS_AGENT_TOKEN", async () => {
     const { dir, home } = sandbox();
