@@ -40,7 +40,7 @@ export const HELP = `usage: portcullis deploy [--config FILE] [--dry-run] [--gen
   --generate-key    generate the signing key when the Worker has none (step 6)
   --key-file FILE   where that key is written, or read when it exists (default: .portcullis/signing-key.json)
   --json            print the report as JSON
-wrangler is the project's (node_modules/.bin), else the first on PATH.
+wrangler is the first on PATH (the project's node_modules/.bin one under npx), else the project's.
 exit: 0 deployed (or the dry run passed), 1 a step failed (named), 2 usage`;
 
 const OPTIONS = { config: STRING, "dry-run": FLAG, "generate-key": FLAG, "key-file": STRING, json: FLAG, ...HELP_OPTION } as const;
@@ -55,12 +55,14 @@ interface Step {
 
 class StepFailed extends Error {}
 
-/** The wrangler this project runs: its node_modules/.bin one, else the first on PATH, else the package's own. */
+/**
+ * The wrangler this project runs: the first on PATH (under `npx` or an npm script that is the
+ * project's node_modules/.bin one), else the project's, else the one beside the package.
+ */
 export function wranglerPath(dir: string): string {
-  const local = join(dir, "node_modules", ".bin", "wrangler");
-  if (existsSync(local)) return local;
   for (const p of (process.env.PATH ?? "").split(delimiter)) if (p && existsSync(join(p, "wrangler"))) return join(p, "wrangler");
-  return bin("wrangler");
+  const local = join(dir, "node_modules", ".bin", "wrangler");
+  return existsSync(local) ? local : bin("wrangler");
 }
 
 /** The `${NAME}` secrets a config text names: required ones (no fallback) and those with a fallback. */

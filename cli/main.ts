@@ -41,11 +41,12 @@ export const USAGE = `usage: portcullis <command> [options]     (portcullis <com
   portcullis doctor --config FILE --live [--timeout 5s] [--json]
                         also contact each upstream (tools/list) and report its reachability: exit 1
                         when one is unreachable (portcullis doctor --help)
-  portcullis doctor --clients [--client C] [--path FILE]  servers a client reaches directly (ungoverned)
+  portcullis doctor --clients [--client C] [--path FILE] [--offline]  servers a client reaches directly (ungoverned)
                         and a missing gateway entry: exit 1 when found (portcullis doctor --clients --help)
-  portcullis import --client claude-code|claude-desktop|cursor|vscode [--path FILE] [--config FILE] [--dry-run]
-                        a client's HTTP servers become upstreams (secrets by reference), the client file is
-                        backed up once and points at the gateway alone (portcullis import --help)
+  portcullis import --client claude-code|claude-desktop|cursor|vscode [--path FILE] [--config FILE] [--offline] [--dry-run]
+                        a client's HTTP servers become upstreams (secrets by reference) and leave the client file,
+                        which is backed up once and gets the gateway entry; stdio and OAuth servers stay in it,
+                        named as not governed (portcullis import --help)
   portcullis restore --client C [--path FILE]  put the client file back from that backup
   portcullis add --config FILE --name NAME --url URL [--header "K: V"]... [--gateway URL] [--dry-run]
                         register an upstream in FILE (comments kept, validated whole, inline secrets

@@ -163,7 +163,7 @@ async function groupGone(pgid: number, ms: number): Promise<boolean> {
  * resolves once no process of the group runs any more and the leader's exit has been seen.
  * `exited` rejects if the leader exits before `stop()` (a start that failed).
  */
-function managed(child: ChildProcess, cleanup: () => void = () => {}): Proc & { exited: Promise<never> } {
+export function managed(child: ChildProcess, cleanup: () => void = () => {}): Proc & { exited: Promise<never> } {
   const pgid = child.pid;
   let spawnError: Error | undefined;
   child.on("error", (e) => {
