@@ -176,7 +176,7 @@ function deployable(dir: string, { rules = 50, oauth = false } = {}): void {
     rules: Array.from({ length: rules }, (_, i) => ({
       id: `rule-${i}`,
       match: { upstream: "github", tool: tools[i % tools.length] },
-      when: `size(string(args)) > ${1000 + i}`,
+      when: `size(args) > ${10 + i}`,
       decision: i % 2 ? "deny" : "require_approval",
       reason: `rule ${i}: large arguments to ${tools[i % tools.length]} need a second look (generated for the deploy test)`,
       owner: "the platform team",
