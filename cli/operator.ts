@@ -69,7 +69,7 @@ const JTI = /^[A-Za-z0-9_-]{8,128}$/;
 
 async function tokenRevoke(a: Options<typeof REVOKE_OPTIONS>): Promise<number> {
   if (a.help) return help("token revoke");
-  const jti = oneArgument(a, "give one grant id: portcullis token revoke JTI --url GATEWAY");
+  const jti = oneArgument(a, "give one grant id: npx portcullis token revoke JTI --url GATEWAY");
   if (!JTI.test(jti))
     throw new UsageError(
       "JTI must be the grant's jti (8-128 characters of [A-Za-z0-9_-]), as token mint --url prints it or the ledger's grant.minted record names it",
