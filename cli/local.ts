@@ -139,7 +139,7 @@ const problemList = (problems: string[]) => problems.map((p) => `  - ${p}`).join
 function ruleLine(r: GatewayConfig["policy"]["rules"][number]): string {
   const globs = (v: string | string[] | undefined) => (v === undefined ? "*" : [v].flat().join("|"));
   const where = r.match?.upstream !== undefined || r.match?.tool !== undefined ? ` (${globs(r.match?.upstream)}/${globs(r.match?.tool)})` : "";
-  return `rule ${r.id}${where}${r.when ? " when it holds" : ""}${r.mode === "observe" ? " [observe only]" : ""}: ${r.reason}`;
+  return `rule ${r.id}${where}${r.when ? ` when ${r.when.length > 80 ? `${r.when.slice(0, 77)}...` : r.when}` : ""}${r.mode === "observe" ? " [observe only]" : ""}: ${r.reason}`;
 }
 
 /**
