@@ -3,7 +3,9 @@
  * up it prints the classification banner, the console URL, an approver grant to paste there — on
  * the terminal only — and a try-it recipe) and `portcullis demo-upstream` (that upstream alone,
  * server-everything in this process with every listen pinned to 127.0.0.1). Owns these commands'
- * flags and output, and the demo's approver grant. Starting the processes is cli/gateway-start.ts's.
+ * flags and output, and what a local gateway prints once it is up, for `start` and `dev` alike
+ * (gatewayGuide: the approver grant, the console sign-in, the try-it recipe's pieces; `dev`'s own
+ * words are cli/local.ts's). Starting the processes is cli/gateway-start.ts's.
  * Must never: let the demo upstream listen beyond loopback, or print the approver grant anywhere
  * but this terminal (no log file, no command line).
  */

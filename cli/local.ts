@@ -1,14 +1,17 @@
 /**
- * The local config commands: `dev --config FILE [--port N] [--force]` (a gateway on workerd via
- * wrangler with that config, after its rules are checked against the upstreams' real tool lists;
- * the classification banner once it is up), `check --config FILE` (validate a config: every
+ * The local config commands: `dev --config FILE [--port N] [--persist-to DIR] [--force]` (a
+ * gateway on workerd via wrangler with that config, its state in DIR or ./.wrangler/state, after
+ * its rules are checked against the upstreams' real tool lists; once it is up the classification
+ * banner and, as `start` prints them through cli/demo.ts gatewayGuide, what the config governs,
+ * the console URL, an approver sign-in and a try-it recipe), `check --config FILE` (validate a config: every
  * problem, and the rules that name no mapped tool as warnings) and `doctor --config FILE`
  * (the static doctor: schema, policy and each upstream's egress from where it will run). Owns these
  * commands' flags, output and exit codes (0 ok, 1 invalid or refused, 2 usage), and the usage of
  * `check` and `doctor` in all their forms (`check --self-probe` and `doctor --live` run in
  * cli/self-probe.ts and cli/doctor-live.ts). Light to load: what a command needs is loaded when it runs.
- * Must never: print a secret value (problems name variables, not values), or put one on a command
- * line (the gateway gets the secrets the config names through its private env file).
+ * Must never: print a secret value (problems name variables, not values; upstream URLs lose their
+ * query), or put one on a command line (the gateway gets the secrets the config names through its
+ * private env file).
  */
 import { resolve } from "node:path";
 import type { GatewayConfig } from "../src/config/gateway-config.ts";

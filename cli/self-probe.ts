@@ -398,7 +398,8 @@ export async function selfProbeCommand(a: Options<typeof CHECK_OPTIONS>): Promis
     if (report.control)
       console.log(`  control: ${report.control.reached_upstream ? "reached the upstream" : "did NOT reach the upstream"} ("${report.control.answer}")`);
     console.log(`  ${code === 0 ? "why" : "reason"}:  ${report.reason}`);
-    if (code === 3 && report.gateway) console.log("  the gateway did not start: run with --verbose to see its output, or try `npx portcullis dev --config portcullis.yaml`");
+    if (code === 3 && report.gateway)
+      console.log("  the gateway did not start: run with --verbose to see its output, or try `npx portcullis dev --config portcullis.yaml`");
   }
   return code;
 }

@@ -71,8 +71,7 @@ export class RevocationsDO extends DurableObject implements RevocationsApi {
    * before; the revocation applies either way.
    */
   async revoke(jti: string, exp: number, by: string): Promise<{ known: boolean }> {
-    const known =
-      this.sql.exec("SELECT 1 FROM minted WHERE jti = ? UNION ALL SELECT 1 FROM revoked WHERE jti = ? LIMIT 1", jti, jti).toArray().length > 0;
+    const known = this.sql.exec("SELECT 1 FROM minted WHERE jti = ? UNION ALL SELECT 1 FROM revoked WHERE jti = ? LIMIT 1", jti, jti).toArray().length > 0;
     this.sql.exec(
       "INSERT INTO revoked (jti, at, exp, by) VALUES (?, ?, ?, ?) ON CONFLICT(jti) DO UPDATE SET exp = MAX(exp, excluded.exp)",
       jti,

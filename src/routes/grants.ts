@@ -117,14 +117,7 @@ export interface Revocation {
  * then says so. It stands too for a jti the gateway has no record of (`known: false` and a
  * `note`): a grant signed offline with the key is valid and must be revocable.
  */
-export async function revokeGrant(
-  env: Env,
-  cfg: GatewayConfig,
-  gateway: string,
-  jti: string,
-  given: unknown,
-  by: Principal,
-): Promise<Revocation> {
+export async function revokeGrant(env: Env, cfg: GatewayConfig, gateway: string, jti: string, given: unknown, by: Principal): Promise<Revocation> {
   const until = revocationUntil(cfg, given);
   const { known } = await revocationObject(env, jti).revoke(jti, until, by.sub);
   noteRevoked(jti);

@@ -131,7 +131,9 @@ describe("portcullis token revoke", () => {
     const notRunning = "(connection refused): is it running? (npx portcullis dev --config FILE, or npx portcullis start)";
     const down = await cli(["token", "revoke", agent.jti, "--url", `http://127.0.0.1:${closed}`], { PORTCULLIS_TOKEN: admin });
     expect(down.code).toBe(3);
-    expect(down.stderr).toContain(`portcullis token revoke: cannot reach the gateway at http://127.0.0.1:${closed}/v1/grants/${agent.jti}/revoke ${notRunning}`);
+    expect(down.stderr).toContain(
+      `portcullis token revoke: cannot reach the gateway at http://127.0.0.1:${closed}/v1/grants/${agent.jti}/revoke ${notRunning}`,
+    );
     const holdsDown = await cli(["holds", "list", "--url", `http://127.0.0.1:${closed}`], { PORTCULLIS_TOKEN: admin });
     expect(holdsDown.code).toBe(3);
     expect(holdsDown.stderr).toContain(`portcullis holds list: cannot reach the gateway at http://127.0.0.1:${closed}/v1/holds ${notRunning}`);
