@@ -152,7 +152,19 @@ function ruleLine(r: GatewayConfig["policy"]["rules"][number]): string {
  * against the config's own upstreams. No grant is minted when the gateway would not accept one
  * signed with the dev key (the config names another signing-key secret).
  */
-export async function devGuide({ file, cfg, port, origin }: { file: string; cfg: GatewayConfig; port: number; origin: string }): Promise<void> {
+export async function devGuide({
+  file,
+  cfg,
+  port,
+  origin,
+  print,
+}: {
+  file: string;
+  cfg: GatewayConfig;
+  port: number;
+  origin: string;
+  print?: (s: string) => void;
+}): Promise<void> {
   const { gatewayGuide, mcpCurl, verifyLines } = await import("./demo.ts");
   const { printableUrl } = await import("./mcp-list.ts");
   const aud = cfg.auth.audience;
@@ -196,7 +208,14 @@ export async function devGuide({ file, cfg, port, origin }: { file: string; cfg:
      of argv and shell history:
 ${verifyLines(origin)}`;
   const ttlSeconds = Math.min(8 * 3600, cfg.auth.maxTokenLifetimeS);
-  await gatewayGuide({ origin, approver: { port, aud, iss, ttlSeconds }, intro, tryIt: `Try it:\n${step1}\n${step2}\n${step3}`, noGrant });
+  await gatewayGuide({
+    origin,
+    approver: { port, aud, iss, ttlSeconds },
+    intro,
+    tryIt: `Try it:\n${step1}\n${step2}\n${step3}`,
+    noGrant,
+    ...(print ? { print } : {}),
+  });
 }
 
 /** `portcullis dev …`: runs the gateway until it stops (this process exits with it). */
