@@ -114,7 +114,7 @@ const refsOf = (value: string): string[] => [...value.matchAll(/\$\{([A-Za-z_][A
 function inputProblems(file: string, name: string, url: string, headers: [string, string][], existing: string[]): string[] {
   const problems: string[] = [];
   if (existing.includes(name))
-    problems.push(`an upstream named "${name}" is already in ${file}: choose another --name, or change that entry in ${file} and run portcullis reload`);
+    problems.push(`an upstream named "${name}" is already in ${file}: choose another --name, or change that entry in ${file} and run npx portcullis reload`);
   const bad = urlProblem(url);
   if (bad && /credential/.test(bad)) {
     const where = /\?[^=\s]+=/.exec(bad)?.[0] ?? "user:password@";
@@ -227,10 +227,10 @@ async function add(a: AddFlags): Promise<number> {
   say(`added upstream ${name} (${url}) to ${file}`);
   for (const n of notes) say(`  note: ${n}`);
   for (const s of secrets)
-    say(`  secret ${s.name}: the gateway needs it (${s.dev} for portcullis dev${s.set_here ? ", set here" : ", not set here"}; ${s.deploy} when deployed)`);
+    say(`  secret ${s.name}: the gateway needs it (${s.dev} for npx portcullis dev${s.set_here ? ", set here" : ", not set here"}; ${s.deploy} when deployed)`);
   if (!base || token === undefined) {
     if (a.json) console.log(JSON.stringify(result, null, 2));
-    else say(`  next: portcullis reload --config ${file} --url GATEWAY (a running gateway), or restart portcullis dev`);
+    else say(`  next: npx portcullis reload --config ${file} --url GATEWAY (a running gateway), or restart npx portcullis dev`);
     return 0;
   }
   // As reload does: in enforce, a rule that would match no real tool after this add (its names moved, say) stops the reload.
@@ -238,7 +238,7 @@ async function add(a: AddFlags): Promise<number> {
     await checkRulesBeforeReload(file, { json: a.json, gateway: base });
   } catch (e) {
     if (e instanceof Refused) {
-      if (!a.json) console.error(`${file} was written, but not reloaded: fix the rules above, then: portcullis reload --config ${file} --url ${a.gateway}`);
+      if (!a.json) console.error(`${file} was written, but not reloaded: fix the rules above, then: npx portcullis reload --config ${file} --url ${a.gateway}`);
       throw new Refused(`${e.message}; ${file} was written, the gateway keeps its previous config`);
     }
     throw e;
@@ -248,7 +248,7 @@ async function add(a: AddFlags): Promise<number> {
     reloaded = await putConfig(base, token, v.text, { force: renamed.length > 0 });
     result.reload = reloaded;
   } catch (e) {
-    const again = `fix ${file}, then: portcullis reload --config ${file} --url ${a.gateway}`;
+    const again = `fix ${file}, then: npx portcullis reload --config ${file} --url ${a.gateway}`;
     if (e instanceof ConfigRefused) {
       if (a.json) console.log(JSON.stringify({ ...result, ok: false, problems: e.problems, next: again }, null, 2));
       else
@@ -258,7 +258,7 @@ async function add(a: AddFlags): Promise<number> {
       throw new Refused(`the gateway refused ${file}`);
     }
     if (e instanceof FetchError)
-      throw new FetchError(`${e.message}\n${file} was written; once the gateway is reachable: portcullis reload --config ${file} --url ${a.gateway}`);
+      throw new FetchError(`${e.message}\n${file} was written; once the gateway is reachable: npx portcullis reload --config ${file} --url ${a.gateway}`);
     throw e;
   }
   if (a.json) console.log(JSON.stringify(result, null, 2));

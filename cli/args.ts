@@ -4,8 +4,8 @@
  * list for a repeatable one, `-h` for `--help`), and a UsageError names an unknown option (`--x` or
  * `-x`), a missing value, a value given to a flag or (unless positionals are allowed) an
  * unexpected argument. Owns the conventions every command follows: `--help` / `-h` prints its
- * usage on stdout and exits 0; a UsageError exits 2 with its message and "(portcullis <command>
- * --help for the options)" on stderr; and the value parsers several commands share (a port, a
+ * usage on stdout and exits 0; a UsageError exits 2 with its message and "(npx portcullis <command>
+ * --help for the options)" on stderr (npx: it works where portcullis is a project's package, not on PATH); and the value parsers several commands share (a port, a
  * duration, a list's --limit, the one id a command takes). Must never: accept an option the
  * command did not declare.
  */
@@ -96,7 +96,7 @@ export function oneArgument(a: { _: string[] }, message: string): string {
 
 /** A usage mistake in command `name`: its message and the pointer to its --help on stderr, exit 2. */
 export function usageError(name: string, message: string): never {
-  console.error(`portcullis ${name}: ${message}\n(portcullis ${name} --help for the options)`);
+  console.error(`portcullis ${name}: ${message}\n(npx portcullis ${name} --help for the options)`);
   process.exit(2);
 }
 
@@ -119,12 +119,22 @@ export function commandOptions<const O extends OptionSpec>(name: string, argv: r
   return a;
 }
 
-/** `--port`'s value as a port number (1-65535), or `fallback` when not given; a usage error of command `name` otherwise. */
-export function portOf(name: string, v: string | undefined, fallback: number, flag = "--port"): number {
+/** `--port`'s value as a port number (1-65535), or `fallback` when not given; a UsageError otherwise. */
+export function portArg<F>(v: string | undefined, fallback: F, flag = "--port"): number | F {
   if (v === undefined) return fallback;
   const n = /^\d+$/.test(v) ? Number(v) : Number.NaN;
-  if (!(n >= 1 && n <= 65535)) usageError(name, `${flag}: use a port number (1-65535), not ${v}`);
+  if (!(n >= 1 && n <= 65535)) throw new UsageError(`${flag}: use a port number (1-65535), not ${v}`);
   return n;
+}
+
+/** `--port`'s value as a port number (1-65535), or `fallback` when not given; a usage error of command `name` otherwise. */
+export function portOf(name: string, v: string | undefined, fallback: number, flag = "--port"): number {
+  try {
+    return portArg(v, fallback, flag);
+  } catch (e) {
+    if (e instanceof UsageError) usageError(name, e.message);
+    throw e;
+  }
 }
 
 const MS_PER = { ms: 1, s: 1000, m: 60_000 } as const;

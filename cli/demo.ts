@@ -3,7 +3,9 @@
  * up it prints the classification banner, the console URL, an approver grant to paste there — on
  * the terminal only — and a try-it recipe) and `portcullis demo-upstream` (that upstream alone,
  * server-everything in this process with every listen pinned to 127.0.0.1). Owns these commands'
- * flags and output, and the demo's approver grant. Starting the processes is cli/gateway-start.ts's.
+ * flags and output, and what a local gateway prints once it is up, for `start` and `dev` alike
+ * (gatewayGuide: the approver grant, the console sign-in, the try-it recipe's pieces; `dev`'s own
+ * words are cli/local.ts's). Starting the processes is cli/gateway-start.ts's.
  * Must never: let the demo upstream listen beyond loopback, or print the approver grant anywhere
  * but this terminal (no log file, no command line).
  */
@@ -14,7 +16,7 @@ import { resolve } from "node:path";
 import { commandOptions, HELP_OPTION, namesOf, portOf, STRING } from "./args.ts";
 import { messageOf } from "./gateway-http.ts";
 import { devSigningKey, gatewayOrigin, root, startDemoUpstream, startGateway, stopChildrenOnSignal } from "./gateway-start.ts";
-import { classificationBanner } from "./local.ts";
+import { classificationBanner, PERSIST_HELP, stateDir } from "./local.ts";
 import { mintTarget } from "./token.ts";
 
 export const HELP = {
@@ -25,7 +27,7 @@ export const HELP = {
   and a three-step try-it recipe. Ctrl-C stops both.
   --port N           the gateway's port on 127.0.0.1 (default 8787)
   --upstream-port N  the demo upstream's port on 127.0.0.1 (default 3001)
-  --persist-to DIR   keep the gateway's state (ledger, holds, sessions) in DIR across restarts
+  ${PERSIST_HELP}
 exit: the gateway's exit code once it stops; 2 usage`,
   "demo-upstream": `usage: portcullis demo-upstream [--port N]
   the bundled demo upstream (server-everything, Streamable HTTP) alone, listening on 127.0.0.1 only
@@ -39,74 +41,140 @@ const UPSTREAM_OPTIONS = { port: STRING, ...HELP_OPTION } as const;
 /** The options of `start` and `demo-upstream` (help.test.ts checks their --help names them all). */
 export const KNOWN = { start: namesOf(START_OPTIONS), "demo-upstream": namesOf(UPSTREAM_OPTIONS) };
 
+/** The claims of an approver sign-in: who it is for and which gateway (`token mint --port N`'s iss and aud unless given). */
+export interface ApproverTarget {
+  port: number;
+  iss?: string | undefined;
+  aud?: string | undefined;
+  ttlSeconds?: number;
+}
+
 /**
- * The demo's approver sign-in for `start`: a grant minted with the dev key (as `token mint
- * --port N` does) for the gateway on `port`, sub `human:demo-approver`, roles approver and
- * auditor, in team "local" — the team of the unauthenticated loopback actor (src/identity/auth.ts),
- * whose holds are that team's, so they reach this approver (who, being another principal, may
- * resolve them). Its auditor role reads the same team's ledger (`ledger verify --url`).
+ * The approver sign-in `start` and `dev` print: a grant minted with the dev key (as `token mint
+ * --port N` does) for the gateway on `port` (or the `iss`/`aud` its config names), sub
+ * `human:demo-approver`, roles approver and auditor, in team "local" — the team of the
+ * unauthenticated loopback actor (src/identity/auth.ts), whose holds are that team's, so they
+ * reach this approver (who, being another principal, may resolve them). Its auditor role reads the
+ * same team's ledger (`ledger verify --url`).
  */
-export async function demoApproverGrant(port: number, ttlSeconds = 8 * 3600): Promise<{ token: string; jti: string; exp: number }> {
+export async function approverGrant({ port, iss, aud, ttlSeconds = 8 * 3600 }: ApproverTarget): Promise<{ token: string; jti: string; exp: number }> {
   const { parseKeySet } = await import("../src/identity/keys.ts");
   const { mintGrant } = await import("../src/identity/tokens.ts");
   const target = mintTarget({ port: String(port) });
   if (typeof target === "string") throw new Error(target);
-  const claims = { ...target, sub: "human:demo-approver", team: "local", roles: ["approver" as const, "auditor" as const], tools: [], ttlSeconds };
+  const audience = aud ?? target.aud;
+  const claims = {
+    iss: iss ?? audience,
+    aud: audience,
+    sub: "human:demo-approver",
+    team: "local",
+    roles: ["approver" as const, "auditor" as const],
+    tools: [],
+    ttlSeconds,
+  };
   return mintGrant(await parseKeySet(await devSigningKey()), claims, { maxLifetimeSeconds: 86400 });
 }
 
-/**
- * For `start`, once the gateway at `origin` answers /healthz: what the demo policy does, the
- * console URL with the approver grant to paste at /console/login (printed to this terminal only —
- * never a log file, never a command line), and a three-step "try it" recipe. Never fails the command.
- */
-async function demoGuide({ origin, port, print = (s: string) => console.log(s) }: { origin: string; port: number; print?: (s: string) => void }) {
-  try {
-    let up = false;
-    for (let i = 0; i < 240 && !up; i++) {
-      up = await fetch(`${origin}/healthz`, { signal: AbortSignal.timeout(2000) })
-        .then(async (r) => {
-          await r.body?.cancel();
-          return r.ok;
-        })
-        .catch(() => false);
-      if (!up) await new Promise((r) => setTimeout(r, 500).unref());
-    }
-    if (!up) return print(`portcullis: the gateway did not come up at ${origin}; no approver sign-in printed`);
-    const grant = await demoApproverGrant(port);
-    const hours = Math.round((grant.exp - Math.floor(Date.now() / 1000)) / 3600);
-    const call = (a: number, b: number) =>
-      `curl -s ${origin}/mcp -H 'content-type: application/json' -H 'accept: application/json, text/event-stream' -H 'mcp-protocol-version: 2026-07-28' -H 'mcp-method: tools/call' -H 'mcp-name: get-sum' -d '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"get-sum","arguments":{"a":${a},"b":${b}},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}}'`;
-    print(`
-portcullis: the demo is governed (portcullis.yaml, mode enforce, mappings/everything.yaml):
-  held     get-sum when a + b > 100 (rule demo-big-sums): it runs once an approver approves it
-  denied   get-env (rule demo-no-env): not listed, and a call is refused with the reason
-  allowed  every other mapped tool; an MCP client without a grant is the agent local:demo (team local)
+/** Waits for `origin`/healthz to answer 2xx (at most about two minutes); whether it did. */
+export async function gatewayUp(origin: string): Promise<boolean> {
+  for (let i = 0; i < 240; i++) {
+    const up = await fetch(`${origin}/healthz`, { signal: AbortSignal.timeout(2000) })
+      .then(async (r) => {
+        await r.body?.cancel();
+        return r.ok;
+      })
+      .catch(() => false);
+    if (up) return true;
+    await new Promise((r) => setTimeout(r, 500).unref());
+  }
+  return false;
+}
 
+/**
+ * A curl line for one 2026-07-28 request to `origin`/mcp as the unauthenticated loopback agent:
+ * `tools/list`, or `tools/call` of `tool` with `args`.
+ */
+export function mcpCurl(origin: string, call?: { tool: string; args: Record<string, unknown> }): string {
+  const meta = { "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {} };
+  const [method, params] = call ? ["tools/call", { name: call.tool, arguments: call.args, _meta: meta }] : ["tools/list", { _meta: meta }];
+  const body = JSON.stringify({ jsonrpc: "2.0", id: 1, method, params });
+  return `curl -s ${origin}/mcp -H 'content-type: application/json' -H 'accept: application/json, text/event-stream' -H 'mcp-protocol-version: 2026-07-28' -H 'mcp-method: ${method}'${call ? ` -H 'mcp-name: ${call.tool}'` : ""} -d '${body}'`;
+}
+
+/** The try-it recipe's last lines: the ledger verified with the approver grant (an auditor) in PORTCULLIS_TOKEN, read from the terminal so it stays out of argv and shell history. */
+export const verifyLines = (origin: string): string => `       read -rs PORTCULLIS_TOKEN && export PORTCULLIS_TOKEN    # paste the grant, then Enter
+       npx portcullis ledger verify --url ${origin}`;
+
+export interface GuideOptions {
+  /** The gateway's origin, e.g. http://127.0.0.1:8787. */
+  origin: string;
+  /** Who the approver grant is for (approverGrant). */
+  approver: ApproverTarget;
+  /** What the gateway governs: printed first. */
+  intro: string;
+  /** The try-it recipe, printed after the sign-in. */
+  tryIt: string;
+  /** When set, no grant is minted: this says why (the gateway would not accept one signed with the dev key). */
+  noGrant?: string | undefined;
+  print?: (s: string) => void;
+}
+
+/**
+ * What `start` and `dev` print once their gateway at `origin` answers /healthz: `intro`, the
+ * console URL with an approver grant to paste at /console/login (printed to this terminal only —
+ * never a log file, never a command line), then `tryIt`. Never fails the command: a gateway that
+ * does not come up, or a grant that cannot be minted, is one line saying so and what to run.
+ */
+export async function gatewayGuide({ origin, approver, intro, tryIt, noGrant, print = (s: string) => console.log(s) }: GuideOptions): Promise<void> {
+  const mintHint = `npx portcullis token mint --sub human:me --team local --role approver,auditor --port ${approver.port}`;
+  try {
+    if (!(await gatewayUp(origin))) return print(`portcullis: the gateway did not come up at ${origin}; no approver sign-in printed`);
+    if (noGrant) {
+      print(`${intro}
+Console: ${origin}/console
+  no approver sign-in printed: ${noGrant}
+
+${tryIt}
+`);
+      return;
+    }
+    const grant = await approverGrant(approver);
+    const hours = Math.round((grant.exp - Math.floor(Date.now() / 1000)) / 3600);
+    const lifetime = hours >= 1 ? `${hours}h` : `${Math.max(1, Math.round((grant.exp - Math.floor(Date.now() / 1000)) / 60))} min`;
+    print(`${intro}
 Console: ${origin}/console
   Sign in at ${origin}/console/login by pasting this approver grant (human:demo-approver,
-  team local, roles approver + auditor, ${hours}h, signed with the dev key). It is shown here only:
+  team local, roles approver + auditor, ${lifetime}, signed with the dev key). It is shown here only:
   paste it, never put it on a command line.
 
 ${grant.token}
 
-Try it:
+${tryIt}
+`);
+  } catch (e) {
+    print(`portcullis: no approver sign-in (${messageOf(e)}); mint one: ${mintHint}`);
+  }
+}
+
+/** For `start`: what the demo policy does, and the three-step recipe against the demo upstream. */
+function demoGuide(origin: string, port: number): Promise<void> {
+  const intro = `
+portcullis: the demo is governed (portcullis.yaml, mode enforce, mappings/everything.yaml):
+  held     get-sum when a + b > 100 (rule demo-big-sums): it runs once an approver approves it
+  denied   get-env (rule demo-no-env): not listed, and a call is refused with the reason
+  allowed  every other mapped tool; an MCP client without a grant is the agent local:demo (team local)
+`;
+  const tryIt = `Try it:
   1. Call the held tool as the agent (or in \`npx @modelcontextprotocol/inspector\`: Streamable HTTP,
      ${origin}/mcp, tool get-sum, a = 60, b = 50):
-       ${call(60, 50)}
+       ${mcpCurl(origin, { tool: "get-sum", args: { a: 60, b: 50 } })}
      → "Blocked by Portcullis: this call needs approval … It is held as local~<id> …"
   2. Approve it in the console: ${origin}/console → the hold → Approve.
   3. Send the identical call again: it runs once ("The sum of 60 and 50 is 110."; later retries get
      that answer replayed). Then verify the ledger with the same grant (an auditor), read from the
      terminal so it stays out of argv and shell history:
-       read -rs PORTCULLIS_TOKEN && export PORTCULLIS_TOKEN    # paste the grant, then Enter
-       npx portcullis ledger verify --url ${origin}
-`);
-  } catch (e) {
-    print(
-      `portcullis: no approver sign-in (${messageOf(e)}); mint one: npx portcullis token mint --sub human:me --team local --role approver,auditor --port ${port}`,
-    );
-  }
+${verifyLines(origin)}`;
+  return gatewayGuide({ origin, approver: { port }, intro, tryIt });
 }
 
 const EVERYTHING = resolve(root, "node_modules/@modelcontextprotocol/server-everything/dist/index.js");
@@ -155,9 +223,9 @@ export async function startCommand(argv: string[]): Promise<void> {
     process.exit(1);
   }
   const configText = inlined.text;
-  const persistTo = typeof a["persist-to"] === "string" ? a["persist-to"] : undefined;
+  const persistTo = stateDir(a["persist-to"]);
   const gw = startGateway({ configText, port, persistTo, signingKey: await devSigningKey() });
-  console.log(`portcullis: demo upstream on http://127.0.0.1:${upPort}/mcp, gateway on http://127.0.0.1:${port}/mcp`);
+  console.log(`portcullis: demo upstream on http://127.0.0.1:${upPort}/mcp, gateway on http://127.0.0.1:${port}/mcp (its state in ${persistTo})`);
   children.push(gw);
   gw.on("exit", (code) => {
     demo.kill();
@@ -166,5 +234,5 @@ export async function startCommand(argv: string[]): Promise<void> {
   demo.on("exit", () => gw.kill());
   const origin = gatewayOrigin("127.0.0.1", port);
   // The banner first, then the demo guide (console URL, approver sign-in, try-it recipe) last on screen.
-  void classificationBanner({ configText, origin }).then(() => demoGuide({ origin, port }));
+  void classificationBanner({ configText, origin }).then(() => demoGuide(origin, port));
 }

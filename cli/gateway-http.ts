@@ -74,7 +74,8 @@ export interface SendOptions {
  * One request to `path` on the gateway `base`, with `token` as the bearer (none when null), the
  * `query` parameters that are defined, and `body` as JSON when given; waits at most `timeoutMs`
  * when set. The response whatever its status, and `where` ("METHOD origin/path", for messages);
- * a FetchError when the gateway cannot be reached or does not answer in time.
+ * a FetchError when the gateway does not answer in time or cannot be reached (`unreachable`: the
+ * URL tried, and for a refused connection that the gateway may not be running).
  */
 export async function send(
   base: URL,
@@ -96,10 +97,24 @@ export async function send(
       ...(body !== undefined ? { body: JSON.stringify(body) } : {}),
     });
   } catch (e) {
-    const why = e instanceof Error && e.name === "TimeoutError" ? `no answer within ${(timeoutMs ?? 0) / 1000} s` : causeOf(e);
-    throw new FetchError(`${where}: ${why}`);
+    if (e instanceof Error && e.name === "TimeoutError") throw new FetchError(`${where}: no answer within ${(timeoutMs ?? 0) / 1000} s`);
+    throw new FetchError(unreachable(url, e));
   }
   return { res, where };
+}
+
+/** What to run to start a local gateway, for a message about one that is not running. */
+export const START_HINT = "npx portcullis dev --config FILE, or npx portcullis start";
+
+/**
+ * The message for a request to `url` that reached no gateway (a failed fetch `e`): the URL tried
+ * and why; a refused connection adds that the gateway may not be running and how to start one.
+ */
+export function unreachable(url: URL, e: unknown): string {
+  const code = causeOf(e);
+  const at = `${url.origin}${url.pathname}`;
+  if (code === "ECONNREFUSED") return `cannot reach the gateway at ${at} (connection refused): is it running? (${START_HINT})`;
+  return `cannot reach the gateway at ${at} (${code})`;
 }
 
 /** Every gateway command's help ends with this: where its token goes. */
@@ -184,7 +199,7 @@ export async function exitCodeOf(label: string, run: () => number | Promise<numb
     return await run();
   } catch (e) {
     if (e instanceof UsageError) {
-      console.error(`${label}: ${e.message}\n(${label} --help for the options)`);
+      console.error(`${label}: ${e.message}\n(npx ${label} --help for the options)`);
       return 2;
     }
     if (e instanceof Refused) {

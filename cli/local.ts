@@ -1,15 +1,19 @@
 /**
- * The local config commands: `dev --config FILE [--port N] [--force]` (a gateway on workerd via
- * wrangler with that config, after its rules are checked against the upstreams' real tool lists;
- * the classification banner once it is up), `check --config FILE` (validate a config: every
+ * The local config commands: `dev --config FILE [--port N] [--persist-to DIR] [--force]` (a
+ * gateway on workerd via wrangler with that config, its state in DIR or ./.wrangler/state, after
+ * its rules are checked against the upstreams' real tool lists; once it is up the classification
+ * banner and, as `start` prints them through cli/demo.ts gatewayGuide, what the config governs,
+ * the console URL, an approver sign-in and a try-it recipe), `check --config FILE` (validate a config: every
  * problem, and the rules that name no mapped tool as warnings) and `doctor --config FILE`
  * (the static doctor: schema, policy and each upstream's egress from where it will run). Owns these
  * commands' flags, output and exit codes (0 ok, 1 invalid or refused, 2 usage), and the usage of
  * `check` and `doctor` in all their forms (`check --self-probe` and `doctor --live` run in
  * cli/self-probe.ts and cli/doctor-live.ts). Light to load: what a command needs is loaded when it runs.
- * Must never: print a secret value (problems name variables, not values), or put one on a command
- * line (the gateway gets the secrets the config names through its private env file).
+ * Must never: print a secret value (problems name variables, not values; upstream URLs lose their
+ * query), or put one on a command line (the gateway gets the secrets the config names through its
+ * private env file).
  */
+import { resolve } from "node:path";
 import type { GatewayConfig } from "../src/config/gateway-config.ts";
 import { commandOptions, FLAG, HELP_OPTION, namesOf, portOf, STRING, usageError } from "./args.ts";
 import { messageOf, Refused } from "./gateway-http.ts";
@@ -17,30 +21,44 @@ import { existsSync } from "node:fs";
 import { devSigningKey, gatewayOrigin, startGateway, stopChildrenOnSignal } from "./gateway-start.ts";
 import { projectOf, writeConfigModule } from "./project.ts";
 
+/** Where a local gateway (`dev`, `start`) keeps its state: --persist-to DIR (relative to the current directory), else .wrangler/state here. */
+export function stateDir(persistTo: string | undefined): string {
+  return resolve(persistTo ?? ".wrangler/state");
+}
+
+/** What `dev` and `start` say about --persist-to in their --help. */
+export const PERSIST_HELP = `--persist-to DIR   keep the gateway's state (ledger, holds, sessions: its local D1 and Durable
+                     Objects) in DIR across restarts; without it, .wrangler/state in the current
+                     directory`;
+
 export const HELP = {
-  dev: `usage: portcullis dev --config FILE [--port N] [--force]
+  dev: `usage: portcullis dev --config FILE [--port N] [--persist-to DIR] [--force]
   a local gateway (wrangler dev on workerd, local D1 and Durable Objects) with that config, on
   http://127.0.0.1:N/mcp; policy and mappings_dir are relative to FILE; every \${NAME} the config
   names goes to the gateway from this environment. Before it starts, the policy is checked against
   the upstreams' real tool lists (as doctor --live does): in enforce, a deny or require_approval rule,
   or an obligation, that matches no tool stops it (exit 1, each rule named with the nearest real
-  names); other rules that match nothing are warnings. Prints the classification banner once it is up.
-  --config FILE  the portcullis.yaml (validated first: every problem printed, exit 1)
-  --port N       its port on 127.0.0.1 (default 8787)
-  --force        start although a rule matches no real tool
+  names); other rules that match nothing are warnings. Once it is up it prints, as start does, the
+  classification banner, the console URL, an approver grant to paste there (this terminal only; team
+  local) and a try-it recipe against the config's own upstreams. Ctrl-C stops it.
+  --config FILE      the portcullis.yaml (validated first: every problem printed, exit 1)
+  --port N           its port on 127.0.0.1 (default 8787)
+  ${PERSIST_HELP}
+  --force            start although a rule matches no real tool
 exit: 1 an invalid config or a rule that matches nothing in enforce, 2 usage; otherwise the gateway's
 exit code once it stops`,
   check: `usage: portcullis check --config FILE [--json]
-       portcullis check --self-probe [--timeout 180s] [--verbose] [--json]
+       portcullis check --self-probe [--port N] [--timeout 180s] [--verbose] [--json]
   --config FILE   validate a config and report every problem (exit 0 ok, 1 invalid); with --json,
                   print {ok, config, problems}
   --self-probe    prove that this build fails closed: starts a recording upstream and a local gateway
-                  (wrangler dev on a free 127.0.0.1 port, a fresh signing key, its state in a temporary
-                  directory) and sends a real tools/call as a grant whose team is not a valid ledger
-                  chain name, so the gateway cannot write the call's decision to the ledger before
-                  forwarding it (the write-ahead). PASS when that call is refused by the ledger step and
+                  (wrangler dev on 127.0.0.1, a fresh signing key, its state in a temporary directory)
+                  and sends a real tools/call as a grant whose team is not a valid ledger chain name,
+                  so the gateway cannot write the call's decision to the ledger before forwarding it
+                  (the write-ahead). PASS when that call is refused by the ledger step and
                   the upstream saw no tools/call, and a control call with a writable ledger then reaches
                   the upstream (so the refusal was the ledger's, not a broken setup).
+  --port N        the probe gateway's port on 127.0.0.1 (default: a free port); exit 3 when it is taken
   --timeout       how long the gateway may take to start (default 180s)
   --verbose       show the gateway's own output
   --json          print the report as JSON
@@ -62,7 +80,7 @@ exit: 0 PASS, 1 FAIL (or an invalid config), 2 usage, 3 the probe could not be r
 exit: 0 sound (and every upstream reachable), 1 a problem or an unreachable upstream, 2 usage`,
 };
 
-const DEV_OPTIONS = { config: STRING, port: STRING, force: FLAG, ...HELP_OPTION } as const;
+const DEV_OPTIONS = { config: STRING, port: STRING, "persist-to": STRING, force: FLAG, ...HELP_OPTION } as const;
 const CHECK_OPTIONS = { config: STRING, json: FLAG, ...HELP_OPTION } as const;
 const DOCTOR_OPTIONS = { config: STRING, local: FLAG, deployed: FLAG, json: FLAG, ...HELP_OPTION } as const;
 
@@ -122,6 +140,86 @@ function secretsFromEnv(text: string, cfg: GatewayConfig): Record<string, string
 
 const problemList = (problems: string[]) => problems.map((p) => `  - ${p}`).join("\n");
 
+/** A rule as the dev guide names it: its id, where it applies (upstream/tool), and whether it only observes. */
+function ruleLine(r: GatewayConfig["policy"]["rules"][number]): string {
+  const globs = (v: string | string[] | undefined) => (v === undefined ? "*" : [v].flat().join("|"));
+  const where = r.match?.upstream !== undefined || r.match?.tool !== undefined ? ` (${globs(r.match?.upstream)}/${globs(r.match?.tool)})` : "";
+  return `rule ${r.id}${where}${r.when ? ` when ${r.when.length > 80 ? `${r.when.slice(0, 77)}...` : r.when}` : ""}${r.mode === "observe" ? " [observe only]" : ""}: ${r.reason}`;
+}
+
+/**
+ * What `dev` prints once its gateway is up, after the banner (cli/demo.ts gatewayGuide, as `start`
+ * prints it): what the config governs (its mode, upstreams, held and denied rules, who an MCP client
+ * without a grant is), the console URL with an approver sign-in for team local, and a try-it recipe
+ * against the config's own upstreams. No grant is minted when the gateway would not accept one
+ * signed with the dev key (the config names another signing-key secret).
+ */
+export async function devGuide({
+  file,
+  cfg,
+  port,
+  origin,
+  print,
+}: {
+  file: string;
+  cfg: GatewayConfig;
+  port: number;
+  origin: string;
+  print?: (s: string) => void;
+}): Promise<void> {
+  const { gatewayGuide, mcpCurl, verifyLines } = await import("./demo.ts");
+  const { printableUrl } = await import("./mcp-list.ts");
+  const aud = cfg.auth.audience;
+  const iss = cfg.auth.issuer;
+  const forGateway = aud || iss ? `--aud ${aud ?? origin}${iss ? ` --iss ${iss}` : ""}` : `--port ${port}`;
+  const rules = cfg.policy.rules;
+  const held = rules.filter((r) => r.decision === "require_approval");
+  const denied = rules.filter((r) => r.decision === "deny");
+  const lines = [
+    `  upstreams  ${cfg.upstreams.map((u) => `${u.name} (${printableUrl(u.url)})${u.namespaced ? ` as ${u.name}__<tool>` : ""}`).join(", ") || "none"}`,
+    ...held.map((r) => `  held       ${ruleLine(r)}`),
+    ...denied.map((r) => `  denied     ${ruleLine(r)}`),
+    cfg.auth.required
+      ? "  agents     every MCP client needs a grant (auth.required)"
+      : `  agents     an MCP client without a grant is the agent ${cfg.actor} (team local)`,
+  ];
+  const intro = `\nportcullis: the gateway serves ${file} (mode ${cfg.mode}; ${rules.length} polic${rules.length === 1 ? "y rule" : "y rules"}):\n${lines.join("\n")}\n`;
+  const noGrant =
+    cfg.auth.signingKeySecret === "PORTCULLIS_SIGNING_KEY"
+      ? undefined
+      : `the config signs with the ${cfg.auth.signingKeySecret} secret (auth.signing_key_secret), not the dev key dev hands the gateway; mint one with npx portcullis token mint --key FILE --sub human:me --team local --role approver,auditor ${forGateway}`;
+  const step1 = cfg.auth.required
+    ? `  1. Every client needs a grant here (auth.required). Mint an agent grant (in team local, so its held
+     calls reach the approver above) and give it to your MCP client, never on a command line:
+       npx portcullis token mint --sub agent:me --team local --tools '*' ${forGateway}
+     e.g. \`npx @modelcontextprotocol/inspector\`: Streamable HTTP, ${origin}/mcp, the grant as its Bearer
+     token; list the tools.`
+    : `  1. List the tools an agent sees (or in \`npx @modelcontextprotocol/inspector\`: Streamable HTTP,
+     ${origin}/mcp):
+       ${mcpCurl(origin)}`;
+  const step2 =
+    cfg.mode === "enforce"
+      ? `  2. Call one. A call the policy holds${held.length ? ` (${held.map((r) => r.id).join(", ")})` : ""} answers "Blocked by Portcullis: this call needs
+     approval … It is held as local~<id> …": approve it in the console (${origin}/console → the hold
+     → Approve), then send the identical call again: it runs once.`
+      : `  2. Call one. In mode ${cfg.mode} nothing is held or refused: each call is recorded with what
+     enforce would have decided.`;
+  const step3 = noGrant
+    ? `  3. Verify the ledger with an auditor's grant in PORTCULLIS_TOKEN: npx portcullis ledger verify --url ${origin}`
+    : `  3. Verify the ledger with the approver grant (an auditor), read from the terminal so it stays out
+     of argv and shell history:
+${verifyLines(origin)}`;
+  const ttlSeconds = Math.min(8 * 3600, cfg.auth.maxTokenLifetimeS);
+  await gatewayGuide({
+    origin,
+    approver: { port, aud, iss, ttlSeconds },
+    intro,
+    tryIt: `Try it:\n${step1}\n${step2}\n${step3}`,
+    noGrant,
+    ...(print ? { print } : {}),
+  });
+}
+
 /** `portcullis dev …`: runs the gateway until it stops (this process exits with it). */
 export async function devCommand(argv: string[]): Promise<void> {
   const a = commandOptions("dev", argv, DEV_OPTIONS, HELP.dev);
@@ -139,16 +237,20 @@ export async function devCommand(argv: string[]): Promise<void> {
   // A project's Worker is its own bundle, serving the config built into it (as deployed); here, the var.
   const project = projectOf(a.config);
   if (project) writeConfigModule(project, v.text);
+  const persistTo = stateDir(a["persist-to"]);
   const child = startGateway({
     ...(project ? { project } : { configText: v.text }),
     port,
+    persistTo,
     signingKey: await devSigningKey(),
     extraVars: secretsFromEnv(v.text, v.cfg),
   });
-  console.log(`portcullis: gateway on http://127.0.0.1:${port}/mcp`);
+  console.log(`portcullis: gateway on http://127.0.0.1:${port}/mcp (its state in ${persistTo})`);
   stopChildrenOnSignal([child]);
   child.on("exit", (code) => process.exit(code ?? 0));
-  void classificationBanner({ cfg: v.cfg, origin: gatewayOrigin("127.0.0.1", port) });
+  const origin = gatewayOrigin("127.0.0.1", port);
+  // The banner first, then the guide (console URL, approver sign-in, try-it recipe) last on screen, as `start` prints them.
+  void classificationBanner({ cfg: v.cfg, origin }).then(() => devGuide({ file: a.config as string, cfg: v.cfg, port, origin }));
 }
 
 /** `portcullis check --config FILE [--json]`: exit 0 ok (warnings printed), 1 invalid. */

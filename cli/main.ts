@@ -29,12 +29,15 @@ export const USAGE = `usage: portcullis <command> [options]     (portcullis <com
   portcullis start [--port N] [--upstream-port N] [--persist-to DIR]
                         demo upstream (127.0.0.1 only) + gateway on http://127.0.0.1:8787/mcp
   portcullis demo-upstream [--port N]      the bundled demo upstream alone, on 127.0.0.1:3001 only
-  portcullis dev --config FILE [--port N]  local gateway with that config (prints the classification
-                        banner once it is up, as start does)
+  portcullis dev [--config FILE] [--port N] [--persist-to DIR]
+                        local gateway with that config (in a project, its portcullis.yaml); once it is up it
+                        prints, as start does, the classification banner, the console URL, an approver
+                        sign-in and a try-it recipe
   portcullis check --config FILE [--json]  validate a config and report every problem
-  portcullis check --self-probe [--json]   fail-closed self-probe: a local gateway whose ledger cannot be
-                        written must refuse a real tools/call before it reaches the upstream: exit 0 PASS,
-                        1 FAIL (portcullis check --help)
+  portcullis check --self-probe [--port N] [--json]
+                        fail-closed self-probe: a local gateway whose ledger cannot be written must refuse
+                        a real tools/call before it reaches the upstream: exit 0 PASS, 1 FAIL
+                        (portcullis check --help)
   portcullis doctor --config FILE [--local|--deployed] [--json]
                         check the config statically, egress rules included: exit 1 naming each
                         refused upstream and its reason (all at once), 0 when sound
@@ -189,6 +192,6 @@ export async function main(argv: string[]): Promise<void> {
   if (cmd === "dev") return (await import("./local.ts")).devCommand(rest);
   if (cmd === "demo-upstream") return (await import("./demo.ts")).demoUpstreamCommand(rest);
   if (cmd === "start") return (await import("./demo.ts")).startCommand(rest);
-  console.error(`portcullis: unknown command ${cmd}\n(portcullis --help for the commands)`);
+  console.error(`portcullis: unknown command ${cmd}\n(npx portcullis --help for the commands)`);
   process.exit(2);
 }

@@ -1,6 +1,6 @@
 /**
  * The operator commands of `portcullis`: `token revoke` (a grant revoked through `POST
- * /v1/grants/:jti/revoke`) and `keys generate | rotate` (an Ed25519 signing key, or a key set in
+ * /v1/grants/:jti/revoke`, with a warning when the gateway has no record of the jti) and `keys generate | rotate` (an Ed25519 signing key, or a key set in
  * which a new key signs and the old ones only verify — the format src/identity/keys.ts parses),
  * and the dispatch of `check --self-probe` (cli/self-probe.ts) and `doctor --live`
  * (cli/doctor-live.ts). Owns these commands' flags, output and exit codes (0 ok, 1 failed or
@@ -25,7 +25,10 @@ export const HELP = {
   on its next request everywhere, and a grant.revoked record on the revoker's team chain.
   --exp SECONDS  the grant's exp (seconds since the epoch), if known: the revocation is kept at least
                  until then, and never shorter than the gateway's maximum token lifetime
-  --json         print the gateway's answer {revoked, until, warning?}
+  --json         print the gateway's answer {revoked, until, known, note?, warning?}
+  A jti the gateway has no record of (not minted through its POST /v1/grants, or that grant has
+  expired, and not revoked before: known false) is revoked all the same, with a warning on stderr:
+  it may be a typo, or a grant minted offline (token mint --key) or through OAuth sign-in.
   Needs an admin token. ${TOKEN_NOTE}
 exit: 0 revoked, 1 refused by the gateway, 2 usage, 3 the gateway could not be reached`,
   keys: `usage: portcullis keys <command> [options]
@@ -69,7 +72,7 @@ const JTI = /^[A-Za-z0-9_-]{8,128}$/;
 
 async function tokenRevoke(a: Options<typeof REVOKE_OPTIONS>): Promise<number> {
   if (a.help) return help("token revoke");
-  const jti = oneArgument(a, "give one grant id: portcullis token revoke JTI --url GATEWAY");
+  const jti = oneArgument(a, "give one grant id: npx portcullis token revoke JTI --url GATEWAY");
   if (!JTI.test(jti))
     throw new UsageError(
       "JTI must be the grant's jti (8-128 characters of [A-Za-z0-9_-]), as token mint --url prints it or the ledger's grant.minted record names it",
@@ -91,6 +94,11 @@ async function tokenRevoke(a: Options<typeof REVOKE_OPTIONS>): Promise<number> {
   if (!isObject(j) || j.revoked !== jti || typeof j.until !== "number") throw new FetchError(`${where}: the answer is not a revocation`);
   if (a.json) console.log(JSON.stringify(j, null, 2));
   else console.log(`revoked ${jti}: refused on its next request; the revocation is kept until ${new Date(j.until * 1000).toISOString()}`);
+  // A jti the gateway never minted (or saw revoked) is revoked all the same: a grant signed offline is valid too. Say so: it may be a typo.
+  if (j.known === false)
+    console.error(
+      `portcullis token revoke: warning: ${typeof j.note === "string" ? j.note : "this gateway has no record of minting or revoking this jti: check it for a typo (it is revoked all the same)"}`,
+    );
   if (typeof j.warning === "string") console.error(`portcullis token revoke: warning: ${j.warning}`);
   return 0;
 }

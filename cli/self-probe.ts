@@ -1,6 +1,6 @@
 /**
  * `portcullis check --self-probe`: proves this build fails closed. A local gateway (wrangler dev
- * on a free 127.0.0.1 port, a fresh signing key, its state in a temporary directory) in front of a
+ * on a free 127.0.0.1 port or the one --port names, a fresh signing key, its state in a temporary directory) in front of a
  * recording upstream defined here; a real `tools/call` as a grant whose team is not a valid ledger
  * chain name must be refused at the write-ahead and never reach the upstream, then a control call
  * with a writable ledger must reach it. Owns the probe, its report and exit codes (0 PASS, 1 FAIL,
@@ -13,15 +13,15 @@ import { createServer, type IncomingMessage, type ServerResponse } from "node:ht
 import type { AddressInfo } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { durationArg, FLAG, HELP_OPTION, type Options, STRING, UsageError } from "./args.ts";
-import { isObject, type JsonObject, messageOf } from "./gateway-http.ts";
+import { durationArg, FLAG, HELP_OPTION, type Options, portArg, STRING, UsageError } from "./args.ts";
+import { codeOf, isObject, type JsonObject, messageOf } from "./gateway-http.ts";
 import { startGateway } from "./gateway-start.ts";
 import { HELP } from "./local.ts";
 
 const MODERN_VERSION = "2026-07-28";
 
 /** The options of `check` as this file runs it (--self-probe; --config is only refused here). */
-export const CHECK_OPTIONS = { "self-probe": FLAG, timeout: STRING, verbose: FLAG, json: FLAG, ...HELP_OPTION, config: STRING } as const;
+export const CHECK_OPTIONS = { "self-probe": FLAG, port: STRING, timeout: STRING, verbose: FLAG, json: FLAG, ...HELP_OPTION, config: STRING } as const;
 
 const plural = (n: number, word: string) => `${n} ${word}${n === 1 ? "" : "s"}`;
 
@@ -108,11 +108,12 @@ export async function startRecordingUpstream(): Promise<{ url: string; count: (m
   };
 }
 
-function freePort(): Promise<number> {
+/** A port free on 127.0.0.1: `port` itself when it is free (else the listen's error, e.g. EADDRINUSE), or any free one when 0. */
+function freePort(port = 0): Promise<number> {
   return new Promise((ok, fail) => {
     const s = createServer();
     s.once("error", fail);
-    s.listen(0, "127.0.0.1", () => {
+    s.listen(port, "127.0.0.1", () => {
       const { port } = s.address() as AddressInfo;
       s.close(() => ok(port));
     });
@@ -257,10 +258,13 @@ interface ProbeReport {
 
 /** Runs the self-probe. Resolves to `{ code, report }`: code 0 PASS, 1 FAIL, 3 the probe could not run. */
 export async function selfProbe({
+  port: wanted,
   timeoutMs = 180_000,
   verbose = false,
   progress = (s: string) => console.error(`portcullis check: ${s}`),
 }: {
+  /** The gateway's port on 127.0.0.1 (default: a free one). */
+  port?: number | undefined;
   timeoutMs?: number;
   verbose?: boolean;
   progress?: (s: string) => void;
@@ -293,7 +297,13 @@ export async function selfProbe({
     const { generateSigningKey, parseKeySet } = await import("../src/identity/keys.ts");
     const { mintGrant } = await import("../src/identity/tokens.ts");
     const { privateJwk } = await generateSigningKey(`self-probe-${Date.now().toString(36)}`);
-    const port = await freePort();
+    let port: number;
+    try {
+      port = await freePort(wanted);
+    } catch (e) {
+      report.reason = `--port ${wanted}: 127.0.0.1:${wanted} cannot be listened on (${codeOf(e)}): choose another port, or leave --port out for a free one`;
+      return { code: 3, report };
+    }
     const origin = `http://127.0.0.1:${port}`;
     report.gateway = origin;
     const persistTo = mkdtempSync(join(tmpdir(), "portcullis-self-probe-"));
@@ -373,6 +383,7 @@ export async function selfProbeCommand(a: Options<typeof CHECK_OPTIONS>): Promis
   if (!a["self-probe"]) throw new UsageError("give --self-probe (or --config FILE to validate a config)");
   if (a.config !== undefined) throw new UsageError("--self-probe runs its own config: drop --config (check --config FILE validates a config)");
   const { code, report } = await selfProbe({
+    port: portArg(a.port, undefined),
     timeoutMs: durationArg(a.timeout, 180_000, "--timeout", { min: 5000, max: 1_800_000 }),
     verbose: Boolean(a.verbose),
   });
@@ -387,7 +398,8 @@ export async function selfProbeCommand(a: Options<typeof CHECK_OPTIONS>): Promis
     if (report.control)
       console.log(`  control: ${report.control.reached_upstream ? "reached the upstream" : "did NOT reach the upstream"} ("${report.control.answer}")`);
     console.log(`  ${code === 0 ? "why" : "reason"}:  ${report.reason}`);
-    if (code === 3) console.log("  the gateway did not start: run with --verbose to see its output, or try `portcullis dev --config portcullis.yaml`");
+    if (code === 3 && report.gateway)
+      console.log("  the gateway did not start: run with --verbose to see its output, or try `npx portcullis dev --config portcullis.yaml`");
   }
   return code;
 }

@@ -11,7 +11,7 @@
 import { readFileSync } from "node:fs";
 import type { Role } from "../src/config/roles.ts";
 import { commandOptions, FLAG, HELP_OPTION, namesOf, type Options, STRING, UsageError, usageError } from "./args.ts";
-import { adminRefusal, answerOf, causeOf, codeOf, exitCodeOf, FetchError, gatewayOf, isObject, messageOf, send, tokenOf } from "./gateway-http.ts";
+import { adminRefusal, answerOf, codeOf, exitCodeOf, FetchError, gatewayOf, isObject, messageOf, send, tokenOf, unreachable } from "./gateway-http.ts";
 import { devSigningKey } from "./gateway-start.ts";
 
 export const HELP = {
@@ -169,7 +169,7 @@ async function tokenMint(a: Options<typeof MINT_OPTIONS>): Promise<void> {
       headers: { "content-type": "application/json", authorization: `Bearer ${token}` },
       body: JSON.stringify({ ...body, ttl_seconds: ttl }),
       signal: AbortSignal.timeout(30_000),
-    }).catch((e: unknown) => fail(`POST ${new URL("/v1/grants", a.url).origin}/v1/grants: ${causeOf(e)}`));
+    }).catch((e: unknown) => fail(unreachable(new URL("/v1/grants", a.url), e)));
     const j: unknown = await res.json().catch(() => ({}));
     const answer = isObject(j) ? j : {};
     if (!res.ok) {

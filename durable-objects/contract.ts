@@ -156,7 +156,10 @@ export interface SseApi {
 /** The RevocationsDO RPC surface. */
 export interface RevocationsApi {
   isRevoked(jti: string): Promise<boolean>;
-  revoke(jti: string, exp: number, by: string): Promise<void>;
+  /** Revokes `jti` until `exp`; `known`: the shard had minted it (noteMinted, unexpired) or revoked it before. */
+  revoke(jti: string, exp: number, by: string): Promise<{ known: boolean }>;
+  /** Records a jti this gateway minted (POST /v1/grants), until its grant's `exp`. */
+  noteMinted(jti: string, exp: number): Promise<void>;
   /** One-time markers: true only for the first claim of `key` before `exp`. */
   claimOnce(key: string, exp: number): Promise<boolean>;
   /** One-time data: stored once (false if the key exists), read while unused, taken at most once. */

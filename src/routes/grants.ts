@@ -1,7 +1,8 @@
 /**
- * The admin grant API: `POST /v1/grants` mints a grant with the gateway's active key,
- * `POST /v1/grants/:jti/revoke` revokes one (effective at once on this isolate, within 1 s on every other: src/identity/revocation-cache.ts).
- * Owns request validation for both. Must never: mint beyond the configured maximum lifetime,
+ * The admin grant API: `POST /v1/grants` mints a grant with the gateway's active key (its jti
+ * noted in RevocationsDO until it expires, so a revocation can tell a jti this gateway minted),
+ * `POST /v1/grants/:jti/revoke` revokes one (effective at once on this isolate, within 1 s on every other: src/identity/revocation-cache.ts),
+ * any jti, saying whether the gateway knew it. Owns request validation for both. Must never: mint beyond the configured maximum lifetime,
  * mint for a team the gateway reserves (`_global` is its own ledger chain) or not in its one
  * form, mint a principal outside the gateway's own spelling or inside an identity provider's
  * space (src/config/principal.ts), return or log the signing key, or log a minted token.
@@ -35,7 +36,10 @@ function bad(message: string, status = 400): Response {
   return jsonResponse({ error: "invalid_request", error_description: message }, status);
 }
 
-/** Mints a grant; the `grant.minted` record (never the token) is durable in the grant team's chain before the token is returned. */
+/**
+ * Mints a grant; its jti is noted (RevocationsDO noteMinted) and the `grant.minted` record (never
+ * the token) is durable in the grant team's chain before the token is returned.
+ */
 export async function mintGrantRoute(req: Request, env: Env, cfg: GatewayConfig, by: Principal): Promise<Response> {
   const read = await readJsonBody(req);
   if (read instanceof Response) return read;
@@ -64,6 +68,11 @@ export async function mintGrantRoute(req: Request, env: Env, cfg: GatewayConfig,
   };
   const minted = await mintGrant(await keysP, claims, { maxLifetimeSeconds: cfg.auth.maxTokenLifetimeS });
   try {
+    await revocationObject(env, minted.jti).noteMinted(minted.jti, minted.exp);
+  } catch (e) {
+    return bad(`the grant was not issued: its jti could not be recorded (${(e as Error).message})`, 503);
+  }
+  try {
     await appendRecord(env, ledgerSigning(cfg), b.team, "grant.minted", {
       jti: minted.jti,
       sub: b.sub,
@@ -89,28 +98,36 @@ export function revocationUntil(cfg: GatewayConfig, given: unknown): number {
   return typeof given === "number" && Number.isFinite(given) ? Math.max(given, floor) : floor;
 }
 
+/** What a revocation of a jti the gateway has no record of says (the answer's `note`, beside `known: false`). */
+export const UNKNOWN_JTI_NOTE =
+  "this gateway has no record of this jti: it did not mint it through POST /v1/grants (or that grant has expired) and had not revoked it before. It is revoked all the same; check it for a typo. A grant signed offline with the key (token mint --key) or issued through OAuth sign-in is not recorded at minting";
+
+/** The answer of a revocation. `known`: the gateway minted this jti (POST /v1/grants, unexpired) or revoked it before. */
+export interface Revocation {
+  revoked: string;
+  until: number;
+  known: boolean;
+  note?: string;
+  warning?: string;
+}
+
 /**
  * Revokes `jti` (at once here, within 1 s everywhere) and records `grant.revoked` on the
  * revoker's team chain. The revocation stands even if the record cannot be written; the answer
- * then says so.
+ * then says so. It stands too for a jti the gateway has no record of (`known: false` and a
+ * `note`): a grant signed offline with the key is valid and must be revocable.
  */
-export async function revokeGrant(
-  env: Env,
-  cfg: GatewayConfig,
-  gateway: string,
-  jti: string,
-  given: unknown,
-  by: Principal,
-): Promise<{ revoked: string; until: number; warning?: string }> {
+export async function revokeGrant(env: Env, cfg: GatewayConfig, gateway: string, jti: string, given: unknown, by: Principal): Promise<Revocation> {
   const until = revocationUntil(cfg, given);
-  await revocationObject(env, jti).revoke(jti, until, by.sub);
+  const { known } = await revocationObject(env, jti).revoke(jti, until, by.sub);
   noteRevoked(jti);
+  const answer: Revocation = { revoked: jti, until, known, ...(known ? {} : { note: UNKNOWN_JTI_NOTE }) };
   try {
     await appendRecord(env, { secret: cfg.auth.signingKeySecret, gateway }, by.team, "grant.revoked", { jti, until, by: by.sub });
   } catch (e) {
-    return { revoked: jti, until, warning: `the revocation applies, but its ledger record could not be written (${(e as Error).message})` };
+    return { ...answer, warning: `the revocation applies, but its ledger record could not be written (${(e as Error).message})` };
   }
-  return { revoked: jti, until };
+  return answer;
 }
 
 export async function revokeGrantRoute(req: Request, env: Env, cfg: GatewayConfig, jti: string, by: Principal): Promise<Response> {

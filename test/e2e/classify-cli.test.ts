@@ -1,6 +1,7 @@
 /**
  * `portcullis classify`, `portcullis suggest-manifest` and the classification banner of
- * `portcullis dev`, end to end against real upstreams on loopback: the bundled demo upstream
+ * `portcullis dev` (and the guide it prints after it, as start does: its --persist-to state, the
+ * approver sign-in that opens the console, the try-it recipe's tools/list run as printed), end to end against real upstreams on loopback: the bundled demo upstream
  * (server-everything, legacy era) mapped by the repo's mappings/everything.yaml, and the
  * 2026-07-28-only fixture behind a bearer header taken from the environment. The tool lists the
  * commands read are checked against an independent MCP client's (the SDK's) and their schema
@@ -10,8 +11,8 @@
  * written. Must never: leave a process running, or send traffic anywhere but 127.0.0.1.
  */
 import { Client, StreamableHTTPClientTransport } from "@modelcontextprotocol/client";
-import { type ChildProcess, spawn } from "node:child_process";
-import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { type ChildProcess, execFileSync, spawn } from "node:child_process";
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { parse } from "yaml";
@@ -265,11 +266,13 @@ describe("portcullis suggest-manifest", () => {
 });
 
 describe("the classification banner of `portcullis dev`", () => {
-  it("is printed once the gateway answers /healthz, with a NOTE line for an upstream it cannot reach, and the gateway keeps serving", async () => {
+  it("is printed once the gateway answers /healthz, with a NOTE line for an upstream it cannot reach, and the gateway keeps serving; then the guide, as start prints it", async () => {
     const port = await freePort();
     const dead = await freePort();
+    const origin = `http://127.0.0.1:${port}`;
+    const persist = join(tmp, "dev-state");
     const file = config("dev.yaml", join(root, "mappings"), `  - name: everything\n    url: ${evUrl}\n  - name: dead\n    url: http://127.0.0.1:${dead}/mcp\n`);
-    const dev: ChildProcess = spawn(process.execPath, [CLI, "dev", "--config", file, "--port", String(port)], {
+    const dev: ChildProcess = spawn(process.execPath, [CLI, "dev", "--config", file, "--port", String(port), "--persist-to", "dev-state"], {
       cwd: tmp,
       detached: true,
       stdio: ["ignore", "pipe", "pipe"],
@@ -293,6 +296,36 @@ describe("the classification banner of `portcullis dev`", () => {
       expect(logs).toMatch(new RegExp(`  NOTE  upstream dead \\(http://127\\.0\\.0\\.1:${dead}/mcp\\) not reachable for the banner: connection refused`));
       expect(dev.exitCode).toBeNull();
       expect((await fetch(`http://127.0.0.1:${port}/healthz`)).ok).toBe(true);
+
+      // --persist-to (relative to the current directory): the gateway's local state is there.
+      expect(logs).toContain(`portcullis: gateway on ${origin}/mcp (its state in ${persist})`);
+      expect(existsSync(persist) && readdirSync(persist).length > 0, `nothing in ${persist}`).toBe(true);
+      // The guide follows the banner: what the config governs, the console with an approver sign-in, the try-it recipe.
+      const TOKEN = /^(eyJ[\w-]+\.[\w-]+\.[\w-]+)$/m;
+      for (let i = 0; i < 120 && !(TOKEN.test(logs) && logs.includes("ledger verify --url")); i++) await new Promise((r) => setTimeout(r, 250));
+      const token = TOKEN.exec(logs)?.[1];
+      expect(token, `no approver grant in dev's output:\n${logs}`).toBeDefined();
+      expect(logs).toContain(`portcullis: the gateway serves ${file} (mode enforce; 0 policy rules):`);
+      expect(logs).toContain(`  upstreams  everything (${evUrl}) as everything__<tool>, dead (http://127.0.0.1:${dead}/mcp) as dead__<tool>`);
+      expect(logs).toContain("  agents     an MCP client without a grant is the agent local:classify-e2e (team local)");
+      expect(logs).toContain(`Console: ${origin}/console`);
+      expect(logs).toContain(`Sign in at ${origin}/console/login by pasting this approver grant`);
+      expect(logs).toContain(`npx portcullis ledger verify --url ${origin}`);
+      const claims = JSON.parse(Buffer.from(token!.split(".")[1]!, "base64url").toString()) as Record<string, unknown>;
+      expect(claims).toMatchObject({ iss: origin, aud: origin, sub: "human:demo-approver", team: "local", roles: ["approver", "auditor"] });
+      // The grant signs in to the console.
+      const login = await fetch(`${origin}/console/login`, {
+        method: "POST",
+        redirect: "manual",
+        headers: { origin, "content-type": "application/x-www-form-urlencoded" },
+        body: new URLSearchParams({ token: token! }).toString(),
+      });
+      expect(login.status).toBe(303);
+      // Step 1 of the recipe, run as printed: the agent's tools/list through this gateway.
+      const curl = logs.split("\n").find((l) => l.trim().startsWith(`curl -s ${origin}/mcp`) && l.includes("tools/list"));
+      expect(curl, logs).toBeDefined();
+      const listedByCurl = execFileSync("sh", ["-c", curl!.trim()], { encoding: "utf8", timeout: 30_000 });
+      expect(listedByCurl).toContain('"everything__echo"');
     } finally {
       if (dev.pid !== undefined) {
         try {

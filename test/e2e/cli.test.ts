@@ -2,7 +2,8 @@
  * The `portcullis` command end to end: `start` and its demo upstream listen on loopback only;
  * `token mint --port/--gateway` mints for the gateway it names and a grant for another gateway
  * gets a readable 401; the unauthenticated mode refuses a forged loopback Host from a
- * non-loopback peer. Owns the processes it starts (a `start` process group, demo upstreams,
+ * non-loopback peer; the guide `dev` prints for configs the demo never has (auth.required, another
+ * signing-key secret), against a stand-in that answers /healthz. Owns the processes it starts (a `start` process group, demo upstreams,
  * gateways) and a temporary dev key (PORTCULLIS_DEV_KEY_FILE), so the repo's .portcullis is never
  * touched. Must never: leave a process running, or send traffic anywhere but this machine's own
  * addresses.
@@ -10,12 +11,14 @@
 import { Client, StreamableHTTPClientTransport } from "@modelcontextprotocol/client";
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
 import { existsSync, mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
-import { request } from "node:http";
-import { connect } from "node:net";
+import { createServer, request } from "node:http";
+import { type AddressInfo, connect } from "node:net";
 import { networkInterfaces, tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
 import { startDemoUpstream, startGateway } from "../../cli/gateway-start.ts";
+import { devGuide } from "../../cli/local.ts";
+import { loadConfig } from "../../src/config/load.ts";
 import { freePort, isLoopbackListen, listeningOn, root, startPortcullis, waitFor } from "./harness.ts";
 
 const CLI = join(root, "bin", "portcullis.mjs");
@@ -466,5 +469,72 @@ upstreams:
     } finally {
       await stopChild(child, true);
     }
+  });
+});
+
+describe("the guide `portcullis dev` prints (devGuide), for configs the demo never has", () => {
+  /** What devGuide prints for `yaml` once a stand-in gateway (only /healthz, on loopback) answers. */
+  async function guide(yaml: (origin: string) => string): Promise<{ out: string; origin: string }> {
+    const server = createServer((req, res) => res.writeHead(req.url === "/healthz" ? 200 : 404).end());
+    await new Promise<void>((ok) => server.listen(0, "127.0.0.1", ok));
+    const port = (server.address() as AddressInfo).port;
+    const origin = `http://127.0.0.1:${port}`;
+    const before = process.env.PORTCULLIS_DEV_KEY_FILE;
+    process.env.PORTCULLIS_DEV_KEY_FILE = keyFile;
+    let out = "";
+    try {
+      await devGuide({ file: "team.yaml", cfg: loadConfig(yaml(origin), {}), port, origin, print: (s) => (out += s) });
+    } finally {
+      if (before === undefined) delete process.env.PORTCULLIS_DEV_KEY_FILE;
+      else process.env.PORTCULLIS_DEV_KEY_FILE = before;
+      await new Promise<void>((ok) => server.close(() => ok()));
+    }
+    return { out, origin };
+  }
+  const upstreamAndPolicy = `egress: { allow_loopback: true }
+mode: enforce
+policy:
+  rules:
+    - { id: big-writes, match: { upstream: notes, tool: write }, when: "size(args.text) > 100", decision: require_approval, reason: long notes need an approver }
+    - { id: no-wipe, match: { upstream: notes, tool: wipe }, decision: deny, reason: never }
+upstreams:
+  - { name: notes, url: "http://127.0.0.1:9/mcp?key=not-printed" }
+`;
+
+  it("auth.required: the rules named, an agent grant to mint (not a curl), an approver grant for the configured audience within max_token_lifetime", async () => {
+    const { out, origin } = await guide((o) => `auth: { required: true, audience: "${o}", max_token_lifetime: 1h }\n${upstreamAndPolicy}`);
+    expect(out).toContain("portcullis: the gateway serves team.yaml (mode enforce; 2 policy rules):");
+    expect(out).toContain("  upstreams  notes (http://127.0.0.1:9/mcp?…)");
+    expect(out).not.toContain("not-printed");
+    expect(out).toContain("  held       rule big-writes (notes/write) when size(args.text) > 100: long notes need an approver");
+    expect(out).toContain("  denied     rule no-wipe (notes/wipe): never");
+    expect(out).toContain("  agents     every MCP client needs a grant (auth.required)");
+    expect(out).toContain(`npx portcullis token mint --sub agent:me --team local --tools '*' --aud ${origin}`);
+    expect(out).not.toContain("curl -s");
+    expect(out).toContain('A call the policy holds (big-writes) answers "Blocked by Portcullis');
+    expect(out).toContain(`Sign in at ${origin}/console/login by pasting this approver grant`);
+    const token = /^(eyJ[\w-]+\.[\w-]+\.[\w-]+)$/m.exec(out)?.[1];
+    expect(token, out).toBeDefined();
+    const claims = JSON.parse(Buffer.from(token!.split(".")[1]!, "base64url").toString()) as {
+      aud: string;
+      iss: string;
+      team: string;
+      exp: number;
+      iat: number;
+    };
+    expect(claims).toMatchObject({ iss: origin, aud: origin, team: "local" });
+    expect(claims.exp - claims.iat).toBe(3600);
+    expect(out).toContain(`npx portcullis ledger verify --url ${origin}`);
+  });
+
+  it("another signing-key secret: no approver grant (the gateway would not accept the dev key's), and what to mint instead", async () => {
+    const { out, origin } = await guide(() => `auth: { signing_key_secret: TEAM_SIGNING_KEY }\n${upstreamAndPolicy}`);
+    expect(out).toContain(`Console: ${origin}/console`);
+    expect(out).toContain("no approver sign-in printed: the config signs with the TEAM_SIGNING_KEY secret (auth.signing_key_secret)");
+    expect(out).toContain(`npx portcullis token mint --key FILE --sub human:me --team local --role approver,auditor --port ${new URL(origin).port}`);
+    expect(out).not.toMatch(/^eyJ/m);
+    expect(out).not.toContain("read -rs PORTCULLIS_TOKEN");
+    expect(out).toContain("  agents     an MCP client without a grant is the agent");
+    expect(out).toContain(`curl -s ${origin}/mcp`);
   });
 });

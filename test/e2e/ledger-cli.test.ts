@@ -373,7 +373,9 @@ describe("portcullis ledger --url (a loopback stand-in for the gateway)", () => 
     await new Promise<void>((ok) => closed.close(() => ok()));
     const down = await cli(["export", "--url", `http://127.0.0.1:${port}`], { PORTCULLIS_TOKEN: TOKEN });
     expect(down.code).toBe(3);
-    expect(down.stderr).toContain("ECONNREFUSED");
+    expect(down.stderr).toContain(
+      `portcullis ledger export: cannot reach the gateway at http://127.0.0.1:${port}/v1/ledger/export (connection refused): is it running? (npx portcullis dev --config FILE, or npx portcullis start)`,
+    );
   });
 
   it("export --out streams the NDJSON to a file (or stdout); trace prints one call", async () => {

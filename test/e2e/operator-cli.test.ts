@@ -1,15 +1,20 @@
 /**
  * cli/operator.ts through the `portcullis` command, as an operator runs it: `token revoke`
- * against the shared namespaced gateway (the revoked grant then gets 401; a non-admin token is
- * refused, exit 1; a closed port is exit 3; a bad call exit 2); `keys generate` (mode 0600, the
+ * against the shared namespaced gateway (the revoked grant then gets 401; a grant signed offline
+ * is revoked with a warning that the gateway has no record of it, one it minted without; a
+ * non-admin token is refused, exit 1; a port nothing listens on is exit 3 naming the URL tried and
+ * that the gateway may not be running, for revoke, holds list and token mint --url alike; a bad
+ * call exit 2); `keys generate` (mode 0600, the
  * public JWKS without `d`, never overwriting) and `keys rotate` (a grant signed by the old key still
  * verifies against the rotated set, new grants carry the new kid — offline through the TS modules,
- * and on a gateway started with the rotated set); `check --self-probe` (PASS, the probe's upstream
- * saw no tools/call, its gateway is gone afterwards); `doctor --live` naming an unreachable
+ * and on a gateway started with the rotated set); `check --self-probe --port N` (PASS on that port,
+ * the probe's upstream saw no tools/call, its gateway is gone afterwards; a taken port is exit 3); `doctor --live` naming an unreachable
  * upstream (exit 1) beside a reachable one, and exit 0 when all answer. Owns the temp files and the
  * one gateway it starts. Must never: leave a process running, or reach beyond 127.0.0.1.
  */
 import { spawn } from "node:child_process";
+import { createServer } from "node:http";
+import type { AddressInfo } from "node:net";
 import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -85,17 +90,32 @@ describe("portcullis token revoke", () => {
     expect(notAdmin.stderr).toMatch(/admin role/);
     expect(await listTools()).toBe(200);
 
+    // The agent's grant was signed here with the key, never minted by the gateway: revoked all the
+    // same (a valid grant), with known false and a warning that the gateway has no record of it.
     const r = await cli(["token", "revoke", agent.jti, "--url", origin, "--exp", String(agent.exp), "--json"], { PORTCULLIS_TOKEN: admin });
     expect(r.code, r.stderr).toBe(0);
     const j = JSON.parse(r.stdout);
     expect(j.revoked).toBe(agent.jti);
     expect(j.until).toBeGreaterThanOrEqual(agent.exp);
+    expect(j.known).toBe(false);
+    expect(r.stderr).toMatch(/^portcullis token revoke: warning: this gateway has no record of this jti: .*token mint --key/m);
     expect(r.stdout + r.stderr).not.toContain(admin);
     expect(await listTools()).toBe(401);
 
+    // Revoked before: known now, no warning.
     const text = await cli(["token", "revoke", agent.jti, "--url", origin], { PORTCULLIS_TOKEN: admin });
     expect(text.code).toBe(0);
     expect(text.stdout).toMatch(new RegExp(`^revoked ${agent.jti}: refused on its next request`));
+    expect(text.stderr).toBe("");
+
+    // A grant the gateway minted (token mint --url, POST /v1/grants) is known at its first revocation.
+    const mintedHere = await cli(["token", "mint", "--url", origin, "--sub", "agent:minted-here", "--team", "ops", "--json"], { PORTCULLIS_TOKEN: admin });
+    expect(mintedHere.code, mintedHere.stderr).toBe(0);
+    const { jti: hereJti } = JSON.parse(mintedHere.stdout) as { jti: string };
+    const known = await cli(["token", "revoke", hereJti, "--url", origin, "--json"], { PORTCULLIS_TOKEN: admin });
+    expect(known.code, known.stderr).toBe(0);
+    expect(JSON.parse(known.stdout)).toMatchObject({ revoked: hereJti, known: true });
+    expect(known.stderr).toBe("");
 
     // Usage (exit 2) and an unreachable gateway (exit 3).
     const noUrl = await cli(["token", "revoke", agent.jti], { PORTCULLIS_TOKEN: admin });
@@ -107,9 +127,20 @@ describe("portcullis token revoke", () => {
     expect(noToken.code).toBe(2);
     expect(noToken.stderr).toMatch(/PORTCULLIS_TOKEN/);
     const closed = await freePort();
+    // Nothing listens there: the URL tried, and that the gateway may not be running (the shared helper, for every command).
+    const notRunning = "(connection refused): is it running? (npx portcullis dev --config FILE, or npx portcullis start)";
     const down = await cli(["token", "revoke", agent.jti, "--url", `http://127.0.0.1:${closed}`], { PORTCULLIS_TOKEN: admin });
     expect(down.code).toBe(3);
-    expect(down.stderr).toMatch(/ECONNREFUSED/);
+    expect(down.stderr).toContain(
+      `portcullis token revoke: cannot reach the gateway at http://127.0.0.1:${closed}/v1/grants/${agent.jti}/revoke ${notRunning}`,
+    );
+    const holdsDown = await cli(["holds", "list", "--url", `http://127.0.0.1:${closed}`], { PORTCULLIS_TOKEN: admin });
+    expect(holdsDown.code).toBe(3);
+    expect(holdsDown.stderr).toContain(`portcullis holds list: cannot reach the gateway at http://127.0.0.1:${closed}/v1/holds ${notRunning}`);
+    const mintDown = await cli(["token", "mint", "--url", `http://127.0.0.1:${closed}`, "--sub", "agent:x"], { PORTCULLIS_TOKEN: admin });
+    expect(mintDown.code).toBe(1);
+    expect(mintDown.stderr).toContain(`portcullis: cannot reach the gateway at http://127.0.0.1:${closed}/v1/grants ${notRunning}`);
+    expect(noUrl.stderr).toContain("(npx portcullis token revoke --help for the options)");
     const help = await cli(["token", "revoke", "--help"]);
     expect(help.code).toBe(0);
     expect(help.stdout).toMatch(/^usage: portcullis token revoke JTI --url GATEWAY/);
@@ -228,7 +259,9 @@ describe("portcullis keys", () => {
 
 describe("portcullis check --self-probe", () => {
   it("PASS: a tools/call is refused when the ledger cannot be written, and never reaches the upstream", async () => {
-    const r = await cliLong(["check", "--self-probe", "--json"]);
+    // --port: the probe's gateway on that port (without it, a free one).
+    const port = await freePort();
+    const r = await cliLong(["check", "--self-probe", "--port", String(port), "--json"]);
     expect(r.code, `${r.stdout}\n${r.stderr}`).toBe(0);
     const report = JSON.parse(r.stdout);
     expect(report.verdict).toBe("PASS");
@@ -239,13 +272,30 @@ describe("portcullis check --self-probe", () => {
     expect(report.control.reached_upstream).toBe(true);
     expect(report.control.upstream_tools_calls).toBe(1);
     // Progress lines while it starts, and nothing left running on the probe's port.
-    expect(r.stderr).toMatch(/portcullis check: starting a gateway on http:\/\/127\.0\.0\.1:\d+/);
+    expect(report.gateway).toBe(`http://127.0.0.1:${port}`);
+    expect(r.stderr).toContain(`portcullis check: starting a gateway on http://127.0.0.1:${port} `);
     expect(r.stderr).toMatch(/portcullis check: gateway up after/);
     expect(listeningOn(Number(new URL(report.gateway).port))).toEqual([]);
     expect(listeningOn(Number(new URL(report.upstream).port))).toEqual([]);
 
     const usage = await cli(["check", "--self-probe", "--config", "portcullis.yaml"]);
     expect(usage.code).toBe(2);
+    const badPort = await cli(["check", "--self-probe", "--port", "70000"]);
+    expect(badPort.code).toBe(2);
+    expect(badPort.stderr).toContain("--port: use a port number (1-65535), not 70000");
+    // A port that is taken: the probe is not run (exit 3), saying which port and why.
+    const taken = createServer();
+    await new Promise<void>((ok) => taken.listen(0, "127.0.0.1", ok));
+    const busy = (taken.address() as AddressInfo).port;
+    try {
+      const inUse = await cli(["check", "--self-probe", "--port", String(busy), "--json"]);
+      expect(inUse.code, inUse.stderr).toBe(3);
+      expect(JSON.parse(inUse.stdout).reason).toBe(
+        `--port ${busy}: 127.0.0.1:${busy} cannot be listened on (EADDRINUSE): choose another port, or leave --port out for a free one`,
+      );
+    } finally {
+      await new Promise<void>((ok) => taken.close(() => ok()));
+    }
     const help = await cli(["check", "--help"]);
     expect(help.code).toBe(0);
     expect(help.stdout).toMatch(/--self-probe/);
