@@ -207,7 +207,7 @@ function reportGaps(
  * The answer when no upstream the route reaches answered the list: a JSON-RPC error naming each
  * and its reason (an empty list would read as "this server has no tools"), the gaps in `data`.
  */
-function unavailableAnswer(ctx: CallContext, msg: JsonRpcRequest, gaps: Unavailable[]): Outcome {
+function unavailableAnswer(msg: JsonRpcRequest, gaps: Unavailable[]): Outcome {
   const why = (g: Unavailable) => `${g.reason} (${g.detail})`;
   const message =
     gaps.length === 1
@@ -227,7 +227,7 @@ export async function aggregateList(ctx: CallContext, msg: JsonRpcRequest): Prom
     const got = await forwardList(ctx, up, msg);
     if ("failed" in got) {
       reportGaps(ctx, msg.method, [], [[up, got.failed]], "error");
-      return unavailableAnswer(ctx, msg, [got.failed]);
+      return unavailableAnswer(msg, [got.failed]);
     }
     const out = got.answered;
     const r = out.response.result;
@@ -236,7 +236,7 @@ export async function aggregateList(ctx: CallContext, msg: JsonRpcRequest): Prom
     if (!isObject(r) || !Array.isArray(r[kind.key])) {
       const problem = listAnswerProblem(up, msg.method, out.response, kind.key) as Unavailable;
       reportGaps(ctx, msg.method, [], [[up, problem]], "error");
-      return unavailableAnswer(ctx, msg, [problem]);
+      return unavailableAnswer(msg, [problem]);
     }
     reportGaps(ctx, msg.method, [up], [], "without_it");
     const listed = r[kind.key] as Json[];
@@ -282,7 +282,6 @@ export async function aggregateList(ctx: CallContext, msg: JsonRpcRequest): Prom
   if (gaps.length > 0 && answeredBy.length === 0) {
     reportGaps(ctx, msg.method, [], gaps, "error");
     return unavailableAnswer(
-      ctx,
       msg,
       gaps.map(([, g]) => g),
     );
