@@ -530,6 +530,16 @@ describe("the console through the Worker", () => {
     expect(text).toContain(`name="csrf" value="${csrfToken(env.PORTCULLIS_SIGNING_KEY as string, `grant:${g.jti}`)}"`);
   });
 
+  it("the Tools page names the upstream that did not answer (the unit config's point at a closed port) and why", async () => {
+    const g = await grant(["approver"], "human:cy", 600);
+    const page = await SELF.fetch(`${GW}/console/tools`, { headers: cookieOf(g.token) });
+    expect(page.status).toBe(200);
+    const text = await page.text();
+    expect(text).toContain("Could not list the tools of 1 upstream; their tools are missing below:");
+    expect(text).toMatch(/<li><strong>alpha<\/strong> — unreachable: unreachable \([^)]+\)<\/li>/);
+    expect(text).toContain("No tools could be listed for your grant.");
+  });
+
   it("refuses to sign in an agent grant, a forged token, garbage, and a login posted from another origin", async () => {
     const agent = await grant(["agent"]);
     const r1 = await signIn(agent.token);
