@@ -313,8 +313,23 @@ describe("an upstream that is down", () => {
     expect(solo.error.code).toBe(-32603);
     expect(solo.error.message).toMatch(/^upstream gone did not answer tools\/list: unreachable \(/);
     expect(solo.error.data["portcullis/unavailable"]).toMatchObject([{ upstream: "gone", reason: "unreachable" }]);
+    // (Raw on the session: its initialize declared no capabilities — it had no leg — so an SDK client would not even ask.)
     const soloLegacy = await sessionClient("faults-solo", `${origin}/mcp/gone`, agentLegacy);
-    await expect(soloLegacy.listTools()).rejects.toThrow(/upstream gone did not answer tools\/list: (unreachable|unavailable) /);
+    const raw = await fetch(`${origin}/mcp/gone`, {
+      method: "POST",
+      headers: {
+        "content-type": "application/json",
+        accept: "application/json, text/event-stream",
+        authorization: `Bearer ${agentLegacy}`,
+        "mcp-session-id": (soloLegacy.transport as Any).sessionId,
+        "mcp-protocol-version": "2025-11-25",
+      },
+      body: JSON.stringify({ jsonrpc: "2.0", id: 6, method: "tools/list", params: {} }),
+    });
+    expect(raw.status).toBe(200);
+    const rawText = await raw.text();
+    const answer = JSON.parse(rawText.includes("data:") ? rawText.split("data:")[1]!.trim() : rawText);
+    expect(answer.error.message).toMatch(/^upstream gone did not answer tools\/list: unreachable \(no leg to it could be opened: unreachable \(/);
 
     await new Promise((r) => setTimeout(r, 300));
     const lines = gw
