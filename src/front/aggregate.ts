@@ -260,7 +260,8 @@ export async function aggregateList(ctx: CallContext, msg: JsonRpcRequest): Prom
   const scopes: string[] = [];
   const perUpstream = await Promise.all(
     ups.map(async (up) => {
-      const none = { up, raw: [] as Json[], items: [] as Json[], complete: false, failure: undefined as Unavailable | undefined, asked: false };
+      // `asked`: the upstream had its say (it declared no such capability, or its list was read); `walked`: its list was read.
+      const none = { up, raw: [] as Json[], items: [] as Json[], complete: false, failure: undefined as Unavailable | undefined, asked: false, walked: false };
       if (!grantReachesUpstream(ctx.principal, up)) return none;
       const caps = await ctx.legs.capabilities(up).catch(() => undefined);
       // An upstream that declares no tools has none: its empty list is complete.
@@ -273,20 +274,25 @@ export async function aggregateList(ctx: CallContext, msg: JsonRpcRequest): Prom
       if (kind.key === "tools" && pages.complete) rememberTools(ctx, up, raw);
       ttls.push(...pages.ttls);
       scopes.push(...pages.scopes);
-      return { up, raw, items: pages.items, complete: pages.complete, failure: pages.failure, asked: true };
+      return { up, raw, items: pages.items, complete: pages.complete, failure: pages.failure, asked: true, walked: true };
     }),
   );
   const gaps = perUpstream.flatMap((p) => (p.failure ? [[p.up, p.failure] as [UpstreamConfig, Unavailable]] : []));
-  const answeredBy = perUpstream.filter((p) => p.asked && !p.failure).map((p) => p.up);
   // No upstream the route reaches answered (one upstream: it did not): an error naming each, never an empty list.
-  if (gaps.length > 0 && answeredBy.length === 0) {
+  if (gaps.length > 0 && !perUpstream.some((p) => p.asked && !p.failure)) {
     reportGaps(ctx, msg.method, [], gaps, "error");
     return unavailableAnswer(
       msg,
       gaps.map(([, g]) => g),
     );
   }
-  reportGaps(ctx, msg.method, answeredBy, gaps, "without_it");
+  reportGaps(
+    ctx,
+    msg.method,
+    perUpstream.filter((p) => p.walked && !p.failure).map((p) => p.up),
+    gaps,
+    "without_it",
+  );
   const items = perUpstream.flatMap((p) => p.items);
   if (kind.key === "tools")
     recordListing(

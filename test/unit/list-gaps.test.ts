@@ -62,7 +62,8 @@ beforeEach(() => {
     const body = JSON.parse(String(init?.body ?? "{}")) as JsonRpcRequest;
     const special = await behaviours[name]?.(body, init?.signal ?? undefined);
     if (special) return special;
-    if (body.method === "server/discover") return json({ jsonrpc: "2.0", id: body.id, result: { supportedVersions: ["2026-07-28"], capabilities: { tools: {} } } });
+    if (body.method === "server/discover")
+      return json({ jsonrpc: "2.0", id: body.id, result: { supportedVersions: ["2026-07-28"], capabilities: { tools: {} } } });
     const key = ITEMS[body.method];
     if (key) {
       const item = key === "resources" ? { uri: `file:///${name}.txt`, name: `${name}.txt` } : { name: `${name}_one`, inputSchema: { type: "object" } };
@@ -79,7 +80,10 @@ const refused: Behaviour = () => {
 
 const everyone: Principal = { sub: "agent:g", team: "t", roles: ["agent"], tools: null, authenticated: true };
 
-function ctx(upstreams: UpstreamConfig[], opts: { era?: "legacy" | "modern"; leg?: boolean; signal?: AbortSignal; view?: string } = {}): CallContext {
+function ctx(
+  upstreams: UpstreamConfig[],
+  opts: { era?: "legacy" | "modern"; leg?: boolean; signal?: AbortSignal; view?: string; caps?: Record<string, JsonObject> } = {},
+): CallContext {
   let cfg = testConfig(upstreams);
   const view = opts.view ? routeView(cfg, opts.view) : null;
   if (view) cfg = view.cfg;
@@ -95,7 +99,7 @@ function ctx(upstreams: UpstreamConfig[], opts: { era?: "legacy" | "modern"; leg
     legs: {
       leg: async () => (opts.leg === false ? null : { era: "modern", meta: {} }),
       renew: async () => null,
-      capabilities: async () => (opts.leg === false ? undefined : { tools: {}, prompts: {}, resources: {} }),
+      capabilities: async (up) => (opts.leg === false ? undefined : (opts.caps?.[up.name] ?? { tools: {}, prompts: {}, resources: {} })),
       recordRequest: async () => undefined,
     },
     stores: { ledger: { ...NO_LEDGER, listed: () => undefined, hold: async () => "" }, killSwitch: () => NO_HALTS },
@@ -163,8 +167,20 @@ describe("a list with one upstream failing among two", () => {
     expect(out.response.error?.message).toBe(
       "no upstream answered tools/list: alpha: unreachable (unreachable (Network connection lost.)); beta: invalid_answer (answered tools/list without a tools list)",
     );
-    expect((out.response.error?.data as Any)["portcullis/unavailable"].map((g: Any) => g.upstream)).toEqual(["alpha", "beta"]);
+    expect((out.response.error!.data as Any)["portcullis/unavailable"].map((g: Any) => g.upstream)).toEqual(["alpha", "beta"]);
     expect(gapLines().map((l) => l.answered)).toEqual(["error", "error"]);
+  });
+
+  it("the other declares no tools: its empty list is its answer, so the list is answered (empty, the gap named), and it is not noted as listed", async () => {
+    const alpha = mk("alpha");
+    const beta = mk("beta");
+    behaviours.alpha = refused;
+    const out = await dispatch(ctx([alpha, beta], { caps: { beta: { prompts: {} } } }), rpc("tools/list"));
+    const r = out.response.result as Any;
+    expect(r.tools).toEqual([]);
+    expect(r._meta["portcullis/unavailable"]).toMatchObject([{ upstream: "alpha", reason: "unreachable" }]);
+    expect(listOutcomes(beta)).toEqual({});
+    expect(listOutcomes(alpha)["tools/list"]).toMatchObject({ outcome: "failing" });
   });
 
   it("an upstream that answers Method not found lists none of these: no gap", async () => {
