@@ -290,7 +290,9 @@ describe("an upstream that is down", () => {
     const names: string[] = listed.result.tools.map((t: Any) => t.name);
     expect(names).toContain("fl__ok");
     expect(names.filter((n) => n.startsWith("gone__"))).toEqual([]);
-    expect(listed.result._meta["portcullis/unavailable"]).toEqual([{ upstream: "gone", reason: "unreachable", detail: expect.stringMatching(/^unreachable \(/) }]);
+    expect(listed.result._meta["portcullis/unavailable"]).toEqual([
+      { upstream: "gone", reason: "unreachable", detail: expect.stringMatching(/^unreachable \(/) },
+    ]);
     // A 2025-11-25 session's list says the same (its leg to gone was never opened: the opening's reason).
     const client = await sessionClient("faults-list", `${origin}/mcp`, agentLegacy);
     const legacyList: Any = await client.listTools();
