@@ -208,7 +208,8 @@ function reportGaps(
  * and its reason (an empty list would read as "this server has no tools"), the gaps in `data`.
  */
 function unavailableAnswer(msg: JsonRpcRequest, gaps: Unavailable[]): Outcome {
-  const why = (g: Unavailable) => `${g.reason} (${g.detail})`;
+  // `unreachable (…)` already says its kind; anything else gets it in front.
+  const why = (g: Unavailable) => (g.detail.startsWith(`${g.reason} (`) ? g.detail : `${g.reason} (${g.detail})`);
   const message =
     gaps.length === 1
       ? `upstream ${gaps[0]!.upstream} did not answer ${msg.method}: ${why(gaps[0]!)}`

@@ -165,7 +165,7 @@ describe("a list with one upstream failing among two", () => {
     const out = await dispatch(ctx([alpha, beta]), rpc("tools/list"));
     expect(out.response.result).toBeUndefined();
     expect(out.response.error?.message).toBe(
-      "no upstream answered tools/list: alpha: unreachable (unreachable (Network connection lost.)); beta: invalid_answer (answered tools/list without a tools list)",
+      "no upstream answered tools/list: alpha: unreachable (Network connection lost.); beta: invalid_answer (answered tools/list without a tools list)",
     );
     expect((out.response.error!.data as Any)["portcullis/unavailable"].map((g: Any) => g.upstream)).toEqual(["alpha", "beta"]);
     expect(gapLines().map((l) => l.answered)).toEqual(["error", "error"]);
@@ -207,7 +207,7 @@ describe("a route that reaches one upstream", () => {
       expect(out.response.result, label).toBeUndefined();
       expect(out.response.error, label).toEqual({
         code: -32603,
-        message: "upstream alpha did not answer tools/list: unreachable (unreachable (Network connection lost.))",
+        message: "upstream alpha did not answer tools/list: unreachable (Network connection lost.)",
         data: { "portcullis/unavailable": [{ upstream: "alpha", reason: "unreachable", detail: "unreachable (Network connection lost.)" }] },
       });
       expect(gapLines(), label).toMatchObject([{ upstream: "alpha", answered: "error", route: label === "/mcp/alpha" ? "/mcp/alpha" : "/mcp" }]);
