@@ -106,8 +106,10 @@ app.all("/operator/mcp", gate({ path: "/operator/mcp", role: ["auditor", "approv
 
 app.get("/healthz", (c) => c.json({ ok: true }));
 
-// Readiness says only {ok} to anyone; the per-upstream detail is for operators (a grant with
-// operator, auditor or admin) and for the loopback actor of an unauthenticated dev gateway.
+// Readiness says only {ok} to anyone; the per-upstream detail (reachability, each list's last
+// outcome in this isolate, ready/degraded) is for operators (a grant with operator, auditor or
+// admin) and for the loopback actor of an unauthenticated dev gateway. 503 when no upstream is
+// reachable (or the config cannot be served); one down among several is `degraded`, still 200.
 app.get("/readyz", async (c) => {
   const req = c.req.raw;
   const shared = await servableConfig(c.env, req);

@@ -4,7 +4,8 @@
  * mapped, NOTE heuristic read, WARN heuristic write, BLOCK unclassified or drifted) and why, what
  * the policy makes of it (the decision a call gets with no other facts, the rule or the baseline,
  * whether agents see it at all, and the rules that apply only sometimes), the totals, and the
- * upstreams whose tools could not be listed. Tool names and reasons are JSX text.
+ * upstreams whose tools could not be listed, each with why (unreachable, timed out, an HTTP
+ * status, an invalid answer, …). Tool names, upstream names and reasons are JSX text.
  * Must never: list a tool the viewer's grant does not reach, or render a tool's name as markup.
  */
 import type { BannerLevel, BannerLine } from "../governance/classify.ts";
@@ -24,15 +25,33 @@ function policyText(p: ToolPolicy): string {
 
 const LEVEL_CLASS: Record<BannerLevel, string> = { OK: "ok", NOTE: "muted", WARN: "warn", BLOCK: "bad" };
 
-export function ToolsPage(props: { viewer: Viewer; mode: string; rows: ToolRow[]; totals: Record<BannerLevel, number>; unlisted: string[] }) {
+/** An upstream whose tools could not be listed, and why (it gave no answer: the reason and detail; or its list did not end). */
+export interface UnlistedUpstream {
+  upstream: string;
+  why: string;
+}
+
+export function ToolsPage(props: { viewer: Viewer; mode: string; rows: ToolRow[]; totals: Record<BannerLevel, number>; unlisted: UnlistedUpstream[] }) {
   const t = props.totals;
   return (
     <Layout title="Tools" viewer={props.viewer}>
       <h1>Tool classification</h1>
       <p>{`Mode ${props.mode} · ${props.rows.length} tool${props.rows.length === 1 ? "" : "s"} your grant reaches: ${t.OK} OK, ${t.NOTE} NOTE, ${t.WARN} WARN, ${t.BLOCK} BLOCK`}</p>
-      {props.unlisted.length ? <div class="notice error">{`Could not list the tools of: ${props.unlisted.join(", ")}`}</div> : null}
+      {props.unlisted.length ? (
+        <div class="notice error">
+          {`Could not list the tools of ${props.unlisted.length} upstream${props.unlisted.length === 1 ? "" : "s"}; their tools are missing below:`}
+          <ul class="unlisted">
+            {props.unlisted.map((u) => (
+              <li>
+                <strong>{u.upstream}</strong>
+                {` — ${u.why}`}
+              </li>
+            ))}
+          </ul>
+        </div>
+      ) : null}
       {props.rows.length === 0 ? (
-        <p class="muted">Your grant reaches no tools.</p>
+        <p class="muted">{props.unlisted.length ? "No tools could be listed for your grant." : "Your grant reaches no tools."}</p>
       ) : (
         <table class="tools">
           <thead>

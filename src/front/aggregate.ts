@@ -5,13 +5,20 @@
  * (prefixed upstreams' names, beside at most one transparent upstream's own, exposed-names.ts),
  * filtering, the modern caching hints, and handing every complete tools/list to the tool
  * catalog (catalog.ts) so tools/call resolves from what was listed; hiding what policy denies
- * unconditionally, and adding the gateway's agent tools the grant covers. Must never: touch any field of a tool,
- * prompt or resource other than its name/uri (schemas pass verbatim), or list a tool the caller cannot call.
+ * unconditionally, and adding the gateway's agent tools the grant covers; and the upstreams a list
+ * went without (unreachable, timed out, an HTTP error, an invalid answer: unavailable.ts): the
+ * others' list is answered with each gap under `_meta["portcullis/unavailable"]`, and when no
+ * upstream the route reaches answered — one upstream, or `/mcp/<upstream>` — a JSON-RPC error
+ * naming it and its reason, never an empty list; each gap logged and noted for /readyz.
+ * Must never: touch any field of a tool, prompt or resource other than its name/uri (schemas
+ * pass verbatim), list a tool the caller cannot call, answer an empty list for an upstream that
+ * did not answer, or change what a transparent upstream that answers its list gets through.
  */
 import type { UpstreamConfig } from "../config/gateway-config.ts";
 import type { CallContext, Outcome } from "../protocol/call-context.ts";
-import { forward } from "../upstream/forward.ts";
-import { type Json, type JsonObject, type JsonRpcRequest, isObject } from "../wire/jsonrpc.ts";
+import { forwardList, type ListAnswer } from "../upstream/forward.ts";
+import { ErrorCode, errorResponse, type Json, type JsonObject, type JsonRpcRequest, isObject } from "../wire/jsonrpc.ts";
+import { gapJson, listAnswerProblem, logListGap, noteListOutcome, type Unavailable } from "../upstream/unavailable.ts";
 import { grantAllowsTool, grantReachesUpstream } from "../governance/grant-scope.ts";
 import { exposeName, exposeUri, governedName, shadowed } from "../protocol/exposed-names.ts";
 import { toolAllowed } from "../governance/grant-scope.ts";
@@ -90,14 +97,21 @@ const MAX_PAGES = 50;
 export interface Pages {
   items: Json[];
   ttls: number[];
-  scopes: string[] /** The walk reached the last page. */;
+  scopes: string[];
+  /** The walk reached the last page (or the upstream lists none of these: Method not found). */
   complete: boolean;
+  /** Why the walk stopped before the last page: the upstream gave no usable answer (unavailable.ts). */
+  failure?: Unavailable;
 }
+
+/** The forwarder of one list page (a seam for tests): the answer, or why there was none. */
+export type PageSend = (ctx: CallContext, up: UpstreamConfig, msg: JsonRpcRequest) => Promise<ListAnswer>;
 
 /**
  * Walks every page (at most MAX_PAGES) of list method `msg.method` on `up`, items under `key`.
- * An unreachable upstream or a malformed page ends the walk with what was gathered.
- * `send` is the forwarder (a seam for tests).
+ * An upstream that gives no usable answer — unreachable, timed out, an HTTP error, an error or a
+ * page without the list — ends the walk with what was gathered and the reason (`failure`); one
+ * that answers Method not found lists none of these (complete, empty).
  */
 export async function allPages(
   ctx: CallContext,
@@ -105,7 +119,7 @@ export async function allPages(
   msg: JsonRpcRequest,
   key: string,
   map: (item: Json) => Json | null,
-  send = forward,
+  send: PageSend = forwardList,
 ): Promise<Pages> {
   const pages: Pages = { items: [], ttls: [], scopes: [], complete: false };
   let cursor: string | undefined;
@@ -113,15 +127,25 @@ export async function allPages(
     const params: JsonObject = { ...(msg.params ?? {}) };
     if (cursor !== undefined) params.cursor = cursor;
     else delete params.cursor;
-    let out: Outcome;
-    try {
-      // The page goes upstream under an id of its own (forward.ts); nothing is derived from the client's id.
-      out = await send(ctx, up, { jsonrpc: "2.0", id: msg.id, method: msg.method, params });
-    } catch {
-      return pages; // an unreachable upstream contributes nothing; /readyz reports it
+    // The page goes upstream under an id of its own (forward.ts); nothing is derived from the client's id.
+    const got = await send(ctx, up, { jsonrpc: "2.0", id: msg.id, method: msg.method, params });
+    if ("failed" in got) {
+      pages.failure = got.failed;
+      return pages;
     }
-    const r = out.response.result;
-    if (!isObject(r) || !Array.isArray(r[key])) return pages;
+    const problem = listAnswerProblem(up, msg.method, got.answered.response, key);
+    if (problem === "none" && page === 0) {
+      pages.complete = true;
+      return pages;
+    }
+    if (problem !== null) {
+      pages.failure =
+        problem === "none"
+          ? { upstream: up.name, reason: "error_answer", code: -32601, detail: `answered a later page of ${msg.method} with Method not found` }
+          : problem;
+      return pages;
+    }
+    const r = got.answered.response.result as JsonObject;
     if (typeof r.ttlMs === "number") pages.ttls.push(r.ttlMs);
     if (typeof r.cacheScope === "string") pages.scopes.push(r.cacheScope);
     for (const i of r[key] as Json[]) {
@@ -158,15 +182,64 @@ function recordListing(ctx: CallContext, listedBy: (readonly [UpstreamConfig, Js
   ctx.stores.ledger.listed(shown, hidden);
 }
 
+/** The `_meta` key (on a list result) and `data` key (on the error) naming the upstreams a list went without. */
+export const UNAVAILABLE_META = "portcullis/unavailable";
+
+/**
+ * Reports the upstreams `method` went without: one log line each, and each upstream's outcome
+ * for /readyz (those that answered: ok). `answered` says what the client gets.
+ */
+function reportGaps(
+  ctx: CallContext,
+  method: string,
+  answeredBy: UpstreamConfig[],
+  gaps: [UpstreamConfig, Unavailable][],
+  answered: "without_it" | "error",
+): void {
+  for (const up of answeredBy) noteListOutcome(up, method, null);
+  for (const [up, g] of gaps) {
+    noteListOutcome(up, method, g);
+    logListGap(method, g, { principal: ctx.principal.sub, ...(ctx.route ? { route: ctx.route.upstream } : {}) }, answered);
+  }
+}
+
+/**
+ * The answer when no upstream the route reaches answered the list: a JSON-RPC error naming each
+ * and its reason (an empty list would read as "this server has no tools"), the gaps in `data`.
+ */
+function unavailableAnswer(msg: JsonRpcRequest, gaps: Unavailable[]): Outcome {
+  // `unreachable (…)` already says its kind; anything else gets it in front.
+  const why = (g: Unavailable) => (g.detail.startsWith(`${g.reason} (`) ? g.detail : `${g.reason} (${g.detail})`);
+  const message =
+    gaps.length === 1
+      ? `upstream ${gaps[0]!.upstream} did not answer ${msg.method}: ${why(gaps[0]!)}`
+      : `no upstream answered ${msg.method}: ${gaps.map((g) => `${g.upstream}: ${why(g)}`).join("; ")}`;
+  const response = errorResponse(msg.id, ErrorCode.InternalError, message);
+  response.error!.data = { [UNAVAILABLE_META]: gaps.map(gapJson) };
+  return { response, status: 200 };
+}
+
 export async function aggregateList(ctx: CallContext, msg: JsonRpcRequest): Promise<Outcome> {
   const kind = LISTS[msg.method]!;
   const ups = ctx.cfg.upstreams;
   // One transparent upstream: forward the page as is (cursor included), filter and stamp.
   if (ups.length === 1 && !ups[0]!.namespaced) {
     const up = ups[0]!;
-    const out = await forward(ctx, up, msg);
+    const got = await forwardList(ctx, up, msg);
+    if ("failed" in got) {
+      reportGaps(ctx, msg.method, [], [[up, got.failed]], "error");
+      return unavailableAnswer(msg, [got.failed]);
+    }
+    const out = got.answered;
     const r = out.response.result;
-    if (!isObject(r) || !Array.isArray(r[kind.key])) return out;
+    // An error the upstream answered passes as it is (a bad cursor is the client's, Method not found its own answer).
+    if (out.response.error) return out;
+    if (!isObject(r) || !Array.isArray(r[kind.key])) {
+      const problem = listAnswerProblem(up, msg.method, out.response, kind.key) as Unavailable;
+      reportGaps(ctx, msg.method, [], [[up, problem]], "error");
+      return unavailableAnswer(msg, [problem]);
+    }
+    reportGaps(ctx, msg.method, [up], [], "without_it");
     const listed = r[kind.key] as Json[];
     const whole = typeof msg.params?.cursor !== "string" && (typeof r.nextCursor !== "string" || r.nextCursor === "");
     if (kind.key === "tools" && whole) rememberTools(ctx, up, listed);
@@ -188,11 +261,12 @@ export async function aggregateList(ctx: CallContext, msg: JsonRpcRequest): Prom
   const scopes: string[] = [];
   const perUpstream = await Promise.all(
     ups.map(async (up) => {
-      const none = { up, raw: [] as Json[], items: [] as Json[], complete: false };
+      // `asked`: the upstream had its say (it declared no such capability, or its list was read); `walked`: its list was read.
+      const none = { up, raw: [] as Json[], items: [] as Json[], complete: false, failure: undefined as Unavailable | undefined, asked: false, walked: false };
       if (!grantReachesUpstream(ctx.principal, up)) return none;
       const caps = await ctx.legs.capabilities(up).catch(() => undefined);
       // An upstream that declares no tools has none: its empty list is complete.
-      if (caps && !isObject(caps[kind.capability])) return { ...none, complete: true };
+      if (caps && !isObject(caps[kind.capability])) return { ...none, complete: true, asked: true };
       const raw: Json[] = [];
       const pages = await allPages(ctx, up, msg, kind.key, (i) => {
         raw.push(i);
@@ -201,8 +275,24 @@ export async function aggregateList(ctx: CallContext, msg: JsonRpcRequest): Prom
       if (kind.key === "tools" && pages.complete) rememberTools(ctx, up, raw);
       ttls.push(...pages.ttls);
       scopes.push(...pages.scopes);
-      return { up, raw, items: pages.items, complete: pages.complete };
+      return { up, raw, items: pages.items, complete: pages.complete, failure: pages.failure, asked: true, walked: true };
     }),
+  );
+  const gaps = perUpstream.flatMap((p) => (p.failure ? [[p.up, p.failure] as [UpstreamConfig, Unavailable]] : []));
+  // No upstream the route reaches answered (one upstream: it did not): an error naming each, never an empty list.
+  if (gaps.length > 0 && !perUpstream.some((p) => p.asked && !p.failure)) {
+    reportGaps(ctx, msg.method, [], gaps, "error");
+    return unavailableAnswer(
+      msg,
+      gaps.map(([, g]) => g),
+    );
+  }
+  reportGaps(
+    ctx,
+    msg.method,
+    perUpstream.filter((p) => p.walked && !p.failure).map((p) => p.up),
+    gaps,
+    "without_it",
   );
   const items = perUpstream.flatMap((p) => p.items);
   if (kind.key === "tools")
@@ -213,5 +303,10 @@ export async function aggregateList(ctx: CallContext, msg: JsonRpcRequest): Prom
       perUpstream.every((p) => p.complete),
     );
   const result: JsonObject = { [kind.key]: withAgentTools(ctx, kind, items, true) };
+  if (gaps.length > 0) {
+    // The others' list, and the gap named: nothing to keep (ttl 0) until every upstream answers.
+    result._meta = { [UNAVAILABLE_META]: gaps.map(([, g]) => gapJson(g)) };
+    ttls.push(0);
+  }
   return { response: { jsonrpc: "2.0", id: msg.id, result: stampCache(ctx, result, ttls, scopes) }, status: 200 };
 }

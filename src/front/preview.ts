@@ -19,6 +19,7 @@ import { type ToolPolicy, toolPolicy } from "../governance/policy-view.ts";
 import { toolAllowed } from "../governance/grant-scope.ts";
 import { exposeName } from "../protocol/exposed-names.ts";
 import { modernMeta } from "../upstream/client.ts";
+import type { Unavailable } from "../upstream/unavailable.ts";
 
 /** What `fc.principal`'s call of `name` with `args` would get. */
 export async function previewFor(fc: FrontContext, req: Request, name: string, args: JsonObject | undefined): Promise<Preview> {
@@ -30,19 +31,25 @@ export async function previewFor(fc: FrontContext, req: Request, name: string, a
 /**
  * The classification banner (OK / NOTE / WARN / BLOCK per tool, with totals) of every upstream
  * `fc.principal` reaches, from each upstream's own tools/list as a 2026-07-28 client of it reads
- * it — what `portcullis classify` prints, served by the gateway (operator tool). Lists nothing
- * to the ledger and changes nothing.
+ * it — what `portcullis classify` prints, served by the gateway (operator tool) — with the
+ * upstreams whose list could not be read whole (`unlisted`) and why each gave no answer
+ * (`unavailable`). Lists nothing to the ledger and changes nothing.
  */
-export async function classificationOf(fc: FrontContext, req: Request): Promise<{ banner: Banner; unlisted: string[]; policies: ToolPolicy[] }> {
+export async function classificationOf(
+  fc: FrontContext,
+  req: Request,
+): Promise<{ banner: Banner; unlisted: string[]; unavailable: Unavailable[]; policies: ToolPolicy[] }> {
   // A 2026-07-28 request carries its protocol metadata itself (modern legs add none).
   const msg: JsonRpcRequest = { jsonrpc: "2.0", id: "portcullis-classify", method: "tools/list", params: { _meta: modernMeta({}) } };
   const ctx = modernContext(fc, req, msg, null, async () => undefined);
   const unlisted: string[] = [];
+  const unavailable: Unavailable[] = [];
   const tools: { upstream: string; tool: CatalogTool; up: (typeof fc.cfg.upstreams)[number] }[] = [];
   await Promise.all(
     fc.cfg.upstreams.map(async (up) => {
       const pages = await allPages(ctx, up, msg, "tools", (i) => i).catch(() => null);
       if (!pages?.complete) unlisted.push(up.name);
+      if (pages?.failure) unavailable.push(pages.failure);
       for (const item of pages?.items ?? []) {
         if (!isObject(item) || typeof item.name !== "string" || !toolAllowed(up, item.name)) continue;
         const entry = catalogEntry(item, exposeName(up, item.name));
@@ -64,5 +71,6 @@ export async function classificationOf(fc: FrontContext, req: Request): Promise<
       annotations: t.tool.annotations,
     }),
   );
-  return { banner: classificationBanner(tools, mappings), unlisted: unlisted.sort(), policies };
+  unavailable.sort((a, b) => a.upstream.localeCompare(b.upstream));
+  return { banner: classificationBanner(tools, mappings), unlisted: unlisted.sort(), unavailable, policies };
 }

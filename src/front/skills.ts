@@ -97,7 +97,14 @@ export async function skillsList(ctx: CallContext, msg: JsonRpcRequest, send: Se
   const scopes: string[] = [];
   const per = await Promise.all(
     serving.map(async ({ up }) => {
-      const pages = await allPages(ctx, up, msg, "skills", (s) => exposeSkill(up, s), send);
+      const pages = await allPages(
+        ctx,
+        up,
+        msg,
+        "skills",
+        (s) => exposeSkill(up, s),
+        async (c, u, m) => ({ answered: await send(c, u, m) }),
+      );
       ttls.push(...pages.ttls);
       scopes.push(...pages.scopes);
       return pages.items;

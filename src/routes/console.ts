@@ -230,7 +230,7 @@ consoleRoutes.get("/console/tools", signedIn, async (c) => {
   const cfg = c.var.cfg;
   try {
     const view = await requestConfig(c.env, cfg, c.req.raw, p);
-    const { banner, unlisted, policies } = await classificationOf(
+    const { banner, unlisted, unavailable, policies } = await classificationOf(
       { env: c.env, cfg: view, principal: p, gateway: canonicalUrl(cfg), waitUntil: waitUntil(c) },
       c.req.raw,
     );
@@ -244,7 +244,10 @@ consoleRoutes.get("/console/tools", signedIn, async (c) => {
       rows.push({ ...line, exposedName, policy: policies[i] ?? null });
       totals[line.level]++;
     }
-    return htmlResponse(ToolsPage({ viewer: c.var.viewer, mode: cfg.mode, rows, totals, unlisted }));
+    // Each upstream whose tools could not be listed, with why: it gave no answer, or its list did not end.
+    const why = new Map(unavailable.map((g) => [g.upstream, `${g.reason}: ${g.detail}`]));
+    const gaps = unlisted.map((upstream) => ({ upstream, why: why.get(upstream) ?? "its list did not end within 50 pages" }));
+    return htmlResponse(ToolsPage({ viewer: c.var.viewer, mode: cfg.mode, rows, totals, unlisted: gaps }));
   } catch (e) {
     return unavailable(c.var.viewer, "listing the upstreams' tools", e);
   }

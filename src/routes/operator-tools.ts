@@ -139,7 +139,10 @@ registerOperatorTool({
     // The operator's view: every upstream, every tool allow/deny let through (not the caller's grant).
     const who = { ...principal, tools: null };
     const view = await requestConfig(env, cfg, req);
-    const { banner, unlisted } = await classificationOf({ env, cfg: view, principal: who, gateway: canonicalUrl(cfg), waitUntil: () => undefined }, req);
-    return { mode: cfg.mode, totals: banner.totals, tools: banner.lines, unlisted } as unknown as JsonObject;
+    const { banner, unlisted, unavailable } = await classificationOf(
+      { env, cfg: view, principal: who, gateway: canonicalUrl(cfg), waitUntil: () => undefined },
+      req,
+    );
+    return { mode: cfg.mode, totals: banner.totals, tools: banner.lines, unlisted, unavailable } as unknown as JsonObject;
   },
 });

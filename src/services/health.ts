@@ -1,9 +1,12 @@
 /**
- * /readyz and /summary: upstream reachability (cached ≤ 2 s) and a schema-free catalogue whose
- * tool counts are what the caller can list (upstream listings cached ≤ 2 s); the uncached tool
- * names of one upstream (`listTools`, the reload's policy check, policy-live.ts). Owns the probe (one `server/discover` POST: any
- * JSON-RPC answer means the upstream is up) and that count. Must never: include tool schemas or
- * upstream credentials in what it returns, or count a tool the caller could not list.
+ * /readyz and /summary: upstream reachability (cached ≤ 2 s) with the last outcome of each
+ * upstream's lists in this isolate (unavailable.ts) and the readiness verdict (ready, degraded:
+ * some upstream down or failing its lists while others serve, unavailable: none reachable), and
+ * a schema-free catalogue whose tool counts are what the caller can list (upstream listings
+ * cached ≤ 2 s); the uncached tool names of one upstream (`listTools`, the reload's policy check,
+ * policy-live.ts). Owns the probe (one `server/discover` POST: any JSON-RPC answer means the
+ * upstream is up), the verdict and that count. Must never: include tool schemas or upstream
+ * credentials in what it returns, or count a tool the caller could not list.
  */
 import type { GatewayConfig, UpstreamConfig } from "../config/gateway-config.ts";
 import type { Principal } from "../config/principal.ts";
@@ -14,8 +17,9 @@ import { UpstreamAuthError, upstreamRequestId } from "../upstream/exchange.ts";
 import { modernClientLeg } from "../upstream/legs.ts";
 import { exposeName } from "../protocol/exposed-names.ts";
 import { Memo } from "../wire/memo.ts";
+import { type ListOutcome, listOutcomes } from "../upstream/unavailable.ts";
 
-let readyCache: { at: number; key: string; body: { ok: boolean; upstreams: { name: string; ok: boolean }[] } } | null = null;
+let probeCache: { at: number; key: string; up: boolean[] } | null = null;
 const READY_TTL_MS = 2000;
 
 async function probe(up: UpstreamConfig): Promise<boolean> {
@@ -37,13 +41,57 @@ async function probe(up: UpstreamConfig): Promise<boolean> {
   }
 }
 
-export async function readiness(cfg: GatewayConfig) {
+/** One list method's last outcome on one upstream as /readyz shows it (times ISO 8601). */
+export interface ListOutcomeView {
+  outcome: "ok" | "failing";
+  reason?: string;
+  detail?: string;
+  /** Since when it has been so: the first failure of the current run of failures, or the first success after one. */
+  since: string;
+  /** When it was last seen so. */
+  at: string;
+}
+
+export interface Readiness {
+  /** Whether the gateway can serve: no upstream configured, or at least one reachable (HTTP 200; else 503). */
+  ok: boolean;
+  /** `ready`: every upstream reachable and no list failing; `degraded`: some are not, the gateway still serves the others; `unavailable`: none is reachable. */
+  status: "ready" | "degraded" | "unavailable";
+  upstreams: {
+    name: string;
+    /** The probe's verdict (cached ≤ 2 s). */
+    ok: boolean;
+    /** By list method, the last outcome this isolate saw (lists answered by other isolates are not in it). */
+    last_list_in_this_isolate: Record<string, ListOutcomeView>;
+  }[];
+}
+
+function view(o: ListOutcome): ListOutcomeView {
+  const times = { since: new Date(o.since).toISOString(), at: new Date(o.at).toISOString() };
+  return o.outcome === "ok" ? { outcome: "ok", ...times } : { outcome: "failing", reason: o.reason ?? "unavailable", detail: o.detail ?? "", ...times };
+}
+
+/**
+ * Each upstream's reachability (one probe each, cached READY_TTL_MS) and the last outcome of each
+ * of its lists in this isolate. One unreachable upstream among several leaves the gateway `ok`
+ * (serving the others, `degraded`); only when none is reachable is it not.
+ */
+export async function readiness(cfg: GatewayConfig): Promise<Readiness> {
   const key = cfg.upstreams.map((u) => u.name + u.url).join("|");
-  if (readyCache && readyCache.key === key && Date.now() - readyCache.at < READY_TTL_MS) return readyCache.body;
-  const upstreams = await Promise.all(cfg.upstreams.map(async (u) => ({ name: u.name, ok: await probe(u) })));
-  const body = { ok: upstreams.every((u) => u.ok), upstreams };
-  readyCache = { at: Date.now(), key, body };
-  return body;
+  let up: boolean[];
+  if (probeCache && probeCache.key === key && Date.now() - probeCache.at < READY_TTL_MS) up = probeCache.up;
+  else {
+    up = await Promise.all(cfg.upstreams.map(probe));
+    probeCache = { at: Date.now(), key, up };
+  }
+  const upstreams = cfg.upstreams.map((u, i) => {
+    const lists: Record<string, ListOutcomeView> = {};
+    for (const [method, o] of Object.entries(listOutcomes(u)).sort(([a], [b]) => a.localeCompare(b))) lists[method] = view(o);
+    return { name: u.name, ok: up[i]!, last_list_in_this_isolate: lists };
+  });
+  const ok = upstreams.length === 0 || upstreams.some((u) => u.ok);
+  const failing = upstreams.some((u) => !u.ok || Object.values(u.last_list_in_this_isolate).some((l) => l.outcome === "failing"));
+  return { ok, status: !ok ? "unavailable" : failing ? "degraded" : "ready", upstreams };
 }
 
 /**

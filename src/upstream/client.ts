@@ -127,7 +127,7 @@ export async function callUpstream(
     if (answers(f.message, msg.id)) return { response: f.message, status: f.status };
     if (onOther) await onOther(f);
   }
-  throw new UpstreamError(up.name, `no response to ${msg.method}`, 502);
+  throw new UpstreamError(up.name, `no response to ${msg.method}`, 502, undefined, "invalid_answer");
 }
 
 export interface LegacyInit {
@@ -155,7 +155,8 @@ export async function initializeLegacy(up: UpstreamConfig, protocolVersion: stri
     }
   }
   if (!response || response.error || !isObject(response.result)) {
-    throw new UpstreamError(up.name, `refused initialize (${response?.error?.message ?? `HTTP ${res.status}`})`, res.status, res.status);
+    const kind = response?.error ? "error_answer" : res.status >= 400 ? "http_status" : "invalid_answer";
+    throw new UpstreamError(up.name, `refused initialize (${response?.error?.message ?? `HTTP ${res.status}`})`, res.status, res.status, kind);
   }
   const negotiated = typeof response.result.protocolVersion === "string" ? response.result.protocolVersion : protocolVersion;
   const init: LegacyInit = { protocolVersion: negotiated, result: response.result };

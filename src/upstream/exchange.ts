@@ -16,8 +16,33 @@ import { parseSse, type SseEvent } from "../wire/sse.ts";
 import type { Leg } from "../../durable-objects/contract.ts";
 import { MODERN_VERSION } from "../protocol/versions.ts";
 
+/**
+ * Why an upstream gave no usable answer, as operators and clients are told it (unavailable.ts
+ * classifies every failure into one): no connection (`unreachable`), no answer in time
+ * (`timeout`), an HTTP error status (`http_status`), a body that is no usable answer
+ * (`invalid_answer`), a JSON-RPC error where a result was needed (`error_answer`), the credential
+ * refused (`credential_refused`), the egress rules refusing the URL (`egress_refused`), the
+ * connection lost mid-answer (`connection_lost`), the caller's own abort (`aborted`), or no leg
+ * to the upstream and no known reason (`unavailable`).
+ */
+export type FailureKind =
+  | "unreachable"
+  | "timeout"
+  | "http_status"
+  | "invalid_answer"
+  | "error_answer"
+  | "credential_refused"
+  | "egress_refused"
+  | "connection_lost"
+  | "aborted"
+  | "unavailable";
+
 export class UpstreamError extends Error {
   readonly upstream: string;
+  /** The reason alone, without the `upstream <name>: ` the message starts with. */
+  readonly detail: string;
+  /** Set where the class, status and `answered` do not tell the kind of failure by themselves (unavailable.ts failureKind). */
+  readonly kind: FailureKind | undefined;
   readonly status: number | undefined;
   /**
    * The HTTP status the upstream answered with, when that answer is itself the failure: an error
@@ -26,9 +51,11 @@ export class UpstreamError extends Error {
    * came: unreachable, timed out, aborted, refused by the gateway, or a stream cut or broken.
    */
   readonly answered: number | undefined;
-  constructor(upstream: string, message: string, status?: number, answered?: number) {
+  constructor(upstream: string, message: string, status?: number, answered?: number, kind?: FailureKind) {
     super(`upstream ${upstream}: ${message}`);
     this.upstream = upstream;
+    this.detail = message;
+    this.kind = kind;
     this.status = status;
     this.answered = answered;
   }
@@ -176,12 +203,12 @@ export async function send(
     const err = e as Error;
     if (e instanceof EgressError) {
       if (e.kind === "timeout") throw new UpstreamUncertain(up.name, `no answer within ${up.timeoutMs} ms`, 504);
-      throw new UpstreamError(up.name, `${e.reason}; Portcullis refused the connection`, 502);
+      throw new UpstreamError(up.name, `${e.reason}; Portcullis refused the connection`, 502, undefined, "egress_refused");
     }
     if (err.name === "TimeoutError") throw new UpstreamUncertain(up.name, `no answer within ${up.timeoutMs} ms`, 504);
     if (err.name === "AbortError") throw new UpstreamUncertain(up.name, "request aborted", 499);
     // The caller's signal fired with a reason of its own (e.g. the kill switch): not a lost connection.
-    if (signal.aborted) throw new UpstreamError(up.name, `unreachable (${err.message})`, 502);
+    if (signal.aborted) throw new UpstreamError(up.name, `unreachable (${err.message})`, 502, undefined, "aborted");
     throw new UpstreamConnectionLost(up.name, `unreachable (${err.message})`, 502);
   }
   if (res.status === 401 || res.status === 403) {
@@ -205,7 +232,7 @@ export async function send(
 function bodyError(up: UpstreamConfig, e: unknown): UpstreamError {
   if (e instanceof UpstreamError) return e;
   if (e instanceof EgressError) {
-    if (e.kind === "too_large") return new UpstreamError(up.name, `${e.reason}; Portcullis stopped reading the answer`, 502);
+    if (e.kind === "too_large") return new UpstreamError(up.name, `${e.reason}; Portcullis stopped reading the answer`, 502, undefined, "invalid_answer");
     if (e.kind === "timeout") return new UpstreamUncertain(up.name, `no answer within ${up.timeoutMs} ms`, 504);
     return new UpstreamUncertain(up.name, `${e.reason} while the answer was read`, 502);
   }
@@ -242,7 +269,7 @@ export async function* readAnswer(up: UpstreamConfig, res: Response, track: { la
         if (ev.id !== undefined) track.lastEventId = ev.id;
         if (ev.data.trim() === "") continue;
         const v = parseMessage(ev.data);
-        if (!v.ok) throw new UpstreamUncertain(up.name, `sent an invalid SSE message (${v.reason})`, 502);
+        if (!v.ok) throw new UpstreamUncertain(up.name, `sent an invalid SSE message (${v.reason})`, 502, undefined, "invalid_answer");
         yield { message: v.message, status: res.status };
       }
     } finally {

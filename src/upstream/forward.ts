@@ -3,7 +3,8 @@
  * Owns: giving each upstream request its own gateway-made id (upstreamRequestId; the client's id
  * goes back on the answer), relaying interim messages (progress, logs, resource
  * updates, server→client requests), renewing an expired legacy upstream session once, and the
- * MRTR bridge for legacy clients of 2026-07-28-only upstreams. Must never: change a result's
+ * MRTR bridge for legacy clients of 2026-07-28-only upstreams; a list page's failure handed back
+ * classified (forwardList, unavailable.ts) rather than as an error answer. Must never: change a result's
  * fields other than the exposed names it is told to map, lose the client's request id, or send a
  * client's id (or anything derived from it) upstream.
  */
@@ -24,6 +25,7 @@ import { noteNotification } from "./catalog-cache.ts";
 import { exposeUri } from "../protocol/exposed-names.ts";
 import type { LegResult } from "../governance/steps.ts";
 import { requestUpstream } from "./client.ts";
+import { classifyFailure, LegUnavailable, type Unavailable } from "./unavailable.ts";
 import { answers, UpstreamAuthError, UpstreamConnectionLost, UpstreamError, UpstreamSessionGone, UpstreamUncertain, upstreamRequestId } from "./exchange.ts";
 import type { Leg } from "../../durable-objects/contract.ts";
 import { META } from "../protocol/versions.ts";
@@ -45,26 +47,34 @@ const TRACKED = new Set(["tools/call", "prompts/get", "resources/read", "complet
 /** Results that carry ttlMs/cacheScope in 2026-07-28 (SEP-2549). */
 const CACHEABLE = new Set(["tools/list", "prompts/list", "resources/list", "resources/templates/list", "resources/read"]);
 
+/** One attempt at `msg` on `up`: the answer, or what was thrown (logged either way by logCall). */
+async function attempt(ctx: CallContext, up: UpstreamConfig, msg: JsonRpcRequest): Promise<{ out: Outcome } | { error: unknown }> {
+  try {
+    const out = await forwardOnce(ctx, up, msg);
+    logCall(ctx, up, msg, out.response.error ? `error ${out.response.error.code}` : "ok");
+    return { out };
+  } catch (e) {
+    logCall(ctx, up, msg, e instanceof UpstreamError ? `failed: ${e.status ?? "?"}` : "failed", classifyFailure(up, e, ctx.signal).reason);
+    return { error: e };
+  }
+}
+
 /**
  * The upstream leg: sends `msg` (already in the upstream's names) to `up` and reports what
  * happened — never a throw. Interim messages are relayed as they arrive; the response carries
  * `msg.id` (the upstream saw a gateway-made id instead).
  */
 export async function callLeg(ctx: CallContext, up: UpstreamConfig, msg: JsonRpcRequest): Promise<LegResult> {
-  try {
-    const out = await forwardOnce(ctx, up, msg);
-    logCall(ctx, up, msg, out.response.error ? `error ${out.response.error.code}` : "ok");
-    return { kind: "answered", response: out.response, status: out.status };
-  } catch (e) {
-    logCall(ctx, up, msg, e instanceof UpstreamError ? `failed: ${e.status ?? "?"}` : "failed");
-    if (e instanceof LegUnavailable) return { kind: "failed", reason: e.message, auth: false };
-    if (e instanceof UpstreamAuthError) return { kind: "failed", reason: e.message, auth: true };
-    if (e instanceof UpstreamUncertain) return { kind: "uncertain", reason: e.message };
-    if (e instanceof UpstreamConnectionLost) return { kind: "failed", reason: e.message, auth: false, connection: true };
-    if (e instanceof UpstreamError) return { kind: "failed", reason: e.message, auth: false };
-    console.error("portcullis: internal error on the upstream leg", (e as Error)?.stack ?? String(e));
-    return { kind: "uncertain", reason: `Internal error in Portcullis while talking to upstream ${up.name}` };
-  }
+  const a = await attempt(ctx, up, msg);
+  if ("out" in a) return { kind: "answered", response: a.out.response, status: a.out.status };
+  const e = a.error;
+  if (e instanceof LegUnavailable) return { kind: "failed", reason: e.message, auth: false };
+  if (e instanceof UpstreamAuthError) return { kind: "failed", reason: e.message, auth: true };
+  if (e instanceof UpstreamUncertain) return { kind: "uncertain", reason: e.message };
+  if (e instanceof UpstreamConnectionLost) return { kind: "failed", reason: e.message, auth: false, connection: true };
+  if (e instanceof UpstreamError) return { kind: "failed", reason: e.message, auth: false };
+  console.error("portcullis: internal error on the upstream leg", (e as Error)?.stack ?? String(e));
+  return { kind: "uncertain", reason: `Internal error in Portcullis while talking to upstream ${up.name}` };
 }
 
 /** A request that is not governed (lists, prompts, resources, …): the leg's failures become JSON-RPC errors. */
@@ -74,12 +84,28 @@ export async function forward(ctx: CallContext, up: UpstreamConfig, msg: JsonRpc
   return { response: errorResponse(msg.id, ErrorCode.InternalError, leg.reason), status: 200 };
 }
 
+/** What a list request got: the upstream's answer, or why there was none (unavailable.ts). */
+export type ListAnswer = { answered: Outcome } | { failed: Unavailable };
+
+/**
+ * A list request (one page, aggregate.ts): as `forward`, but a failure comes back classified —
+ * reason, detail, status — for the list to report, never as an answer of the upstream's.
+ */
+export async function forwardList(ctx: CallContext, up: UpstreamConfig, msg: JsonRpcRequest): Promise<ListAnswer> {
+  const a = await attempt(ctx, up, msg);
+  if ("out" in a) return { answered: a.out };
+  if (!(a.error instanceof UpstreamError) && !(a.error instanceof LegUnavailable)) {
+    console.error("portcullis: internal error on the upstream leg", (a.error as Error)?.stack ?? String(a.error));
+  }
+  return { failed: classifyFailure(up, a.error, ctx.signal) };
+}
+
 /**
  * One structured line per failed upstream request (or error answer): the credential mode, never
- * its value. A request that succeeded prints nothing: no operator asked for a line per call, and
- * the ledger already records every governed call.
+ * its value, and for a failure its kind (unavailable.ts). A request that succeeded prints
+ * nothing: no operator asked for a line per call, and the ledger already records every governed call.
  */
-function logCall(ctx: CallContext, up: UpstreamConfig, msg: JsonRpcRequest, outcome: string): void {
+function logCall(ctx: CallContext, up: UpstreamConfig, msg: JsonRpcRequest, outcome: string, reason?: string): void {
   if (outcome === "ok") return;
   console.log(
     JSON.stringify({
@@ -89,6 +115,7 @@ function logCall(ctx: CallContext, up: UpstreamConfig, msg: JsonRpcRequest, outc
       principal: ctx.principal.sub,
       credential: up.credentials.mode,
       outcome,
+      ...(reason ? { reason } : {}),
     }),
   );
 }
@@ -163,7 +190,7 @@ async function once(ctx: CallContext, up: UpstreamConfig, leg: Leg, upMsg: JsonR
     }
     await relayInterim(ctx, up, leg, m);
   }
-  throw new UpstreamError(up.name, `no response to ${upMsg.method}`, 502);
+  throw new UpstreamError(up.name, `no response to ${upMsg.method}`, 502, undefined, "invalid_answer");
 }
 
 /** The `_meta` the upstream leg needs: modern legs carry per-request protocol metadata. */
@@ -186,14 +213,4 @@ function withLegMeta(params: JsonObject | undefined, leg: Leg, ctx: CallContext)
     }
   }
   return { ...(params ?? {}), _meta: meta };
-}
-
-/**
- * No leg to the upstream could be opened (or renewed): nothing was sent, so the call failed — a
- * leg result `failed` with the reason, never an answer of the upstream's (callLeg).
- */
-class LegUnavailable extends Error {
-  constructor(up: UpstreamConfig) {
-    super(`upstream ${up.name} is unavailable; try again later`);
-  }
 }

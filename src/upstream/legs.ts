@@ -4,6 +4,7 @@
  * session, falling back to a 2026-07-28 leg for modern-only upstreams, the lazy legs of a legacy
  * session to upstreams a hot reload added after it initialized (sessionLeg), the per-principal
  * legacy sessions modern clients need with legacy-only upstreams, and merging capabilities.
+ * Notes why an opening failed (unavailable.ts), so a list that finds no leg can say why.
  * Must never: advertise upstream a client capability the gateway cannot route back, or keep two
  * legs of one session to one upstream.
  */
@@ -17,6 +18,7 @@ import { callUpstream, initializeLegacy, modernDiscovery, modernMeta } from "./c
 import { LATEST_LEGACY } from "../protocol/versions.ts";
 import { mergeExtensions } from "../protocol/extensions.ts";
 import { Memo } from "../wire/memo.ts";
+import { noteOpened, noteOpenFailure } from "./unavailable.ts";
 
 /** The client capabilities a legacy client may receive relays for. */
 function relayableCapabilities(clientCaps: JsonObject): JsonObject {
@@ -34,10 +36,20 @@ export async function openLegacyClientLeg(up: UpstreamConfig, version: string, c
     if (isObject(init.result.capabilities)) rec.capabilities = init.result.capabilities;
     if (typeof init.result.instructions === "string") rec.instructions = init.result.instructions;
     if (isObject(init.result.serverInfo)) rec.serverInfo = init.result.serverInfo;
+    noteOpened(up);
     return rec;
-  } catch {
-    const discover = await modernDiscovery(up).catch(() => null);
-    if (!discover) return {};
+  } catch (refused) {
+    let why: unknown = refused;
+    const discover = await modernDiscovery(up).catch((e) => {
+      why = e;
+      return null;
+    });
+    if (!discover) {
+      // No leg: a later request finds none, and its list says why (unavailable.ts).
+      noteOpenFailure(up, why);
+      return {};
+    }
+    noteOpened(up);
     const rec: UpstreamLegRecord = { leg: { era: "modern", meta: modernMeta(clientCaps) } };
     if (isObject(discover.capabilities)) rec.capabilities = discover.capabilities;
     if (typeof discover.instructions === "string") rec.instructions = discover.instructions;

@@ -301,8 +301,12 @@ describe("the demo upstream listens on loopback only", () => {
       await waitFor(`http://127.0.0.1:${port}/readyz`, 120_000).catch((e: Error) => {
         throw new Error(`${e.message}\n${logs}`);
       });
-      const ready = (await (await fetch(`http://127.0.0.1:${port}/readyz`)).json()) as { ok: boolean; upstreams: { name: string; ok: boolean }[] };
-      expect(ready).toEqual({ ok: true, upstreams: [{ name: "everything", ok: true }] });
+      const ready = (await (await fetch(`http://127.0.0.1:${port}/readyz`)).json()) as {
+        ok: boolean;
+        status: string;
+        upstreams: { name: string; ok: boolean }[];
+      };
+      expect(ready).toMatchObject({ ok: true, status: "ready", upstreams: [{ name: "everything", ok: true }] });
       await expectLoopbackOnly(upPort);
       await expectLoopbackOnly(port);
       await expectDemoGuideWorks(`http://127.0.0.1:${port}`, () => logs);

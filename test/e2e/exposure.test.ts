@@ -128,7 +128,10 @@ describe("unauthenticated routes say little", () => {
     expect(agent.status).toBe(403);
     const op = await fetch(`${originA}/readyz`, { headers: { authorization: `Bearer ${await grant(originA, "human:op", ["operator"])}` } });
     expect(op.status).toBe(200);
-    expect(await op.json()).toEqual({ ok: true, upstreams: [{ name: "m", ok: true }] });
+    const detail = await op.json();
+    expect(detail).toMatchObject({ ok: true, status: "ready", upstreams: [{ name: "m", ok: true }] });
+    expect(Object.keys(detail)).toEqual(["ok", "status", "upstreams"]);
+    expect(typeof detail.upstreams[0].last_list_in_this_isolate).toBe("object");
   });
 
   it("/summary needs a grant, counts what that grant can see, and does not list upstream per hit", async () => {

@@ -12,6 +12,8 @@
  * (its SQLite file replaced by garbage between two runs of the gateway): every call is refused at
  * that step and none reaches the upstream; with the storage back, service resumes on the same
  * chain. Gaps the gateway still has are `it.fails` rows naming the function (see Case.gap).
+ * A dead upstream is visible: tools/list answers the others' tools with the gap in `_meta`, /readyz
+ * says degraded (still 200) and names it, `/mcp/gone` answers a JSON-RPC error naming it.
  * Owns the gateways and upstreams it starts and its state directory; must never leave one running,
  * or leave loopback.
  */
@@ -280,6 +282,65 @@ describe("an upstream that is down", () => {
     expect(mod.error).toMatch(/^upstream gone: unreachable \(/);
     for (const s of [legacy, mod]) expect(s.ms).toBeLessThan(TIMEOUT_MS + SLACK_MS);
     for (const era of ["legacy", "modern"] as const) expect(await recordsOf(principalOf(era), "gone", "ok")).toEqual([]);
+  });
+
+  // src/front/aggregate.ts, src/upstream/unavailable.ts, src/services/health.ts: a dead upstream is visible.
+  it("tools/list without it: the others' tools with the gap in _meta and a log line; /readyz degraded (200) names it; /mcp/gone a JSON-RPC error naming it", async () => {
+    const listed = await modern(`${origin}/mcp`, agentModern, "tools/list", {});
+    const names: string[] = listed.result.tools.map((t: Any) => t.name);
+    expect(names).toContain("fl__ok");
+    expect(names.filter((n) => n.startsWith("gone__"))).toEqual([]);
+    expect(listed.result._meta["portcullis/unavailable"]).toEqual([
+      { upstream: "gone", reason: "unreachable", detail: expect.stringMatching(/^unreachable \(/) },
+    ]);
+    // A 2025-11-25 session's list says the same (its leg to gone was never opened: the opening's reason).
+    const client = await sessionClient("faults-list", `${origin}/mcp`, agentLegacy);
+    const legacyList: Any = await client.listTools();
+    expect(legacyList.tools.map((t: Any) => t.name)).toContain("fl__ok");
+    expect(legacyList._meta["portcullis/unavailable"]).toMatchObject([{ upstream: "gone", reason: "unreachable" }]);
+
+    const ready = await fetch(`${origin}/readyz`, { headers: { authorization: `Bearer ${auditor}` } });
+    expect(ready.status).toBe(200);
+    const body: Any = await ready.json();
+    expect(body).toMatchObject({ ok: true, status: "degraded" });
+    const byName = new Map(body.upstreams.map((u: Any) => [u.name, u]));
+    expect(byName.get("gone")).toMatchObject({ ok: false, last_list_in_this_isolate: { "tools/list": { outcome: "failing", reason: "unreachable" } } });
+    expect(byName.get("fl")).toMatchObject({ ok: true, last_list_in_this_isolate: { "tools/list": { outcome: "ok" } } });
+    // Anyone else learns only that the gateway serves.
+    expect(await (await fetch(`${origin}/readyz`)).json()).toEqual({ ok: true });
+
+    // The route to the dead upstream alone: an error naming it, not an empty list (both eras).
+    const solo = await modern(`${origin}/mcp/gone`, agentModern, "tools/list", {});
+    expect(solo.result).toBeUndefined();
+    expect(solo.error.code).toBe(-32603);
+    expect(solo.error.message).toMatch(/^upstream gone did not answer tools\/list: unreachable \(/);
+    expect(solo.error.data["portcullis/unavailable"]).toMatchObject([{ upstream: "gone", reason: "unreachable" }]);
+    // (Raw on the session: its initialize declared no capabilities — it had no leg — so an SDK client would not even ask.)
+    const soloLegacy = await sessionClient("faults-solo", `${origin}/mcp/gone`, agentLegacy);
+    const raw = await fetch(`${origin}/mcp/gone`, {
+      method: "POST",
+      headers: {
+        "content-type": "application/json",
+        accept: "application/json, text/event-stream",
+        authorization: `Bearer ${agentLegacy}`,
+        "mcp-session-id": (soloLegacy.transport as Any).sessionId,
+        "mcp-protocol-version": "2025-11-25",
+      },
+      body: JSON.stringify({ jsonrpc: "2.0", id: 6, method: "tools/list", params: {} }),
+    });
+    expect(raw.status).toBe(200);
+    const rawText = await raw.text();
+    const answer = JSON.parse(rawText.includes("data:") ? rawText.split("data:")[1]!.trim() : rawText);
+    expect(answer.error.message).toMatch(/^upstream gone did not answer tools\/list: unreachable \(no leg to it could be opened: unreachable \(/);
+
+    await new Promise((r) => setTimeout(r, 300));
+    const lines = gw
+      .logs()
+      .split("\n")
+      .filter((l) => l.includes('"event":"list_unavailable"') && l.includes('"upstream":"gone"'));
+    expect(lines.some((l) => l.includes('"route":"/mcp"') && l.includes('"answered":"without_it"'))).toBe(true);
+    expect(lines.some((l) => l.includes('"route":"/mcp/gone"') && l.includes('"answered":"error"'))).toBe(true);
+    for (const secret of [agentModern, agentLegacy, auditor, JSON.parse(jwk).d as string]) expect(gw.logs()).not.toContain(secret.slice(0, 40));
   });
 
   it("down mid-session: the call after the upstream went away fails readably, recorded failed; it answers again once it is back", async () => {

@@ -185,7 +185,7 @@ describe("pages render hostile strings inert", () => {
           },
         ],
         totals: { OK: 0, NOTE: 0, WARN: 1, BLOCK: 0 },
-        unlisted: [EVIL],
+        unlisted: [{ upstream: `u${EVIL}`, why: `w${EVIL}` }],
       }),
       LoginPage({ access: true, problem: `not signed in: ${EVIL}` }),
       ErrorPage({ viewer: viewer(), status: 409, title: `T${EVIL}`, message: EVIL, back: { href: "/console", label: EVIL } }),
@@ -228,6 +228,29 @@ describe("pages render hostile strings inert", () => {
     expect(page).toContain("deny (rule demo-no-env) · hidden from agents");
     expect(page).toContain("allow (the baseline: no rule decides it)");
     expect(page).toContain("(rule demo-big-sums)");
+  });
+
+  it("the Tools page names each upstream whose tools could not be listed, with why, instead of listing nothing for it", async () => {
+    const page = await html(
+      ToolsPage({
+        viewer: viewer(),
+        mode: "enforce",
+        rows: [],
+        totals: { OK: 0, NOTE: 0, WARN: 0, BLOCK: 0 },
+        unlisted: [
+          { upstream: "gone", why: "unreachable: unreachable (Network connection lost.)" },
+          { upstream: "slow", why: "timeout: no answer within 4000 ms" },
+        ],
+      }),
+    );
+    expect(page).toContain("Could not list the tools of 2 upstreams; their tools are missing below:");
+    expect(page).toContain("<li><strong>gone</strong> — unreachable: unreachable (Network connection lost.)</li>");
+    expect(page).toContain("<li><strong>slow</strong> — timeout: no answer within 4000 ms</li>");
+    expect(page).toContain("No tools could be listed for your grant.");
+    expect(page).not.toContain("Your grant reaches no tools.");
+    const none = await html(ToolsPage({ viewer: viewer(), mode: "enforce", rows: [], totals: { OK: 0, NOTE: 0, WARN: 0, BLOCK: 0 }, unlisted: [] }));
+    expect(none).not.toContain("Could not list");
+    expect(none).toContain("Your grant reaches no tools.");
   });
 
   it("the kill switch offers halt and resume to an admin only", async () => {
@@ -505,6 +528,16 @@ describe("the console through the Worker", () => {
     expect(text).not.toContain(g.token);
     // The page's forms carry the session's CSRF token: HMAC of the grant's jti.
     expect(text).toContain(`name="csrf" value="${csrfToken(env.PORTCULLIS_SIGNING_KEY as string, `grant:${g.jti}`)}"`);
+  });
+
+  it("the Tools page names the upstream that did not answer (the unit config's point at a closed port) and why", async () => {
+    const g = await grant(["approver"], "human:cy", 600);
+    const page = await SELF.fetch(`${GW}/console/tools`, { headers: cookieOf(g.token) });
+    expect(page.status).toBe(200);
+    const text = await page.text();
+    expect(text).toContain("Could not list the tools of 1 upstream; their tools are missing below:");
+    expect(text).toMatch(/<li><strong>alpha<\/strong> — unreachable: unreachable \([^)]+\)<\/li>/);
+    expect(text).toContain("No tools could be listed for your grant.");
   });
 
   it("refuses to sign in an agent grant, a forged token, garbage, and a login posted from another origin", async () => {

@@ -177,10 +177,38 @@ describe("Worker front", () => {
     expect(r.status).toBe(503);
     expect(await r.json()).toEqual({
       ok: false,
+      status: "unavailable",
       upstreams: [
-        { name: "alpha", ok: false },
-        { name: "beta", ok: false },
+        { name: "alpha", ok: false, last_list_in_this_isolate: {} },
+        { name: "beta", ok: false, last_list_in_this_isolate: {} },
       ],
     });
+  });
+
+  it("a tools/list no upstream answers is a JSON-RPC error naming each and its reason, and /readyz then shows each list failing", async () => {
+    const meta = { "io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {} };
+    const r = await SELF.fetch("http://127.0.0.1/mcp", {
+      method: "POST",
+      headers: { ...H, "mcp-protocol-version": "2026-07-28", "mcp-method": "tools/list" },
+      body: JSON.stringify({ jsonrpc: "2.0", id: 7, method: "tools/list", params: { _meta: meta } }),
+    });
+    const j = (await r.json()) as { result?: unknown; error?: { code: number; message: string; data: Record<string, { upstream: string; reason: string }[]> } };
+    expect(j.result).toBeUndefined();
+    expect(j.error?.code).toBe(-32603);
+    expect(j.error?.message).toMatch(/^no upstream answered tools\/list: alpha: unreachable \(.+\); beta: unreachable \(.+\)$/);
+    expect((j.error?.data["portcullis/unavailable"] ?? []).map((g) => [g.upstream, g.reason])).toEqual([
+      ["alpha", "unreachable"],
+      ["beta", "unreachable"],
+    ]);
+    const ready = (await (await SELF.fetch("http://127.0.0.1/readyz")).json()) as {
+      status: string;
+      upstreams: { name: string; last_list_in_this_isolate: Record<string, { outcome: string; reason: string; since: string; at: string }> }[];
+    };
+    expect(ready.status).toBe("unavailable");
+    for (const u of ready.upstreams) {
+      const last = u.last_list_in_this_isolate["tools/list"]!;
+      expect(last, u.name).toMatchObject({ outcome: "failing", reason: "unreachable" });
+      expect(Date.parse(last.since)).toBeLessThanOrEqual(Date.parse(last.at));
+    }
   });
 });
