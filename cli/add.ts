@@ -18,7 +18,8 @@ import { renamedUpstreams, renameProblem } from "../src/protocol/exposed-names.t
 import { FLAG, HELP_OPTION, namesOf, type Options, parseOptions, REPEATED, STRING, UsageError } from "./args.ts";
 import { keepingNames, Problems, readConfigDoc, withUpstream } from "./add-yaml.ts";
 import { urlProblem, writeAtomic } from "./client-files.ts";
-import { exitCodeOf, FetchError, gatewayOf, type JsonObject, messageOf, Refused, tokenOf } from "./gateway-http.ts";
+import { gatewayEndpoint } from "./client-files.ts";
+import { exitCodeOf, FetchError, type JsonObject, messageOf, Refused, tokenOf } from "./gateway-http.ts";
 import { checkRulesBeforeReload, ConfigRefused, putConfig, type StoredVersion, versionLine } from "./reload.ts";
 import { validate } from "./validate.ts";
 
@@ -152,11 +153,8 @@ async function add(a: AddFlags): Promise<number> {
   let base: URL | undefined;
   let token: string | undefined;
   if (a.gateway !== undefined && !dry) {
-    try {
-      base = gatewayOf(a.gateway);
-    } catch (e) {
-      throw new UsageError(`--gateway: ${messageOf(e).replace(/^--url:? ?/, "")} (the gateway's URL, e.g. http://127.0.0.1:8787)`);
-    }
+    // --gateway as every command reads it (cli/client-files.ts): the gateway's URL or its MCP endpoint.
+    base = new URL(new URL(gatewayEndpoint(a.gateway)).origin);
     token = tokenOf(a);
   }
 

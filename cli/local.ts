@@ -32,7 +32,7 @@ export const PERSIST_HELP = `--persist-to DIR   keep the gateway's state (ledger
                      directory`;
 
 export const HELP = {
-  dev: `usage: portcullis dev --config FILE [--port N] [--persist-to DIR] [--force]
+  dev: `usage: portcullis dev [--config FILE] [--port N] [--persist-to DIR] [--force]
   a local gateway (wrangler dev on workerd, local D1 and Durable Objects) with that config, on
   http://127.0.0.1:N/mcp; policy and mappings_dir are relative to FILE; every \${NAME} the config
   names goes to the gateway from this environment. Before it starts, the policy is checked against
@@ -275,6 +275,9 @@ export async function checkCommand(argv: string[]): Promise<void> {
   process.exit(1);
 }
 
+/** The most a Worker var holds (Cloudflare's limit): 5 KB. */
+const VAR_LIMIT = 5 * 1024;
+
 /** `portcullis doctor --config FILE [--local|--deployed] [--json]`: exit 0 sound, 1 refused. */
 export async function doctorCommand(argv: string[]): Promise<void> {
   const a = commandOptions("doctor", argv, DOCTOR_OPTIONS, HELP.doctor);
@@ -285,8 +288,19 @@ export async function doctorCommand(argv: string[]): Promise<void> {
   const { configFileText, validate } = await import("./validate.ts");
   const text = configFileText("doctor", a.config);
   const local = a.local === true ? true : a.deployed === true ? false : !/^\s*required:\s*true\b/m.test(text);
-  const v = await validate(a.config, { onLoopback: local, secrets: "static", text });
+  const checked = await validate(a.config, { onLoopback: local, secrets: "static", text });
   const where = local ? "served on loopback" : "deployed";
+  // Deployed from this repository the config travels as a var, which holds at most 5 KB; a project's bundle carries any size.
+  const v =
+    checked.ok && !local && !projectOf(a.config) && Buffer.byteLength(checked.text) > VAR_LIMIT
+      ? {
+          ok: false as const,
+          text: checked.text,
+          problems: [
+            `the inlined config is ${(Buffer.byteLength(checked.text) / 1024).toFixed(1)} KB: a Worker var (PORTCULLIS_CONFIG) holds at most 5 KB. Deploy it from a gateway project (npx portcullis init DIR, then npx portcullis deploy), which builds the config into the bundle`,
+          ],
+        }
+      : checked;
   if (a.json) {
     console.log(JSON.stringify({ ok: v.ok, config: a.config, where, problems: v.ok ? [] : v.problems }, null, 2));
     process.exit(v.ok ? 0 : 1);

@@ -21,9 +21,12 @@ export interface Env {
   SSE: DurableObjectNamespace;
   /** The shared ledger store all teams' auditors query (migrations/). */
   LEDGER_DB: D1Database;
-  /** The OAuth authorization server's store (auth.oauth): clients, grants, hashed codes and tokens (@cloudflare/workers-oauth-provider). */
+  /**
+   * The OAuth authorization server's store (auth.oauth): clients, grants, hashed codes and tokens
+   * (@cloudflare/workers-oauth-provider). Bound only when auth.oauth is on (a project's deploy creates it).
+   */
   OAUTH_KV: KVNamespace;
-  /** portcullis.yaml text, delivered as a var at deploy (or by `portcullis dev`). */
+  /** portcullis.yaml text as a var (this repository's `portcullis dev`); a project's bundle carries its config instead (src/config/deployed.ts). */
   PORTCULLIS_CONFIG?: string;
   [secretOrVar: string]: unknown;
 }

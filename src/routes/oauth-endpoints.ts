@@ -47,6 +47,15 @@ async function enabledConfig(env: Env, req: Request): Promise<GatewayConfig | Re
   const cfg = await servableConfig(env, req);
   if (cfg instanceof Response) return cfg;
   if (!cfg.auth.oauth.enabled) return jsonResponse({ error: "not found" }, 404);
+  // A Worker deployed without auth.oauth has no KV namespace bound (portcullis deploy creates it only when asked).
+  if (!(env as { OAUTH_KV?: unknown }).OAUTH_KV)
+    return jsonResponse(
+      {
+        error: "temporarily_unavailable",
+        error_description: "auth.oauth is on, but this Worker has no OAUTH_KV namespace bound: npx portcullis deploy creates it",
+      },
+      503,
+    );
   return cfg;
 }
 

@@ -138,4 +138,17 @@ upstreams:
     expect(deployed.status).toBe(1);
     expect(deployed.stderr).toMatch(/upstream local: egress.allow_loopback is only honoured while the gateway listens on loopback/);
   });
+  it("refuses, deployed from this repository, a config over the 5 KB a Worker var holds, naming the project deploy", () => {
+    const rules = Array.from(
+      { length: 40 },
+      (_, i) => `    - { id: r${i}, match: { upstream: gh, tool: "t${i}" }, decision: deny, reason: "rule ${i} of a policy too large for a var" }`,
+    ).join("\n");
+    const yaml = `auth: { required: true, audience: "https://gw.example.com" }\npolicy:\n  rules:\n${rules}\nupstreams:\n  - { name: gh, url: "https://mcp.example.com/mcp" }\n`;
+    expect(Buffer.byteLength(yaml)).toBeGreaterThan(5 * 1024);
+    expect(run(yaml, "--local").status).toBe(0);
+    const r = run(yaml, "--deployed");
+    expect(r.status).toBe(1);
+    expect(r.stderr).toMatch(/the inlined config is \d+\.\d KB: a Worker var \(PORTCULLIS_CONFIG\) holds at most 5 KB/);
+    expect(r.stderr).toMatch(/npx portcullis init DIR, then npx portcullis deploy/);
+  });
 });

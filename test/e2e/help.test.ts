@@ -45,6 +45,9 @@ interface Command {
 const union = (...lists: string[][]) => [...new Set(lists.flat())].filter((f) => f !== "help");
 
 const COMMANDS: Command[] = [
+  { words: ["init"], flags: union(MAIN.init), json: true },
+  { words: ["build"], flags: union(MAIN.build), json: true },
+  { words: ["deploy"], flags: union(MAIN.deploy), json: true },
   { words: ["start"], flags: union(MAIN.start), json: false },
   { words: ["demo-upstream"], flags: union(MAIN["demo-upstream"]), json: false },
   { words: ["dev"], flags: union(MAIN.dev), missing: [], json: false },

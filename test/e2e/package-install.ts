@@ -15,7 +15,13 @@ import { dirname, join, resolve } from "node:path";
 
 const root = resolve(import.meta.dirname, "../..");
 
-type LockEntry = { version?: string; resolved?: string; dependencies?: Record<string, string>; optionalDependencies?: Record<string, string>; peerDependencies?: Record<string, string> };
+type LockEntry = {
+  version?: string;
+  resolved?: string;
+  dependencies?: Record<string, string>;
+  optionalDependencies?: Record<string, string>;
+  peerDependencies?: Record<string, string>;
+};
 
 /** npm as this test's Node runs it (the project's Node 22 is first on PATH under `npm test`). */
 export const npmEnv = (extra: Record<string, string> = {}): NodeJS.ProcessEnv => ({
@@ -72,8 +78,15 @@ function closure(packages: Record<string, LockEntry>, names: string[]): Map<stri
  * offline: package.json (created when absent) gains both, the lockfile pins them, `npm ci --offline`.
  */
 export function installPackage(dir: string, tgz: string): void {
-  const lock = JSON.parse(readFileSync(resolve(root, "package-lock.json"), "utf8")) as { packages: Record<string, LockEntry & { devDependencies?: Record<string, string> }> };
-  const own = JSON.parse(readFileSync(resolve(root, "package.json"), "utf8")) as { version: string; dependencies: Record<string, string>; engines: unknown; bin: Record<string, string> };
+  const lock = JSON.parse(readFileSync(resolve(root, "package-lock.json"), "utf8")) as {
+    packages: Record<string, LockEntry & { devDependencies?: Record<string, string> }>;
+  };
+  const own = JSON.parse(readFileSync(resolve(root, "package.json"), "utf8")) as {
+    version: string;
+    dependencies: Record<string, string>;
+    engines: unknown;
+    bin: Record<string, string>;
+  };
   const wrangler = lock.packages[""]?.devDependencies?.wrangler ?? "4";
   cpSync(tgz, join(dir, "portcullis.tgz"));
   const pkgFile = join(dir, "package.json");
@@ -82,7 +95,14 @@ export function installPackage(dir: string, tgz: string): void {
   writeFileSync(pkgFile, `${JSON.stringify({ ...pkg, devDependencies }, null, 2)}\n`);
   const packages: Record<string, unknown> = { "": { name: pkg.name, devDependencies } };
   for (const [k, v] of closure(lock.packages, [...Object.keys(own.dependencies), "wrangler"])) packages[k] = { ...v, dev: true };
-  packages["node_modules/portcullis"] = { version: own.version, resolved: "file:portcullis.tgz", dev: true, dependencies: own.dependencies, engines: own.engines, bin: own.bin };
+  packages["node_modules/portcullis"] = {
+    version: own.version,
+    resolved: "file:portcullis.tgz",
+    dev: true,
+    dependencies: own.dependencies,
+    engines: own.engines,
+    bin: own.bin,
+  };
   writeFileSync(join(dir, "package-lock.json"), `${JSON.stringify({ name: pkg.name, lockfileVersion: 3, requires: true, packages }, null, 2)}\n`);
   execFileSync("npm", ["ci", "--offline", "--no-audit", "--no-fund", "--loglevel", "error"], { cwd: dir, env: npmEnv(), stdio: "pipe", timeout: 300_000 });
 }
