@@ -140,7 +140,7 @@ upstreams:
   });
   it("refuses, deployed from this repository, a config over the 5 KB a Worker var holds, naming the project deploy", () => {
     const rules = Array.from(
-      { length: 40 },
+      { length: 70 },
       (_, i) => `    - { id: r${i}, match: { upstream: gh, tool: "t${i}" }, decision: deny, reason: "rule ${i} of a policy too large for a var" }`,
     ).join("\n");
     const yaml = `auth: { required: true, audience: "https://gw.example.com" }\npolicy:\n  rules:\n${rules}\nupstreams:\n  - { name: gh, url: "https://mcp.example.com/mcp" }\n`;
