@@ -37,7 +37,7 @@ export function readConfigDoc(file: string): ConfigDoc {
     const missing = codeOf(e) === "ENOENT";
     throw new Problems([
       missing
-        ? `${file} does not exist: give the portcullis.yaml to add to (portcullis import --client C creates one from a client's servers)`
+        ? `${file} does not exist: give the portcullis.yaml to add to (npx portcullis import --client C creates one from a client's servers)`
         : `cannot read ${file} (${codeOf(e)})`,
     ]);
   }

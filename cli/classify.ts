@@ -264,7 +264,7 @@ export async function startBanner({
     }
     const report = await classifyConfig(config, { timeoutMs: budgetMs });
     const t = report.banner.totals;
-    const hint = t.NOTE + t.WARN + t.BLOCK ? "\n  (portcullis classify --config FILE for the report; portcullis suggest-manifest drafts mappings)" : "";
+    const hint = t.NOTE + t.WARN + t.BLOCK ? "\n  (npx portcullis classify --config FILE for the report; npx portcullis suggest-manifest drafts mappings)" : "";
     print(`${formatReport(report, { forBanner: true })}${hint}`);
   } catch (e) {
     print(`portcullis: no classification banner (${messageOf(e)})`);

@@ -151,7 +151,7 @@ export async function doctorLiveCommand(a: Options<typeof DOCTOR_OPTIONS>): Prom
     return 0;
   }
   if (typeof a.config !== "string") throw new UsageError("give --config FILE");
-  if (!a.live) throw new UsageError("this form is doctor --config FILE --live (without --live, portcullis doctor --config FILE)");
+  if (!a.live) throw new UsageError("this form is doctor --config FILE --live (without --live, npx portcullis doctor --config FILE)");
   if (a.local && a.deployed) throw new UsageError("--local and --deployed: give one");
   const timeoutMs = durationArg(a.timeout, 5000);
   let text: string;

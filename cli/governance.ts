@@ -29,7 +29,7 @@ export async function governanceCommand(cmd: string, argv: string[]): Promise<nu
     return await run(argv);
   } catch (e) {
     if (e instanceof UsageError) {
-      console.error(`portcullis ${cmd}: ${e.message}\n(portcullis ${cmd} --help for the options)`);
+      console.error(`portcullis ${cmd}: ${e.message}\n(npx portcullis ${cmd} --help for the options)`);
       return 2;
     }
     if (e instanceof ConfigProblem) {

@@ -59,15 +59,15 @@ function offLoopbackReason(req: Request): string {
 function mintHint(cfg: GatewayConfig): string {
   const iss = issuerOf(cfg);
   const aud = canonicalUrl(cfg);
-  if (iss !== aud) return `mint with: portcullis token mint --iss ${iss} --aud ${aud}`;
+  if (iss !== aud) return `mint with: npx portcullis token mint --iss ${iss} --aud ${aud}`;
   let u: URL | null = null;
   try {
     u = new URL(aud);
   } catch {
     u = null;
   }
-  if (u && u.protocol === "http:" && u.port && isLoopbackHost(u.hostname)) return `mint with: portcullis token mint --port ${u.port} (or --gateway ${aud})`;
-  return `mint with: portcullis token mint --gateway ${aud}`;
+  if (u && u.protocol === "http:" && u.port && isLoopbackHost(u.hostname)) return `mint with: npx portcullis token mint --port ${u.port} (or --gateway ${aud})`;
+  return `mint with: npx portcullis token mint --gateway ${aud}`;
 }
 
 let keyCache: { text: string; keys: Promise<KeySet> } | null = null;

@@ -379,7 +379,7 @@ upstreams:
     expect(other.code).toBe(0);
     const r = await fetch(gw.url, { method: "POST", headers: { ...MCP_H, authorization: `Bearer ${other.stdout}` }, body: initialize });
     expect(r.status).toBe(401);
-    const expected = `token iss "http://127.0.0.1:8787" is not this gateway's issuer (expected "${origin}"); mint with: portcullis token mint --port ${port} (or --gateway ${origin})`;
+    const expected = `token iss "http://127.0.0.1:8787" is not this gateway's issuer (expected "${origin}"); mint with: npx portcullis token mint --port ${port} (or --gateway ${origin})`;
     const challenge = r.headers.get("www-authenticate") ?? "";
     expect(await r.json()).toEqual({ error: "invalid_token", error_description: expected });
     expect(challenge).toContain(`error="invalid_token", error_description="${expected.replaceAll('"', "'")}"`);

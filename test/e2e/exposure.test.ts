@@ -93,7 +93,7 @@ describe("a grant names one gateway", () => {
     // Its own Host: the grant is for another gateway (401, naming how to mint for A).
     const plain = await raw(a.url, "POST", { ...mcpHeaders, host: new URL(originA).host, authorization: `Bearer ${forB}` }, ping);
     expect(plain.status).toBe(401);
-    expect(JSON.parse(plain.body).error_description).toContain(`mint with: portcullis token mint --port ${new URL(originA).port}`);
+    expect(JSON.parse(plain.body).error_description).toContain(`mint with: npx portcullis token mint --port ${new URL(originA).port}`);
     // B itself accepts it; A accepts its own grant under its loopback spellings.
     expect((await raw(b.url, "POST", { ...mcpHeaders, host: hostB, authorization: `Bearer ${forB}` }, ping)).status).toBe(200);
     const forA = await grant(originA, "agent:a", ["agent"]);

@@ -89,10 +89,9 @@ const cli = (args: string[]): Promise<Run> => runScript(CLI, args, { PORTCULLIS_
 const label = (c: Command) => `portcullis ${c.words.join(" ")}`;
 /**
  * The pointer at a command's --help, as it is to be run: `npx portcullis …` (it works where
- * portcullis is a project's package, not on PATH). cli/governance.ts prints its own pointer
- * (classify, suggest-manifest), still without npx.
+ * portcullis is a project's package, not on PATH).
  */
-const pointer = (c: Command) => (["classify", "suggest-manifest"].includes(c.words[0]!) ? `${label(c)} --help` : `npx ${label(c)} --help`);
+const pointer = (c: Command) => `npx ${label(c)} --help`;
 /** `--flag` as a word of `text` (not the start of a longer option). */
 const names = (text: string, flag: string) => new RegExp(`(^|[^\\w-])--${flag.replace(/[-]/g, "\\-")}(?![\\w-])`, "m").test(text);
 

@@ -443,7 +443,7 @@ describe("grants minted for another gateway", () => {
     const r = await authAt9000("http://127.0.0.1:9000/mcp", token);
     expect(r.status).toBe(401);
     const body = (await r.json()) as { error: string; error_description: string };
-    const expected = `token iss "http://127.0.0.1:8787" is not this gateway's issuer (expected "http://127.0.0.1:9000"); mint with: portcullis token mint --port 9000 (or --gateway http://127.0.0.1:9000)`;
+    const expected = `token iss "http://127.0.0.1:8787" is not this gateway's issuer (expected "http://127.0.0.1:9000"); mint with: npx portcullis token mint --port 9000 (or --gateway http://127.0.0.1:9000)`;
     expect(body).toEqual({ error: "invalid_token", error_description: expected });
     expect(challenge(r)).toContain(`error="invalid_token", error_description="${expected.replaceAll('"', "'")}"`);
     for (const seg of token.split(".")) {
@@ -457,7 +457,7 @@ describe("grants minted for another gateway", () => {
     const r = await authAt9000("http://127.0.0.1:9000/mcp", token);
     expect(r.status).toBe(401);
     expect(((await r.json()) as { error_description: string }).error_description).toBe(
-      `token aud "http://127.0.0.1:8787" is not this gateway's audience (expected "http://127.0.0.1:9000"); mint with: portcullis token mint --port 9000 (or --gateway http://127.0.0.1:9000)`,
+      `token aud "http://127.0.0.1:8787" is not this gateway's audience (expected "http://127.0.0.1:9000"); mint with: npx portcullis token mint --port 9000 (or --gateway http://127.0.0.1:9000)`,
     );
     expect(challenge(r)).toMatch(/error_description="token aud 'http:\/\/127\.0\.0\.1:8787' is not this gateway's audience/);
   });
@@ -466,7 +466,7 @@ describe("grants minted for another gateway", () => {
     const { token } = await grant({ iss: "https://gw.example.com", aud: "https://gw.example.com" });
     const r = await call(`${GW}/mcp`, token);
     expect(((await r.json()) as { error_description: string }).error_description).toBe(
-      `token iss "https://gw.example.com" is not this gateway's issuer (expected "http://127.0.0.1"); mint with: portcullis token mint --gateway http://127.0.0.1`,
+      `token iss "https://gw.example.com" is not this gateway's issuer (expected "http://127.0.0.1"); mint with: npx portcullis token mint --gateway http://127.0.0.1`,
     );
     const odd = await grant({ iss: 'https://gw\u00e9.example/"x"\\y', aud: GW });
     const o = await call(`${GW}/mcp`, odd.token);
