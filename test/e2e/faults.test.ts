@@ -57,7 +57,8 @@ let auditor = "";
 beforeAll(async () => {
   faulty = await startFaultyUpstream({ slowMs: SLOW_MS });
   flaky = await startFaultyUpstream();
-  const gonePort = await freePort(); // nothing ever listens there
+  // A privileged port nothing on this machine listens on: a free port taken now could be handed to a gateway of a file running beside this one.
+  const gonePort = 9;
   jwk = JSON.stringify((await generateSigningKey("faults-e2e")).privateJwk);
   port = await freePort();
   origin = `http://127.0.0.1:${port}`;
