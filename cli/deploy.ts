@@ -16,9 +16,9 @@ import { spawnSync } from "node:child_process";
 import { existsSync, readFileSync, writeFileSync } from "node:fs";
 import { delimiter, join, relative, resolve } from "node:path";
 import type { GatewayConfig } from "../src/config/gateway-config.ts";
-import { FLAG, HELP_OPTION, namesOf, parseOptions, STRING, UsageError, usageError } from "./args.ts";
+import { commandOptions, FLAG, HELP_OPTION, namesOf, STRING, usageError } from "./args.ts";
 import { bin, root } from "./gateway-start.ts";
-import { buildProjectConfig, CONFIG_MODULE, packageTables, PLACEHOLDER_ID, projectOf, type WranglerTables, wranglerTables } from "./project.ts";
+import { buildProjectConfig, CONFIG_MODULE, namedSecrets, packageTables, PLACEHOLDER_ID, projectOf, type WranglerTables, wranglerTables } from "./project.ts";
 
 export const HELP = `usage: portcullis deploy [--config FILE] [--dry-run] [--generate-key] [--key-file FILE] [--json]
   from a gateway project (npx portcullis init), to a running hosted gateway, through wrangler
@@ -65,15 +65,6 @@ export function wranglerPath(dir: string): string {
   return existsSync(local) ? local : bin("wrangler");
 }
 
-/** The `${NAME}` secrets a config text names: required ones (no fallback) and those with a fallback. */
-export function namedSecrets(text: string): { required: string[]; optional: string[] } {
-  const required = new Set<string>();
-  const optional = new Set<string>();
-  for (const m of text.matchAll(/\$\{([A-Za-z_][A-Za-z0-9_]*)(:-[^}]*)?\}/g)) (m[2] ? optional : required).add(m[1] ?? "");
-  for (const n of required) optional.delete(n);
-  return { required: [...required].sort(), optional: [...optional].sort() };
-}
-
 /** What the project's wrangler.toml lacks of the package's objects and migrations: the TOML to add. */
 export function missingTables(project: WranglerTables, pkg: WranglerTables): string[] {
   const out: string[] = [];
@@ -105,17 +96,7 @@ export function setDatabaseId(text: string, binding: string, id: string): string
 
 /** `portcullis deploy …`: the steps in order; exit 0 when it deployed (or the dry run passed). */
 export async function deployCommand(argv: string[]): Promise<number> {
-  let a: ReturnType<typeof parseOptions<typeof OPTIONS>>;
-  try {
-    a = parseOptions(argv, OPTIONS);
-  } catch (e) {
-    if (e instanceof UsageError) usageError("deploy", e.message);
-    throw e;
-  }
-  if (a.help) {
-    console.log(HELP);
-    return 0;
-  }
+  const a = commandOptions("deploy", argv, OPTIONS, HELP);
   const config = resolve(a.config ?? "portcullis.yaml");
   if (!existsSync(config)) usageError("deploy", `${relative(process.cwd(), config)}: no such file (run it in a gateway project: npx portcullis init)`);
   const dir = projectOf(config);

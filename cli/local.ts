@@ -19,7 +19,7 @@ import { commandOptions, FLAG, HELP_OPTION, namesOf, portOf, STRING, usageError 
 import { messageOf, Refused } from "./gateway-http.ts";
 import { existsSync } from "node:fs";
 import { devSigningKey, gatewayOrigin, startGateway, stopChildrenOnSignal } from "./gateway-start.ts";
-import { projectOf, writeConfigModule } from "./project.ts";
+import { namedSecrets, projectOf, writeConfigModule } from "./project.ts";
 
 /** Where a local gateway (`dev`, `start`) keeps its state: --persist-to DIR (relative to the current directory), else .wrangler/state here. */
 export function stateDir(persistTo: string | undefined): string {
@@ -127,7 +127,8 @@ async function rulesBeforeStart(file: string, force: boolean): Promise<void> {
  */
 function secretsFromEnv(text: string, cfg: GatewayConfig): Record<string, string> {
   // `${NAME}` and `${NAME:-fallback}` (the syntax of src/config/load.ts): NAME goes along when set; unset, the Worker falls back.
-  const names = new Set([...text.matchAll(/\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-[^}]*)?\}/g)].map((m) => m[1] ?? ""));
+  const named = namedSecrets(text);
+  const names = new Set([...named.required, ...named.optional]);
   if (cfg.credentialsKeySecret) names.add(cfg.credentialsKeySecret);
   const out: Record<string, string> = {};
   for (const name of names) {

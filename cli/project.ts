@@ -13,7 +13,7 @@ import { createHash } from "node:crypto";
 import { existsSync, mkdirSync, readFileSync, renameSync, statSync, writeFileSync } from "node:fs";
 import { basename, dirname, join, relative, resolve } from "node:path";
 import type { GatewayConfig } from "../src/config/gateway-config.ts";
-import { FLAG, HELP_OPTION, namesOf, parseOptions, STRING, UsageError, usageError } from "./args.ts";
+import { commandOptions, FLAG, HELP_OPTION, namesOf, parseOptions, STRING, UsageError, usageError } from "./args.ts";
 import { root } from "./gateway-start.ts";
 
 export const HELP = {
@@ -185,6 +185,15 @@ export function projectOf(configFile: string): string | null {
 
 // --- build ---------------------------------------------------------------------------------------
 
+/** The `${NAME}` secrets a config text names (src/config/load.ts's syntax): required ones (no fallback) and those with a fallback. */
+export function namedSecrets(text: string): { required: string[]; optional: string[] } {
+  const required = new Set<string>();
+  const optional = new Set<string>();
+  for (const m of text.matchAll(/\$\{([A-Za-z_][A-Za-z0-9_]*)(:-[^}]*)?\}/g)) (m[2] ? optional : required).add(m[1] ?? "");
+  for (const n of required) optional.delete(n);
+  return { required: [...required].sort(), optional: [...optional].sort() };
+}
+
 /** The module text of a built config: the inlined config as the default export (a JS string: no module rule needed). */
 export function configModuleText(text: string): string {
   const sha = createHash("sha256").update(text).digest("hex");
@@ -217,7 +226,7 @@ export async function buildProjectConfig(
 
 /** `portcullis build [--config FILE] [--json]`. */
 export async function buildCommand(argv: string[]): Promise<number> {
-  const a = options("build", argv, BUILD_OPTIONS, HELP.build);
+  const a = commandOptions("build", argv, BUILD_OPTIONS, HELP.build);
   const config = resolve(a.config ?? "portcullis.yaml");
   if (!existsSync(config))
     usageError("build", `${relative(process.cwd(), config) || config}: no such file (give --config FILE, or run it in a project: npx portcullis init)`);
@@ -234,9 +243,10 @@ export async function buildCommand(argv: string[]): Promise<number> {
 
 // --- init ----------------------------------------------------------------------------------------
 
-function options<const O extends Parameters<typeof parseOptions>[1]>(name: string, argv: string[], spec: O, help: string, positionals = false) {
+/** `argv` parsed with positionals (init's DIR); --help and usage mistakes as commandOptions has them. */
+function withPositionals<const O extends Parameters<typeof parseOptions>[1]>(name: string, argv: string[], spec: O, help: string) {
   try {
-    const a = parseOptions(argv, spec, { positionals });
+    const a = parseOptions(argv, spec, { positionals: true });
     if ((a as { help?: boolean }).help) {
       console.log(help);
       process.exit(0);
@@ -322,7 +332,7 @@ export function initProject(dir: string, name: string): { written: string[]; kep
 
 /** `portcullis init [DIR] [--name NAME] [--json]`. */
 export async function initCommand(argv: string[]): Promise<number> {
-  const a = options("init", argv, INIT_OPTIONS, HELP.init, true);
+  const a = withPositionals("init", argv, INIT_OPTIONS, HELP.init);
   if (a._.length > 1) usageError("init", `one DIR at most (got ${a._.length})`);
   const dir = resolve(a._[0] ?? ".");
   const name = a.name ?? workerName(dir);
