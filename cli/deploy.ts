@@ -174,7 +174,7 @@ export async function deployCommand(argv: string[]): Promise<number> {
       ...new Set([
         ...secrets.required,
         cfg.auth.signingKeySecret,
-        ...(cfg.upstreams.some((u) => u.credentials.mode === "per_principal") ? [cfg.credentialsKeySecret] : []),
+        ...(cfg.upstreams.some((u) => u.credentials.mode === "per_principal" || u.credentials.mode === "oauth") ? [cfg.credentialsKeySecret] : []),
       ]),
     ];
     if (a["dry-run"]) {

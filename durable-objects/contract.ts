@@ -110,11 +110,78 @@ export interface SealedCredential {
   at: number;
 }
 
-/** The CredentialsDO RPC surface. */
+/** Version of the SealedConnection shape (the `v` column of CredentialsDO's `connections` table). */
+export const SEALED_CONNECTION_VERSION = 1;
+
+/** What a writer hands CredentialsDO for one OAuth connection: the tokens sealed, the facts that are not secret beside them. */
+export interface NewConnection {
+  /** The sealing key's version (a fingerprint of the key), so a row sealed under another key is told apart, not misread. */
+  kv: string;
+  /** The upstream's authorization server (its issuer): the tokens are bound to it. */
+  issuer: string;
+  iv: string;
+  /** AES-256-GCM of the token set (access, refresh, type): never plaintext. */
+  ct: string;
+  /** When the access token expires (ms), null when the server did not say. */
+  expiresAt: number | null;
+  /** The scopes granted, space-separated. */
+  scope: string;
+  /** Who connected it (a principal's `sub`). */
+  by: string;
+}
+
+/** One OAuth connection of a principal (or a team) to one upstream, as stored. */
+export interface SealedConnection extends NewConnection {
+  /** Record shape version (SEALED_CONNECTION_VERSION). */
+  v: number;
+  upstream: string;
+  /** When the tokens were stored (connected or last refreshed, ms). */
+  at: number;
+  /** When it was first connected (ms). */
+  connectedAt: number;
+}
+
+/** The answer to a refresh lease: this caller refreshes (`lease`), another is refreshing (`busy`), or there is no connection. */
+export type ConnectionLease = { lease: string; row: SealedConnection } | { busy: SealedConnection } | null;
+
+/**
+ * The CredentialsDO RPC surface. One class, three kinds of object (durable-objects/object-names.ts):
+ * a principal's or a team's credentials (the token rows and OAuth connections), a shard of pending
+ * OAuth authorizations (by state), and the gateway's OAuth client registrations.
+ */
 export interface CredentialsApi {
   put(upstream: string, sealed: { iv: string; ct: string }): Promise<void>;
   get(upstream: string): Promise<SealedCredential | null>;
   remove(upstream: string): Promise<boolean>;
+  connectionPut(upstream: string, c: NewConnection): Promise<void>;
+  connectionGet(upstream: string): Promise<SealedConnection | null>;
+  connectionList(): Promise<SealedConnection[]>;
+  /** Deletes the connection and returns what it was (for the revocation at the upstream). */
+  connectionRemove(upstream: string): Promise<SealedConnection | null>;
+  /** One refresh in flight per connection: the lease is this caller's until `now + ms`, or another holds it. */
+  connectionLease(upstream: string, now: number, ms: number): Promise<ConnectionLease>;
+  /**
+   * Stores a refreshed token set under the lease (false: the lease was lost or the connection is
+   * gone) and counts the refresh; `record` is the number of refreshes to put on one coalesced
+   * ledger record now (null: not due yet, the count rides the next one).
+   */
+  connectionRefreshed(
+    upstream: string,
+    lease: string,
+    c: NewConnection,
+    now: number,
+    recordEveryMs: number,
+  ): Promise<{ stored: boolean; record: number | null }>;
+  /** Drops the lease (a refresh that failed without refusing the connection). */
+  connectionRelease(upstream: string, lease: string): Promise<void>;
+  /** Deletes the connection if `lease` still holds it (a refused refresh); what it was, else null. */
+  connectionDrop(upstream: string, lease: string): Promise<SealedConnection | null>;
+  /** A pending authorization by its state (sealed), until `exp` (ms); expired ones are swept. */
+  pendingPut(state: string, sealed: { iv: string; ct: string }, exp: number, now: number): Promise<void>;
+  /** Takes a pending authorization once: null when unknown, taken or expired. */
+  pendingTake(state: string, now: number): Promise<{ iv: string; ct: string } | null>;
+  clientGet(key: string): Promise<{ iv: string; ct: string } | null>;
+  clientPut(key: string, sealed: { iv: string; ct: string }): Promise<void>;
 }
 
 /** Who opened a legacy HTTP+SSE session (GET /sse): the principal's `sub` and its grant's `jti` (null for the loopback actor). */

@@ -69,6 +69,26 @@ export function credentialsObject(env: Env, principal: string): CredentialsApi {
   return objectFor<CredentialsApi>(env.CREDENTIALS, `principal:${principal}`);
 }
 
+/** One team's shared OAuth connections (CredentialsDO `team:<team>`); null when the team is not a valid team name. */
+export function teamCredentialsObject(env: Env, team: string): CredentialsApi | null {
+  return CHAIN_NAME.test(team) && team !== GLOBAL_CHAIN ? objectFor<CredentialsApi>(env.CREDENTIALS, `team:${team}`) : null;
+}
+
+/** OAuth authorization states the gateway issues: 256 random bits, base64url. */
+export const CONNECT_STATE = /^[A-Za-z0-9_-]{43}$/;
+/** Pending authorizations spread over this many CredentialsDO shards. */
+export const CONNECT_SHARDS = 16;
+
+/** The shard holding the pending authorization of `state`; null when `state` is not one the gateway could have issued. */
+export function pendingConnectObject(env: Env, state: string): CredentialsApi | null {
+  return CONNECT_STATE.test(state) ? objectFor<CredentialsApi>(env.CREDENTIALS, `connect-shard-${shardOf(state) % CONNECT_SHARDS}`) : null;
+}
+
+/** The gateway's OAuth client registrations at upstreams' authorization servers (one object). */
+export function oauthClientsObject(env: Env): CredentialsApi {
+  return objectFor<CredentialsApi>(env.CREDENTIALS, "oauth-clients:global");
+}
+
 /** The tasks one principal created (its TasksDO), by the verified principal's `sub`; its own namespace, so it never meets that principal's credentials object. */
 export function taskObject(env: Env, principal: string): TasksApi {
   return objectFor<TasksApi>(env.TASKS, `principal:${principal}`);

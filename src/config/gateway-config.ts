@@ -22,12 +22,27 @@ export interface UpstreamConfig {
   allow: string[];
   deny: string[];
   timeoutMs: number;
-  credentials: { mode: "brokered" | "per_principal" | "none"; header: string; prefix: string };
+  /** `oauth`: the token of the principal's (or team's) connection, in `Authorization` (see `oauth`). */
+  credentials: { mode: "brokered" | "per_principal" | "none" | "oauth"; header: string; prefix: string };
+  /** Set when the upstream is behind OAuth (`auth: {type: oauth}`). */
+  oauth?: UpstreamOAuth;
   egress: EgressRules;
   /** Whether the gateway serves this request on loopback (set per request; loopback egress needs it). */
   onLoopback: boolean;
   /** Set per request when a per-principal credential is missing: every request to the upstream fails with it. */
   credentialProblem?: string;
+  /** Set per request with `credentialProblem` when the caller has not connected this OAuth upstream: where a person connects it. */
+  connect?: { url: string };
+}
+
+/** An OAuth upstream's client settings, resolved (the secret expanded: never log it). */
+export interface UpstreamOAuth {
+  /** Configured scopes; absent: the protected-resource metadata's `scopes_supported`. */
+  scopes?: string[];
+  registration: "dynamic" | "metadata_document" | "configured";
+  clientId?: string;
+  clientSecret?: string;
+  connection: "per_principal" | "shared";
 }
 
 export interface ExternalIssuer {

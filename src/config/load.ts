@@ -162,6 +162,14 @@ export function loadConfig(yamlText: string, vars: Record<string, unknown>, opts
       },
     };
     if (u.description !== undefined) out.description = u.description;
+    if (u.auth) {
+      const a = u.auth;
+      out.credentials = { mode: "oauth", header: "Authorization", prefix: "Bearer " };
+      out.oauth = { registration: a.registration ?? (a.client_id !== undefined ? "configured" : "dynamic"), connection: a.connection };
+      if (a.scopes) out.oauth.scopes = a.scopes;
+      if (a.client_id !== undefined) out.oauth.clientId = a.client_id;
+      if (a.client_secret !== undefined) out.oauth.clientSecret = expand(a.client_secret, vars, `upstreams[${i}].auth.client_secret`, problems);
+    }
     return out;
   });
   const a = c.auth;

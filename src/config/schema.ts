@@ -23,6 +23,28 @@ const duration = z.union([
   z.string().regex(/^\d+(ms|s|m|h)$/, 'use a number of milliseconds or a string such as "500ms", "30s", "2m", "24h"'),
 ]);
 
+/** An upstream behind OAuth: what to ask for, how the gateway is its client, whose connection it is. */
+const upstreamOAuthSchema = z.strictObject({
+  type: z.literal("oauth"),
+  /** The scopes to ask for; default: the protected-resource metadata's `scopes_supported`, else none. */
+  scopes: z
+    .array(z.string().regex(/^[\x21\x23-\x5b\x5d-\x7e]+$/, "a scope is printable ASCII without spaces, quotes or backslashes"))
+    .max(50)
+    .optional(),
+  /**
+   * How the gateway becomes a client of the upstream's authorization server: `dynamic` (RFC 7591
+   * registration, the default), `metadata_document` (the gateway's client ID metadata document at
+   * /oauth/upstream-client.json is its client_id), or `configured` (`client_id`, and
+   * `client_secret` by `${NAME}` for a confidential client).
+   */
+  registration: z.enum(["dynamic", "metadata_document", "configured"]).optional(),
+  client_id: z.string().min(1).max(500).optional(),
+  /** A `${NAME}` reference to a Worker secret; never the secret itself. */
+  client_secret: z.string().min(1).optional(),
+  /** Whose connection it is: each principal's own (`per_principal`, the default) or one per team, connected by an operator (`shared`). */
+  connection: z.enum(["per_principal", "shared"]).default("per_principal"),
+});
+
 const upstreamSchema = z.strictObject({
   name: z.string().regex(UPSTREAM_NAME, "must match ^[a-z][a-z0-9-]{0,30}$ (it prefixes tool names and URIs)"),
   url: z.string().refine((u) => {
@@ -51,6 +73,11 @@ const upstreamSchema = z.strictObject({
       prefix: z.string().default("Bearer "),
     })
     .optional(),
+  /**
+   * `{type: oauth}`: the upstream signs people in with OAuth (docs/configuration.md "OAuth
+   * upstreams"); the gateway is its OAuth client and keeps each connection's tokens.
+   */
+  auth: upstreamOAuthSchema.optional(),
   allow: z.array(z.string().min(1)).optional(),
   deny: z.array(z.string().min(1)).optional(),
   timeout: duration.optional(),
@@ -275,6 +302,7 @@ export const configSchema = z
           message: "mode none cannot send secrets: drop the ${...} headers or use mode brokered",
         });
       }
+      if (u.auth) oauthUpstreamIssues(u, i, ctx);
       const bare = cfg.upstreams.findIndex((o) => o.namespace === false);
       if (u.namespace === false && bare !== i) {
         ctx.addIssue({
@@ -287,3 +315,29 @@ export const configSchema = z
   });
 
 export type ParsedConfig = z.output<typeof configSchema>;
+
+/** The combinations of an OAuth upstream's keys that cannot work, each named where it is written. */
+function oauthUpstreamIssues(u: z.output<typeof upstreamSchema>, i: number, ctx: z.RefinementCtx): void {
+  const a = u.auth!;
+  const at = (key: string, message: string) => ctx.addIssue({ code: "custom", path: ["upstreams", i, "auth", key], message });
+  const registration = a.registration ?? (a.client_id !== undefined ? "configured" : "dynamic");
+  if (registration === "configured" && a.client_id === undefined)
+    at("client_id", "registration configured needs the client_id the authorization server gave the gateway");
+  if (registration !== "configured" && (a.client_id !== undefined || a.client_secret !== undefined))
+    at("registration", `client_id and client_secret are for registration configured, not ${registration}`);
+  if (a.client_secret !== undefined && !/^\$\{[A-Za-z_][A-Za-z0-9_]*\}$/.test(a.client_secret))
+    // biome-ignore lint/suspicious/noTemplateCurlyInString: the message names the config's ${...} syntax literally
+    at("client_secret", "client_secret must be a ${NAME} reference to a Worker secret, never the secret itself");
+  if (u.credentials !== undefined)
+    ctx.addIssue({
+      code: "custom",
+      path: ["upstreams", i, "credentials"],
+      message: "an upstream with auth: {type: oauth} takes its credential from the connection; drop credentials",
+    });
+  if (Object.keys(u.headers ?? {}).some((h) => h.toLowerCase() === "authorization"))
+    ctx.addIssue({
+      code: "custom",
+      path: ["upstreams", i, "headers"],
+      message: "an OAuth upstream's Authorization header is the connection's token; drop headers.Authorization",
+    });
+}

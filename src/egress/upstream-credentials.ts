@@ -9,56 +9,13 @@
 import type { GatewayConfig, UpstreamConfig } from "../config/gateway-config.ts";
 import type { Env } from "../env.ts";
 import { credentialsObject } from "../../durable-objects/object-names.ts";
-
-const b64 = (b: Uint8Array) => btoa(String.fromCharCode(...b));
-const unb64 = (s: string) => Uint8Array.from(atob(s), (c) => c.charCodeAt(0));
-
-let keyCache: { text: string; key: Promise<CryptoKey> } | null = null;
-
-/** The sealing key: 32 random bytes, base64, in the configured Worker secret. */
-function sealingKey(env: Env, cfg: GatewayConfig): Promise<CryptoKey> {
-  const text = env[cfg.credentialsKeySecret];
-  if (typeof text !== "string" || text.trim() === "") throw new Error(`the ${cfg.credentialsKeySecret} secret is not set`);
-  if (!keyCache || keyCache.text !== text) {
-    const raw = unb64(text.trim());
-    if (raw.byteLength !== 32) throw new Error(`the ${cfg.credentialsKeySecret} secret must be 32 bytes, base64-encoded`);
-    keyCache = { text, key: crypto.subtle.importKey("raw", raw, "AES-GCM", false, ["encrypt", "decrypt"]) };
-  }
-  return keyCache.key;
-}
+import { seal, unseal } from "./sealing.ts";
 
 /** Bound to principal, upstream name and URL: a credential never unseals for another upstream that later takes the name. */
-const aad = (principal: string, up: UpstreamConfig) => new TextEncoder().encode(`portcullis-credential\u0000${principal}\u0000${up.name}\u0000${up.url}`);
+const aad = (principal: string, up: UpstreamConfig) => `portcullis-credential\u0000${principal}\u0000${up.name}\u0000${up.url}`;
 
-export async function sealCredential(
-  env: Env,
-  cfg: GatewayConfig,
-  principal: string,
-  upstream: UpstreamConfig,
-  value: string,
-): Promise<{ iv: string; ct: string }> {
-  const iv = crypto.getRandomValues(new Uint8Array(12));
-  const ct = await crypto.subtle.encrypt(
-    { name: "AES-GCM", iv, additionalData: aad(principal, upstream) },
-    await sealingKey(env, cfg),
-    new TextEncoder().encode(value),
-  );
-  return { iv: b64(iv), ct: b64(new Uint8Array(ct)) };
-}
-
-async function unsealCredential(
-  env: Env,
-  cfg: GatewayConfig,
-  principal: string,
-  upstream: UpstreamConfig,
-  sealed: { iv: string; ct: string },
-): Promise<string> {
-  const pt = await crypto.subtle.decrypt(
-    { name: "AES-GCM", iv: unb64(sealed.iv), additionalData: aad(principal, upstream) },
-    await sealingKey(env, cfg),
-    unb64(sealed.ct),
-  );
-  return new TextDecoder().decode(pt);
+export function sealCredential(env: Env, cfg: GatewayConfig, principal: string, upstream: UpstreamConfig, value: string): Promise<{ iv: string; ct: string }> {
+  return seal(env, cfg, aad(principal, upstream), value);
 }
 
 /**
@@ -76,7 +33,7 @@ export async function upstreamsFor(env: Env, cfg: GatewayConfig, principal: stri
         const sealed = await credentialsObject(env, principal).get(up.name);
         if (!sealed)
           return { ...up, credentialProblem: `no credential is registered for upstream ${up.name}; register one with POST /v1/credentials/${up.name}` };
-        const value = await unsealCredential(env, cfg, principal, up, sealed);
+        const value = await unseal(env, cfg, aad(principal, up), sealed);
         return { ...up, headers: { ...up.headers, [c.header]: `${c.prefix}${value}` } };
       } catch (e) {
         return { ...up, credentialProblem: `the credential for upstream ${up.name} could not be read (${(e as Error).message})` };

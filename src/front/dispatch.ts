@@ -62,7 +62,14 @@ function toolCallOf(ctx: CallContext, msg: JsonRpcRequest, exposedName: string):
     exposedName,
     arguments: isObject(msg.params?.arguments) ? msg.params.arguments : undefined,
     runId: ctx.runId,
+    urlElicitation: declaresUrlElicitation(ctx.clientCapabilities),
   };
+}
+
+/** `elicitation: {url: {}}` (2025-11-25 and later); a bare `elicitation: {}` is form mode only. */
+function declaresUrlElicitation(caps: JsonObject | undefined): boolean {
+  const e = caps?.elicitation;
+  return isObject(e) && isObject(e.url);
 }
 
 /** `portcullis.preview_impact` (agent_tools): the governed path's verdict for the caller's own call; nothing runs. */

@@ -131,6 +131,7 @@ function legacyContext(
     paramHeaders: [],
     callerFiltered: fc.principal.tools !== null,
     runId: rec.id,
+    clientCapabilities: rec.clientCapabilities,
     stores: callerStores(fc),
     legs: {
       // An upstream a hot reload added after initialize gets its leg on first use (legs.ts sessionLeg).

@@ -108,6 +108,7 @@ export function modernContext(
     paramHeaders,
     callerFiltered: fc.principal.tools !== null,
     runId,
+    ...(isObject(meta[META.clientCapabilities]) ? { clientCapabilities: meta[META.clientCapabilities] as JsonObject } : {}),
     stores: callerStores(fc),
     legs: {
       leg: async (up) => {

@@ -54,9 +54,32 @@ export function refused(call: ToolCall, r: Refusal, blockedId?: string | null): 
 }
 /** A leg that did not answer: auth problems are readable isError results; the rest JSON-RPC errors naming the upstream. */
 export function notAnswered(call: ToolCall, leg: Exclude<LegResult, { kind: "answered" }>): Answer {
+  if (leg.kind === "failed" && leg.connect && call.urlElicitation) return connectElicitation(call, leg.connect, leg.reason);
   if (leg.kind === "failed" && leg.auth) return result(call, { content: [{ type: "text", text: leg.reason }], isError: true });
   const text = leg.kind === "uncertain" ? `${leg.reason}; the call may or may not have run upstream` : leg.reason;
   return { response: errorResponse(call.request.id, ErrorCode.InternalError, text), status: 200 };
+}
+
+/** The `inputResponses` key of the gateway's own URL elicitation (its `portcullis/` keys are never forwarded). */
+export const CONNECT_INPUT_KEY = "portcullis/connect";
+/** The JSON-RPC error a 2025-11-25 server answers when the user must first complete a URL elicitation. */
+export const URL_ELICITATION_REQUIRED = -32042;
+
+/**
+ * A client that declared URL-mode elicitation is asked to open the connect URL instead of reading
+ * it in a tool result: a 2025-11-25 client gets the URL-elicitation-required error, a 2026-07-28
+ * client an input_required result with a URL-mode elicitation it answers by retrying the call.
+ */
+function connectElicitation(call: ToolCall, connect: { upstream: string; url: string }, reason: string): Answer {
+  const message = `Connect ${connect.upstream}: sign in to the Portcullis console with your grant and connect it, then the call continues. (${reason})`;
+  if (call.era === "legacy") {
+    const elicitation = { mode: "url", elicitationId: crypto.randomUUID(), url: connect.url, message };
+    return { response: errorResponse(call.request.id, URL_ELICITATION_REQUIRED, message, { elicitations: [elicitation] }), status: 200 };
+  }
+  return result(call, {
+    resultType: "input_required",
+    inputRequests: { [CONNECT_INPUT_KEY]: { method: "elicitation/create", params: { mode: "url", url: connect.url, message } } },
+  });
 }
 
 /** The `_meta` namespace that is the gateway's: what it sends upstream under it (obligations, idempotency keys) no client may send. */
@@ -73,8 +96,17 @@ export function gatewayMetaKeys(params: JsonObject | undefined): string[] {
   return names.slice(0, STRIPPED_NAMES_MAX).map((k) => (k.length > STRIPPED_NAME_CHARS ? `${k.slice(0, STRIPPED_NAME_CHARS)}…` : k));
 }
 
-/** A client's params with every `portcullis/` key of its `_meta` dropped; every other key (and the params themselves) as sent. */
+/** A client's params with every `portcullis/` key of its `_meta` and of its `inputResponses` dropped; every other key (and the params themselves) as sent. */
 export function withoutGatewayMeta(params: JsonObject | undefined): JsonObject | undefined {
+  const inputs = params?.inputResponses;
+  if (params && isObject(inputs) && Object.keys(inputs).some((k) => k.startsWith(GATEWAY_META_PREFIX))) {
+    // The answers to the gateway's own input requests are the gateway's: the upstream never asked for them.
+    const kept: JsonObject = {};
+    for (const [k, v] of Object.entries(inputs)) if (!k.startsWith(GATEWAY_META_PREFIX)) kept[k] = v;
+    params = { ...params };
+    if (Object.keys(kept).length > 0) params.inputResponses = kept;
+    else delete params.inputResponses;
+  }
   const meta = params?._meta;
   if (!params || !isObject(meta) || !Object.keys(meta).some((k) => k.startsWith(GATEWAY_META_PREFIX))) return params;
   const kept: JsonObject = {};

@@ -31,6 +31,8 @@ export interface ToolCall {
   arguments: JsonObject | undefined;
   /** The run the call belongs to: the legacy session id or the modern Portcullis-Run-Id. */
   runId: string | null;
+  /** The client declared URL-mode elicitation (at initialize, or in this request's capabilities). */
+  urlElicitation?: boolean;
 }
 
 /** The resolved target: the upstream and the catalog's entry for the tool. */
@@ -325,6 +327,8 @@ export type LegResult =
        * may have been refused, reset, or lost (a pooled keep-alive connection the upstream closed).
        */
       connection?: true;
+      /** Nothing was sent: the caller has not connected this OAuth upstream; a person connects it at `url`. */
+      connect?: { upstream: string; url: string };
     }
   | { kind: "uncertain"; reason: string };
 

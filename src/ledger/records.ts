@@ -32,6 +32,10 @@ export type EntryKind =
   | "grant.refreshed"
   | "grant.enrolled"
   | "grant.revoked"
+  | "credential.connected"
+  | "credential.refreshed"
+  | "credential.refused"
+  | "credential.revoked"
   | "config.changed"
   | "rollback.step"
   | "checkpoint";
@@ -53,6 +57,10 @@ export const ENTRY_KINDS: readonly EntryKind[] = [
   "grant.refreshed",
   "grant.enrolled",
   "grant.revoked",
+  "credential.connected",
+  "credential.refreshed",
+  "credential.refused",
+  "credential.revoked",
   "config.changed",
   "rollback.step",
   "checkpoint",
@@ -248,7 +256,29 @@ export interface GrantRevokedBody extends JsonObject {
   by: string;
 }
 
+/**
+ * An OAuth upstream connection changed: connected, refreshed (coalesced: `refreshes` since the
+ * last such record), refused (a refresh or a consent the authorization server refused) or revoked
+ * (disconnected). Who and what, never a token.
+ */
+export interface CredentialBody {
+  /** Whose connection: `principal:<sub>` or `team:<team>` (a shared one). */
+  owner: string;
+  /** Who acted (connected, disconnected) or whose call refreshed it. */
+  principal: string;
+  upstream: string;
+  /** The upstream's authorization server (its issuer). */
+  authorization_server: string;
+  scopes: string[];
+  refreshes?: number;
+  /** Why it was refused or revoked (the server's error code, "disconnected", …). */
+  reason?: string;
+  /** Whether the authorization server confirmed the revocation (RFC 7009); false when it offers none. */
+  revoked_upstream?: boolean;
+}
+
 /** A mode, configuration or policy change: what changed, from and to which version (or hash). */
+
 export interface ConfigChangedBody extends JsonObject {
   what: "mode" | "config" | "policy";
   from: string | null;

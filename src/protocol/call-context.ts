@@ -115,6 +115,8 @@ export interface CallContext {
   callerFiltered: boolean;
   /** The run calls belong to: the legacy session id, or the modern Portcullis-Run-Id (null without one). */
   runId: string | null;
+  /** What the client declared it can do: at initialize (legacy), in this request's `_meta` (modern). */
+  clientCapabilities?: JsonObject;
   /** The way to each upstream. */
   legs: UpstreamLegs;
   /** The way back to the client on this request's stream. */

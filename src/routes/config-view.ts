@@ -14,6 +14,7 @@ import type { GatewayConfig } from "../config/gateway-config.ts";
 import type { Principal } from "../config/principal.ts";
 import { egressProblems } from "../egress/config-check.ts";
 import { upstreamsFor } from "../egress/upstream-credentials.ts";
+import { withConnections } from "../services/connections.ts";
 import type { Env } from "../env.ts";
 import { grantReachesUpstream } from "../governance/grant-scope.ts";
 import { isLoopbackRequest } from "../identity/auth.ts";
@@ -118,9 +119,21 @@ export async function servableConfig(env: Env, req: Request): Promise<GatewayCon
  * With a principal, upstreams its grant cannot reach are left out altogether: no list, route,
  * capability, listen or GET stream of this request can touch them.
  */
-export async function requestConfig(env: Env, cfg: GatewayConfig, req: Request, principal?: Principal): Promise<GatewayConfig> {
+export async function requestConfig(
+  env: Env,
+  cfg: GatewayConfig,
+  req: Request,
+  principal?: Principal,
+  waitUntil?: (p: Promise<unknown>) => void,
+): Promise<GatewayConfig> {
   const onLoopback = isLoopbackRequest(req);
   const reachable = principal === undefined ? cfg : { ...cfg, upstreams: cfg.upstreams.filter((u) => grantReachesUpstream(principal, u)) };
-  const base = principal === undefined ? cfg.upstreams : await upstreamsFor(env, reachable, principal.sub);
+  let base = principal === undefined ? cfg.upstreams : await upstreamsFor(env, reachable, principal.sub);
+  if (principal !== undefined) {
+    // OAuth upstreams carry the token of the connection they use (a refresh's record is written in the background, or before returning without one).
+    const later: Promise<unknown>[] = [];
+    base = await withConnections(env, cfg, principal, base, onLoopback, waitUntil ?? ((p) => later.push(p)));
+    await Promise.allSettled(later);
+  }
   return { ...cfg, upstreams: base.map((u) => ({ ...u, onLoopback })) };
 }

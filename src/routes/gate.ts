@@ -50,7 +50,7 @@ export function gate(opts: GateOptions) {
     // A stored (hot-reloaded) version was recorded by ConfigDO when it was stored; the var's is recorded here.
     if (!storedVersionOf(shared)) recordConfigOnce(c.env, shared, canonicalUrl(shared), waitUntilOf(c));
     c.set("principal", auth.principal);
-    c.set("cfg", await requestConfig(c.env, shared, req, opts.scoped ? auth.principal : undefined));
+    c.set("cfg", await requestConfig(c.env, shared, req, opts.scoped ? auth.principal : undefined, waitUntilOf(c)));
     await next();
   });
 }

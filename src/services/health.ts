@@ -104,7 +104,7 @@ const listings = new Memo<string, { names: string[] | null }>({ max: MAX_LISTING
 
 /** Every tool name `up` lists (null when it cannot be listed), from the cache when fresh. */
 async function listedNames(up: UpstreamConfig, sub: string): Promise<string[] | null> {
-  const scope = up.credentials.mode === "per_principal" ? `p:${sub}` : "shared";
+  const scope = up.credentials.mode === "per_principal" || up.credentials.mode === "oauth" ? `p:${sub}` : "shared";
   const key = `${up.name}\u0000${up.url}\u0000${scope}`;
   const hit = listings.get(key);
   if (hit) return hit.names;

@@ -4,6 +4,8 @@
  * Kept apart from catalog.ts so the relays that see list changes can drop entries without
  * importing the code that fills them. Must never: hold more than MAX_KEYS entries.
  */
+import type { UpstreamConfig } from "../config/gateway-config.ts";
+import type { Principal } from "../config/principal.ts";
 import type { CatalogTool } from "../governance/catalog-entry.ts";
 import { Memo } from "../wire/memo.ts";
 
@@ -11,6 +13,17 @@ export interface Entry {
   at: number;
   /** Exposed name → tool. */
   tools: Map<string, CatalogTool>;
+}
+
+/**
+ * Whose credential an upstream's lists are read with, as part of a cache key: the principal's own
+ * (a registered token, a personal OAuth connection), the team's (a shared OAuth connection), or the
+ * gateway's (brokered, none) — a list one credential reads never answers for another.
+ */
+export function credentialScope(up: UpstreamConfig, p: Principal): string {
+  if (up.credentials.mode === "per_principal") return `p:${p.sub}`;
+  if (up.credentials.mode === "oauth") return up.oauth?.connection === "shared" ? `t:${p.team}` : `p:${p.sub}`;
+  return "shared";
 }
 
 const MAX_KEYS = 1000;

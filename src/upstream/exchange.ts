@@ -63,6 +63,14 @@ export class UpstreamError extends Error {
 export class UpstreamSessionGone extends UpstreamError {}
 /** The upstream refused its credential (401/403), or the principal has none for it. */
 export class UpstreamAuthError extends UpstreamError {}
+/** Nothing was sent: the caller has not connected this OAuth upstream (services/connections.ts); `url` is where a person does. */
+export class UpstreamNotConnected extends UpstreamAuthError {
+  readonly connectUrl: string;
+  constructor(upstream: string, detail: string, connectUrl: string) {
+    super(upstream, detail, 401);
+    this.connectUrl = connectUrl;
+  }
+}
 /** The request reached the upstream but no response came back (timeout, stream closed early): it may have run. */
 export class UpstreamUncertain extends UpstreamError {}
 /**
@@ -171,6 +179,11 @@ export function timeoutSignal(_up: UpstreamConfig, outer?: AbortSignal): AbortSi
   return outer ?? new AbortController().signal;
 }
 
+/** The error of a request that cannot be sent for want of the caller's credential (never sent without it). */
+export function credentialRefusal(up: UpstreamConfig, problem: string): UpstreamAuthError {
+  return up.connect ? new UpstreamNotConnected(up.name, problem, up.connect.url) : new UpstreamAuthError(up.name, problem, 401);
+}
+
 /** Long-lived upstream streams (GET, listen) end after a day at most; clients reconnect. */
 const STREAM_MAX_MS = 24 * 3600_000;
 
@@ -185,7 +198,7 @@ export async function send(
   signal: AbortSignal,
   stream = false,
 ): Promise<Response> {
-  if (up.credentialProblem) throw new UpstreamAuthError(up.name, up.credentialProblem, 401);
+  if (up.credentialProblem) throw credentialRefusal(up, up.credentialProblem);
   let res: Response;
   try {
     res = await guardedFetch(

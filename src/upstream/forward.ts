@@ -26,7 +26,17 @@ import { exposeUri } from "../protocol/exposed-names.ts";
 import type { LegResult } from "../governance/steps.ts";
 import { requestUpstream } from "./client.ts";
 import { classifyFailure, LegUnavailable, type Unavailable } from "./unavailable.ts";
-import { answers, UpstreamAuthError, UpstreamConnectionLost, UpstreamError, UpstreamSessionGone, UpstreamUncertain, upstreamRequestId } from "./exchange.ts";
+import {
+  answers,
+  credentialRefusal,
+  UpstreamAuthError,
+  UpstreamConnectionLost,
+  UpstreamError,
+  UpstreamNotConnected,
+  UpstreamSessionGone,
+  UpstreamUncertain,
+  upstreamRequestId,
+} from "./exchange.ts";
 import type { Leg } from "../../durable-objects/contract.ts";
 import { META } from "../protocol/versions.ts";
 
@@ -69,6 +79,7 @@ export async function callLeg(ctx: CallContext, up: UpstreamConfig, msg: JsonRpc
   if ("out" in a) return { kind: "answered", response: a.out.response, status: a.out.status };
   const e = a.error;
   if (e instanceof LegUnavailable) return { kind: "failed", reason: e.message, auth: false };
+  if (e instanceof UpstreamNotConnected) return { kind: "failed", reason: e.message, auth: true, connect: { upstream: up.name, url: e.connectUrl } };
   if (e instanceof UpstreamAuthError) return { kind: "failed", reason: e.message, auth: true };
   if (e instanceof UpstreamUncertain) return { kind: "uncertain", reason: e.message };
   if (e instanceof UpstreamConnectionLost) return { kind: "failed", reason: e.message, auth: false, connection: true };
@@ -123,7 +134,7 @@ function logCall(ctx: CallContext, up: UpstreamConfig, msg: JsonRpcRequest, outc
 async function forwardOnce(ctx: CallContext, up: UpstreamConfig, msg: JsonRpcRequest): Promise<Outcome> {
   let leg = await ctx.legs.leg(up);
   if (!leg) {
-    if (up.credentialProblem) throw new UpstreamAuthError(up.name, up.credentialProblem, 401);
+    if (up.credentialProblem) throw credentialRefusal(up, up.credentialProblem);
     throw new LegUnavailable(up);
   }
   // The upstream never sees the client's id: the leg may be shared (see upstreamRequestId). A

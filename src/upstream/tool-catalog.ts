@@ -20,7 +20,7 @@ import { type Json, type JsonObject, isObject } from "../wire/jsonrpc.ts";
 import type { CallContext } from "../protocol/call-context.ts";
 import { callLeg } from "./forward.ts";
 import { governedName, type RouteView, splitGoverned } from "../protocol/exposed-names.ts";
-import { cached, type Entry, store } from "./catalog-cache.ts";
+import { cached, credentialScope, type Entry, store } from "./catalog-cache.ts";
 import { modernMeta } from "./client.ts";
 
 const CATALOG_TTL_MS = 30_000;
@@ -29,7 +29,7 @@ const MISS_REFILL_MS = 1000;
 const MAX_PAGES = 50;
 
 function keyOf(ctx: CallContext, up: UpstreamConfig): string {
-  const scope = up.credentials.mode === "per_principal" ? `p:${ctx.principal.sub}` : "shared";
+  const scope = credentialScope(up, ctx.principal);
   // Its naming is part of the key: a reload that prefixes an upstream does not serve the old names.
   return `${up.name}\u0000${up.url}\u0000${up.namespaced}\u0000${ctx.era}\u0000${scope}`;
 }

@@ -14,7 +14,7 @@
 import type { UpstreamConfig } from "../config/gateway-config.ts";
 import { type Json, type JsonObject, type JsonRpcResponse, isObject } from "../wire/jsonrpc.ts";
 import { Memo } from "../wire/memo.ts";
-import { type FailureKind, UpstreamAuthError, UpstreamConnectionLost, UpstreamError } from "./exchange.ts";
+import { type FailureKind, UpstreamAuthError, UpstreamConnectionLost, UpstreamError, UpstreamNotConnected } from "./exchange.ts";
 
 export type { FailureKind } from "./exchange.ts";
 
@@ -28,6 +28,8 @@ export interface Unavailable {
   status?: number;
   /** The JSON-RPC error code it answered with (`error_answer`). */
   code?: number;
+  /** The caller has not connected this OAuth upstream: where a person connects it. */
+  connect?: string;
 }
 
 /**
@@ -78,6 +80,7 @@ export function classifyFailure(up: UpstreamConfig, e: unknown, signal?: AbortSi
     const out: Unavailable = { upstream: up.name, reason, detail: scrub(up, e.detail) };
     const status = e.answered ?? (reason === "credential_refused" ? e.status : undefined);
     if (status !== undefined && (reason === "http_status" || reason === "credential_refused" || reason === "error_answer")) out.status = status;
+    if (e instanceof UpstreamNotConnected) out.connect = e.connectUrl;
     return out;
   }
   if (signal?.aborted) return { upstream: up.name, reason: "aborted", detail: "the request was aborted" };
@@ -121,6 +124,7 @@ export function gapJson(g: Unavailable): JsonObject {
   const out: JsonObject = { upstream: g.upstream, reason: g.reason, detail: g.detail };
   if (g.status !== undefined) out.status = g.status;
   if (g.code !== undefined) out.code = g.code;
+  if (g.connect !== undefined) out.connect_url = g.connect;
   return out;
 }
 
@@ -140,11 +144,11 @@ const outcomes = new Memo<string, ListOutcome>({ max: MAX_OUTCOMES });
 
 /**
  * Notes the outcome of list method `method` on `up` (null: it answered a list). Not noted: the
- * caller's own abort, and a `per_principal` credential refused — that is one principal's, not the upstream's.
+ * caller's own abort, and a `per_principal` or OAuth credential refused — that is one principal's, not the upstream's.
  */
 export function noteListOutcome(up: UpstreamConfig, method: string, failure: Unavailable | null, now = Date.now()): void {
   if (failure?.reason === "aborted") return;
-  if (failure?.reason === "credential_refused" && up.credentials.mode === "per_principal") return;
+  if (failure?.reason === "credential_refused" && (up.credentials.mode === "per_principal" || up.credentials.mode === "oauth")) return;
   const key = `${keyOf(up)}\u0000${method}`;
   const prev = outcomes.get(key);
   const outcome = failure ? "failing" : "ok";
