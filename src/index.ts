@@ -23,6 +23,8 @@ import { holdsRoutes } from "./routes/holds-api.ts";
 import { killSwitchRoutes } from "./routes/killswitch-api.ts";
 import { runsRoutes } from "./routes/runs-api.ts";
 import { consoleRoutes } from "./routes/console.ts";
+import { clientMetadataRoute } from "./routes/console-connections.ts";
+import { CLIENT_METADATA_PATH } from "./services/connections.ts";
 import { operatorMcp } from "./routes/operator.ts";
 import { oauthRoutes } from "./routes/oauth-endpoints.ts";
 import { enrollRoute } from "./routes/enroll.ts";
@@ -105,6 +107,7 @@ app.all("/operator/mcp", gate({ path: "/operator/mcp", role: ["auditor", "approv
 );
 
 app.get("/healthz", (c) => c.json({ ok: true }));
+app.get(CLIENT_METADATA_PATH, (c) => clientMetadataRoute(c.env, c.req.raw));
 
 // Readiness says only {ok} to anyone; the per-upstream detail (reachability, each list's last
 // outcome in this isolate, ready/degraded) is for operators (a grant with operator, auditor or

@@ -16,6 +16,8 @@ export interface Viewer {
   roles: string[];
   via: "grant" | "access";
   csrf: string;
+  /** Signed in without a console role: only Connections is open to it. */
+  connectionsOnly?: boolean;
 }
 
 export type NoticeKind = "info" | "good" | "error";
@@ -28,6 +30,12 @@ const can = (v: Viewer, ...roles: string[]) => v.roles.includes("admin") || role
 
 export function Nav(props: { viewer: Viewer }) {
   const v = props.viewer;
+  if (v.connectionsOnly)
+    return (
+      <nav>
+        <a href="/console/connections">Connections</a>
+      </nav>
+    );
   return (
     <nav>
       <a href="/console">Holds</a>
@@ -35,6 +43,7 @@ export function Nav(props: { viewer: Viewer }) {
       <a href="/console/runs">Runs</a>
       <a href="/console/killswitch">Kill switch</a>
       <a href="/console/tools">Tools</a>
+      <a href="/console/connections">Connections</a>
     </nav>
   );
 }
@@ -101,7 +110,7 @@ export function ErrorPage(props: { viewer: Viewer | null; status: number; title:
 }
 
 /** The sign-in page: paste a grant (it goes into an HttpOnly cookie, never into a page or URL). */
-export function LoginPage(props: { problem?: string | null; access: boolean }) {
+export function LoginPage(props: { problem?: string | null; access: boolean; next?: string | null }) {
   return (
     <Layout title="Sign in" viewer={null}>
       <h1>Sign in to the Portcullis console</h1>
@@ -111,7 +120,8 @@ export function LoginPage(props: { problem?: string | null; access: boolean }) {
         </div>
       ) : null}
       <form class="box" method="post" action="/console/login">
-        <label for="token">Grant token (approver, auditor, operator or admin)</label>
+        {props.next ? <input type="hidden" name="next" value={props.next} /> : null}
+        <label for="token">Grant token (approver, auditor, operator or admin; an agent's grant to connect its OAuth upstreams)</label>
         <textarea id="token" name="token" required autocomplete="off" spellcheck={false} placeholder="eyJhbGciOi…" />
         <p class="muted">
           The token is kept in an HttpOnly, Secure, SameSite=Strict cookie for as long as the grant lives, and checked again on every page (revoking the grant

@@ -3,13 +3,16 @@
  * `__Host-portcullis` cookie, verified exactly like a bearer token on any other route
  * (`authenticate` on a synthetic request: signature, issuer, audience, lifetime, revocation,
  * role), or else a Cloudflare Access assertion when `auth.access` is configured. Console roles:
- * approver, auditor, operator or admin. External issuers' and Access's keys are fetched under
+ * approver, auditor, operator or admin; a grant with none of them (an agent's) signs in only where
+ * it reaches an OAuth upstream, and then to Connections alone (`connectionsOnly`), so the person it
+ * belongs to can connect it. External issuers' and Access's keys are fetched under
  * the egress rules. Must never: accept a session whose token no longer verifies (a revoked grant
  * signs out at its next request), accept an unsigned, expired or foreign Access token, or let a
  * token reach a page, a URL, a log or a redirect.
  */
 import type { GatewayConfig } from "../config/gateway-config.ts";
-import type { Principal } from "../config/principal.ts";
+import { type Principal, principalHas } from "../config/principal.ts";
+import { grantReachesUpstream } from "../governance/grant-scope.ts";
 import type { Role } from "../config/roles.ts";
 import { guardedFetch } from "../egress/guarded-fetch.ts";
 import type { Env } from "../env.ts";
@@ -25,6 +28,14 @@ export interface ConsoleSession {
   via: "grant" | "access";
   /** What the session's CSRF token is bound to: `grant:<jti>` or `access:<sub>:<iat>`. */
   binding: string;
+  /** No console role: the session opens only Connections (its grant reaches an OAuth upstream). */
+  connectionsOnly: boolean;
+}
+
+/** Whether `p` may sign in, and to what: every page with a console role, only Connections without one (when it has any). */
+function consoleReach(cfg: GatewayConfig, p: Principal): "console" | "connections" | null {
+  if (CONSOLE_ROLES.some((r) => principalHas(p, r))) return "console";
+  return cfg.upstreams.some((u) => u.oauth && grantReachesUpstream(p, u)) ? "connections" : null;
 }
 
 export type SignInResult = { ok: true; session: ConsoleSession } | { ok: false; status: number; reason: string };
@@ -60,7 +71,7 @@ export async function verifyConsoleGrant(env: Env, cfg: GatewayConfig, req: Requ
     if (v !== null) headers.set(name, v);
   }
   const synthetic = new Request(req.url, { method: "GET", headers });
-  const auth = await authenticate(synthetic, env, cfg, { path: "/", role: CONSOLE_ROLES, allowActor: false, fetcher: keyFetcher(cfg, req) });
+  const auth = await authenticate(synthetic, env, cfg, { path: "/", role: [...CONSOLE_ROLES, "agent"], allowActor: false, fetcher: keyFetcher(cfg, req) });
   if (!auth.ok) {
     const reason = await reasonOf(auth.response);
     return {
@@ -70,8 +81,13 @@ export async function verifyConsoleGrant(env: Env, cfg: GatewayConfig, req: Requ
     };
   }
   const p = auth.principal;
+  const reach = consoleReach(cfg, p);
+  if (reach === null) return { ok: false, status: 403, reason: `this grant has no console role (${CONSOLE_ROLES.join(", ")})` };
   if (typeof p.exp !== "number") return { ok: false, status: 400, reason: "this token has no expiry; the console takes only tokens that expire" };
-  return { ok: true, session: { principal: p, via: "grant", binding: p.jti ? `grant:${p.jti}` : `token:${p.sub}:${p.exp}` } };
+  return {
+    ok: true,
+    session: { principal: p, via: "grant", binding: p.jti ? `grant:${p.jti}` : `token:${p.sub}:${p.exp}`, connectionsOnly: reach === "connections" },
+  };
 }
 
 /**
@@ -91,9 +107,13 @@ export async function consoleSession(env: Env, cfg: GatewayConfig, req: Request)
     const a = await verifyAccess(assertion, cfg.auth.access, keyFetcher(cfg, req));
     if (typeof a === "string") return { ok: false, status: 401, reason: a, clearCookie: refused !== null };
     const p = a.principal;
-    if (!CONSOLE_ROLES.some((r) => p.roles.includes(r)))
-      return { ok: false, status: 403, reason: "auth.access gives Access users no console role", clearCookie: refused !== null };
-    return { ok: true, session: { principal: p, via: "access", binding: `access:${p.sub}:${a.iat}` }, clearCookie: refused !== null };
+    const reach = consoleReach(cfg, p);
+    if (reach === null) return { ok: false, status: 403, reason: "auth.access gives Access users no console role", clearCookie: refused !== null };
+    return {
+      ok: true,
+      session: { principal: p, via: "access", binding: `access:${p.sub}:${a.iat}`, connectionsOnly: reach === "connections" },
+      clearCookie: refused !== null,
+    };
   }
   return { ...(refused ?? { ok: false, status: 401, reason: "not signed in" }), clearCookie: refused !== null };
 }

@@ -47,25 +47,48 @@ export function unavailable(viewer: Viewer | null, what: string, e: unknown): Pr
   return errorPage(viewer, 503, "Temporarily unavailable", `${what} did not answer (${(e as Error)?.message ?? String(e)}); nothing was changed. Try again.`);
 }
 
-/** The gate of every signed-in page: config, then the session (re-verified now), then the typed vars. */
-export const signedIn = createMiddleware<ConsoleEnv>(async (c, next) => {
-  const cfg = await servableConfig(c.env, c.req.raw);
-  if (cfg instanceof Response) return cfg;
-  const s = await consoleSession(c.env, cfg, c.req.raw);
-  if (!s.ok) {
-    if (s.status === 503) return errorPage(null, 503, "Temporarily unavailable", s.reason);
-    return seeOther("/console/login", s.clearCookie ? { "set-cookie": clearedSessionCookie() } : {});
-  }
-  recordConfigOnce(c.env, cfg, canonicalUrl(cfg), waitUntil(c));
-  const secret = signingSecret(c.env, cfg);
-  const p = s.session.principal;
-  c.set("cfg", cfg);
-  c.set("principal", p);
-  c.set("session", s.session);
-  c.set("viewer", { sub: p.sub, team: p.team, roles: [...p.roles], via: s.session.via, csrf: secret ? csrfToken(secret, s.session.binding) : "" });
-  await next();
-  if (s.clearCookie) c.res.headers.append("set-cookie", clearedSessionCookie());
-});
+/** A console path (with its query) a sign-in may return to; null for anything else. */
+export function returnPath(v: string | null | undefined): string | null {
+  return v && v.length <= 300 && /^\/console(\/[A-Za-z0-9/_.-]*)?(\?[A-Za-z0-9=&%_.+-]*)?$/.test(v) ? v : null;
+}
+
+/**
+ * The gate of every signed-in page: config, then the session (re-verified now), then the typed
+ * vars. A session without a console role (connectionsOnly) passes only where `connections` is set.
+ */
+const gateFor = (connections: boolean) =>
+  createMiddleware<ConsoleEnv>(async (c, next) => {
+    const cfg = await servableConfig(c.env, c.req.raw);
+    if (cfg instanceof Response) return cfg;
+    const s = await consoleSession(c.env, cfg, c.req.raw);
+    if (!s.ok) {
+      if (s.status === 503) return errorPage(null, 503, "Temporarily unavailable", s.reason);
+      const url = new URL(c.req.url);
+      const back = c.req.method === "GET" ? returnPath(`${url.pathname}${url.search}`) : null;
+      const login = back && back !== "/console" ? `/console/login?next=${encodeURIComponent(back)}` : "/console/login";
+      return seeOther(login, s.clearCookie ? { "set-cookie": clearedSessionCookie() } : {});
+    }
+    recordConfigOnce(c.env, cfg, canonicalUrl(cfg), waitUntil(c));
+    const secret = signingSecret(c.env, cfg);
+    const p = s.session.principal;
+    c.set("cfg", cfg);
+    c.set("principal", p);
+    c.set("session", s.session);
+    const viewer: Viewer = { sub: p.sub, team: p.team, roles: [...p.roles], via: s.session.via, csrf: secret ? csrfToken(secret, s.session.binding) : "" };
+    if (s.session.connectionsOnly) viewer.connectionsOnly = true;
+    c.set("viewer", viewer);
+    if (s.session.connectionsOnly && !connections)
+      return errorPage(viewer, 403, "Not allowed", "this grant has no console role; it signs in only to connect its OAuth upstreams", {
+        href: "/console/connections",
+        label: "Connections →",
+      });
+    await next();
+    if (s.clearCookie) c.res.headers.append("set-cookie", clearedSessionCookie());
+  });
+
+export const signedIn = gateFor(false);
+/** The gate of the Connections pages: every signed-in session, a connections-only one too. */
+export const signedInForConnections = gateFor(true);
 
 /** A console form: the gateway's own Origin, a urlencoded body within bounds, and (signed in) the session's CSRF token. */
 export async function postedForm(c: C, cfg: GatewayConfig, session: ConsoleSession | null): Promise<URLSearchParams | Response> {

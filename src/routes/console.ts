@@ -36,8 +36,20 @@ import { exposeName } from "../protocol/exposed-names.ts";
 import { classificationOf } from "../front/preview.ts";
 import { requestConfig, servableConfig } from "./config-view.ts";
 import { searchRoute, traceRoute } from "./ledger-api.ts";
-import { type C, type ConsoleEnv, errorPage, MAX_REASON, postedForm, signedIn, unavailable, waitUntil } from "./console-gate.ts";
+import {
+  type C,
+  type ConsoleEnv,
+  errorPage,
+  MAX_REASON,
+  postedForm,
+  returnPath,
+  signedIn,
+  signedInForConnections,
+  unavailable,
+  waitUntil,
+} from "./console-gate.ts";
 import { consoleRunsRoutes } from "./console-runs.ts";
+import { connectionsRoutes } from "./console-connections.ts";
 
 export const consoleRoutes = new Hono<ConsoleEnv>();
 
@@ -52,7 +64,7 @@ consoleRoutes.use("/console/*", async (c, next) => {
 consoleRoutes.get("/console/login", async (c) => {
   const cfg = await servableConfig(c.env, c.req.raw);
   if (cfg instanceof Response) return cfg;
-  return htmlResponse(LoginPage({ access: cfg.auth.access !== undefined }));
+  return htmlResponse(LoginPage({ access: cfg.auth.access !== undefined, next: returnPath(c.req.query("next")) }));
 });
 
 consoleRoutes.post("/console/login", async (c) => {
@@ -61,15 +73,17 @@ consoleRoutes.post("/console/login", async (c) => {
   const form = await postedForm(c, cfg, null);
   if (form instanceof Response) return form;
   const access = cfg.auth.access !== undefined;
+  const next = returnPath(form.get("next"));
   const token = (form.get("token") ?? "").trim();
-  if (token === "") return htmlResponse(LoginPage({ access, problem: "paste a grant token" }), 400);
+  if (token === "") return htmlResponse(LoginPage({ access, next, problem: "paste a grant token" }), 400);
   const r = await verifyConsoleGrant(c.env, cfg, c.req.raw, token);
-  if (!r.ok) return htmlResponse(LoginPage({ access, problem: `not signed in: ${r.reason}` }), r.status);
+  if (!r.ok) return htmlResponse(LoginPage({ access, next, problem: `not signed in: ${r.reason}` }), r.status);
   const maxAge = (r.session.principal.exp ?? 0) - Math.floor(Date.now() / 1000);
-  return seeOther("/console", { "set-cookie": sessionCookie(token, maxAge) });
+  const to = r.session.connectionsOnly && !next?.startsWith("/console/connections") ? "/console/connections" : (next ?? "/console");
+  return seeOther(to, { "set-cookie": sessionCookie(token, maxAge) });
 });
 
-consoleRoutes.post("/console/logout", signedIn, async (c) => {
+consoleRoutes.post("/console/logout", signedInForConnections, async (c) => {
   const form = await postedForm(c, c.var.cfg, c.var.session);
   if (form instanceof Response) return form;
   return seeOther("/console/login", { "set-cookie": clearedSessionCookie() });
@@ -222,6 +236,10 @@ consoleRoutes.post("/console/killswitch", signedIn, async (c) => {
 // ---- runs: ./console-runs.ts ---------------------------------------------------------------
 
 consoleRoutes.route("/", consoleRunsRoutes);
+
+// ---- connections: ./console-connections.ts -------------------------------------------------------
+
+consoleRoutes.route("/", connectionsRoutes);
 
 // ---- tools ----------------------------------------------------------------------------------------
 

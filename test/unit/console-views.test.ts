@@ -578,7 +578,8 @@ describe("the console through the Worker", () => {
     expect(revoke.status).toBe(200);
     const after = await SELF.fetch(`${GW}/console/tools`, { headers: cookieOf(g.token), redirect: "manual" });
     expect(after.status).toBe(303);
-    expect(after.headers.get("location")).toBe("/console/login");
+    // The sign-in page returns to the page asked for (a console path only).
+    expect(after.headers.get("location")).toBe("/console/login?next=%2Fconsole%2Ftools");
     expect(after.headers.get("set-cookie")).toMatch(/^__Host-portcullis=; .*Max-Age=0$/);
   });
 
