@@ -89,7 +89,9 @@ async function initialize(fc: FrontContext, req: JsonRpcRequest): Promise<Respon
   const upstreams: Record<string, UpstreamLegRecord> = {};
   await Promise.all(
     fc.cfg.upstreams.map(async (up) => {
-      upstreams[up.name] = await openLegacyClientLeg(up, version, clientCaps, clientInfo);
+      const opened = await openLegacyClientLeg(up, version, clientCaps, clientInfo);
+      // Wanting the caller's credential (an OAuth upstream not connected yet) is not kept: the first use after it is there opens the leg.
+      if (opened.leg || !up.credentialProblem) upstreams[up.name] = opened;
     }),
   );
   const id = newSessionId();

@@ -1,0 +1,267 @@
+/**
+ * OAuth upstreams end to end, on the production build: a real authorization server (oidc-provider,
+ * test/fixtures/oauth-upstream-as.ts) in front of an SDK v2 MCP server that checks the token's
+ * signature, audience (its own URL) and scope (test/fixtures/oauth-upstream.ts), and the gateway as
+ * their OAuth client. An agent's call before connecting gets the connect URL and reaches nothing
+ * (a legacy client that declares URL elicitation gets -32042, a modern one input_required); the
+ * person connects in Chromium (console sign-in with the agent's grant, Connections, the
+ * authorization server's login and consent, back); the identical call then runs with the person's
+ * token; a second principal still gets the connect URL; the token is refreshed after expiry, once
+ * for many concurrent calls; a refused refresh asks to connect again; disconnect revokes at the
+ * server; a refused consent, a forged state and another browser's return are refused; every step
+ * is a credential.* record; no token or grant reaches the gateway's output.
+ */
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import type { Browser, BrowserContext, Page } from "playwright-core";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { generateSigningKey } from "../../src/identity/keys.ts";
+import { consentInBrowser, type OAuthUpstream, startOAuthUpstream } from "../fixtures/oauth-upstream.ts";
+import { browserRequired, hasChromium, launchChromium } from "./browser.ts";
+import { freePort, type Proc, startPortcullis } from "./harness.ts";
+import { type Any, closeSessions, grantFor, ledgerKinds, modern, sessionClient, texts } from "./mcp.ts";
+
+const skip = !hasChromium && !browserRequired;
+const TTL_S = 4;
+
+let up: OAuthUpstream;
+let gw: Proc & { url: string; logs: () => string };
+let origin = "";
+let browser: Browser;
+const tokens: Record<string, string> = {};
+let dir = "";
+/** The session that was told to connect: it must work once the person connected. */
+let firstSession: Awaited<ReturnType<typeof sessionClient>>;
+
+beforeAll(async () => {
+  if (skip) return;
+  up = await startOAuthUpstream({ accessTokenTtlSeconds: TTL_S });
+  const jwk = JSON.stringify((await generateSigningKey("oauth-up-e2e")).privateJwk);
+  const port = await freePort();
+  origin = `http://127.0.0.1:${port}`;
+  dir = mkdtempSync(join(tmpdir(), "portcullis-oauth-up-"));
+  const config = `actor: local:e2e
+auth:
+  required: true
+  audience: ${origin}
+egress:
+  allow_loopback: true
+upstreams:
+  - name: tracker
+    url: ${up.mcpUrl}
+    namespace: false
+    auth: {type: oauth}
+`;
+  gw = await startPortcullis(config, port, {
+    PORTCULLIS_SIGNING_KEY: jwk,
+    PORTCULLIS_CREDENTIALS_KEY: btoa(String.fromCharCode(...crypto.getRandomValues(new Uint8Array(32)))),
+  });
+  for (const [who, roles] of [
+    ["alice", ["agent"]],
+    ["bob", ["agent"]],
+    ["audit", ["auditor"]],
+  ] as const) {
+    tokens[who] = (
+      await grantFor(jwk, origin, { sub: `${who === "audit" ? "human" : "agent"}:${who}`, team: "e2e", roles: [...roles], tools: ["*"], ttlSeconds: 1800 })
+    ).token;
+  }
+  browser = await launchChromium();
+}, 180_000);
+
+afterAll(async () => {
+  await closeSessions();
+  await browser?.close().catch(() => undefined);
+  await Promise.all([gw?.stop(), up?.close()]);
+  if (dir) rmSync(dir, { recursive: true, force: true });
+});
+
+const connectUrl = () => `${origin}/console/connections?upstream=tracker`;
+const mcp = () => `${origin}/mcp`;
+
+/** A 2025-11-25 session by raw HTTP with the capabilities given (the SDK would answer elicitations itself). */
+async function rawLegacy(bearer: string, capabilities: Any) {
+  const post = async (body: Any, session?: string) => {
+    const r = await fetch(mcp(), {
+      method: "POST",
+      headers: {
+        "content-type": "application/json",
+        accept: "application/json, text/event-stream",
+        authorization: `Bearer ${bearer}`,
+        ...(session ? { "mcp-session-id": session, "mcp-protocol-version": "2025-11-25" } : {}),
+      },
+      body: JSON.stringify(body),
+      signal: AbortSignal.timeout(30_000),
+    });
+    const text = await r.text();
+    const msgs = (r.headers.get("content-type") ?? "").includes("text/event-stream")
+      ? text
+          .split("\n")
+          .filter((l) => l.startsWith("data:") && l.length > 6)
+          .map((l) => JSON.parse(l.slice(5)))
+      : [JSON.parse(text)];
+    return { r, answer: msgs.find((m) => m.id === body.id) };
+  };
+  const init = await post({ jsonrpc: "2.0", id: 1, method: "initialize", params: { protocolVersion: "2025-11-25", capabilities, clientInfo: { name: "raw", version: "1" } } });
+  const session = init.r.headers.get("mcp-session-id")!;
+  await fetch(mcp(), {
+    method: "POST",
+    headers: { "content-type": "application/json", accept: "application/json, text/event-stream", authorization: `Bearer ${bearer}`, "mcp-session-id": session, "mcp-protocol-version": "2025-11-25" },
+    body: JSON.stringify({ jsonrpc: "2.0", method: "notifications/initialized" }),
+  });
+  let id = 2;
+  return { call: (name: string, args: Any = {}) => post({ jsonrpc: "2.0", id: id++, method: "tools/call", params: { name, arguments: args } }, session).then((x) => x.answer) };
+}
+
+/** The person signs in to the console with `grant` in `page` (from the connect URL), connects tracker and consents as `login`. */
+async function connectInBrowser(page: Page, grant: string, login: string): Promise<string> {
+  await page.goto(connectUrl());
+  expect(new URL(page.url()).pathname).toBe("/console/login");
+  await page.fill("#token", grant);
+  await Promise.all([page.waitForURL((u) => u.pathname === "/console/connections"), page.click('form.box button[type="submit"]')]);
+  expect(new URL(page.url()).searchParams.get("upstream")).toBe("tracker");
+  await page.click('section[data-upstream="tracker"] button[type="submit"]');
+  await page.waitForSelector("#continue");
+  expect(await page.textContent("#continue")).toContain(new URL(up.issuer).host);
+  await page.click("#continue");
+  await consentInBrowser(page, { login });
+  await page.waitForURL((u) => u.pathname === "/console/connections/callback");
+  return (await page.textContent("main")) ?? "";
+}
+
+const ledger = (kind: string, want: (e: Any[]) => boolean) => ledgerKinds(origin, tokens.audit!, kind, want);
+const authorizedBy = (sub: string) => up.requests.filter((r) => r.authorized && r.sub === sub).length;
+
+describe.skipIf(skip)("an OAuth upstream", () => {
+  let context: BrowserContext;
+  let page: Page;
+
+  it("before connecting: the agent is told where to connect, in each era's way, and nothing reaches the upstream", async () => {
+    const alice = await sessionClient("oauth-alice", mcp(), tokens.alice);
+    firstSession = alice;
+    const r = await alice.callTool({ name: "whoami", arguments: {} });
+    expect(r.isError).toBe(true);
+    expect(texts(r)).toContain("you have not connected upstream tracker");
+    expect(texts(r)).toContain(connectUrl());
+    const legacy = await rawLegacy(tokens.alice!, { elicitation: { url: {} } });
+    const elicit = await legacy.call("whoami");
+    expect(elicit.error?.code).toBe(-32042);
+    expect(elicit.error.data.elicitations[0]).toMatchObject({ mode: "url", url: connectUrl() });
+    const irr = await modern(mcp(), tokens.alice!, "tools/call", { name: "whoami", arguments: {} }, { meta: { "io.modelcontextprotocol/clientCapabilities": { elicitation: { url: {} } } } });
+    expect(irr.result?.resultType).toBe("input_required");
+    expect(irr.result.inputRequests["portcullis/connect"]).toMatchObject({ method: "elicitation/create", params: { mode: "url", url: connectUrl() } });
+    const plainModern = await modern(mcp(), tokens.alice!, "tools/call", { name: "whoami", arguments: {} });
+    expect(plainModern.result?.isError).toBe(true);
+    expect(up.requests).toEqual([]);
+  });
+
+  it("the person connects in Chromium; the identical call then runs with the person's token; another principal is still asked to connect", async () => {
+    context = await browser.newContext();
+    page = await context.newPage();
+    const landed = await connectInBrowser(page, tokens.alice!, "alice");
+    expect(landed).toContain("Connected tracker");
+    const alice = await sessionClient("oauth-alice-2", mcp(), tokens.alice);
+    const r = await alice.callTool({ name: "whoami", arguments: {} });
+    expect(r.isError, texts(r)).toBeFalsy();
+    expect(texts(r)).toContain("sub=alice");
+    expect(texts(r)).toContain("mcp:tools");
+    // The modern era's call, with the client's answer to the gateway's input request: it is not forwarded.
+    const again = await modern(mcp(), tokens.alice!, "tools/call", { name: "echo", arguments: { message: "hi" }, inputResponses: { "portcullis/connect": { action: "accept" } } });
+    expect(JSON.stringify(again.result?.content)).toContain("hi");
+    // The session that was told to connect before now works too (its leg opens on first use).
+    expect(texts(await firstSession.callTool({ name: "whoami", arguments: {} }))).toContain("sub=alice");
+    const bob = await sessionClient("oauth-bob", mcp(), tokens.bob);
+    const refusedBob = await bob.callTool({ name: "whoami", arguments: {} });
+    expect(refusedBob.isError).toBe(true);
+    expect(texts(refusedBob)).toContain(connectUrl());
+    expect(up.requests.every((q) => q.authorized)).toBe(true);
+    expect(up.requests.some((q) => q.sub === "bob")).toBe(false);
+    const clients = await up.clients();
+    expect(clients).toHaveLength(1);
+    expect(clients[0]!.redirectUris).toEqual([`${origin}/console/connections/callback`]);
+    const connected = await ledger("credential.connected", (e) => e.length >= 1);
+    expect(connected[0]!.body).toMatchObject({ owner: "principal:agent:alice", principal: "agent:alice", upstream: "tracker", authorization_server: up.issuer });
+    expect(JSON.stringify(connected)).not.toMatch(/eyJ[A-Za-z0-9_-]{10,}\./);
+  });
+
+  it("refreshes an expired token once for many concurrent calls, and records it coalesced", async () => {
+    await new Promise((r) => setTimeout(r, TTL_S * 1000 + 500));
+    const refreshesBefore = up.tokenRequests.filter((t) => t.grantType === "refresh_token").length;
+    const alice = await sessionClient("oauth-alice-3", mcp(), tokens.alice);
+    const results = await Promise.all(Array.from({ length: 6 }, () => alice.callTool({ name: "whoami", arguments: {} })));
+    for (const r of results) expect(texts(r)).toContain("sub=alice");
+    const refreshes = up.tokenRequests.filter((t) => t.grantType === "refresh_token").slice(refreshesBefore);
+    expect(refreshes).toEqual([{ grantType: "refresh_token", ok: true }]);
+    const rec = await ledger("credential.refreshed", (e) => e.length >= 1);
+    expect(rec[0]!.body).toMatchObject({ upstream: "tracker", refreshes: 1 });
+  });
+
+  it("a refused refresh drops the connection and asks to connect again; the Connections page says so", async () => {
+    await up.revokeGrantsOf("alice");
+    await new Promise((r) => setTimeout(r, TTL_S * 1000 + 500));
+    const before = authorizedBy("alice");
+    const alice = await sessionClient("oauth-alice-4", mcp(), tokens.alice);
+    const r = await alice.callTool({ name: "whoami", arguments: {} });
+    expect(r.isError).toBe(true);
+    expect(texts(r)).toContain("refused to refresh");
+    expect(texts(r)).toContain(connectUrl());
+    expect(authorizedBy("alice")).toBe(before);
+    const refused = await ledger("credential.refused", (e) => e.some((x) => x.body.reason?.startsWith("refresh refused")));
+    expect(refused.find((x) => x.body.reason.startsWith("refresh refused"))!.body.reason).toContain("invalid_grant");
+    await page.goto(`${origin}/console/connections`);
+    expect(await page.getAttribute('section[data-upstream="tracker"]', "data-connected")).toBe("no");
+  });
+
+  it("reconnects, then disconnect revokes at the authorization server and deletes the tokens", async () => {
+    await page.click('section[data-upstream="tracker"] button[type="submit"]');
+    await page.click("#continue");
+    await consentInBrowser(page, { login: "alice" });
+    await page.waitForURL((u) => u.pathname === "/console/connections/callback");
+    const alice = await sessionClient("oauth-alice-5", mcp(), tokens.alice);
+    expect(texts(await alice.callTool({ name: "whoami", arguments: {} }))).toContain("sub=alice");
+    await page.goto(`${origin}/console/connections`);
+    const revocationsBefore = up.revocations.length;
+    await Promise.all([page.waitForURL((u) => u.searchParams.get("changed") === "disconnected"), page.click('section[data-upstream="tracker"] button.danger')]);
+    expect(await page.getAttribute('section[data-upstream="tracker"]', "data-connected")).toBe("no");
+    expect(up.revocations.slice(revocationsBefore).some((x) => x.ok)).toBe(true);
+    const revoked = await ledger("credential.revoked", (e) => e.length >= 1);
+    expect(revoked[0]!.body).toMatchObject({ upstream: "tracker", reason: "disconnected", revoked_upstream: true });
+    const after = await alice.callTool({ name: "whoami", arguments: {} });
+    expect(texts(after)).toContain(connectUrl());
+  });
+
+  it("refuses a refused consent, a forged state, and a return in a browser that did not start the attempt — keeping nothing", async () => {
+    // Consent refused at the authorization server: the page says so, and it is recorded.
+    await page.goto(`${origin}/console/connections`);
+    await page.click('section[data-upstream="tracker"] button[type="submit"]');
+    await page.click("#continue");
+    await consentInBrowser(page, { login: "alice", refuse: true });
+    await page.waitForURL((u) => u.pathname === "/console/connections/callback");
+    expect(await page.textContent("main")).toContain("consent was refused");
+    await ledger("credential.refused", (e) => e.some((x) => x.body.reason === "consent: access_denied"));
+    // A state the gateway never issued.
+    const forged = await fetch(`${origin}/console/connections/callback?state=${"A".repeat(43)}&code=x`);
+    expect(forged.status).toBe(400);
+    expect(await forged.text()).toContain("unknown, already used or expired");
+    // Started in one browser, returned in another: the other browser has no connect cookie.
+    await page.click('section[data-upstream="tracker"] button[type="submit"]');
+    const authorize = (await page.getAttribute("#continue", "href"))!;
+    const other = await browser.newContext();
+    const stranger = await other.newPage();
+    await stranger.goto(authorize);
+    await consentInBrowser(stranger, { login: "mallory" });
+    await stranger.waitForURL((u) => u.pathname === "/console/connections/callback");
+    expect(await stranger.textContent("main")).toContain("started in another browser");
+    await other.close();
+    const alice = await sessionClient("oauth-alice-6", mcp(), tokens.alice);
+    expect(texts(await alice.callTool({ name: "whoami", arguments: {} }))).toContain(connectUrl());
+    expect(up.requests.some((q) => q.sub === "mallory")).toBe(false);
+  });
+
+  it("printed no token, code or grant", async () => {
+    await context?.close();
+    const logs = gw.logs();
+    expect(logs).not.toMatch(/eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\./);
+    for (const t of Object.values(tokens)) expect(logs).not.toContain(t.slice(-30));
+  });
+});
