@@ -139,7 +139,8 @@ export class BridgeSession {
     const s = new BridgeSession(spec, hooks);
     await s.transport.start();
     await s.spawn();
-    s.state = "up";
+    // A child that already exited has scheduled its restart (state "down"): that stays.
+    if (s.child) s.state = "up";
     return s;
   }
 
@@ -285,7 +286,7 @@ export class BridgeSession {
       this.crashed(`the stdio server could not start again (${e instanceof Error ? e.message : String(e)})`);
       return;
     }
-    if (this.state !== "down") return;
+    if (this.state !== "down" || !this.child) return;
     if (!this.init) {
       this.state = "up";
       return;
