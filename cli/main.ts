@@ -49,7 +49,8 @@ export const USAGE = `usage: portcullis <command> [options]     (portcullis <com
   portcullis import --client claude-code|claude-desktop|cursor|vscode [--path FILE] [--config FILE] [--offline] [--dry-run]
                         a client's HTTP servers become upstreams (secrets by reference) and leave the client file,
                         which is backed up once and gets the gateway entry; stdio and OAuth servers stay in it,
-                        named as not governed (portcullis import --help)
+                        named as not governed; with --bridge [--bridge-port N] each stdio server becomes an upstream
+                        served by portcullis bridge (portcullis import --help)
   portcullis restore --client C [--path FILE]  put the client file back from that backup
   portcullis bridge --port N [--secret-file FILE] [--log FILE] -- COMMAND [ARG...]
                         a stdio MCP server as Streamable HTTP on 127.0.0.1:N behind a bearer secret (mode 0600
