@@ -7,7 +7,8 @@
  * it), the bearer required (401 with a JSON body without it or with a wrong one, the request
  * served with it), Host/Origin other than loopback refused (403), listening on 127.0.0.1 only,
  * the secret file of mode 0600 and the secret in no output, log or command line, two concurrent
- * sessions with their own children and never each other's answers, DELETE of a session stopping
+ * * sessions with their own children and never each other's answers, sampling, roots and progress
+ * relayed to the session that caused them, DELETE of a session stopping
  * its child, a killed child answered clearly (the request in flight gets a JSON-RPC error naming
  * the signal) and restarted with a new pid while its session goes on (through the gateway too),
  * text on a child's stdout that is not MCP logged without harm, a child that keeps crashing
@@ -19,6 +20,7 @@ import { mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { pathToFileURL } from "node:url";
+import { Client, StreamableHTTPClientTransport } from "@modelcontextprotocol/client";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { freePort, groupMembers, isLoopbackListen, listeningOn, managed, procStat, root, startPortcullis } from "./harness.ts";
 import { closeSessions, connect, sessionClient, texts } from "./mcp.ts";
@@ -237,6 +239,33 @@ describe("portcullis bridge behind a gateway", () => {
       expect(procStat(pb!)?.ppid).toBe(bridge.child.pid);
     } finally {
       await Promise.all([a.close(), b.close()]);
+    }
+  });
+
+  it("server→client requests and progress reach the session that caused them (sampling, roots, progress)", async () => {
+    const client = new Client({ name: "relay", version: "1" }, { versionNegotiation: { mode: "legacy" }, capabilities: { sampling: {}, roots: {} } });
+    client.setRequestHandler("sampling/createMessage", async () => ({
+      model: "e2e",
+      role: "assistant",
+      content: { type: "text", text: "sampled by the client" },
+    }));
+    client.setRequestHandler("roots/list", async () => ({ roots: [{ uri: "file:///bridge/e2e", name: "bridge-root" }] }));
+    const transport = new StreamableHTTPClientTransport(new URL(bridge.url), { requestInit: { headers: { authorization: `Bearer ${secret}` } } });
+    await client.connect(transport);
+    try {
+      const sampled = await client.callTool({ name: "trigger-sampling-request", arguments: { prompt: "hello", maxTokens: 10 } });
+      expect(JSON.stringify(sampled.content)).toContain("sampled by the client");
+      const roots = await client.callTool({ name: "get-roots-list", arguments: {} });
+      expect(JSON.stringify(roots.content)).toContain("file:///bridge/e2e");
+      const progress: number[] = [];
+      await client.callTool(
+        { name: "trigger-long-running-operation", arguments: { duration: 1, steps: 3 } },
+        { onprogress: (p: Any) => progress.push(p.progress) },
+      );
+      expect(progress.length).toBeGreaterThanOrEqual(2);
+    } finally {
+      await transport.terminateSession().catch(() => undefined);
+      await client.close().catch(() => undefined);
     }
   });
 
