@@ -11,7 +11,9 @@
  * for one child per session are; any other request without a session id is a 400; an unknown id
  * a 404, so the gateway opens a new one), the log file (the children's stderr and the bridge's
  * own lines, which also go to stderr), and stopping: SIGINT/SIGTERM close every session and stop
- * every child before the bridge exits (a second signal kills them at once). Must never: print,
+ * every child before the bridge exits (a second signal kills them at once). The children get the
+ * bridge's environment minus agent and operator grants (PORTCULLIS_TOKEN, PORTCULLIS_AGENT_TOKEN)
+ * and bridge secrets, since a server may hand its environment to whoever calls it. Must never: print,
  * log or pass on the command line the secret (it lives in its 0600 file; the gateway config
  * names it), listen beyond 127.0.0.1, serve a request whose bearer is not the secret, or exit
  * leaving a child running.

@@ -7,9 +7,8 @@
  * it), the bearer required (401 with a JSON body without it or with a wrong one, the request
  * served with it), Host/Origin other than loopback refused (403), listening on 127.0.0.1 only,
  * the secret file of mode 0600 and the secret in no output, log or command line, two concurrent
- * * sessions with their own children and never each other's answers, sampling, roots and progress
- * relayed to the session that caused them, DELETE of a session stopping
- * its child, a killed child answered clearly (the request in flight gets a JSON-RPC error naming
+ * sessions with their own children and never each other's answers, sampling, roots and progress
+ * relayed to the session that caused them, DELETE of a session stopping its child, a killed child answered clearly (the request in flight gets a JSON-RPC error naming
  * the signal) and restarted with a new pid while its session goes on (through the gateway too),
  * text on a child's stdout that is not MCP logged without harm, a child that keeps crashing
  * restarted with a growing backoff (no hot loop), and SIGTERM leaving no process of the bridge's
