@@ -13,7 +13,7 @@
  * the processes it starts; all on loopback.
  */
 import { spawn } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { createServer, type Server } from "node:net";
 import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
@@ -180,6 +180,21 @@ describe("portcullis import --bridge", () => {
     expect(back.code, back.stderr).toBe(0);
     expect(readFileSync(file).equals(Buffer.from(clientText))).toBe(true);
     expect(existsSync(`${file}.portcullis-backup`)).toBe(false);
+  });
+
+  it("portcullis bridge refuses a secret file readable by others, and one that holds no secret (exit 1, nothing printed of it)", async () => {
+    const loose = join(dir, "loose.secret");
+    writeFileSync(loose, "abcdefghijklmnopqrstuvwxyz0123456789ABCDEFG\n", { mode: 0o644 });
+    chmodSync(loose, 0o644);
+    const r = await portcullis(["bridge", "--port", "9", "--secret-file", loose, "--", process.execPath, EVERYTHING, "stdio"]);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain("has mode 0644: a bridge secret must be readable by its owner only");
+    expect(r.stderr + r.stdout).not.toContain("abcdefghijklmnopqrstuvwxyz");
+    const junk = join(dir, "junk.secret");
+    writeFileSync(junk, "not a secret\n", { mode: 0o600 });
+    const j = await portcullis(["bridge", "--port", "9", "--secret-file", junk, "--", process.execPath, EVERYTHING, "stdio"]);
+    expect(j.code).toBe(1);
+    expect(j.stderr).toContain("does not hold a bridge secret");
   });
 
   it("--dry-run writes nothing (no secret, no script); --bridge-port needs --bridge", async () => {
