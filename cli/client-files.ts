@@ -149,6 +149,8 @@ export interface Server {
   readsOperatorToken?: boolean;
   /** The entry's own setting that says it signs in with OAuth (`oauth`, `auth`, an mcp-remote --static-oauth-… flag). */
   oauth?: string;
+  /** A stdio server's entry as the file has it, for `import --bridge` to run it (never printed: it may hold credentials). */
+  entry?: JsonObject;
 }
 
 /**
@@ -214,7 +216,7 @@ function serverOf(name: string, where: string, entry: unknown, client: Client): 
   }
   const bridge = client === "claude-desktop" || typeof e.command === "string" ? bridgeOf(e) : null;
   if (bridge) return { name, where, kind: bridge.sse ? "sse" : "http", url: bridge.url, headers: bridge.headers, bridge: true, ...signIn };
-  return { name, where, kind: "stdio", headers: {}, command: redactedCommand(e) };
+  return { name, where, kind: "stdio", headers: {}, command: redactedCommand(e), entry: e };
 }
 
 /** A stdio server's command line for messages: an argument that looks like a credential, or follows a --token-like flag, is "…". */

@@ -6,7 +6,9 @@
  * servers out of the client file and adds one `portcullis` entry; what it cannot govern — stdio
  * servers, servers that sign in with OAuth (their entry's settings, or a probe unless --offline),
  * legacy SSE, a URL carrying a credential — stays in the client file byte for byte and is named
- * (`not governed: <reason>`). `restore` puts the backup back byte for byte; `doctor --clients`
+ * (`not governed: <reason>`); with `--bridge` each stdio server instead becomes an upstream served by
+ * `portcullis bridge` on 127.0.0.1 (cli/import-bridge.ts plans it and writes its secret and start
+ * script) and leaves the client file too. `restore` puts the backup back byte for byte; `doctor --clients`
  * reports servers a client reaches directly (ungoverned: a problem when import would move them;
  * reported, not failed, when it cannot govern them yet), a missing gateway entry, and a gateway
  * entry that reads PORTCULLIS_TOKEN. `--gateway` is normalised the same way in both (an origin gets
@@ -21,7 +23,7 @@
 import { constants, copyFileSync, existsSync, readFileSync, rmSync } from "node:fs";
 import { basename, resolve } from "node:path";
 import { Document, isMap, isSeq, parseDocument } from "yaml";
-import { FLAG, HELP_OPTION, namesOf, type Options, parseOptions, STRING, UsageError } from "./args.ts";
+import { FLAG, HELP_OPTION, namesOf, type Options, parseOptions, portArg, STRING, UsageError } from "./args.ts";
 import {
   AGENT_TOKEN,
   BACKUP_SUFFIX,
@@ -52,17 +54,17 @@ import {
   writeAtomic,
 } from "./client-files.ts";
 import { codeOf, exitCodeOf, isObject, type JsonObject } from "./gateway-http.ts";
+import { bridgeReport, bridgeUpstream, DEFAULT_BRIDGE_PORT, notBridgeable, planBridges, scriptOf, writeBridgeFiles } from "./import-bridge.ts";
 import { applyEdits, dropMembers, type Edit, indentUnit, member, scanJsonc, setMember } from "./jsonc.ts";
 
 const HELP = {
   import: `usage: portcullis import --client ${CLIENTS.join("|")} [--path FILE] [--config portcullis.yaml]
-                         [--gateway URL] [--offline] [--dry-run] [--json]
+                         [--gateway URL] [--bridge [--bridge-port N]] [--offline] [--dry-run] [--json]
   moves a client's HTTP MCP servers behind Portcullis, and keeps what it cannot govern:
   - each HTTP server in the client's file becomes an upstream in --config (default ./portcullis.yaml,
     created when missing; appended to upstreams:, comments kept) and leaves the client file
   - kept in the client file as they are, each named with "not governed: <reason>" (--json: kept[]):
-    stdio  a server the client starts (command): a Worker cannot spawn processes; a later release
-           brings stdio servers behind the gateway through a local bridge
+    stdio  a server the client starts (command): a Worker cannot spawn processes (unless --bridge)
     oauth  a server that signs in with OAuth (its entry's oauth/auth settings or an mcp-remote
            --static-oauth-… flag; or the probe below): Portcullis cannot yet hold its sign-in
     sse    the legacy SSE transport (Portcullis upstreams speak Streamable HTTP)
@@ -83,13 +85,20 @@ const HELP = {
   --gateway URL  the gateway: its origin (http://127.0.0.1:8787 gets /mcp), its MCP endpoint …/mcp (default
                  ${DEFAULT_GATEWAY}), or one upstream's route …/mcp/<upstream>; any other path is refused.
                  What the client file gets always ends in /mcp or /mcp/<upstream>
+  --bridge       each stdio server becomes an upstream too, served by portcullis bridge on 127.0.0.1: a port
+                 each (from --bridge-port N, default ${DEFAULT_BRIDGE_PORT}, upward, skipping ports in use or named by
+                 the config), a secret file each (<config dir>/.portcullis/bridges/<name>.secret, mode 0600, never
+                 printed) that the upstream's Authorization names as \${BRIDGE_<NAME>_SECRET}, egress.allow_loopback
+                 set, and .portcullis/bridges/start.sh, which starts every bridge (the lines are printed too).
+                 The server's env: references stay references, an inline credential is never copied (the
+                 script asks for it by name). A server whose command line carries a credential stays direct
   --offline      no probe, no network: only each entry's own settings say whether it signs in with OAuth
   --dry-run      print what would change; write nothing (the probe still runs unless --offline)
   --json         print the result as JSON
 exit: 0 imported (or nothing to import), 1 a file could not be read, parsed or written, 2 usage`,
   restore: `usage: portcullis restore --client ${CLIENTS.join("|")} [--path FILE] [--json]
   puts FILE${BACKUP_SUFFIX} (written by the first import) back byte for byte and removes it;
-  the upstreams import added to portcullis.yaml stay
+  the upstreams import added to portcullis.yaml stay, and so do the bridges' files (import --bridge)
 exit: 0 restored, 1 no backup (or it could not be restored), 2 usage`,
   doctor: `usage: portcullis doctor --clients [--client ${CLIENTS.join("|")}] [--path FILE] [--gateway URL] [--offline] [--json]
   reports every MCP server a client reaches directly (an ungoverned path: anything but the "${ENTRY}"
@@ -113,6 +122,8 @@ const IMPORT_OPTIONS = {
   path: STRING,
   config: STRING,
   gateway: STRING,
+  bridge: FLAG,
+  "bridge-port": STRING,
   offline: FLAG,
   "dry-run": FLAG,
   json: FLAG,
@@ -160,7 +171,7 @@ interface Kept {
 }
 
 const WHY: Record<KeptReason, string> = {
-  stdio: "a Worker cannot spawn processes; a later release brings stdio servers behind the gateway through a local bridge",
+  stdio: "a Worker cannot spawn processes; import --bridge serves it to the gateway through portcullis bridge",
   oauth: "it signs in with OAuth, and Portcullis cannot yet hold its OAuth sign-in",
   sse: "the legacy SSE transport: Portcullis upstreams speak Streamable HTTP",
   url: "its url cannot be copied",
@@ -209,13 +220,14 @@ function readConfig(file: string): { doc: Document | null; upstreams: JsonObject
   return { doc, upstreams };
 }
 
-/** The config text with `added` appended to upstreams: (the file created when missing). */
-function configWith(file: string, doc: Document | null, added: JsonObject[], client: Client): string {
+/** The config text with `added` appended to upstreams: (the file created when missing); `loopback`: egress.allow_loopback set too (bridges). */
+function configWith(file: string, doc: Document | null, added: JsonObject[], client: Client, loopback = false): string {
   if (!doc) {
-    const fresh = new Document({ upstreams: added });
+    const fresh = new Document(loopback ? { egress: { allow_loopback: true }, upstreams: added } : { upstreams: added });
     fresh.commentBefore = ` Portcullis config: upstreams imported from ${client} by \`portcullis import\`.\n Check it with: portcullis doctor --config ${basename(file)}`;
     return fresh.toString({ lineWidth: 0 });
   }
+  if (loopback && doc.getIn(["egress", "allow_loopback"]) !== true) doc.setIn(["egress", "allow_loopback"], true);
   let seq = doc.get("upstreams", true);
   if (!isSeq(seq)) {
     seq = doc.createNode([]);
@@ -244,6 +256,8 @@ async function importCommand(a: Options<typeof IMPORT_OPTIONS>): Promise<number>
   const configFile = resolve(typeof a.config === "string" ? a.config : "portcullis.yaml");
   const dry = a["dry-run"] === true;
   const offline = a.offline === true;
+  if (a["bridge-port"] !== undefined && !a.bridge) throw new UsageError("--bridge-port needs --bridge");
+  const bridgePort = portArg(a["bridge-port"], DEFAULT_BRIDGE_PORT, "--bridge-port");
   const parsed = readClientFile(file);
   const { scopes, servers } = serversOf(client, parsed);
   const config = readConfig(configFile);
@@ -261,6 +275,8 @@ async function importCommand(a: Options<typeof IMPORT_OPTIONS>): Promise<number>
   const notes: string[] = [];
   // What leaves the client file (by where): the servers moved behind the gateway, and old gateway entries.
   const leaving = new Set<string>();
+  // The stdio servers --bridge moves behind a bridge each.
+  const bridged: { server: Server; entry: JsonObject }[] = [];
   for (const s of servers) {
     if (isGatewayEntry(s, gateway)) {
       leaving.add(s.where);
@@ -268,6 +284,15 @@ async function importCommand(a: Options<typeof IMPORT_OPTIONS>): Promise<number>
     }
     const probe = probes.get(s);
     const keep = keptOf(s, probe);
+    if (keep?.reason === "stdio" && a.bridge) {
+      const why = notBridgeable(s.entry);
+      if (!why && s.entry) {
+        bridged.push({ server: s, entry: s.entry });
+        leaving.add(s.where);
+        continue;
+      }
+      keep.detail = `a stdio server (${s.command}), not bridged: ${why}`;
+    }
     if (keep || s.url === undefined) {
       if (keep) kept.push(keep);
       continue;
@@ -296,6 +321,16 @@ async function importCommand(a: Options<typeof IMPORT_OPTIONS>): Promise<number>
       );
   }
 
+  const plans = await planBridges(bridged, {
+    base: bridgePort,
+    configFile,
+    names,
+    secretNames,
+    upstreamUrls: [...config.upstreams, ...added].map((u) => u.url),
+  });
+  added.push(...plans.map((p) => bridgeUpstream(p, client)));
+  const script = scriptOf(plans);
+
   // The client file: the servers that leave are dropped from their lists (every kept one stays byte for
   // byte), then the top-level list gets the "portcullis" entry.
   const unit = indentUnit(parsed.text, parsed.root);
@@ -320,7 +355,8 @@ async function importCommand(a: Options<typeof IMPORT_OPTIONS>): Promise<number>
   const backupExisted = existsSync(backup);
   let backupWritten = false;
   if (!dry) {
-    if (added.length) writeAtomic(configFile, configWith(configFile, config.doc, added, client));
+    if (plans.length) writeBridgeFiles(plans, client, file);
+    if (added.length) writeAtomic(configFile, configWith(configFile, config.doc, added, client, plans.length > 0));
     if (clientChanged) {
       if (!backupExisted) {
         try {
@@ -345,6 +381,8 @@ async function importCommand(a: Options<typeof IMPORT_OPTIONS>): Promise<number>
     kept,
     secrets: secrets.map((s) => ({ ...s, dev: `export ${s.name}=…`, deploy: `npx wrangler secret put ${s.name}` })),
     notes,
+    bridges: plans.map((p) => ({ ...p, dev: `export ${p.secretName}="$(cat ${p.secretFile})"` })),
+    bridgeScript: script || null,
     backup: { path: backup, written: backupWritten, existed: backupExisted },
     clientChanged,
     connect: connectLine(gateway),
@@ -381,6 +419,7 @@ async function importCommand(a: Options<typeof IMPORT_OPTIONS>): Promise<number>
       console.log(`      deploy: npx wrangler secret put ${s.name}`);
     }
   }
+  for (const line of bridgeReport(plans, script, dry)) console.log(line);
   if (clientChanged) {
     console.log(
       backupExisted

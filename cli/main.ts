@@ -49,8 +49,12 @@ export const USAGE = `usage: portcullis <command> [options]     (portcullis <com
   portcullis import --client claude-code|claude-desktop|cursor|vscode [--path FILE] [--config FILE] [--offline] [--dry-run]
                         a client's HTTP servers become upstreams (secrets by reference) and leave the client file,
                         which is backed up once and gets the gateway entry; stdio and OAuth servers stay in it,
-                        named as not governed (portcullis import --help)
+                        named as not governed; with --bridge [--bridge-port N] each stdio server becomes an upstream
+                        served by portcullis bridge (portcullis import --help)
   portcullis restore --client C [--path FILE]  put the client file back from that backup
+  portcullis bridge --port N [--secret-file FILE] [--log FILE] -- COMMAND [ARG...]
+                        a stdio MCP server as Streamable HTTP on 127.0.0.1:N behind a bearer secret (mode 0600
+                        file, never printed), one process per session, restarted on exit (portcullis bridge --help)
   portcullis add --config FILE --name NAME --url URL [--header "K: V"]... [--gateway URL] [--dry-run]
                         register an upstream in FILE (comments kept, validated whole, inline secrets
                         refused) and, with --gateway, hot-add it to that gateway (portcullis add --help)
@@ -168,6 +172,11 @@ export async function main(argv: string[]): Promise<void> {
     // cli/clients.ts owns the client-config commands, their flags and their output.
     const { clientsCommand } = await import("./clients.ts");
     process.exit(await clientsCommand(cmd, rest));
+  }
+  if (cmd === "bridge") {
+    // cli/bridge.ts owns the bridge command; its sessions are cli/bridge-session.ts's. It runs until a signal.
+    const { bridgeCommand } = await import("./bridge.ts");
+    return bridgeCommand(rest);
   }
   if (cmd === "token") {
     // mint | enroll: cli/token.ts; revoke: cli/operator.ts.

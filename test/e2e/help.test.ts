@@ -26,6 +26,7 @@ const { KNOWN: RUNS } = await bin<{ KNOWN: Table }>("runs.ts");
 const { KNOWN: KILLSWITCH } = await bin<{ KNOWN: Table }>("killswitch.ts");
 const { KNOWN: LEDGER } = await bin<{ KNOWN: Table }>("ledger.ts");
 const { KNOWN: OPERATOR } = await bin<{ KNOWN: Table }>("operator.ts");
+const { KNOWN: BRIDGE } = await bin<{ KNOWN: Table }>("bridge.ts");
 
 const CLI = resolve(root, "bin/portcullis.mjs");
 /** A gateway URL nothing listens on: no command in this file may reach one. */
@@ -58,6 +59,8 @@ const COMMANDS: Command[] = [
   { words: ["doctor", "--clients"], flags: union(CLIENTS.doctor).filter((f) => f !== "clients"), json: true },
   { words: ["import"], flags: union(CLIENTS.import), missing: [], json: true },
   { words: ["restore"], flags: union(CLIENTS.restore), missing: [], json: true },
+  // It runs until a signal and prints for a person: no --json. Without the command after --, a usage error.
+  { words: ["bridge"], flags: union(BRIDGE.bridge), missing: ["--port", "9"], json: false },
   { words: ["add"], flags: union(ADD), missing: ["--config", "portcullis.yaml", "--name", "second"], json: true },
   { words: ["token", "mint"], flags: union(MAIN["token mint"]), missing: ["--team", "t"], json: true },
   { words: ["token", "revoke"], flags: union(OPERATOR["token revoke"]), missing: ["--url", NOWHERE], json: true },

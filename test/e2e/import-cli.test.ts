@@ -162,7 +162,7 @@ describe("portcullis import --client claude-code (~/.claude.json)", () => {
     expect(r.stdout).toMatch(
       /stays direct: filesystem \(mcpServers\.filesystem\) is not governed by Portcullis \(not governed: stdio\): a stdio server \(npx /,
     );
-    expect(r.stdout).toContain("a Worker cannot spawn processes; a later release brings stdio servers behind the gateway through a local bridge");
+    expect(r.stdout).toContain("a Worker cannot spawn processes; import --bridge serves it to the gateway through portcullis bridge");
     expect(r.stdout).toContain(`claude mcp add --transport http portcullis ${ENTRY_URL} --header 'Authorization: Bearer \${PORTCULLIS_AGENT_TOKEN}'`);
     expect(r.stdout).toContain("the client sends PORTCULLIS_AGENT_TOKEN from its environment: export PORTCULLIS_AGENT_TOKEN=$(portcullis token mint");
     expectAgentTokenPrinted(r.stdout);
