@@ -50,7 +50,7 @@ async function token(params: Record<string, string>): Promise<{ status: number; 
 }
 
 /** One authorization in a fresh browser context: the redirect's query and the PKCE verifier. */
-async function authorize(login: string, opts: { resource?: string; refuse?: boolean } = {}) {
+async function authorize(login: string, opts: { resource?: string; refuse?: boolean; scope?: string } = {}) {
   const verifier = b64url(randomBytes(32));
   const state = b64url(randomBytes(12));
   const url = new URL(meta.authorization_endpoint);
@@ -58,7 +58,7 @@ async function authorize(login: string, opts: { resource?: string; refuse?: bool
     response_type: "code",
     client_id: clientId,
     redirect_uri: redirectUri,
-    scope: "mcp:tools",
+    scope: opts.scope ?? "mcp:tools",
     state,
     code_challenge: b64url(createHash("sha256").update(verifier).digest()),
     code_challenge_method: "S256",
@@ -77,11 +77,18 @@ async function authorize(login: string, opts: { resource?: string; refuse?: bool
   return { query: await query, verifier };
 }
 
-async function codeFor(login: string, resource?: string) {
-  const { query, verifier } = await authorize(login, { resource });
+/** `resource` goes on the authorization request, and on the token request unless `resource: null` (the grant's resource is then used). */
+async function codeFor(login: string, resource?: string | null, scope?: string) {
+  const { query, verifier } = await authorize(login, { resource: resource ?? undefined, scope });
   const code = query.get("code");
   expect(code, query.toString()).toBeTruthy();
-  const r = await token({ grant_type: "authorization_code", code: code as string, redirect_uri: redirectUri, code_verifier: verifier, resource: resource ?? up.mcpUrl });
+  const r = await token({
+    grant_type: "authorization_code",
+    code: code as string,
+    redirect_uri: redirectUri,
+    code_verifier: verifier,
+    ...(resource === null ? {} : { resource: resource ?? up.mcpUrl }),
+  });
   expect(r.status, JSON.stringify(r.body)).toBe(200);
   return r.body as { access_token: string; refresh_token: string; expires_in: number; scope: string; token_type: string };
 }
@@ -112,7 +119,12 @@ async function raw(bearer?: string) {
       accept: "application/json, text/event-stream",
       ...(bearer ? { authorization: `Bearer ${bearer}` } : {}),
     },
-    body: JSON.stringify({ jsonrpc: "2.0", id: 1, method: "initialize", params: { protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "raw", version: "1" } } }),
+    body: JSON.stringify({
+      jsonrpc: "2.0",
+      id: 1,
+      method: "initialize",
+      params: { protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "raw", version: "1" } },
+    }),
     signal: AbortSignal.timeout(10_000),
   });
   await r.body?.cancel();
@@ -180,7 +192,7 @@ describe.skipIf(skipBrowser)("the OAuth upstream fixture, used as an MCP OAuth c
   });
 
   it("signs alice in with Chromium; the tokens call whoami; expiry → 401 invalid_token; refreshes rotate; revokeGrantsOf → invalid_grant", async () => {
-    const t = await codeFor("alice");
+    const t = await codeFor("alice", null); // no resource on the token request: the granted one
     expect(t.token_type).toBe("Bearer");
     expect(t.expires_in).toBe(TTL);
     expect(t.scope).toBe("mcp:tools");
@@ -216,7 +228,7 @@ describe.skipIf(skipBrowser)("the OAuth upstream fixture, used as an MCP OAuth c
     ]);
   });
 
-  it("refuses tokens for another resource, signed by another key, or without the scope; the revocation endpoint spends a refresh token", async () => {
+  it("refuses tokens for another resource or signed by another key; the revocation endpoint spends a refresh token", async () => {
     const other = `${new URL(up.mcpUrl).origin}/other`;
     const t = await codeFor("bob", other);
     const wrongAud = await raw(t.access_token);
@@ -262,7 +274,8 @@ describe.skipIf(skipBrowser)("the OAuth upstream fixture, used as an MCP OAuth c
       ).json();
       clientId = reg.client_id;
       try {
-        const t = await codeFor("dave");
+        const t = await codeFor("dave", undefined, "mcp:read");
+        expect(t.scope).toBe("mcp:read");
         const r = await raw(t.access_token);
         expect(r.status).toBe(403);
         expect(r.challenge).toContain('error="insufficient_scope"');
