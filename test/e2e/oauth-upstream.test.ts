@@ -12,6 +12,7 @@
  * is a credential.* record; no token or grant reaches the gateway's output.
  */
 import { mkdtempSync, rmSync } from "node:fs";
+import { createServer, type Server } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Browser, BrowserContext, Page } from "playwright-core";
@@ -28,6 +29,8 @@ const skip = !hasChromium && !browserRequired;
 const TTL_S = 4;
 
 let up: OAuthUpstream;
+/** An upstream whose protected-resource metadata names an authorization server the egress rules refuse (a metadata address). */
+let rogue: Server;
 let gw: Proc & { url: string; logs: () => string };
 let origin = "";
 let browser: Browser;
@@ -39,6 +42,15 @@ let firstSession: Awaited<ReturnType<typeof sessionClient>>;
 beforeAll(async () => {
   if (skip) return;
   up = await startOAuthUpstream({ accessTokenTtlSeconds: TTL_S });
+  rogue = createServer((req, res) => {
+    const base = `http://127.0.0.1:${(rogue.address() as { port: number }).port}`;
+    if (req.url?.startsWith("/.well-known/oauth-protected-resource")) {
+      res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ resource: `${base}/mcp`, authorization_servers: ["http://169.254.169.254"] }));
+      return;
+    }
+    res.writeHead(401, { "www-authenticate": `Bearer resource_metadata="${base}/.well-known/oauth-protected-resource/mcp"` }).end();
+  });
+  await new Promise<void>((r) => rogue.listen(0, "127.0.0.1", r));
   const jwk = JSON.stringify((await generateSigningKey("oauth-up-e2e")).privateJwk);
   const port = await freePort();
   origin = `http://127.0.0.1:${port}`;
@@ -54,19 +66,26 @@ upstreams:
     url: ${up.mcpUrl}
     namespace: false
     auth: {type: oauth}
+  - name: shared-tracker
+    url: ${up.mcpUrl}
+    auth: {type: oauth, connection: shared}
+  - name: rogue
+    url: http://127.0.0.1:${(rogue.address() as { port: number }).port}/mcp
+    auth: {type: oauth}
 `;
   gw = await startPortcullis(config, port, {
     PORTCULLIS_SIGNING_KEY: jwk,
     PORTCULLIS_CREDENTIALS_KEY: btoa(String.fromCharCode(...crypto.getRandomValues(new Uint8Array(32)))),
   });
-  for (const [who, roles] of [
-    ["alice", ["agent"]],
-    ["bob", ["agent"]],
-    ["audit", ["auditor"]],
+  for (const [who, roles, team] of [
+    ["alice", ["agent"], "e2e"],
+    ["bob", ["agent"], "e2e"],
+    ["dan", ["agent"], "other"],
+    ["ops", ["operator"], "e2e"],
+    ["audit", ["auditor"], "e2e"],
   ] as const) {
-    tokens[who] = (
-      await grantFor(jwk, origin, { sub: `${who === "audit" ? "human" : "agent"}:${who}`, team: "e2e", roles: [...roles], tools: ["*"], ttlSeconds: 1800 })
-    ).token;
+    const human = who === "audit" || who === "ops";
+    tokens[who] = (await grantFor(jwk, origin, { sub: `${human ? "human" : "agent"}:${who}`, team, roles: [...roles], tools: ["*"], ttlSeconds: 1800 })).token;
   }
   browser = await launchChromium();
 }, 180_000);
@@ -74,7 +93,7 @@ upstreams:
 afterAll(async () => {
   await closeSessions();
   await browser?.close().catch(() => undefined);
-  await Promise.all([gw?.stop(), up?.close()]);
+  await Promise.all([gw?.stop(), up?.close(), new Promise((r) => (rogue ? rogue.close(r) : r(undefined)))]);
   if (dir) rmSync(dir, { recursive: true, force: true });
 });
 
@@ -291,6 +310,54 @@ describe.skipIf(skip)("an OAuth upstream", () => {
     const alice = await sessionClient("oauth-alice-6", mcp(), tokens.alice);
     expect(texts(await alice.callTool({ name: "whoami", arguments: {} }))).toContain(connectUrl());
     expect(up.requests.some((q) => q.sub === "mallory")).toBe(false);
+  });
+
+  it("a shared connection is made by an operator and used by every principal of that team, and by no other team", async () => {
+    const bob = await sessionClient("oauth-bob-shared", mcp(), tokens.bob);
+    const before = await bob.callTool({ name: "shared-tracker__whoami", arguments: {} });
+    expect(texts(before)).toContain("team e2e has not connected upstream shared-tracker");
+    expect(texts(before)).toContain("an operator of your team connects it");
+    // An agent sees the shared upstream in Connections but cannot connect it.
+    const agentCtx = await browser.newContext();
+    const agentPage = await agentCtx.newPage();
+    await agentPage.goto(`${origin}/console/login?next=${encodeURIComponent("/console/connections")}`);
+    await agentPage.fill("#token", tokens.bob!);
+    await Promise.all([agentPage.waitForURL((u) => u.pathname === "/console/connections"), agentPage.click('form.box button[type="submit"]')]);
+    expect(await agentPage.textContent('section[data-upstream="shared-tracker"]')).toContain("An operator or admin of your team connects");
+    expect(await agentPage.$('section[data-upstream="shared-tracker"] button')).toBeNull();
+    // Nor open the other pages: an agent grant is for Connections alone.
+    await agentPage.goto(`${origin}/console/ledger`);
+    expect(await agentPage.textContent("main")).toContain("signs in only to connect its OAuth upstreams");
+    await agentCtx.close();
+    // The operator connects it for the team.
+    const opsCtx = await browser.newContext();
+    const opsPage = await opsCtx.newPage();
+    await opsPage.goto(`${origin}/console/login?next=${encodeURIComponent("/console/connections")}`);
+    await opsPage.fill("#token", tokens.ops!);
+    await Promise.all([opsPage.waitForURL((u) => u.pathname === "/console/connections"), opsPage.click('form.box button[type="submit"]')]);
+    await opsPage.click('section[data-upstream="shared-tracker"] button[type="submit"]');
+    await opsPage.click("#continue");
+    await consentInBrowser(opsPage, { login: "team-e2e" });
+    await opsPage.waitForURL((u) => u.pathname === "/console/connections/callback");
+    expect(await opsPage.textContent("main")).toContain("Connected shared-tracker");
+    await opsCtx.close();
+    expect(texts(await bob.callTool({ name: "shared-tracker__whoami", arguments: {} }))).toContain("sub=team-e2e");
+    const alice = await sessionClient("oauth-alice-shared", mcp(), tokens.alice);
+    expect(texts(await alice.callTool({ name: "shared-tracker__whoami", arguments: {} }))).toContain("sub=team-e2e");
+    const dan = await sessionClient("oauth-dan", mcp(), tokens.dan);
+    expect(texts(await dan.callTool({ name: "shared-tracker__whoami", arguments: {} }))).toContain("team other has not connected upstream shared-tracker");
+    const rec = await ledger("credential.connected", (e) => e.some((x) => x.body.owner === "team:e2e"));
+    expect(rec.find((x) => x.body.owner === "team:e2e")!.body).toMatchObject({ principal: "human:ops", upstream: "shared-tracker" });
+  });
+
+  it("an authorization server outside the egress rules is refused with a reason, and nothing is kept", async () => {
+    await page.goto(`${origin}/console/connections`);
+    await page.click('section[data-upstream="rogue"] button[type="submit"]');
+    const text = (await page.textContent("main")) ?? "";
+    expect(text).toContain("upstream rogue cannot be connected");
+    expect(text).toMatch(/could not be reached \(.*(metadata|not allowed|refused).*\)/i);
+    await page.goto(`${origin}/console/connections`);
+    expect(await page.getAttribute('section[data-upstream="rogue"]', "data-connected")).toBe("no");
   });
 
   it("printed no token, code or grant", async () => {
