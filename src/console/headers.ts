@@ -46,6 +46,9 @@ button[disabled] { cursor: not-allowed; opacity: .55; }
 form.filters { display: flex; gap: .8rem; align-items: end; flex-wrap: wrap; margin-bottom: .6rem; }
 form.filters label { margin: 0; }
 form.filters select, form.filters input { width: 14rem; }
+section.box { border: 1px solid var(--line); padding: .2rem .9rem .8rem; margin: .8rem 0; max-width: 52rem; }
+a.button { display: inline-block; border: 1px solid var(--line); background: var(--panel); padding: .35rem .9rem; text-decoration: none; }
+button.danger { color: var(--bad); }
 `;
 
 function base64(bytes: Uint8Array): string {

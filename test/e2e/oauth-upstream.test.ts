@@ -11,7 +11,7 @@
  * server; a refused consent, a forged state and another browser's return are refused; every step
  * is a credential.* record; no token or grant reaches the gateway's output.
  */
-import { mkdtempSync, rmSync } from "node:fs";
+import { mkdirSync, mkdtempSync, rmSync } from "node:fs";
 import { createServer, type Server } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -88,6 +88,7 @@ upstreams:
     tokens[who] = (await grantFor(jwk, origin, { sub: `${human ? "human" : "agent"}:${who}`, team, roles: [...roles], tools: ["*"], ttlSeconds: 1800 })).token;
   }
   browser = await launchChromium();
+  mkdirSync(ARTIFACTS, { recursive: true });
 }, 180_000);
 
 afterAll(async () => {
@@ -96,6 +97,10 @@ afterAll(async () => {
   await Promise.all([gw?.stop(), up?.close(), new Promise((r) => (rogue ? rogue.close(r) : r(undefined)))]);
   if (dir) rmSync(dir, { recursive: true, force: true });
 });
+
+const ARTIFACTS = join(import.meta.dirname, "../../test-artifacts/console");
+/** A full-page screenshot of what the person sees, kept with the console's others. */
+const shot = (p: Page, name: string) => p.screenshot({ path: join(ARTIFACTS, `connections-${name}.png`), fullPage: true });
 
 const connectUrl = () => `${origin}/console/connections?upstream=tracker`;
 const mcp = () => `${origin}/mcp`;
@@ -155,12 +160,15 @@ async function connectInBrowser(page: Page, grant: string, login: string): Promi
   await page.fill("#token", grant);
   await Promise.all([page.waitForURL((u) => u.pathname === "/console/connections"), page.click('form.box button[type="submit"]')]);
   expect(new URL(page.url()).searchParams.get("upstream")).toBe("tracker");
+  await shot(page, "before");
   await page.click('section[data-upstream="tracker"] button[type="submit"]');
   await page.waitForSelector("#continue");
+  await shot(page, "continue");
   expect(await page.textContent("#continue")).toContain(new URL(up.issuer).host);
   await page.click("#continue");
   await consentInBrowser(page, { login });
   await page.waitForURL((u) => u.pathname === "/console/connections/callback");
+  await shot(page, "connected");
   return (await page.textContent("main")) ?? "";
 }
 
@@ -262,6 +270,7 @@ describe.skipIf(skip)("an OAuth upstream", () => {
     expect(refused.find((x) => x.body.reason.startsWith("refresh refused"))!.body.reason).toContain("invalid_grant");
     await page.goto(`${origin}/console/connections`);
     expect(await page.getAttribute('section[data-upstream="tracker"]', "data-connected")).toBe("no");
+    await shot(page, "refused-refresh");
   });
 
   it("reconnects, then disconnect revokes at the authorization server and deletes the tokens", async () => {
