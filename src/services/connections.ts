@@ -456,8 +456,15 @@ export async function finishConnect(
       resource: pending.resource,
     });
     const row = await sealTokens(env, cfg, o, up, p.sub, t, { server: pending.server, client: pending.client, resource: pending.resource });
-    await ownerObject(env, o).connectionPut(up.name, row);
-    await record(env, cfg, "connected", o, { principal: p.sub, upstream: up.name, authorization_server: pending.server.issuer, scopes: scopesOf(t.scope) });
+    const store = ownerObject(env, o);
+    await store.connectionPut(up.name, row);
+    try {
+      await record(env, cfg, "connected", o, { principal: p.sub, upstream: up.name, authorization_server: pending.server.issuer, scopes: scopesOf(t.scope) });
+    } catch (e) {
+      // A connection the ledger does not know of is not kept.
+      await store.connectionRemove(up.name).catch(() => undefined);
+      return { ok: false, status: 503, message: `upstream ${up.name} was not connected: the ledger could not record it (${(e as Error).message}); nothing was kept` };
+    }
     return { ok: true, value: { upstream: up.name, scopes: scopesOf(t.scope) } };
   } catch (e) {
     if (e instanceof OAuthFlowError) return { ok: false, status: 502, message: `upstream ${up.name} was not connected: ${e.reason}; nothing was kept` };

@@ -247,9 +247,9 @@ describe.skipIf(skip)("an OAuth upstream", () => {
   it("refreshes an expired token once for many concurrent calls, and records it coalesced", async () => {
     await new Promise((r) => setTimeout(r, TTL_S * 1000 + 500));
     const refreshesBefore = up.tokenRequests.filter((t) => t.grantType === "refresh_token").length;
-    const alice = await sessionClient("oauth-alice-3", mcp(), tokens.alice);
-    const results = await Promise.all(Array.from({ length: 6 }, () => alice.callTool({ name: "whoami", arguments: {} })));
-    for (const r of results) expect(texts(r)).toContain("sub=alice");
+    // Six 2026-07-28 requests at once, each its own request to the gateway: all meet the expired token together.
+    const results = await Promise.all(Array.from({ length: 6 }, () => modern(mcp(), tokens.alice!, "tools/call", { name: "whoami", arguments: {} })));
+    for (const r of results) expect(JSON.stringify(r.result?.content)).toContain("sub=alice");
     const refreshes = up.tokenRequests.filter((t) => t.grantType === "refresh_token").slice(refreshesBefore);
     expect(refreshes).toEqual([{ grantType: "refresh_token", ok: true }]);
     const rec = await ledger("credential.refreshed", (e) => e.length >= 1);
