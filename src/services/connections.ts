@@ -463,7 +463,11 @@ export async function finishConnect(
     } catch (e) {
       // A connection the ledger does not know of is not kept.
       await store.connectionRemove(up.name).catch(() => undefined);
-      return { ok: false, status: 503, message: `upstream ${up.name} was not connected: the ledger could not record it (${(e as Error).message}); nothing was kept` };
+      return {
+        ok: false,
+        status: 503,
+        message: `upstream ${up.name} was not connected: the ledger could not record it (${(e as Error).message}); nothing was kept`,
+      };
     }
     return { ok: true, value: { upstream: up.name, scopes: scopesOf(t.scope) } };
   } catch (e) {

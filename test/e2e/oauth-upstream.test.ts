@@ -45,7 +45,9 @@ beforeAll(async () => {
   rogue = createServer((req, res) => {
     const base = `http://127.0.0.1:${(rogue.address() as { port: number }).port}`;
     if (req.url?.startsWith("/.well-known/oauth-protected-resource")) {
-      res.writeHead(200, { "content-type": "application/json" }).end(JSON.stringify({ resource: `${base}/mcp`, authorization_servers: ["http://169.254.169.254"] }));
+      res
+        .writeHead(200, { "content-type": "application/json" })
+        .end(JSON.stringify({ resource: `${base}/mcp`, authorization_servers: ["http://169.254.169.254"] }));
       return;
     }
     res.writeHead(401, { "www-authenticate": `Bearer resource_metadata="${base}/.well-known/oauth-protected-resource/mcp"` }).end();

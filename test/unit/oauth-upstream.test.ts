@@ -338,7 +338,7 @@ describe("a call to an upstream the caller has not connected", () => {
     expect(plain.result).toEqual({ content: [{ type: "text", text: leg.reason }], isError: true });
     const legacy = notAnswered(call("legacy", true), leg).response;
     expect(legacy.error?.code).toBe(URL_ELICITATION_REQUIRED);
-    const e = (legacy.error?.data as { elicitations: { mode: string; url: string; elicitationId: string }[] }).elicitations[0]!;
+    const e = (legacy.error!.data as { elicitations: { mode: string; url: string; elicitationId: string }[] }).elicitations[0]!;
     expect(e).toMatchObject({ mode: "url", url: leg.connect.url });
     expect(e.elicitationId).toMatch(/^[0-9a-f-]{36}$/);
     const modern = notAnswered(call("modern", true), leg).response.result as Record<string, unknown>;
