@@ -149,6 +149,8 @@ export interface Server {
   readsOperatorToken?: boolean;
   /** The entry's own setting that says it signs in with OAuth (`oauth`, `auth`, an mcp-remote --static-oauth-… flag). */
   oauth?: string;
+  /** The names of the keys inside that setting when it is an object (`clientId`, `callbackPort`, …), for messages: never their values. */
+  oauthKeys?: string[];
   /** A stdio server's entry as the file has it, for `import --bridge` to run it (never printed: it may hold credentials). */
   entry?: JsonObject;
 }
@@ -209,7 +211,8 @@ function serverOf(name: string, where: string, entry: unknown, client: Client): 
   const headers = isObject(e.headers) ? Object.fromEntries(Object.entries(e.headers).map(([k, v]) => [k, String(v)])) : {};
   const type = typeof e.type === "string" ? e.type.toLowerCase() : undefined;
   const oauth = oauthSettingOf(e);
-  const signIn = oauth ? { oauth } : {};
+  const setting = oauth !== undefined ? e[oauth] : undefined;
+  const signIn = oauth ? { oauth, ...(isObject(setting) ? { oauthKeys: Object.keys(setting) } : {}) } : {};
   if (typeof e.url === "string") {
     const kind = type === "sse" ? "sse" : "http";
     return { name, where, kind, url: e.url, headers, ...signIn };
@@ -279,7 +282,7 @@ export function serversOf(client: Client, parsed: { root: JsonNode }): { scopes:
 export const isGatewayEntry = (s: Server, gateway: string): boolean => s.name === ENTRY || (s.url !== undefined && sameUrl(s.url, gateway));
 
 // ---------------------------------------------------------------------------------------------
-// The OAuth probe: does an HTTP server want a sign-in the gateway cannot hold yet?
+// The OAuth probe: does an HTTP server sign people in with OAuth (so its upstream gets auth: {type: oauth})?
 
 /** What one probe of a server found: an OAuth sign-in (and the evidence), an answer (its status), or no answer (why). */
 export type Probe = { oauth: true; evidence: string } | { oauth: false; status: number } | { oauth: false; status: null; why: string };

@@ -3,9 +3,10 @@
  * Claude Desktop, Cursor, VS Code) moved behind the gateway and back. `import` reads the client's
  * server list, appends each HTTP server it can govern to the `upstreams:` of a portcullis.yaml
  * (through the yaml Document API, so its comments stay), backs the client file up once, takes those
- * servers out of the client file and adds one `portcullis` entry; what it cannot govern — stdio
- * servers, servers that sign in with OAuth (their entry's settings, or a probe unless --offline),
- * legacy SSE, a URL carrying a credential — stays in the client file byte for byte and is named
+ * servers out of the client file and adds one `portcullis` entry; a server that signs in with OAuth
+ * (its entry's settings, or a probe unless --offline) becomes an `auth: {type: oauth}` upstream that
+ * each person connects in the console; what it cannot govern — stdio servers, legacy SSE, a URL
+ * carrying a credential — stays in the client file byte for byte and is named
  * (`not governed: <reason>`); with `--bridge` each stdio server instead becomes an upstream served by
  * `portcullis bridge` on 127.0.0.1 (cli/import-bridge.ts plans it and writes its secret and start
  * script) and leaves the client file too. `restore` puts the backup back byte for byte; `doctor --clients`
@@ -16,7 +17,8 @@
  * flags, output and exit codes (0 ok, 1 problems found, 2 usage); the client file formats and the
  * probe are cli/client-files.ts's, the byte-exact JSONC edit cli/jsonc.ts's.
  * Must never: copy a credential out of a client file (an inline secret becomes a `${NAME}`
- * reference and the command names the secret to set, never its value), print one, change or drop a
+ * reference and the command names the secret to set, never its value; an entry's own OAuth client
+ * settings are named by their keys only, never copied), print one, change or drop a
  * server it keeps, overwrite an existing backup, write anything on --dry-run, or point a client at
  * PORTCULLIS_TOKEN.
  */
@@ -63,16 +65,18 @@ const HELP = {
   moves a client's HTTP MCP servers behind Portcullis, and keeps what it cannot govern:
   - each HTTP server in the client's file becomes an upstream in --config (default ./portcullis.yaml,
     created when missing; appended to upstreams:, comments kept) and leaves the client file
+  - a server that signs in with OAuth (its entry's oauth/auth settings or an mcp-remote
+    --static-oauth-… flag; or the probe below) becomes an upstream with auth: {type: oauth}: each person
+    connects it once in the console (<gateway>/console/connections; --json: oauth[]); the entry's own
+    OAuth client settings are the client's registration and are not copied (their key names are shown)
   - kept in the client file as they are, each named with "not governed: <reason>" (--json: kept[]):
     stdio  a server the client starts (command): a Worker cannot spawn processes (unless --bridge)
-    oauth  a server that signs in with OAuth (its entry's oauth/auth settings or an mcp-remote
-           --static-oauth-… flag; or the probe below): Portcullis cannot yet hold its sign-in
     sse    the legacy SSE transport (Portcullis upstreams speak Streamable HTTP)
     url    a url carrying a credential (user:password@, ?token=…): move it to a header, import again
   - the probe: each HTTP server sending no credential-looking header gets one POST initialize
     (${PROBE_TIMEOUT_MS / 1000} s, no redirect followed, none of its headers); a 401 with WWW-Authenticate: Bearer
     resource_metadata=…, or with RFC 9728 metadata at /.well-known/oauth-protected-resource, is OAuth.
-    A server that does not answer is imported, and said so
+    A server that does not answer is imported as a plain HTTP upstream, and said so
   - secrets only by reference: an inline Authorization (or any credential-looking header) is never
     copied; the upstream gets "\${<NAME>_TOKEN}" and the command names the secret to set
   - the client file is backed up once to FILE${BACKUP_SUFFIX} (an existing backup is never overwritten),
@@ -93,6 +97,7 @@ const HELP = {
                  The server's env: references stay references, an inline credential is never copied (the
                  script asks for it by name). A server whose command line carries a credential stays direct
   --offline      no probe, no network: only each entry's own settings say whether it signs in with OAuth
+                 (a probed OAuth server is then imported without auth: add it by hand)
   --dry-run      print what would change; write nothing (the probe still runs unless --offline)
   --json         print the result as JSON
 exit: 0 imported (or nothing to import), 1 a file could not be read, parsed or written, 2 usage`,
@@ -104,14 +109,16 @@ exit: 0 restored, 1 no backup (or it could not be restored), 2 usage`,
   reports every MCP server a client reaches directly (an ungoverned path: anything but the "${ENTRY}"
   entry), a client with no gateway entry, and a gateway entry that reads ${OPERATOR_TOKEN} (the
   operator CLI's variable) instead of ${AGENT_TOKEN}. A direct server that import keeps because
-  Portcullis cannot govern it yet ("not governed: stdio", "oauth" or "sse", as import says) is
-  reported but is not a problem by itself; any other direct server is. Without --client: every client
+  Portcullis cannot govern it yet ("not governed: stdio" or "sse", as import says) is reported but is
+  not a problem by itself; any other direct server is, a server that signs in with OAuth too (import
+  moves it as an OAuth upstream; --json: its "oauth" is true). Without --client: every client
   config found at its default path (and ./.mcp.json, ./.cursor/mcp.json, ./.vscode/mcp.json)
   --gateway URL  the gateway, as import reads it: its origin (gets /mcp), its MCP endpoint …/mcp (default
                  ${DEFAULT_GATEWAY}) or …/mcp/<upstream>; an entry at that endpoint, or named "${ENTRY}",
                  is the gateway entry
   --offline      no probe: an HTTP server counts as signing in with OAuth only by its entry's own settings
-                 (otherwise each one sending no credential-looking header is probed as import does)
+                 (otherwise each one sending no credential-looking header is probed as import does; the
+                 verdict is the same either way, only what the report says about OAuth differs)
 exit: 0 every client goes through the gateway (and what it keeps direct is only what Portcullis cannot
   govern yet), 1 an ungoverned server import would move, a missing gateway entry or one reading
   ${OPERATOR_TOKEN}, 2 usage`,
@@ -162,7 +169,7 @@ const gatewayUrlOf = (a: { gateway?: string }): string => gatewayEndpoint(a.gate
 // What Portcullis cannot govern yet: the servers import keeps in the client file, and why.
 
 /** Why a server stays direct: import keeps it, doctor reports it without counting it a problem (except "url", which the operator can fix). */
-type KeptReason = "stdio" | "oauth" | "sse" | "url";
+type KeptReason = "stdio" | "sse" | "url";
 interface Kept {
   name: string;
   where: string;
@@ -172,7 +179,6 @@ interface Kept {
 
 const WHY: Record<KeptReason, string> = {
   stdio: "a Worker cannot spawn processes; import --bridge serves it to the gateway through portcullis bridge",
-  oauth: "it signs in with OAuth, and Portcullis cannot yet hold its OAuth sign-in",
   sse: "the legacy SSE transport: Portcullis upstreams speak Streamable HTTP",
   url: "its url cannot be copied",
 };
@@ -195,15 +201,50 @@ async function probesOf(servers: Server[], offline: boolean): Promise<Map<Server
 }
 
 /** Why Portcullis cannot govern `s` (it stays direct), with a detail for messages; null when import moves it. */
-function keptOf(s: Server, probe: Probe | undefined): Kept | null {
+function keptOf(s: Server): Kept | null {
   const k = (reason: KeptReason, detail: string): Kept => ({ name: s.name, where: s.where, reason, detail });
   if (s.kind === "stdio") return k("stdio", `a stdio server (${s.command}): ${WHY.stdio}`);
-  if (s.oauth) return k("oauth", `${WHY.oauth} (its entry's "${s.oauth}" setting)`);
   if (s.kind === "sse") return k("sse", WHY.sse);
   const bad = urlProblem(s.url ?? "");
   if (bad) return k("url", bad);
-  if (probe?.oauth) return k("oauth", `${WHY.oauth} (${probe.evidence})`);
   return null;
+}
+
+/** What says an HTTP server signs in with OAuth (its entry's own setting, or what the probe found); null when nothing does. */
+const oauthEvidenceOf = (s: Server, probe: Probe | undefined): string | null =>
+  s.oauth ? `its entry's "${s.oauth}" setting` : probe?.oauth ? probe.evidence : null;
+
+/** An OAuth server import moved: its upstream, why it is OAuth, and where each person connects it. */
+interface MovedOAuth {
+  upstream: string;
+  server: string;
+  evidence: string;
+  connect: string;
+  /** The keys of the entry's own OAuth client settings (clientId, callbackPort, …), never their values. */
+  clientSettings: string[];
+}
+
+/**
+ * An OAuth server's upstream gets `auth: {type: oauth}` (dynamic registration, each principal
+ * connects their own); its notes and record, with the entry's own client settings named by their
+ * keys only.
+ */
+function oauthUpstream(upstream: JsonObject, s: Server, evidence: string, gateway: string): { notes: string[]; moved: MovedOAuth } {
+  const name = String(upstream.name);
+  const origin = new URL(gateway).origin;
+  const connect = `${origin}/console/connections?upstream=${encodeURIComponent(name)}`;
+  upstream.auth = { type: "oauth" };
+  const notes = [
+    `signs in with OAuth (${evidence}): imported with auth: {type: oauth}; each person connects it once in the console: ${connect} (until then a call to it reaches nothing and is answered with that URL)`,
+    "the gateway keeps OAuth tokens sealed under the PORTCULLIS_CREDENTIALS_KEY secret (32 bytes, base64): dev: export PORTCULLIS_CREDENTIALS_KEY=$(openssl rand -base64 32); deploy: npx wrangler secret put PORTCULLIS_CREDENTIALS_KEY",
+    "its authorization server's host must be allowed by egress (any public host while egress.hosts is empty; otherwise add it there)",
+  ];
+  const settings = s.oauthKeys ?? [];
+  if (s.oauth)
+    notes.push(
+      `the entry's "${s.oauth}" setting${settings.length ? ` (${settings.join(", ")})` : ""} is the client's own sign-in and was not copied: the gateway registers itself (dynamic registration); if the server does not offer it, register a client whose redirect URI is ${origin}/console/connections/callback and set upstreams.${name}.auth.client_id (and client_secret as a \${NAME} reference)`,
+    );
+  return { notes, moved: { upstream: name, server: s.name, evidence, connect, clientSettings: settings } };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -271,6 +312,7 @@ async function importCommand(a: Options<typeof IMPORT_OPTIONS>): Promise<number>
   const added: JsonObject[] = [];
   const reused: { server: string; where: string; upstream: unknown }[] = [];
   const kept: Kept[] = [];
+  const oauth: MovedOAuth[] = [];
   const secrets: ImportedSecret[] = [];
   const notes: string[] = [];
   // What leaves the client file (by where): the servers moved behind the gateway, and old gateway entries.
@@ -283,7 +325,7 @@ async function importCommand(a: Options<typeof IMPORT_OPTIONS>): Promise<number>
       continue;
     }
     const probe = probes.get(s);
-    const keep = keptOf(s, probe);
+    const keep = keptOf(s);
     if (keep?.reason === "stdio" && a.bridge) {
       const why = notBridgeable(s.entry);
       if (!why && s.entry) {
@@ -305,15 +347,25 @@ async function importCommand(a: Options<typeof IMPORT_OPTIONS>): Promise<number>
       continue;
     }
     const name = upstreamName(s.name, names);
-    const h = upstreamHeaders(name, s, secretNames);
+    const evidence = oauthEvidenceOf(s, probe);
+    // An OAuth upstream is sent the connection's token: the entry's own Authorization is not imported.
+    const dropped = evidence ? Object.keys(s.headers).find((k) => k.toLowerCase() === "authorization") : undefined;
+    const sent = dropped ? { ...s, headers: Object.fromEntries(Object.entries(s.headers).filter(([k]) => k !== dropped)) } : s;
+    const h = upstreamHeaders(name, sent, secretNames);
     const upstream: JsonObject = { name, url, description: `${s.name}, imported from ${client} (${s.where})`.slice(0, 500) };
     if (Object.keys(h.headers).length) upstream.headers = h.headers;
     added.push(upstream);
     secrets.push(...h.secrets);
     notes.push(...h.notes.map((n) => `${name}: ${n}`));
+    if (evidence) {
+      const o = oauthUpstream(upstream, s, evidence, gateway);
+      oauth.push(o.moved);
+      notes.push(...o.notes.map((n) => `${name}: ${n}`));
+      if (dropped) notes.push(`${name}: its ${dropped} header was not imported: an OAuth upstream is sent the connection's token`);
+    }
     if (probe && !probe.oauth && probe.status === null)
       notes.push(
-        `${name}: ${s.name} did not answer the OAuth probe (${probe.why}): imported as an HTTP server; if it signs in with OAuth, restore and keep it direct`,
+        `${name}: ${s.name} did not answer the OAuth probe (${probe.why}): imported as an HTTP server; if it signs in with OAuth, add auth: {type: oauth} to it`,
       );
     else if (probe && !probe.oauth && probe.status === 401)
       notes.push(
@@ -379,6 +431,7 @@ async function importCommand(a: Options<typeof IMPORT_OPTIONS>): Promise<number>
     upstreams: added,
     reused,
     kept,
+    oauth,
     secrets: secrets.map((s) => ({ ...s, dev: `export ${s.name}=…`, deploy: `npx wrangler secret put ${s.name}` })),
     notes,
     bridges: plans.map((p) => ({ ...p, dev: `export ${p.secretName}="$(cat ${p.secretFile})"` })),
@@ -402,7 +455,7 @@ async function importCommand(a: Options<typeof IMPORT_OPTIONS>): Promise<number>
             .map(([k, v]) => `${k}: ${v}`)
             .join(", ")}`
         : "";
-      console.log(`    ${u.name}  ${u.url}${shown}`);
+      console.log(`    ${u.name}  ${u.url}${shown}${isObject(u.auth) ? "  auth: {type: oauth}" : ""}`);
     }
   } else console.log(`  no new upstream for ${configFile}`);
   for (const r of reused) console.log(`  ${r.server}: already upstream ${r.upstream} of ${configFile} (same url), not added again`);
@@ -467,10 +520,12 @@ type Described = {
   reason?: KeptReason;
   /** Whether it counts as a problem: every direct server but those Portcullis cannot govern yet. */
   problem: boolean;
+  /** True when it signs in with OAuth (import moves it as an `auth: {type: oauth}` upstream). */
+  oauth?: boolean;
 };
 
 /** Direct servers that are not a problem by themselves: Portcullis cannot govern them yet ("url" the operator can fix). */
-const NOT_A_PROBLEM: ReadonlySet<KeptReason> = new Set(["stdio", "oauth", "sse"]);
+const NOT_A_PROBLEM: ReadonlySet<KeptReason> = new Set(["stdio", "sse"]);
 
 async function doctorCommand(a: Options<typeof DOCTOR_OPTIONS>): Promise<number> {
   if (a.help) return help("doctor");
@@ -511,8 +566,14 @@ async function doctorCommand(a: Options<typeof DOCTOR_OPTIONS>): Promise<number>
             );
           continue;
         }
-        const kept = keptOf(s, probes.get(s));
-        r.ungoverned.push({ ...base, ...(kept ? { reason: kept.reason } : {}), problem: !kept || !NOT_A_PROBLEM.has(kept.reason) });
+        const kept = keptOf(s);
+        const signsIn = !kept && oauthEvidenceOf(s, probes.get(s)) !== null;
+        r.ungoverned.push({
+          ...base,
+          ...(kept ? { reason: kept.reason } : {}),
+          ...(signsIn ? { oauth: true } : {}),
+          problem: !kept || !NOT_A_PROBLEM.has(kept.reason),
+        });
       }
       // A file with no gateway entry matters when it names servers, or when this client was asked about.
       if (r.gateway.length === 0 && (servers.length || only)) r.problems.push(`no "${ENTRY}" entry: this client does not reach the gateway`);
@@ -538,7 +599,10 @@ async function doctorCommand(a: Options<typeof DOCTOR_OPTIONS>): Promise<number>
     console.log(`${r.client}: ${r.file}: ${bad ? "PROBLEMS" : `ok (${r.gateway.map((g) => g.where).join(", ")}${direct})`}`);
     for (const u of r.ungoverned) {
       const what = `UNGOVERNED ${u.server} (${u.where}, ${u.kind}${u.url ? ` ${u.url}` : ` ${u.command}`}): reached directly, not through the gateway`;
-      if (!u.reason) console.log(`  ${what} (portcullis import --client ${r.client} moves it)`);
+      if (!u.reason)
+        console.log(
+          `  ${what} (portcullis import --client ${r.client} moves it${u.oauth ? ", as an OAuth upstream each person connects in the console" : ""})`,
+        );
       else if (u.problem) console.log(`  ${what}; not governed: ${u.reason} (${WHY[u.reason]}: fix it and import again)`);
       else console.log(`  ${what}; not governed: ${u.reason} (${WHY[u.reason]}; import keeps it direct; not counted as a problem)`);
     }

@@ -6,11 +6,12 @@
  * config (comments kept, and `portcullis doctor --config` accepts it), no inline secret copied
  * anywhere (the written config, stdout, stderr; the rewritten client file keeps only the kept
  * servers' own), the backup written once, `restore` returning the client file byte for byte, and
- * `doctor --clients` finding a server added back directly. What import cannot govern — stdio
- * servers, servers that sign in with OAuth (by their entry's settings, or by the probe, against
- * loopback servers this file starts: a 401 with resource_metadata, a 401 with RFC 9728 metadata),
- * legacy SSE — stays in the client file byte for byte (comments too) and is named with its reason;
- * a server that does not answer the probe, or redirects, is imported; --offline probes nothing.
+ * `doctor --clients` finding a server added back directly. A server that signs in with OAuth (by
+ * its entry's settings, or by the probe, against loopback servers this file starts: a 401 with
+ * resource_metadata, a 401 with RFC 9728 metadata) becomes an `auth: {type: oauth}` upstream, its
+ * client settings named but never copied; what import cannot govern — stdio servers, legacy SSE —
+ * stays in the client file byte for byte (comments too) and is named with its reason; a server
+ * that does not answer the probe, or redirects, is imported; --offline probes nothing.
  * `--gateway` is normalised to /mcp or /mcp/<upstream> in import and doctor --clients alike, any
  * other path refused (exit 2). Every gateway entry written, in every client's format, and every line the
  * commands print for connecting a client, read the agent's grant from PORTCULLIS_AGENT_TOKEN, never
@@ -501,8 +502,8 @@ const INIT_RESULT = JSON.stringify({
   result: { protocolVersion: "2025-11-25", capabilities: {}, serverInfo: { name: "plain", version: "1" } },
 });
 
-describe("portcullis import keeps what it cannot govern: stdio servers and servers that sign in with OAuth", () => {
-  it("moves the plain HTTP servers, keeps stdio and OAuth servers byte for byte (user and project lists), names them with their reasons; --offline probes nothing; doctor --clients agrees", async () => {
+describe("portcullis import: servers that sign in with OAuth become OAuth upstreams; stdio servers stay", () => {
+  it("moves the plain HTTP servers, moves OAuth servers as auth: {type: oauth} upstreams (client settings named, never copied), keeps stdio byte for byte (user and project lists); --offline probes nothing; doctor --clients agrees", async () => {
     // An OAuth server (RFC 9728): 401 + WWW-Authenticate: Bearer resource_metadata=…, and the metadata it names.
     const oauth = await loopback(
       (r, port): Answer =>
@@ -548,6 +549,12 @@ describe("portcullis import keeps what it cannot govern: stdio servers and serve
         plain: { type: "http", url: `${plain.url}/mcp`, headers: { "X-Team": "platform" } },
         wiki: { type: "http", url: `${metaOnly.url}/mcp` },
         atlassian: { type: "http", url: `${plain.url}/settings`, oauth: { clientId: "portcullis-test", callbackPort: 8080 } },
+        crm: {
+          type: "http",
+          url: `${plain.url}/crm`,
+          headers: { Authorization: "Bearer ${CRM_TOKEN}" },
+          auth: { CLIENT_ID: "crm-client-0a1b", CLIENT_SECRET: "crm-secret-5f4e3d2c1b0a9d8c", scopes: ["crm.read"] },
+        },
         moved: { type: "http", url: `${redirecting.url}/mcp` },
         asleep: { type: "http", url: `http://127.0.0.1:${dead}/mcp` },
       },
@@ -575,12 +582,44 @@ describe("portcullis import keeps what it cannot govern: stdio servers and serve
     expect(jo.offline).toBe(true);
     expect(jo.kept.map((k: Any) => [k.name, k.reason])).toEqual([
       ["local-fs", "stdio"],
-      ["atlassian", "oauth"],
       ["repo-tool", "stdio"],
     ]);
-    expect(jo.kept[1].detail).toContain(`its entry's "oauth" setting`);
-    expect(jo.upstreams.map((u: Any) => u.name)).toEqual(["notes", "plain", "wiki", "moved", "asleep", "plain-project"]);
+    expect(jo.upstreams.map((u: Any) => [u.name, u.auth?.type ?? null])).toEqual([
+      ["notes", null],
+      ["plain", null],
+      ["wiki", null],
+      ["atlassian", "oauth"],
+      ["crm", "oauth"],
+      ["moved", null],
+      ["asleep", null],
+      ["plain-project", null],
+    ]);
+    expect(jo.oauth.map((o: Any) => [o.upstream, o.evidence, o.clientSettings])).toEqual([
+      ["atlassian", `its entry's "oauth" setting`, ["clientId", "callbackPort"]],
+      ["crm", `its entry's "auth" setting`, ["CLIENT_ID", "CLIENT_SECRET", "scopes"]],
+    ]);
     expect(readFileSync(file, "utf8")).toBe(original);
+
+    // Before the import, doctor --clients counts every direct server import would move a problem, OAuth ones too.
+    const before = await portcullis(["doctor", "--clients", "--client", "claude-code", "--json"], opts);
+    expect(before.code).toBe(1);
+    expect(JSON.parse(before.stdout).clients[0].ungoverned.map((u: Any) => [u.server, u.reason ?? null, u.oauth ?? false, u.problem])).toEqual([
+      ["notes", null, true, true],
+      ["local-fs", "stdio", false, false],
+      ["plain", null, false, true],
+      ["wiki", null, true, true],
+      ["atlassian", null, true, true],
+      ["crm", null, true, true],
+      ["moved", null, false, true],
+      ["asleep", null, false, true],
+      ["repo-tool", "stdio", false, false],
+      ["plain-project", null, false, true],
+    ]);
+    const beforeText = await portcullis(["doctor", "--clients", "--client", "claude-code"], opts);
+    expect(beforeText.stdout).toContain(
+      `UNGOVERNED notes (mcpServers.notes, http ${oauth.url}/mcp): reached directly, not through the gateway (portcullis import --client claude-code moves it, as an OAuth upstream each person connects in the console)`,
+    );
+    for (const s of [oauth, metaOnly, plain, redirecting]) s.seen.length = 0;
 
     // The import: one probe each for the servers that send no credential (none of their headers), no redirect followed.
     const r = await portcullis(["import", "--client", "claude-code"], opts);
@@ -594,48 +633,67 @@ describe("portcullis import keeps what it cannot govern: stdio servers and serve
     expect(plain.seen.every((x) => x.headers["x-team"] === undefined && x.headers.authorization === undefined)).toBe(true);
     expect(plain.seen.find((x) => x.path === "/mcp")?.headers["content-type"]).toBe("application/json");
 
-    // The config: the plain servers (also one that redirects, and one that did not answer), not the OAuth ones.
+    // The config: every HTTP server (also one that redirects, and one that did not answer); the OAuth ones with auth: {type: oauth}.
+    const configText = readFileSync(join(dir, "portcullis.yaml"), "utf8");
     const ups = upstreamsOf(join(dir, "portcullis.yaml"));
-    expect(ups.map((u) => [u.name, u.url])).toEqual([
-      ["github", "https://example.com/mcp"],
-      ["plain", `${plain.url}/mcp`],
-      ["moved", `${redirecting.url}/mcp`],
-      ["asleep", `http://127.0.0.1:${dead}/mcp`],
-      ["plain-project", `${plain.url}/project`],
+    expect(ups.map((u) => [u.name, u.url, u.auth ?? null])).toEqual([
+      ["github", "https://example.com/mcp", null],
+      ["notes", `${oauth.url}/mcp`, { type: "oauth" }],
+      ["plain", `${plain.url}/mcp`, null],
+      ["wiki", `${metaOnly.url}/mcp`, { type: "oauth" }],
+      ["atlassian", `${plain.url}/settings`, { type: "oauth" }],
+      ["crm", `${plain.url}/crm`, { type: "oauth" }],
+      ["moved", `${redirecting.url}/mcp`, null],
+      ["asleep", `http://127.0.0.1:${dead}/mcp`, null],
+      ["plain-project", `${plain.url}/project`, null],
     ]);
     expect(byName(ups, "plain").headers).toEqual({ "X-Team": "platform" });
+    // The OAuth upstream is sent the connection's token: the entry's Authorization is not imported; its own client settings never are.
+    expect(byName(ups, "crm").headers).toBeUndefined();
+    for (const v of ["portcullis-test", "8080", "crm-client-0a1b", "crm-secret-5f4e3d2c1b0a9d8c", "CRM_TOKEN"]) {
+      expect(configText).not.toContain(v);
+      expect(r.stdout).not.toContain(v);
+    }
+    // The gateway's own check accepts the config the import wrote (on loopback once egress allows it: these servers are on 127.0.0.1).
+    writeFileSync(join(dir, "checked.yaml"), `${configText}\negress:\n  allow_loopback: true\n`);
+    const checked = await portcullis(["doctor", "--config", join(dir, "checked.yaml")], opts);
+    expect(checked.code, checked.stdout + checked.stderr).toBe(0);
 
-    // The client file: the OAuth and stdio entries byte for byte, the moved ones gone, the gateway entry added.
+    // The client file: the stdio entries byte for byte, the moved ones gone, the gateway entry added.
     const text = readFileSync(file, "utf8");
-    for (const name of ["notes", "local-fs", "wiki", "atlassian"]) expect(text, name).toContain(entryText(original, name));
+    expect(text).toContain(entryText(original, "local-fs"));
     expect(text).toContain(entryText(original, "repo-tool", "        "));
     const after = JSON.parse(text);
-    expect(Object.keys(after.mcpServers)).toEqual(["notes", "local-fs", "wiki", "atlassian", "portcullis"]);
-    for (const name of ["notes", "local-fs", "wiki", "atlassian"])
-      expect(after.mcpServers[name]).toEqual(clientFile.mcpServers[name as keyof typeof clientFile.mcpServers]);
+    expect(Object.keys(after.mcpServers)).toEqual(["local-fs", "portcullis"]);
+    expect(after.mcpServers["local-fs"]).toEqual(clientFile.mcpServers["local-fs"]);
     expect(after.projects["/home/dev/app"]).toEqual({ allowedTools: [], mcpServers: { "repo-tool": { command: "node", args: ["tools/mcp.js"] } } });
     expect(after.theme).toBe("dark");
     expectOnlyKeptSecrets(text, ["fs-inline-9d8c7b6a5f4e3d2c1b0a"]);
 
-    // The output names every kept server and its reason, and the one that did not answer.
+    // The output names every kept server and its reason, each OAuth server with its evidence and the URL to connect it, and the one that did not answer.
     const line = (name: string) => r.stdout.split("\n").find((l) => l.startsWith(`  stays direct: ${name} (`)) ?? "";
-    expect(line("notes")).toContain(
-      "(not governed: oauth): it signs in with OAuth, and Portcullis cannot yet hold its OAuth sign-in (401 with WWW-Authenticate: Bearer resource_metadata=…)",
+    const note = (name: string, start: string) => r.stdout.split("\n").find((l) => l.startsWith(`  note: ${name}: ${start}`)) ?? "";
+    expect(note("notes", "signs in with OAuth")).toBe(
+      "  note: notes: signs in with OAuth (401 with WWW-Authenticate: Bearer resource_metadata=…): imported with auth: {type: oauth}; each person connects it once in the console: http://127.0.0.1:8787/console/connections?upstream=notes (until then a call to it reaches nothing and is answered with that URL)",
     );
-    expect(line("wiki")).toContain("(not governed: oauth)");
-    expect(line("wiki")).toContain("RFC 9728 metadata at /.well-known/oauth-protected-resource/mcp");
-    expect(line("atlassian")).toContain(
-      `(not governed: oauth): it signs in with OAuth, and Portcullis cannot yet hold its OAuth sign-in (its entry's "oauth" setting)`,
+    expect(note("wiki", "signs in with OAuth")).toContain("(401, and RFC 9728 metadata at /.well-known/oauth-protected-resource/mcp)");
+    expect(note("atlassian", "signs in with OAuth")).toContain(`(its entry's "oauth" setting)`);
+    expect(note("atlassian", "the entry's")).toContain(
+      `the entry's "oauth" setting (clientId, callbackPort) is the client's own sign-in and was not copied: the gateway registers itself (dynamic registration); if the server does not offer it, register a client whose redirect URI is http://127.0.0.1:8787/console/connections/callback and set upstreams.atlassian.auth.client_id`,
     );
+    expect(note("crm", "its Authorization header")).toContain("not imported: an OAuth upstream is sent the connection's token");
+    expect(note("notes", "the gateway keeps OAuth tokens sealed under the PORTCULLIS_CREDENTIALS_KEY secret")).not.toBe("");
+    expect(r.stdout).toContain(`    crm  ${plain.url}/crm  auth: {type: oauth}`);
+    for (const name of ["notes", "wiki", "atlassian", "crm"]) expect(line(name), name).toBe("");
     expect(line("local-fs")).toContain(
       "(not governed: stdio): a stdio server (npx -y @modelcontextprotocol/server-filesystem /srv): a Worker cannot spawn processes",
     );
     expect(line("repo-tool")).toMatch(
       /^ {2}stays direct: repo-tool \(projects\["\/home\/dev\/app"\]\.mcpServers\.repo-tool\) is not governed by Portcullis \(not governed: stdio\)/,
     );
-    for (const name of ["notes", "wiki", "atlassian", "local-fs", "repo-tool"]) expect(line(name)).toContain("kept in .claude.json as it is");
+    for (const name of ["local-fs", "repo-tool"]) expect(line(name)).toContain("kept in .claude.json as it is");
     expect(r.stdout).toMatch(/note: asleep: asleep did not answer the OAuth probe \(ECONNREFUSED\): imported as an HTTP server/);
-    expect(r.stdout).toContain('4 servers moved behind one "portcullis" entry at http://127.0.0.1:8787/mcp, 5 kept as they were');
+    expect(r.stdout).toContain('8 servers moved behind one "portcullis" entry at http://127.0.0.1:8787/mcp, 2 kept as they were');
     expectNoSecret(r.stdout, r.stderr, readFileSync(join(dir, "portcullis.yaml"), "utf8"));
 
     // doctor --clients probes as import does: what import kept is reported, not a problem.
@@ -643,23 +701,16 @@ describe("portcullis import keeps what it cannot govern: stdio servers and serve
     expect(d.code, d.stdout).toBe(0);
     const dj = JSON.parse(d.stdout);
     expect(dj.clients[0].ungoverned.map((u: Any) => [u.server, u.reason, u.problem])).toEqual([
-      ["notes", "oauth", false],
       ["local-fs", "stdio", false],
-      ["wiki", "oauth", false],
-      ["atlassian", "oauth", false],
       ["repo-tool", "stdio", false],
     ]);
     const dt = await portcullis(["doctor", "--clients", "--client", "claude-code"], opts);
     expect(dt.code).toBe(0);
-    expect(dt.stdout).toContain(`UNGOVERNED notes (mcpServers.notes, http ${oauth.url}/mcp): reached directly, not through the gateway; not governed: oauth`);
-    // --offline: only the settings speak, so the probed OAuth servers look like servers import would move.
+    expect(dt.stdout).toContain("UNGOVERNED local-fs (mcpServers.local-fs, stdio");
+    expect(dt.stdout).toContain("not governed: stdio");
+    // --offline: the same verdict (no probe needed once the OAuth servers are behind the gateway).
     const doff = await portcullis(["doctor", "--clients", "--client", "claude-code", "--offline", "--json"], opts);
-    expect(doff.code).toBe(1);
-    expect(
-      JSON.parse(doff.stdout)
-        .clients[0].ungoverned.filter((u: Any) => u.problem)
-        .map((u: Any) => u.server),
-    ).toEqual(["notes", "wiki"]);
+    expect(doff.code).toBe(0);
 
     // Importing again changes nothing; restore brings back the original bytes.
     const again = await portcullis(["import", "--client", "claude-code"], opts);
@@ -691,7 +742,7 @@ describe("the OAuth probe gives up after 3 s", () => {
       expect(j.upstreams.map((u: Any) => [u.name, u.url])).toEqual([["quiet", url]]);
       expect(j.kept).toEqual([]);
       expect(j.notes).toEqual([
-        "quiet: quiet did not answer the OAuth probe (no answer within 3 s): imported as an HTTP server; if it signs in with OAuth, restore and keep it direct",
+        "quiet: quiet did not answer the OAuth probe (no answer within 3 s): imported as an HTTP server; if it signs in with OAuth, add auth: {type: oauth} to it",
       ]);
     } finally {
       for (const c of sockets) c.destroy();
