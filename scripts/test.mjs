@@ -69,6 +69,8 @@ function vitest(name, config, env = {}) {
     const j = JSON.parse(readFileSync(file, "utf8"));
     passed += j.numPassedTests;
     failed += j.numFailedTests;
+    // A file that failed outside its tests (a hook, an import) fails no test: count each such file once.
+    if (j.numFailedTests === 0) failed += j.numFailedTestSuites;
     if (j.numTotalTests === 0) {
       console.error(`${name}: no tests ran`);
       ok = false;

@@ -12,10 +12,10 @@
  * saying so, only when /usr/bin/chromium is absent. Owns the browser, gateway and upstream it
  * starts. Must never: leave them running, or reach beyond loopback.
  */
-import { existsSync, mkdirSync } from "node:fs";
+import { mkdirSync } from "node:fs";
 import { join } from "node:path";
 import { Client, StreamableHTTPClientTransport } from "@modelcontextprotocol/client";
-import { type Browser, type BrowserContext, chromium, type Page } from "playwright-core";
+import type { Browser, BrowserContext, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Role } from "../../src/config/roles.ts";
 import { generateSigningKey } from "../../src/identity/keys.ts";

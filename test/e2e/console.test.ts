@@ -13,12 +13,12 @@
  * Skipped, saying so, only when /usr/bin/chromium is absent and no browser is required (browser.ts). Owns the browser, gateway and
  * servers it starts. Must never: leave them running, or reach beyond loopback.
  */
-import { existsSync, mkdirSync } from "node:fs";
+import { mkdirSync } from "node:fs";
 import { createServer, type Server } from "node:http";
 import { join } from "node:path";
 import type { Client } from "@modelcontextprotocol/client";
 import { exportJWK, generateKeyPair, SignJWT } from "jose";
-import { type Browser, chromium, type Page } from "playwright-core";
+import type { Browser, Page } from "playwright-core";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type { Role } from "../../src/config/roles.ts";
 import { generateSigningKey } from "../../src/identity/keys.ts";

@@ -13,9 +13,8 @@
  * listens or connects beyond loopback.
  */
 import { createHash, randomBytes } from "node:crypto";
-import { existsSync } from "node:fs";
 import { createServer, type Server } from "node:http";
-import { type Browser, chromium, type Page } from "playwright-core";
+import type { Page } from "playwright-core";
 import { freePort, type Proc, startEverything, startPortcullis } from "./harness.ts";
 
 // biome-ignore lint/suspicious/noExplicitAny: JSON answers are read loosely in tests

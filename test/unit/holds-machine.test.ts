@@ -427,7 +427,7 @@ describe("claim", () => {
 
   it("refuses malformed holds and leaves nothing behind", () => {
     const { store, size } = memoryStore();
-    expect(() => claimHold(store, fresh(T0, { team: "t2", id: "t2~" + "0".repeat(24) }), SIGNING, TEAM, T0)).toThrow(/team/);
+    expect(() => claimHold(store, fresh(T0, { team: "t2", id: `t2~${"0".repeat(24)}` }), SIGNING, TEAM, T0)).toThrow(/team/);
     expect(() => claimHold(store, fresh(T0), SIGNING, undefined, T0)).toThrow(/addressed by team name/);
     expect(() => claimHold(store, fresh(T0, { id: "t1-not-an-id" }), SIGNING, TEAM, T0)).toThrow(/hold id/);
     expect(() => claimHold(store, fresh(T0, { actionHash: "0".repeat(64) }), SIGNING, TEAM, T0)).toThrow(/SHA-256 of action/);

@@ -1,6 +1,8 @@
 /**
- * The `--help` contract of every `portcullis` command, table-driven, through bin/portcullis.mjs
- * run as a child process (no gateway needed): `--help` and `-h` exit 0 with a usage on stdout
+ * The `--help` contract of every `portcullis` command, table-driven, run in this process through
+ * cli/main.ts (test/cli/run-cli.ts; no gateway, no network), with a check that a handful of the same
+ * argument lists give the identical exit code, stdout and stderr through bin/portcullis.mjs as a
+ * child process: `--help` and `-h` exit 0 with a usage on stdout
  * that names every option the command parses — the option lists are the implementation's own
  * (each cli/*.ts module's exported KNOWN table), so an option added without help fails here —
  * an unknown option (`--…` and `-…`) and a missing required option exit 2 with a message naming
@@ -10,8 +12,7 @@
 import { resolve } from "node:path";
 import { pathToFileURL } from "node:url";
 import { describe, expect, it } from "vitest";
-import { root } from "./harness.ts";
-import { type Run, runScript } from "./mcp.ts";
+import { ROOT as root, type Run, runCli, spawnCli } from "./run-cli.ts";
 
 type Table = Record<string, string[]>;
 /** A cli/ module: its exported option tables are the implementation's. */
@@ -28,7 +29,6 @@ const { KNOWN: LEDGER } = await bin<{ KNOWN: Table }>("ledger.ts");
 const { KNOWN: OPERATOR } = await bin<{ KNOWN: Table }>("operator.ts");
 const { KNOWN: BRIDGE } = await bin<{ KNOWN: Table }>("bridge.ts");
 
-const CLI = resolve(root, "bin/portcullis.mjs");
 /** A gateway URL nothing listens on: no command in this file may reach one. */
 const NOWHERE = "http://127.0.0.1:9/";
 
@@ -88,7 +88,8 @@ const COMMANDS: Command[] = [
 /** Command groups: `<group> --help` prints the group's commands. */
 const GROUPS = ["token", "keys", "ledger", "holds", "runs"];
 
-const cli = (args: string[]): Promise<Run> => runScript(CLI, args, { PORTCULLIS_DEV_KEY_FILE: resolve(root, ".portcullis", "help-test-never-written.json") });
+const ENV = { PORTCULLIS_DEV_KEY_FILE: resolve(root, ".portcullis", "help-test-never-written.json") };
+const cli = (args: string[]): Promise<Run> => runCli(args, ENV);
 const label = (c: Command) => `portcullis ${c.words.join(" ")}`;
 /**
  * The pointer at a command's --help, as it is to be run: `npx portcullis …` (it works where
@@ -98,18 +99,10 @@ const pointer = (c: Command) => `npx ${label(c)} --help`;
 /** `--flag` as a word of `text` (not the start of a longer option). */
 const names = (text: string, flag: string) => new RegExp(`(^|[^\\w-])--${flag.replace(/[-]/g, "\\-")}(?![\\w-])`, "m").test(text);
 
-/** Runs every argument list, at most two at a time (the machine is shared). */
+/** Runs every argument list, one after another (in-process runs share the process's console). */
 async function runAll(list: string[][]): Promise<Run[]> {
-  const out: Run[] = new Array(list.length);
-  let next = 0;
-  await Promise.all(
-    [0, 1].map(async () => {
-      while (next < list.length) {
-        const i = next++;
-        out[i] = await cli(list[i]!);
-      }
-    }),
-  );
+  const out: Run[] = [];
+  for (const args of list) out.push(await cli(args));
   return out;
 }
 
@@ -203,5 +196,32 @@ describe("portcullis --help", () => {
       if (!r.stderr.includes(pointer(c))) problems.push(`${label(c)}: stderr does not point at ${pointer(c)}`);
     });
     expect(problems).toEqual([]);
+  });
+});
+
+describe("the in-process runner answers as the real command does", () => {
+  it("exit code, stdout and stderr are identical to bin/portcullis.mjs as a child process, for help, usage errors and group help", async () => {
+    const lists = [
+      ["--help"],
+      [],
+      ["no-such-command"],
+      ["holds", "--help"],
+      ["holds", "nope"],
+      ["import", "-z"],
+      ["token", "mint", "--team", "t"],
+      ["ledger", "trace", "--url", NOWHERE],
+      ["classify", "--no-such-option"],
+      ["doctor", "--clients", "--help"],
+    ];
+    const problems: string[] = [];
+    for (const args of lists) {
+      const [inside, child] = [await runCli(args, ENV), await spawnCli(args, ENV)];
+      if (JSON.stringify(inside) !== JSON.stringify(child))
+        problems.push(`portcullis ${args.join(" ")}: in-process ${JSON.stringify(inside).slice(0, 300)} vs child ${JSON.stringify(child).slice(0, 300)}`);
+    }
+    expect(problems).toEqual([]);
+    // Each list exercises an answer: a usage (exit 0) or a usage error (exit 2).
+    const codes = await Promise.all(lists.map(async (a) => (await runCli(a, ENV)).code));
+    expect(codes).toEqual([0, 0, 2, 0, 2, 2, 2, 2, 2, 0]);
   });
 });
