@@ -18,13 +18,18 @@ let passed = 0;
 let failed = 0;
 let ok = true;
 
+const started = Date.now();
+const seconds = (since) => `${((Date.now() - since) / 1000).toFixed(1)} s`;
+
 function step(name, cmd, args, env = {}) {
   console.log(`\n=== ${name} ===`);
+  const t0 = Date.now();
   const r = spawnSync(cmd, args, {
     cwd: root,
     stdio: "inherit",
     env: { ...process.env, CLOUDFLARE_CF_FETCH_ENABLED: "false", WRANGLER_SEND_METRICS: "false", ...env },
   });
+  console.log(`=== ${name}: ${r.status === 0 ? "ok" : `exit ${r.status}`} in ${seconds(t0)} ===`);
   if (r.status !== 0) ok = false;
   return r.status === 0;
 }
@@ -34,6 +39,7 @@ function step(name, cmd, args, env = {}) {
  * when it ends, in the order given; true when every one exited 0. Each failure counts once.
  */
 async function together(commands) {
+  const t0 = Date.now();
   const runs = commands.map(
     ([name, cmd, args]) =>
       new Promise((res) => {
@@ -59,6 +65,7 @@ async function together(commands) {
       failed += 1;
     }
   }
+  console.log(`=== ${commands.map(([n]) => n).join(" + ")}: in ${seconds(t0)} ===`);
   return all;
 }
 
@@ -145,5 +152,5 @@ if (!only || quick || only === "unit") vitest("unit", "vitest.config.ts");
 // The e2e gateways serve the bundle the bundle step just built (test/e2e/harness.ts buildGateway).
 if (!only || only === "e2e") vitest("e2e", "vitest.e2e.config.ts", bundled ? { PORTCULLIS_E2E_BUNDLE: join(out, "bundle") } : {});
 rmSync(out, { recursive: true, force: true });
-console.log(`\n${passed} passed, ${failed} failed`);
+console.log(`\n${passed} passed, ${failed} failed (${seconds(started)})`);
 process.exit(ok && failed === 0 ? 0 : 1);
