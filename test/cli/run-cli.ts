@@ -8,15 +8,11 @@
  * run. Must never: run two in-process commands at once (the patches are process-wide; runCli
  * queues them), or let a command's exit end the test process.
  */
-import { spawn } from "node:child_process";
 import { resolve } from "node:path";
 import { format } from "node:util";
+import { type Run, runScript } from "../e2e/mcp.ts";
 
-export interface Run {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
+export type { Run };
 
 export const ROOT = resolve(import.meta.dirname, "../..");
 const CLI = resolve(ROOT, "bin/portcullis.mjs");
@@ -109,19 +105,4 @@ async function inProcess(args: string[], env: Record<string, string>): Promise<R
 }
 
 /** `portcullis ARGS` as a child process of this Node (no PORTCULLIS_TOKEN in its environment), killed after 60 s. */
-export function spawnCli(args: string[], env: Record<string, string> = {}): Promise<Run> {
-  return new Promise((done, fail) => {
-    const { PORTCULLIS_TOKEN: _drop, ...base } = process.env;
-    const child = spawn(process.execPath, [CLI, ...args], { cwd: ROOT, env: { ...base, ...env }, stdio: ["ignore", "pipe", "pipe"] });
-    let stdout = "";
-    let stderr = "";
-    child.stdout.on("data", (d) => (stdout += d));
-    child.stderr.on("data", (d) => (stderr += d));
-    const timer = setTimeout(() => child.kill("SIGKILL"), 60_000);
-    child.on("error", fail);
-    child.on("close", (code) => {
-      clearTimeout(timer);
-      done({ code, stdout, stderr });
-    });
-  });
-}
+export const spawnCli = (args: string[], env: Record<string, string> = {}): Promise<Run> => runScript(CLI, args, env);

@@ -19,16 +19,31 @@ import { builtWorker, startDemoUpstream, startGateway } from "../../cli/gateway-
 
 export const root = resolve(import.meta.dirname, "../..");
 
-export function freePort(): Promise<number> {
-  return new Promise((res, rej) => {
+/**
+ * A port on 127.0.0.1 nothing listens on now, picked at random below Linux's ephemeral range
+ * (32768–60999): the ports the OS hands out by itself — a gateway's own internal listeners,
+ * outgoing connections — come from that range, so none of them can take this port between the
+ * check and its use by the process it is meant for (a free port from the OS's own choice once lost
+ * that race to another file's wrangler). Each port is handed out once per process.
+ */
+const handedOut = new Set<number>();
+export async function freePort(): Promise<number> {
+  for (let attempt = 0; attempt < 200; attempt++) {
+    const port = 20_000 + Math.floor(Math.random() * 12_700);
+    if (handedOut.has(port) || !(await canListen(port))) continue;
+    handedOut.add(port);
+    return port;
+  }
+  throw new Error("freePort: no free port found in 20000–32699 after 200 tries");
+}
+
+/** Whether 127.0.0.1:`port` can be listened on right now (it is closed again before this resolves). */
+function canListen(port: number): Promise<boolean> {
+  return new Promise((res) => {
     const s = createServer();
     s.unref();
-    s.on("error", rej);
-    s.listen(0, "127.0.0.1", () => {
-      const addr = s.address();
-      const port = typeof addr === "object" && addr ? addr.port : 0;
-      s.close(() => res(port));
-    });
+    s.once("error", () => res(false));
+    s.listen(port, "127.0.0.1", () => s.close(() => res(true)));
   });
 }
 

@@ -20,7 +20,7 @@ import { join, resolve } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { parse } from "yaml";
 import { groupMembers, listeningOn, managed, root } from "./harness.ts";
-import { connect, type Run, texts } from "./mcp.ts";
+import { connect, type Run, runScript, texts } from "./mcp.ts";
 
 // biome-ignore lint/suspicious/noExplicitAny: JSON and YAML read loosely in tests
 type Any = any;
@@ -39,23 +39,9 @@ afterAll(async () => {
   rmSync(dir, { recursive: true, force: true });
 });
 
-/** `portcullis ARGS` in `dir`, HOME = dir/home, with `env` added; killed after 60 s. */
-function portcullis(args: string[], env: Record<string, string> = {}): Promise<Run> {
-  return new Promise((done, fail) => {
-    const { PORTCULLIS_TOKEN: _t, PORTCULLIS_AGENT_TOKEN: _a, ...base } = process.env;
-    const child = spawn(process.execPath, [CLI, ...args], { cwd: dir, env: { ...base, HOME: join(dir, "home"), ...env }, stdio: ["ignore", "pipe", "pipe"] });
-    let stdout = "";
-    let stderr = "";
-    child.stdout.on("data", (d) => (stdout += d));
-    child.stderr.on("data", (d) => (stderr += d));
-    const timer = setTimeout(() => child.kill("SIGKILL"), 60_000);
-    child.on("error", fail);
-    child.on("close", (code) => {
-      clearTimeout(timer);
-      done({ code, stdout, stderr });
-    });
-  });
-}
+/** `portcullis ARGS` in `dir`, HOME = dir/home, with `env` added, no grant from this environment; killed after 60 s. */
+const portcullis = (args: string[], env: Record<string, string> = {}): Promise<Run> =>
+  runScript(CLI, args, { HOME: join(dir, "home"), ...env }, { cwd: dir, drop: ["PORTCULLIS_AGENT_TOKEN"] });
 
 /** Something listening on 127.0.0.1:`port` (or null when that port is taken already). */
 function hold(port: number): Promise<Server | null> {

@@ -19,7 +19,6 @@
  * entry that still reads PORTCULLIS_TOKEN. Owns only its temporary directories; touches no real
  * client config.
  */
-import { spawn } from "node:child_process";
 import { createServer, type IncomingHttpHeaders, type Server } from "node:http";
 import type { AddressInfo, Socket } from "node:net";
 import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
@@ -27,6 +26,7 @@ import { tmpdir } from "node:os";
 import { join, resolve } from "node:path";
 import { afterAll, describe, expect, it } from "vitest";
 import { parse, parseDocument } from "yaml";
+import { type Run, runScript } from "./mcp.ts";
 
 // biome-ignore lint/suspicious/noExplicitAny: JSON read loosely in tests
 type Any = any;
@@ -54,12 +54,6 @@ upstreams:
     url: https://example.com/mcp
 `;
 
-interface Run {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
-
 const dirs: string[] = [];
 afterAll(() => {
   for (const d of dirs) rmSync(d, { recursive: true, force: true });
@@ -76,22 +70,8 @@ function sandbox(config = true) {
 }
 
 /** `portcullis ARGS` with this process's Node, in `cwd`, HOME = `home`, no token in the environment, killed after 60 s. */
-function portcullis(args: string[], { cwd, home }: { cwd: string; home: string }): Promise<Run> {
-  return new Promise((done, fail) => {
-    const { PORTCULLIS_TOKEN: _t, PORTCULLIS_AGENT_TOKEN: _a, XDG_CONFIG_HOME: _x, ...base } = process.env;
-    const child = spawn(process.execPath, [CLI, ...args], { cwd, env: { ...base, HOME: home }, stdio: ["ignore", "pipe", "pipe"] });
-    let stdout = "";
-    let stderr = "";
-    child.stdout.on("data", (d) => (stdout += d));
-    child.stderr.on("data", (d) => (stderr += d));
-    const timer = setTimeout(() => child.kill("SIGKILL"), 60_000);
-    child.on("error", fail);
-    child.on("close", (code) => {
-      clearTimeout(timer);
-      done({ code, stdout, stderr });
-    });
-  });
-}
+const portcullis = (args: string[], { cwd, home }: { cwd: string; home: string }): Promise<Run> =>
+  runScript(CLI, args, { HOME: home }, { cwd, drop: ["PORTCULLIS_AGENT_TOKEN", "XDG_CONFIG_HOME"] });
 
 /** No fixture secret in any of `texts`. */
 function expectNoSecret(...texts: string[]) {

@@ -165,11 +165,20 @@ export interface Run {
   stderr: string;
 }
 
-/** Runs `script` with this process's Node in the repository, PORTCULLIS_TOKEN only as `env` sets it, killed after 60 s. */
-export function runScript(script: string, args: string[], env: Record<string, string> = {}): Promise<Run> {
+/**
+ * Runs `script` with this process's Node, in the repository (or `cwd`), with this process's
+ * environment less PORTCULLIS_TOKEN and each variable `drop` names, then `env` on top; killed after 60 s.
+ */
+export function runScript(
+  script: string,
+  args: string[],
+  env: Record<string, string> = {},
+  { cwd = ROOT, drop = [] }: { cwd?: string; drop?: string[] } = {},
+): Promise<Run> {
   return new Promise((done, fail) => {
-    const { PORTCULLIS_TOKEN: _drop, ...base } = process.env;
-    const child = spawn(process.execPath, [script, ...args], { cwd: ROOT, env: { ...base, ...env }, stdio: ["ignore", "pipe", "pipe"] });
+    const base = { ...process.env };
+    for (const name of ["PORTCULLIS_TOKEN", ...drop]) delete base[name];
+    const child = spawn(process.execPath, [script, ...args], { cwd, env: { ...base, ...env }, stdio: ["ignore", "pipe", "pipe"] });
     let stdout = "";
     let stderr = "";
     child.stdout.on("data", (d) => (stdout += d));

@@ -39,6 +39,7 @@ describe("upstreams[].auth", () => {
     expect(up.oauth).toEqual({ registration: "dynamic", connection: "per_principal" });
   });
 
+  // biome-ignore-start lint/suspicious/noTemplateCurlyInString: the configs quote the ${NAME} reference syntax literally
   it("expands a configured client's secret from ${NAME} and refuses every combination that cannot work", () => {
     const ok = loadConfig(
       config("    auth: {type: oauth, client_id: gw-client, client_secret: '${TRACKER_SECRET}', connection: shared, scopes: [read, write]}"),
@@ -70,6 +71,7 @@ describe("upstreams[].auth", () => {
     expect(bad("    auth: {type: saml}")).toMatch(/auth\.type/);
     expect(bad("    auth: {type: oauth, client_id: x, client_secret: '${UNSET}'}")).toContain("${UNSET} is not set");
   });
+  // biome-ignore-end lint/suspicious/noTemplateCurlyInString: the configs quote the ${NAME} reference syntax literally
 });
 
 /** A fetcher that answers from a table of "METHOD url" → response, and records what was asked. */
