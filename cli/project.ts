@@ -163,7 +163,18 @@ migrations_dir = "node_modules/portcullis/migrations"
 # OAuth for hosted clients (auth.oauth in portcullis.yaml) needs a KV namespace, OAUTH_KV:
 # \`npx portcullis deploy\` creates it and adds it here when auth.oauth.enabled is true.
 
+# Workers Logs and Workers traces (the gateway's JSON log lines, one per decision, and the runtime's
+# spans of each request). To export them to an OpenTelemetry backend, create a destination in the
+# Cloudflare dashboard (Workers Observability → Destinations) and name it in \`destinations\`; see
+# docs/operations.md "Traces and logs".
 [observability]
+enabled = true
+
+[observability.logs]
+enabled = true
+invocation_logs = true
+
+[observability.traces]
 enabled = true
 `;
 }

@@ -63,6 +63,7 @@ function toolCallOf(ctx: CallContext, msg: JsonRpcRequest, exposedName: string):
     arguments: isObject(msg.params?.arguments) ? msg.params.arguments : undefined,
     runId: ctx.runId,
     urlElicitation: declaresUrlElicitation(ctx.clientCapabilities),
+    ...(ctx.trace ? { trace: ctx.trace } : {}),
   };
 }
 

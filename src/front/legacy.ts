@@ -133,6 +133,7 @@ function legacyContext(
     paramHeaders: [],
     callerFiltered: fc.principal.tools !== null,
     runId: rec.id,
+    ...(fc.trace ? { trace: fc.trace } : {}),
     clientCapabilities: rec.clientCapabilities,
     stores: callerStores(fc),
     legs: {

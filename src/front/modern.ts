@@ -108,6 +108,7 @@ export function modernContext(
     paramHeaders,
     callerFiltered: fc.principal.tools !== null,
     runId,
+    ...(fc.trace ? { trace: fc.trace } : {}),
     ...(isObject(meta[META.clientCapabilities]) ? { clientCapabilities: meta[META.clientCapabilities] as JsonObject } : {}),
     stores: callerStores(fc),
     legs: {

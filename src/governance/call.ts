@@ -128,6 +128,7 @@ async function executeCall(
       decision,
       ...(holdId ? { holdId } : {}),
       ...(strippedMeta.length ? { strippedMeta } : {}),
+      ...(call.trace ? { trace: call.trace } : {}),
     }),
   ).catch(async (e: unknown) => {
     if (holdId) await deps.holds.release(holdId, (e as Error).message).catch(() => undefined);
@@ -150,6 +151,7 @@ async function executeCall(
         durationMs,
         obligationsApplied: [],
         reason: retried ? `${leg.reason} (${retried})` : leg.reason,
+        ...(call.trace ? { traceId: call.trace.traceId } : {}),
       }),
     );
     if (history.admitted) await deps.history.settle(call.principal.sub, callId, leg.kind === "failed" ? "failed" : "uncertain").catch(() => undefined);
@@ -172,6 +174,7 @@ async function executeCall(
       obligationsApplied: shaped.ok ? shaped.applied : [],
       ...(outputProblems.length ? { outputProblems } : {}),
       ...(reason !== undefined ? { reason } : {}),
+      ...(call.trace ? { traceId: call.trace.traceId } : {}),
     }),
   );
   // A success matters to history queries (`succeeded`), not to budgets, which count every admitted call.

@@ -17,6 +17,7 @@ import type { GatewayMode, UpstreamConfig } from "../config/gateway-config.ts";
 import type { Principal } from "../config/principal.ts";
 import type { MappingEffect, ToolMapping } from "../config/mapping-schema.ts";
 import type { JsonObject, JsonRpcRequest, JsonRpcResponse } from "../wire/jsonrpc.ts";
+import type { TraceContext } from "../wire/trace-context.ts";
 import type { CatalogTool } from "./catalog-entry.ts";
 
 /** What the agent asked for, as the front received it. */
@@ -33,6 +34,8 @@ export interface ToolCall {
   runId: string | null;
   /** The client declared URL-mode elicitation (at initialize, or in this request's capabilities). */
   urlElicitation?: boolean;
+  /** The request's W3C trace: its ids go on the call's records and log line, its traceparent to the upstream. */
+  trace?: TraceContext;
 }
 
 /** The resolved target: the upstream and the catalog's entry for the tool. */
@@ -283,6 +286,8 @@ export interface DecisionRecord {
   holdId?: string;
   /** The client's `_meta` keys under `portcullis/` dropped before forwarding (names only, never values); absent when none. */
   strippedMeta?: string[];
+  /** The call's trace, when it has one: recorded as `trace` so a ledger entry and a trace name each other. */
+  trace?: TraceContext;
 }
 export type OutcomeStatus = "succeeded" | "failed" | "uncertain";
 export interface OutcomeRecord {
@@ -295,6 +300,8 @@ export interface OutcomeRecord {
   /** Where the result's structuredContent breaks the tool's outputSchema (recorded: the call already happened). */
   outputProblems?: string[];
   reason?: string;
+  /** The call's trace id, when it has one (the outcome's `trace_id`). */
+  traceId?: string;
 }
 /** LedgerDO in [L]: a decision is durable before forwarding, an outcome before the agent sees it. */
 export interface LedgerWriter {

@@ -7,7 +7,10 @@
  * dropped, never a secret or a token — except, for a tool whose mapping declares a compensation,
  * the compensation resolved against the call (exactly the argument and result values its
  * references name, src/governance/compensation.ts), kept on the outcome so a run can be rolled back
- * from the ledger alone. Every append is bounded (LEDGER_WRITE_TIMEOUT_MS), and a call's refusal
+ * from the ledger alone. A call's W3C trace ids go on its decision (`trace`), outcome and blocked
+ * (`trace_id`) records, and each decision or refusal, once recorded, prints one structured log line
+ * (`"event":"decision"`) with the trace id and the record's place in its chain — never the
+ * arguments unless the mapping keeps them in full. Every append is bounded (LEDGER_WRITE_TIMEOUT_MS), and a call's refusal
  * stays within one bound: the blocked record of a refusal caused by this ledger not answering is
  * not attempted while it has just timed out (it would wait a second bound on the same ledger).
  * Must never: report a receipt for a record that was not stored, or swallow a failed
@@ -56,6 +59,11 @@ export interface LedgerTarget {
 }
 
 const draft = (kind: EntryKind, body: JsonObject, id: string = crypto.randomUUID()): EntryDraft => ({ kind, id, at: new Date().toISOString(), body });
+
+/** One structured line per recorded decision or refusal (Workers Logs, `wrangler tail`, an OpenTelemetry logs destination). */
+function logDecision(fields: JsonObject): void {
+  console.log(JSON.stringify({ event: "decision", ...fields }));
+}
 
 /** A ledger that does not answer within this bound counts as failed (the call is refused or its result held back). */
 export const LEDGER_WRITE_TIMEOUT_MS = 5000;
@@ -118,9 +126,28 @@ export function callLedger(t: LedgerTarget): CallLedger {
       };
       // The client's `portcullis/` `_meta` keys the forward dropped: names only (present only when any were).
       if (r.strippedMeta?.length) body.stripped_meta = [...r.strippedMeta];
+      if (r.trace) body.trace = { trace_id: r.trace.traceId, span_id: r.trace.spanId, parent_span_id: r.trace.parentSpanId };
       const spec = t.compensationOf?.(r.upstream, r.tool);
       const receipt = await write(draft("decision", body, id), id);
       if (spec) compensable.set(id, { spec, args: r.arguments });
+      logDecision({
+        trace_id: r.trace?.traceId ?? null,
+        decision_id: id,
+        chain: receipt.chain,
+        seq: receipt.seq,
+        principal: r.principal,
+        team: r.team,
+        run: r.runId,
+        upstream: r.upstream,
+        tool: r.tool,
+        exposed: r.exposed,
+        decision: body.decision,
+        mode: body.mode,
+        rule: body.rule,
+        ...(body.would_block ? { would_block: body.would_block } : {}),
+        ...(r.holdId ? { hold_id: r.holdId } : {}),
+        ...(r.argumentsKept === "full" && r.arguments !== undefined ? { arguments: r.arguments } : {}),
+      });
       return receipt;
     },
     async outcome(r) {
@@ -134,6 +161,7 @@ export function callLedger(t: LedgerTarget): CallLedger {
         output_problems: r.outputProblems ?? [],
         reason: r.reason ?? null,
       };
+      if (r.traceId) body.trace_id = r.traceId;
       const pending = r.decision ? compensable.get(r.decision.decision_id) : undefined;
       if (pending && r.decision) {
         compensable.delete(r.decision.decision_id);
@@ -155,8 +183,22 @@ export function callLedger(t: LedgerTarget): CallLedger {
         reason: refusal.reason,
         rule: refusal.rule ?? null,
       };
+      if (call.trace) body.trace_id = call.trace.traceId;
       const d = draft("blocked", body);
-      await write(d, d.id);
+      const receipt = await write(d, d.id);
+      logDecision({
+        trace_id: call.trace?.traceId ?? null,
+        blocked_id: d.id,
+        chain: receipt.chain,
+        seq: receipt.seq,
+        principal: p.sub,
+        team: p.team,
+        run: call.runId,
+        exposed: call.exposedName,
+        decision: "blocked",
+        check: refusal.check,
+        rule: body.rule,
+      });
       return d.id;
     },
     async hold(kind, body) {

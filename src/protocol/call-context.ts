@@ -13,6 +13,7 @@ import type { HistoryStore, LedgerWriter } from "../governance/steps.ts";
 import type { KillSwitchReader } from "../governance/halts.ts";
 import type { HoldBody } from "../ledger/records.ts";
 import type { RouteView } from "./exposed-names.ts";
+import type { TraceContext } from "../wire/trace-context.ts";
 
 /** What a front knows about one HTTP request once the gate let it through. */
 export interface FrontContext {
@@ -28,6 +29,8 @@ export interface FrontContext {
    * and a legacy session belongs to the route that opened it. Absent on /mcp.
    */
   route?: RouteView;
+  /** The request's W3C trace (wire/trace-context.ts): set on every MCP request (/mcp, /mcp/<upstream>, /messages); absent for operator paths. */
+  trace?: TraceContext;
 }
 
 export interface Relay {
@@ -115,6 +118,8 @@ export interface CallContext {
   callerFiltered: boolean;
   /** The run calls belong to: the legacy session id, or the modern Portcullis-Run-Id (null without one). */
   runId: string | null;
+  /** The request's trace (the front's): every upstream request made for it carries its traceparent. */
+  trace?: TraceContext;
   /** What the client declared it can do: at initialize (legacy), in this request's `_meta` (modern). */
   clientCapabilities?: JsonObject;
   /** The way to each upstream. */

@@ -13,6 +13,7 @@ import type { FrontContext } from "../protocol/call-context.ts";
 import { sseDeps, sseOpen, ssePost } from "../front/http-sse.ts";
 import { jsonResponse, refuse } from "../wire/http.ts";
 import { ErrorCode } from "../wire/jsonrpc.ts";
+import { traceOf } from "../wire/trace-context.ts";
 import { liveConfigOr503 } from "./config-view.ts";
 import { type AppEnv, gate, waitUntilOf } from "./gate.ts";
 
@@ -34,6 +35,7 @@ const front = (c: Context<AppEnv>): FrontContext => ({
   principal: c.var.principal,
   gateway: canonicalUrl(c.var.cfg),
   waitUntil: waitUntilOf(c),
+  trace: traceOf(c.req.raw.headers),
 });
 
 sseRoutes.get("/sse", enabled, mcpGate, (c) => sseOpen(sseDeps, front(c), c.req.raw));

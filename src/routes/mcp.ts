@@ -20,6 +20,7 @@ import { noSuchRoute, routeView } from "../front/route-view.ts";
 import { META, MODERN_VERSION } from "../protocol/versions.ts";
 import { refuse } from "../wire/http.ts";
 import { ErrorCode, isObject } from "../wire/jsonrpc.ts";
+import { traceOf } from "../wire/trace-context.ts";
 import { type AppEnv, gate, waitUntilOf } from "./gate.ts";
 
 export const mcpRoutes = new Hono<AppEnv>();
@@ -44,7 +45,10 @@ async function serve(fc: FrontContext, req: Request): Promise<Response> {
 }
 
 mcpRoutes.on(["POST", "GET", "DELETE"], "/mcp", gate({ path: "/mcp", role: "agent", allowActor: true, scoped: true }), (c) =>
-  serve({ env: c.env, cfg: c.var.cfg, principal: c.var.principal, gateway: canonicalUrl(c.var.cfg), waitUntil: waitUntilOf(c) }, c.req.raw),
+  serve(
+    { env: c.env, cfg: c.var.cfg, principal: c.var.principal, gateway: canonicalUrl(c.var.cfg), waitUntil: waitUntilOf(c), trace: traceOf(c.req.raw.headers) },
+    c.req.raw,
+  ),
 );
 
 mcpRoutes.all("/mcp", () => refuse(405, ErrorCode.InvalidRequest, "Method Not Allowed: use POST, GET or DELETE", null, { allow: "POST, GET, DELETE" }));
@@ -55,7 +59,15 @@ mcpRoutes.on(["POST", "GET", "DELETE"], "/mcp/:upstream", gate({ path: "/mcp", r
   const view = routeView(c.var.cfg, name);
   if (!view) return refuse(404, ErrorCode.ServerError, noSuchRoute(name));
   return serve(
-    { env: c.env, cfg: view.cfg, route: view.route, principal: c.var.principal, gateway: canonicalUrl(c.var.cfg), waitUntil: waitUntilOf(c) },
+    {
+      env: c.env,
+      cfg: view.cfg,
+      route: view.route,
+      principal: c.var.principal,
+      gateway: canonicalUrl(c.var.cfg),
+      waitUntil: waitUntilOf(c),
+      trace: traceOf(c.req.raw.headers),
+    },
     c.req.raw,
   );
 });

@@ -32,6 +32,7 @@ import {
 import { GATEWAY_INFO, META, MODERN_VERSION } from "../protocol/versions.ts";
 
 import { Memo } from "../wire/memo.ts";
+import { traceHeaders } from "../wire/trace-context.ts";
 
 /**
  * Sends one request upstream and yields every message that arrives for it, ending with its
@@ -45,6 +46,8 @@ export function requestUpstream(up: UpstreamConfig, leg: Leg, msg: JsonRpcReques
 export async function* requestUpstream(up: UpstreamConfig, leg: Leg, msg: JsonRpcRequest, opts: SendOptions = {}): AsyncGenerator<UpstreamFrame> {
   const headers = baseHeaders(up, leg, msg);
   for (const [k, v] of opts.paramHeaders ?? []) headers.set(k, v);
+  // W3C trace context: the gateway's own span is the upstream's parent (never a header of the client's as it came).
+  if (opts.trace) for (const [k, v] of traceHeaders(opts.trace)) headers.set(k, v);
   const signal = timeoutSignal(up, opts.signal);
   const res = await send(up, { method: "POST", headers, body: JSON.stringify(msg) }, signal, opts.stream ?? false);
   if (res.status === 404 && leg.era === "legacy" && leg.sessionId) {

@@ -15,6 +15,7 @@ import { EgressError, guardedFetch } from "../egress/guarded-fetch.ts";
 import { parseSse, type SseEvent } from "../wire/sse.ts";
 import type { Leg } from "../../durable-objects/contract.ts";
 import { MODERN_VERSION } from "../protocol/versions.ts";
+import type { TraceContext } from "../wire/trace-context.ts";
 
 /**
  * Why an upstream gave no usable answer, as operators and clients are told it (unavailable.ts
@@ -128,6 +129,8 @@ export interface SendOptions {
   signal?: AbortSignal;
   /** Mcp-Param-* headers to forward verbatim (modern leg). */
   paramHeaders?: [string, string][];
+  /** The client request's trace: the request carries its traceparent (and tracestate), the gateway's span as parent. */
+  trace?: TraceContext;
   /** A long-lived stream (subscriptions/listen): bounded by time, not size. */
   stream?: boolean;
   /** Also yield StreamSignal frames (requestUpstream only). */

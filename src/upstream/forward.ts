@@ -127,6 +127,7 @@ function logCall(ctx: CallContext, up: UpstreamConfig, msg: JsonRpcRequest, outc
       credential: up.credentials.mode,
       outcome,
       ...(reason ? { reason } : {}),
+      ...(ctx.trace ? { trace_id: ctx.trace.traceId } : {}),
     }),
   );
 }
@@ -182,7 +183,8 @@ async function forwardOnce(ctx: CallContext, up: UpstreamConfig, msg: JsonRpcReq
 }
 
 async function once(ctx: CallContext, up: UpstreamConfig, leg: Leg, upMsg: JsonRpcRequest, clientId: string | number): Promise<Outcome> {
-  for await (const f of requestUpstream(up, leg, upMsg, { signal: ctx.signal, paramHeaders: ctx.paramHeaders, control: true })) {
+  const opts = { signal: ctx.signal, paramHeaders: ctx.paramHeaders, control: true, ...(ctx.trace ? { trace: ctx.trace } : {}) } as const;
+  for await (const f of requestUpstream(up, leg, upMsg, opts)) {
     // The upstream's stream, mirrored to the client where its front can (SEP-1699).
     if ("kind" in f) {
       if (f.kind === "stream-opened") ctx.relay.streamOpened?.();

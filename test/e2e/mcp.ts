@@ -37,6 +37,8 @@ export interface ModernOptions {
   id?: number;
   /** How long to wait for the whole answer. */
   timeoutMs?: number;
+  /** More HTTP headers (a traceparent, say). */
+  headers?: Record<string, string>;
 }
 
 /** One 2026-07-28 request to the MCP endpoint `url`; the JSON-RPC answer (from JSON or SSE) and every message the stream carried. */
@@ -45,7 +47,7 @@ export async function modernRaw(
   bearer: string,
   method: string,
   params: Record<string, unknown>,
-  { meta = {}, id = nextId++, timeoutMs = 60_000 }: ModernOptions = {},
+  { meta = {}, id = nextId++, timeoutMs = 60_000, headers = {} }: ModernOptions = {},
 ): Promise<{ answer: Any; messages: Any[]; body: string }> {
   const r = await fetch(url, {
     method: "POST",
@@ -56,6 +58,7 @@ export async function modernRaw(
       "mcp-protocol-version": "2026-07-28",
       "mcp-method": method,
       ...(typeof params.name === "string" ? { "mcp-name": params.name } : typeof params.taskId === "string" ? { "mcp-name": params.taskId } : {}),
+      ...headers,
     },
     body: JSON.stringify({
       jsonrpc: "2.0",

@@ -23,6 +23,7 @@ import type { EntryDraft, LedgerEntry } from "../../src/ledger/records.ts";
 import { callLedger, LEDGER_WRITE_TIMEOUT_MS } from "../../src/ports/ledger-writer.ts";
 import type { JsonObject } from "../../src/wire/jsonrpc.ts";
 import { testUpstream } from "./fixtures.ts";
+import type { TraceContext } from "../../src/wire/trace-context.ts";
 
 const up: UpstreamConfig = testUpstream();
 const agent: Principal = { sub: "agent:a", team: "team-a", roles: ["agent"], tools: null, authenticated: true };
@@ -63,7 +64,7 @@ function fakeLedger(faultAt: number, fault: Fault) {
   return { env, entries };
 }
 
-async function run(faultAt: number, fault: Fault, args: JsonObject = { secret_arg: "hunter2" }, meta?: JsonObject) {
+async function run(faultAt: number, fault: Fault, args: JsonObject = { secret_arg: "hunter2" }, meta?: JsonObject, trace?: TraceContext) {
   const { env, entries } = fakeLedger(faultAt, fault);
   let reached = 0;
   const sent: JsonObject[] = [];
@@ -91,6 +92,7 @@ async function run(faultAt: number, fault: Fault, args: JsonObject = { secret_ar
     exposedName: "alpha__do",
     arguments: args,
     runId: "run-9",
+    ...(trace ? { trace } : {}),
   };
   const answer = await governToolCall(deps, call);
   return { answer, reached, entries, sent, text: JSON.stringify(answer) };
@@ -121,6 +123,49 @@ describe("the ledger write path under faults", () => {
     });
     expect(JSON.stringify(r.entries)).not.toContain("RESULT-XYZ");
     expect((r.answer.response.result!._meta as JsonObject)[RECEIPT_META]).toEqual({ chain: "team-a", seq: 2, hash: outcome.hash, decision_id: decision.id });
+  });
+
+  it("a call's trace ids go on its decision (trace) and outcome (trace_id), and one decision log line names the trace and the record, never hashed arguments", async () => {
+    const trace: TraceContext = { traceId: "4bf92f3577b34da6a3ce929d0e0e4736", spanId: "b7ad6b7169203331", parentSpanId: "00f067aa0ba902b7", flags: "01" };
+    const lines: string[] = [];
+    const spy = vi.spyOn(console, "log").mockImplementation((line: unknown) => {
+      lines.push(String(line));
+    });
+    try {
+      const r = await run(0, "none", { secret_arg: "hunter2" }, undefined, trace);
+      const decision = r.entries.find((e) => e.kind === "decision")!;
+      const outcome = r.entries.find((e) => e.kind === "outcome")!;
+      expect(decision.body.trace).toEqual({ trace_id: trace.traceId, span_id: trace.spanId, parent_span_id: trace.parentSpanId });
+      expect(outcome.body.trace_id).toBe(trace.traceId);
+      const logged = lines.map((l) => JSON.parse(l)).filter((j) => j.event === "decision");
+      expect(logged).toEqual([
+        {
+          event: "decision",
+          trace_id: trace.traceId,
+          decision_id: decision.id,
+          chain: "team-a",
+          seq: decision.seq,
+          principal: "agent:a",
+          team: "team-a",
+          run: "run-9",
+          upstream: "alpha",
+          tool: "do",
+          exposed: "alpha__do",
+          decision: "allow",
+          mode: decision.body.mode,
+          rule: decision.body.rule,
+        },
+      ]);
+      expect(lines.join("\n")).not.toContain("hunter2");
+      // Without a trace: no trace fields, and the line says so with null.
+      lines.length = 0;
+      const plain = await run(0, "none", { x: 1 });
+      expect(plain.entries.find((e) => e.kind === "decision")!.body).not.toHaveProperty("trace");
+      expect(plain.entries.find((e) => e.kind === "outcome")!.body).not.toHaveProperty("trace_id");
+      expect(lines.map((l) => JSON.parse(l)).find((j) => j.event === "decision")?.trace_id).toBeNull();
+    } finally {
+      spy.mockRestore();
+    }
   });
 
   it("a decision names the client's portcullis/ _meta keys the forward dropped (names only, never values); none dropped, no field", async () => {
