@@ -123,6 +123,8 @@ export interface DecisionBody extends JsonObject {
   // changes, `upstream` + `tool` do not. Absent in records written before it was kept.
   // `stripped_meta` (only when any were dropped): the names of the client's `_meta` keys under
   // `portcullis/` (the gateway's namespace) dropped before forwarding — names only, never values.
+  // `trace` (when the call had one, always since traces were added): `{trace_id, span_id,
+  // parent_span_id}`, the W3C trace, the gateway's span and the agent's (null when started here).
 }
 
 export interface OutcomeBody extends JsonObject {
@@ -138,6 +140,7 @@ export interface OutcomeBody extends JsonObject {
   // `compensation` (only when the tool's mapping declares one; [R], src/governance/compensation.ts):
   // the compensation resolved against this call — `{v, status: "planned", tool, arguments, approval,
   // verification}`, only the values its references name — or `{v, status: "unavailable" | "not_needed", reason}`.
+  // `trace_id` (when the call had a trace): its W3C trace id, as on the decision.
 }
 
 export interface BlockedBody extends JsonObject {
@@ -150,6 +153,7 @@ export interface BlockedBody extends JsonObject {
   reason: string;
   /** The policy rule that refused, when one did. */
   rule: string | null;
+  // `trace_id` (when the call had a trace): its W3C trace id.
 }
 
 /** One tools/list answer: the names this caller was shown and those hidden from it. */
