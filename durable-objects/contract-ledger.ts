@@ -7,6 +7,7 @@
 import type { Head } from "../src/ledger/chain.ts";
 import type { Checkpoint } from "../src/ledger/checkpoint.ts";
 import type { EntryDraft, LedgerEntry } from "../src/ledger/records.ts";
+import type { MetricRow } from "../src/ledger/metrics.ts";
 
 /** What a LedgerDO needs to sign checkpoints: the Worker secret holding the key, and the origin prefix. */
 export interface LedgerSigning {
@@ -45,6 +46,11 @@ export interface LedgerApi {
   checkpointAt(size: number): Promise<Checkpoint | null>;
   /** The object's own account: head, checkpoint, D1 flush and global anchoring state, group-commit counters. */
   status(): Promise<LedgerStatus>;
+  /**
+   * The chain's metric rollups (src/ledger/metrics.ts): per-minute rows with `fromMinute <= minute
+   * <= toMinute` (epoch minutes), or the all-time totals when both are 0.
+   */
+  metrics(fromMinute: number, toMinute: number): Promise<MetricRow[]>;
 }
 
 /** One caller's answer inside `appendEach`: its entries as stored, or why it was refused. */

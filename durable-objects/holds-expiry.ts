@@ -12,6 +12,7 @@
  */
 import { type EntryDraft, type EntryKind, holdBody } from "../src/ledger/records.ts";
 import { sha256Hex } from "../src/wire/canonical.ts";
+import type { MeteredDraft } from "../src/ledger/metrics.ts";
 import { HOLD_ID } from "./object-names.ts";
 import type { HoldRecord, HoldState, NewHold } from "./contract-holds.ts";
 import type { LedgerSigning } from "./contract-ledger.ts";
@@ -180,8 +181,11 @@ export function listHolds(store: HoldStore, state: HoldState | null, now: number
 }
 
 /** A hold event's draft for the team's chain. */
-export function holdDraft(kind: EntryKind, rec: HoldRecord, approver: string | null, reason: string | null, id: string, now: number): EntryDraft {
-  return { kind, id, at: new Date(now).toISOString(), body: holdBody(rec, approver, reason) };
+export function holdDraft(kind: EntryKind, rec: HoldRecord, approver: string | null, reason: string | null, id: string, now: number): MeteredDraft {
+  const d: MeteredDraft = { kind, id, at: new Date(now).toISOString(), body: holdBody(rec, approver, reason) };
+  // How long the hold waited for this answer: for the metric rollups only, never in the record.
+  if (kind === "hold.approved" || kind === "hold.rejected" || kind === "hold.expired") d.metrics = { wait_ms: Math.max(0, now - rec.createdAt) };
+  return d;
 }
 
 /** The alarm's `hold.expired` draft of one hold: its id names the hold, so it is the same draft however often it is tried. */

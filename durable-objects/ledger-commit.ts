@@ -2,7 +2,8 @@
  * One group commit of the LedgerDO, as a plain function: `commitBatch` chains every waiting call
  * of a batch in order after the head (entry hashes by `entrySha256`, node:crypto's SHA-256 when
  * it agrees with the portable one), inserts the entries several rows per statement and the
- * transaction's meta rows in one statement, all inside one `transactionSync`, and only then moves
+ * transaction's meta rows in one statement and the metric rollups the new entries add
+ * (./ledger-metrics.ts, one upsert per 25 series), all inside one `transactionSync`, and only then moves
  * the in-memory ChainState to the new head and counters. It is the hot path, moved here intact
  * from the object, with the `Waiting` record of a queued append: the object owns the queue, the
  * pump and the durability wait around it. Must never: await, read anything in the transaction
@@ -12,7 +13,9 @@
 // @ts-expect-error node:crypto comes from nodejs_compat, whose types the Workers tsconfig leaves out; the one function used is typed below.
 import { createHash as nodeCreateHash } from "node:crypto";
 import { nextEntry } from "../src/ledger/chain.ts";
-import type { EntryDraft, LedgerEntry } from "../src/ledger/records.ts";
+import type { LedgerEntry } from "../src/ledger/records.ts";
+import { type MeteredDraft, rollupOf } from "../src/ledger/metrics.ts";
+import { addRollup } from "./ledger-metrics.ts";
 import { sha256Hex } from "../src/wire/canonical.ts";
 import { CHECKPOINT_WITHIN_MS, IDEMPOTENT_KINDS } from "./ledger-drafts.ts";
 import { metaUpsert, OBJECT_INSERT_CHARS, OBJECT_INSERT_ROWS, objectEntryInsert } from "./ledger-rows.ts";
@@ -37,7 +40,7 @@ export const entrySha256: (text: string) => string = (() => {
 
 /** An append waiting for its group commit. */
 export interface Waiting {
-  drafts: EntryDraft[];
+  drafts: MeteredDraft[];
   /** Each draft's body as RFC 8785 JSON: what is stored. */
   bodies: string[];
   signing: LedgerSigning;
@@ -58,6 +61,8 @@ export function commitBatch(storage: DurableObjectStorage, sql: SqlStorage, s: C
   let due = s.checkpointDue;
   storage.transactionSync(() => {
     const seen = new Map<string, LedgerEntry>();
+    // The drafts this transaction chains (not an idempotent one found again): what the rollups count.
+    const counted: MeteredDraft[] = [];
     const params: SqlStorageValue[] = [];
     let rows = 0;
     let chars = 0;
@@ -87,12 +92,15 @@ export function commitBatch(storage: DurableObjectStorage, sql: SqlStorage, s: C
         chars += body.length;
         if (rows === OBJECT_INSERT_ROWS) insert();
         if (idempotent) seen.set(e.id, e);
+        counted.push(d);
         head = { seq: e.seq, hash: e.hash };
         entries.push(e);
       }
       out.push(entries);
     }
     insert();
+    // The metric rollups, in the same transaction (src/ledger/metrics.ts: what each draft adds); a failed rollup never fails the commit.
+    addRollup(sql, rollupOf(chain, counted));
     const meta: SqlStorageValue[] = ["transactions", JSON.stringify(s.transactions + 1), "appends", JSON.stringify(s.appends + batch.length)];
     if (s.storedChain === null) meta.push("chain", JSON.stringify(chain));
     if (signing !== s.signing) meta.push("signing", signing);

@@ -8,7 +8,8 @@
  * part of a secret in an error.
  */
 import { canonicalJson } from "../src/wire/canonical.ts";
-import type { EntryDraft, EntryKind } from "../src/ledger/records.ts";
+import type { EntryKind } from "../src/ledger/records.ts";
+import { draftMetricsOf, type MeteredDraft } from "../src/ledger/metrics.ts";
 import type { JsonObject } from "../src/wire/jsonrpc.ts";
 import type { LedgerSigning } from "./contract-ledger.ts";
 
@@ -48,13 +49,13 @@ export const message = (err: unknown): string => (err instanceof Error ? err.mes
  */
 const LONE_SURROGATE = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/;
 
-export function normaliseDrafts(drafts: unknown, signing: unknown): { drafts: EntryDraft[]; bodies: string[]; signing: LedgerSigning } {
+export function normaliseDrafts(drafts: unknown, signing: unknown): { drafts: MeteredDraft[]; bodies: string[]; signing: LedgerSigning } {
   if (!isObject(signing) || typeof signing.secret !== "string" || typeof signing.gateway !== "string") {
     throw new Error("ledger: append needs signing settings {secret, gateway}");
   }
   if (!Array.isArray(drafts)) throw new Error("ledger: append takes an array of drafts");
   if (drafts.length > MAX_CALL_DRAFTS) throw new Error(`ledger: at most ${MAX_CALL_DRAFTS} drafts per append`);
-  const out: EntryDraft[] = [];
+  const out: MeteredDraft[] = [];
   const bodies: string[] = [];
   for (const [i, d] of drafts.entries()) {
     if (!isObject(d)) throw new Error(`ledger: draft ${i} is not an object`);
@@ -73,7 +74,9 @@ export function normaliseDrafts(drafts: unknown, signing: unknown): { drafts: En
     if (text.length > MAX_BODY_CHARS)
       throw new Error(`ledger: draft ${i} (${d.kind} ${d.id}) has a body of ${text.length} characters; at most ${MAX_BODY_CHARS} are kept`);
     // The body as stored and hashed is `text`; the object handed back is the caller's (an RPC copy).
-    out.push({ kind: d.kind as EntryKind, id: d.id, at: d.at, body: d.body as JsonObject });
+    // Rollup facts ride beside the draft (src/ledger/metrics.ts): checked, never chained or stored in the entry.
+    const metrics = draftMetricsOf(d.metrics);
+    out.push({ kind: d.kind as EntryKind, id: d.id, at: d.at, body: d.body as JsonObject, ...(metrics ? { metrics } : {}) });
     bodies.push(text);
   }
   return { drafts: out, bodies, signing: { secret: signing.secret, gateway: signing.gateway } };

@@ -41,6 +41,8 @@ import {
 import { type D1Schema, flushPendingAt, flushStep } from "./ledger-flush.ts";
 import { checkpointsAfter, readEntries, statusOf, traceEntries } from "./ledger-queries.ts";
 import { OBJECT_SCHEMA } from "./ledger-rows.ts";
+import { METRICS_SCHEMA, pruneRollup, readRollup } from "./ledger-metrics.ts";
+import { MINUTE_RETENTION_MS, type MetricRow } from "../src/ledger/metrics.ts";
 import { type ChainState, headOf, loadState, readMeta, setDue, setProblem } from "./ledger-state.ts";
 import type { AppendOutcome, LedgerApi, LedgerSigning, LedgerStatus } from "./contract-ledger.ts";
 
@@ -66,6 +68,7 @@ export class LedgerDO extends DurableObject<Env> implements LedgerApi {
     super(ctx, env);
     this.sql = ctx.storage.sql;
     this.sql.exec(OBJECT_SCHEMA);
+    this.sql.exec(METRICS_SCHEMA);
     this.state = loadState(this.sql);
     const currentEnv = () => this.env;
     this.checkpointing = {
@@ -239,6 +242,12 @@ export class LedgerDO extends DurableObject<Env> implements LedgerApi {
     const next: number[] = [];
 
     await flushStep(this.sql, this.env.LEDGER_DB, this.d1, () => Date.now(), next);
+    // Per-minute rollups past their retention go (the all-time totals stay).
+    try {
+      pruneRollup(this.sql, Math.floor((Date.now() - MINUTE_RETENTION_MS) / 60_000));
+    } catch {
+      /* the next pass tries again */
+    }
 
     await settle(this.signing, 30_000);
     // The row, not memory: it is what a delivery of this alarm acts on (and what an operator or a test may have aged).
@@ -291,5 +300,10 @@ export class LedgerDO extends DurableObject<Env> implements LedgerApi {
   async status(): Promise<LedgerStatus> {
     await settle(this.signing);
     return statusOf(this.sql, this.rpcs);
+  }
+
+  async metrics(fromMinute: number, toMinute: number): Promise<MetricRow[]> {
+    if (!Number.isSafeInteger(fromMinute) || !Number.isSafeInteger(toMinute)) throw new Error("ledger: metrics takes two epoch minutes");
+    return readRollup(this.sql, fromMinute, toMinute);
   }
 }

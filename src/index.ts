@@ -16,6 +16,7 @@ import { deleteCredentialRoute, putCredentialRoute } from "./routes/credentials-
 import { type AppEnv, gate } from "./routes/gate.ts";
 import { mintGrantRoute, revokeGrantRoute } from "./routes/grants.ts";
 import { exportRoute, searchRoute, traceRoute } from "./routes/ledger-api.ts";
+import { metricsJsonRoute, prometheusRoute } from "./routes/metrics-api.ts";
 import { mcpRoutes } from "./routes/mcp.ts";
 import { sseRoutes } from "./routes/http-sse-routes.ts";
 import { previewRoute } from "./routes/preview-api.ts";
@@ -53,6 +54,7 @@ const admin = gate({ path: "/", role: "admin", allowActor: false });
 // /v1/* never runs unauthenticated, on loopback too: the actor of a dev gateway gets no REST API.
 const agent = gate({ path: "/", role: "agent", allowActor: false, scoped: true });
 const auditor = gate({ path: "/", role: ["auditor", "admin"], allowActor: false });
+const watcher = gate({ path: "/", role: ["auditor", "operator", "admin"], allowActor: false });
 
 for (const path of [
   "/.well-known/oauth-protected-resource",
@@ -93,6 +95,10 @@ app.post("/v1/preview", gate({ path: "/", role: ["agent", "approver", "operator"
 app.get("/v1/ledger", auditor, (c) => searchRoute(c.env, c.var.principal, new URL(c.req.url).searchParams));
 app.get("/v1/ledger/export", auditor, (c) => exportRoute(c.env, c.var.principal, c.req.query("team") ?? null, canonicalUrl(c.var.cfg)));
 app.get("/v1/ledger/:id/trace", auditor, (c) => traceRoute(c.env, c.var.principal, c.req.param("id"), c.req.query("team") ?? null));
+
+// Metrics from the ledger's rollups: Prometheus text and JSON (auditor, operator, admin).
+app.get("/metrics", watcher, (c) => prometheusRoute(c.env, c.var.principal, new URL(c.req.url).searchParams));
+app.get("/v1/metrics", watcher, (c) => metricsJsonRoute(c.env, c.var.principal, new URL(c.req.url).searchParams));
 
 // Holds (approvers), the kill switch (admin; status for operators) and the web console.
 app.route("/", holdsRoutes);

@@ -64,6 +64,7 @@ function toolCallOf(ctx: CallContext, msg: JsonRpcRequest, exposedName: string):
     runId: ctx.runId,
     urlElicitation: declaresUrlElicitation(ctx.clientCapabilities),
     ...(ctx.trace ? { trace: ctx.trace } : {}),
+    receivedAt: Date.now(),
   };
 }
 

@@ -16,7 +16,17 @@ import { type Answer, gatewayMetaKeys, notAnswered, refused, StepFailed, step, u
 import { decideCall, type GovernanceDeps, violation } from "./call-decide.ts";
 import { fullAudit } from "./obligations.ts";
 import { applyResultObligations } from "./obligations-shape.ts";
-import { type Classification, type Decision, holdFor, type LegResult, outcomeOf, type Refusal, type Target, type ToolCall } from "./steps.ts";
+import {
+  type Classification,
+  type Decision,
+  holdFor,
+  type LegResult,
+  type OutcomeRecord,
+  outcomeOf,
+  type Refusal,
+  type Target,
+  type ToolCall,
+} from "./steps.ts";
 import { haltFor } from "./halts.ts";
 import type { ToolMapping } from "../config/mapping-schema.ts";
 import { validateOutput } from "./validate.ts";
@@ -152,6 +162,7 @@ async function executeCall(
         obligationsApplied: [],
         reason: retried ? `${leg.reason} (${retried})` : leg.reason,
         ...(call.trace ? { traceId: call.trace.traceId } : {}),
+        metrics: metricsOf(deps, call, target, durationMs),
       }),
     );
     if (history.admitted) await deps.history.settle(call.principal.sub, callId, leg.kind === "failed" ? "failed" : "uncertain").catch(() => undefined);
@@ -175,6 +186,7 @@ async function executeCall(
       ...(outputProblems.length ? { outputProblems } : {}),
       ...(reason !== undefined ? { reason } : {}),
       ...(call.trace ? { traceId: call.trace.traceId } : {}),
+      metrics: metricsOf(deps, call, target, durationMs),
     }),
   );
   // A success matters to history queries (`succeeded`), not to budgets, which count every admitted call.
@@ -183,6 +195,13 @@ async function executeCall(
 
   // 14 answer: the upstream's result, changed only by obligations (and advise's advisory), plus the receipt.
   return { response: withReceipt(withAdvisory(shaped.response, decision), outcome ?? receipt), status: leg.status };
+}
+
+/** What the outcome's metric rollups need: the upstream and its tool, and the gateway's own time (since it took the call, upstream time excluded). */
+function metricsOf(deps: GovernanceDeps, call: ToolCall, target: Target, upstreamMs: number): NonNullable<OutcomeRecord["metrics"]> {
+  const m: NonNullable<OutcomeRecord["metrics"]> = { upstream: target.upstream.name, tool: target.tool.name };
+  if (call.receivedAt !== undefined) m.gatewayMs = Math.max(0, deps.clock() - call.receivedAt - upstreamMs);
+  return m;
 }
 
 async function block(deps: GovernanceDeps, call: ToolCall, refusal: Refusal): Promise<Answer> {

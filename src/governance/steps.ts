@@ -36,6 +36,8 @@ export interface ToolCall {
   urlElicitation?: boolean;
   /** The request's W3C trace: its ids go on the call's records and log line, its traceparent to the upstream. */
   trace?: TraceContext;
+  /** When the governed path took the call (epoch ms): the gateway's own time is measured from here. */
+  receivedAt?: number;
 }
 
 /** The resolved target: the upstream and the catalog's entry for the tool. */
@@ -302,6 +304,8 @@ export interface OutcomeRecord {
   reason?: string;
   /** The call's trace id, when it has one (the outcome's `trace_id`). */
   traceId?: string;
+  /** For the metric rollups only (never in the record): the call's upstream, its own tool name, and the gateway's own time so far, upstream time excluded. */
+  metrics?: { upstream: string; tool: string; gatewayMs?: number };
 }
 /** LedgerDO in [L]: a decision is durable before forwarding, an outcome before the agent sees it. */
 export interface LedgerWriter {

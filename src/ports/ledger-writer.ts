@@ -34,6 +34,7 @@ import { batchedAppend, LedgerLate } from "./ledger-batch.ts";
 import type { CompensationSpec } from "../config/mapping-schema.ts";
 import { compensationFor } from "../governance/compensation.ts";
 import { bounded } from "../wire/bounded.ts";
+import type { MeteredDraft } from "../ledger/metrics.ts";
 
 const policyVersion = (cfg: GatewayConfig): string => {
   try {
@@ -167,7 +168,11 @@ export function callLedger(t: LedgerTarget): CallLedger {
         compensable.delete(r.decision.decision_id);
         body.compensation = compensationFor(pending.spec, pending.args, r.status, r.answer?.result ?? null, r.outputProblems ?? []) as unknown as JsonObject;
       }
-      return write(draft("outcome", body), r.decision?.decision_id ?? "");
+      const d: MeteredDraft = draft("outcome", body);
+      // Beside the draft, for the LedgerDO's rollups only (src/ledger/metrics.ts): never part of the record.
+      if (r.metrics)
+        d.metrics = { upstream: r.metrics.upstream, tool: r.metrics.tool, ...(r.metrics.gatewayMs !== undefined ? { gateway_ms: r.metrics.gatewayMs } : {}) };
+      return write(d, r.decision?.decision_id ?? "");
     },
     async blocked(call: ToolCall, refusal) {
       // A refusal because this ledger did not answer, while it has just not answered: refused at once,
