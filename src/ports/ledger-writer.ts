@@ -35,6 +35,7 @@ import type { CompensationSpec } from "../config/mapping-schema.ts";
 import { compensationFor } from "../governance/compensation.ts";
 import { bounded } from "../wire/bounded.ts";
 import type { MeteredDraft } from "../ledger/metrics.ts";
+import { writeCallPoint } from "./analytics.ts";
 
 const policyVersion = (cfg: GatewayConfig): string => {
   try {
@@ -172,7 +173,19 @@ export function callLedger(t: LedgerTarget): CallLedger {
       // Beside the draft, for the LedgerDO's rollups only (src/ledger/metrics.ts): never part of the record.
       if (r.metrics)
         d.metrics = { upstream: r.metrics.upstream, tool: r.metrics.tool, ...(r.metrics.gatewayMs !== undefined ? { gateway_ms: r.metrics.gatewayMs } : {}) };
-      return write(d, r.decision?.decision_id ?? "");
+      const receipt = await write(d, r.decision?.decision_id ?? "");
+      writeCallPoint(t.env, {
+        team: p.team,
+        kind: "outcome",
+        upstream: r.metrics?.upstream ?? "",
+        tool: r.metrics?.tool ?? "",
+        status: r.status,
+        principal: p.sub,
+        ...(r.traceId ? { traceId: r.traceId } : {}),
+        upstreamMs: r.durationMs,
+        ...(r.metrics?.gatewayMs !== undefined ? { gatewayMs: r.metrics.gatewayMs } : {}),
+      });
+      return receipt;
     },
     async blocked(call: ToolCall, refusal) {
       // A refusal because this ledger did not answer, while it has just not answered: refused at once,
@@ -191,6 +204,15 @@ export function callLedger(t: LedgerTarget): CallLedger {
       if (call.trace) body.trace_id = call.trace.traceId;
       const d = draft("blocked", body);
       const receipt = await write(d, d.id);
+      writeCallPoint(t.env, {
+        team: p.team,
+        kind: "blocked",
+        upstream: "",
+        tool: call.exposedName,
+        status: refusal.check,
+        principal: p.sub,
+        ...(call.trace ? { traceId: call.trace.traceId } : {}),
+      });
       logDecision({
         trace_id: call.trace?.traceId ?? null,
         blocked_id: d.id,

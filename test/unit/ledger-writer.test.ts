@@ -31,7 +31,7 @@ const agent: Principal = { sub: "agent:a", team: "team-a", roles: ["agent"], too
 type Fault = "none" | "throw" | "hang" | "partial";
 
 /** A LedgerApi in memory that chains for real, with one fault injected at the n-th append. */
-function fakeLedger(faultAt: number, fault: Fault) {
+function fakeLedger(faultAt: number, fault: Fault, extra: Record<string, unknown> = {}) {
   const entries: LedgerEntry[] = [];
   let head: Head = EMPTY_HEAD;
   let calls = 0;
@@ -60,12 +60,12 @@ function fakeLedger(faultAt: number, fault: Fault) {
       return chained;
     },
   };
-  const env = { LEDGER: { idFromName: (n: string) => n, get: () => api } } as unknown as Env;
+  const env = { LEDGER: { idFromName: (n: string) => n, get: () => api }, ...extra } as unknown as Env;
   return { env, entries };
 }
 
-async function run(faultAt: number, fault: Fault, args: JsonObject = { secret_arg: "hunter2" }, meta?: JsonObject, trace?: TraceContext) {
-  const { env, entries } = fakeLedger(faultAt, fault);
+async function run(faultAt: number, fault: Fault, args: JsonObject = { secret_arg: "hunter2" }, meta?: JsonObject, trace?: TraceContext, extra: Record<string, unknown> = {}) {
+  const { env, entries } = fakeLedger(faultAt, fault, extra);
   let reached = 0;
   const sent: JsonObject[] = [];
   const deps: GovernanceDeps = {
@@ -166,6 +166,28 @@ describe("the ledger write path under faults", () => {
     } finally {
       spy.mockRestore();
     }
+  });
+
+  it("with an Analytics Engine dataset bound, an outcome writes one data point (team, kind, upstream, tool, status, principal, trace; upstream and gateway ms), never an argument; a throwing dataset fails nothing", async () => {
+    const points: AnalyticsEngineDataPoint[] = [];
+    const trace: TraceContext = { traceId: "4bf92f3577b34da6a3ce929d0e0e4736", spanId: "b7ad6b7169203331", parentSpanId: null, flags: "01" };
+    const r = await run(0, "none", { secret_arg: "hunter2" }, undefined, trace, { PORTCULLIS_ANALYTICS: { writeDataPoint: (p: AnalyticsEngineDataPoint) => points.push(p) } });
+    expect(r.reached).toBe(1);
+    expect(points).toHaveLength(1);
+    expect(points[0]!.indexes).toEqual(["team-a"]);
+    expect(points[0]!.blobs).toEqual(["outcome", "alpha", "do", "succeeded", "agent:a", trace.traceId]);
+    expect(points[0]!.doubles).toHaveLength(2);
+    expect(JSON.stringify(points)).not.toContain("hunter2");
+    const broken = await run(0, "none", { x: 1 }, undefined, undefined, {
+      PORTCULLIS_ANALYTICS: {
+        writeDataPoint: () => {
+          throw new Error("analytics down");
+        },
+      },
+    });
+    expect(broken.reached).toBe(1);
+    expect(broken.entries.map((e) => e.kind)).toEqual(["decision", "outcome"]);
+    expect(broken.answer.response.result?.isError).not.toBe(true);
   });
 
   it("a decision names the client's portcullis/ _meta keys the forward dropped (names only, never values); none dropped, no field", async () => {
