@@ -28,7 +28,7 @@ export interface Env {
   OAUTH_KV: KVNamespace;
   /**
    * Optional Workers Analytics Engine dataset: when bound, each governed call's outcome or refusal
-   * also writes one data point (src/ports/analytics.ts has the schema). Absent: nothing is written.
+   * also writes one data point (src/ports/ledger-analytics.ts has the schema). Absent: nothing is written.
    */
   PORTCULLIS_ANALYTICS?: AnalyticsEngineDataset;
   /** portcullis.yaml text as a var (this repository's `portcullis dev`); a project's bundle carries its config instead (src/config/deployed.ts). */

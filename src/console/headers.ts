@@ -49,6 +49,17 @@ form.filters select, form.filters input { width: 14rem; }
 section.box { border: 1px solid var(--line); padding: .2rem .9rem .8rem; margin: .8rem 0; max-width: 52rem; }
 a.button { display: inline-block; border: 1px solid var(--line); background: var(--panel); padding: .35rem .9rem; text-decoration: none; }
 button.danger { color: var(--bad); }
+.tiles { display: flex; flex-wrap: wrap; gap: .8rem; margin: .6rem 0 1rem; }
+.tile { border: 1px solid var(--line); background: var(--panel); padding: .6rem .9rem; min-width: 11rem; display: flex; flex-direction: column; gap: .15rem; }
+.tile-label { color: var(--muted); font-size: .85em; }
+.tile-value { font-size: 1.5rem; font-weight: 700; }
+svg.chart { width: 100%; max-width: 52rem; height: auto; display: block; margin: .3rem 0 .8rem; }
+svg.chart .chart-axis { stroke: var(--line); }
+svg.chart .chart-label { fill: var(--muted); font-size: 12px; }
+.chart-ok { fill: var(--ok); } .chart-bad { fill: var(--bad); } .chart-warn { fill: var(--warn); } .chart-other { fill: var(--muted); }
+.legend { display: flex; gap: 1rem; flex-wrap: wrap; font-size: .9em; margin: .2rem 0; }
+.legend .key::before { content: ""; display: inline-block; width: .8em; height: .8em; margin-right: .35em; vertical-align: -.05em; background: currentColor; }
+.key.chart-ok { color: var(--ok); } .key.chart-bad { color: var(--bad); } .key.chart-warn { color: var(--warn); } .key.chart-other { color: var(--muted); }
 `;
 
 function base64(bytes: Uint8Array): string {

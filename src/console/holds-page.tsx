@@ -23,13 +23,19 @@ function State(props: { state: HoldState }) {
 
 const ruleText = (h: HoldRecord) => h.rule ?? "(mapping approval)";
 
+/** How often the pending list reloads itself (no script: a meta refresh). */
+export const PENDING_REFRESH_S = 5;
+
 export function HoldsPage(props: { viewer: Viewer; holds: HoldView[]; state: HoldState | null; now: number; notice?: Notice | null }) {
   const { holds, now, state } = props;
   const label = state === null ? "All holds" : state === "pending" ? "Pending holds" : `Holds: ${state}`;
   return (
-    <Layout title={label} viewer={props.viewer}>
+    <Layout title={label} viewer={props.viewer} refreshSeconds={state === "pending" ? PENDING_REFRESH_S : undefined}>
       <h1>{label}</h1>
       <NoticeBox notice={props.notice} />
+      {state === "pending" ? (
+        <p class="muted">{`This list refreshes itself every ${PENDING_REFRESH_S} s: a new hold appears, a resolved one leaves.`}</p>
+      ) : null}
       <form class="filters" method="get" action="/console">
         <div>
           <label for="state">State</label>

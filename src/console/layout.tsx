@@ -38,6 +38,7 @@ export function Nav(props: { viewer: Viewer }) {
     );
   return (
     <nav>
+      <a href="/console/overview">Overview</a>
       <a href="/console">Holds</a>
       {can(v, "auditor") ? <a href="/console/ledger">Ledger</a> : null}
       <a href="/console/runs">Runs</a>
@@ -58,7 +59,8 @@ export function NoticeBox(props: { notice: Notice | null | undefined }) {
   );
 }
 
-export function Layout(props: { title: string; viewer: Viewer | null; children?: Child }) {
+/** `refreshSeconds`: the page reloads itself that often (a list that must show what changed, with no script). */
+export function Layout(props: { title: string; viewer: Viewer | null; refreshSeconds?: number; children?: Child }) {
   const v = props.viewer;
   return (
     <html lang="en">
@@ -66,6 +68,7 @@ export function Layout(props: { title: string; viewer: Viewer | null; children?:
         <meta charset="utf-8" />
         <meta name="viewport" content="width=device-width, initial-scale=1" />
         <meta name="robots" content="noindex" />
+        {props.refreshSeconds ? <meta http-equiv="refresh" content={String(props.refreshSeconds)} /> : null}
         <title>{`${props.title} · Portcullis`}</title>
         <style dangerouslySetInnerHTML={{ __html: CONSOLE_CSS }} />
       </head>

@@ -35,7 +35,7 @@ import type { CompensationSpec } from "../config/mapping-schema.ts";
 import { compensationFor } from "../governance/compensation.ts";
 import { bounded } from "../wire/bounded.ts";
 import type { MeteredDraft } from "../ledger/metrics.ts";
-import { writeCallPoint } from "./analytics.ts";
+import { writeCallPoint } from "./ledger-analytics.ts";
 
 const policyVersion = (cfg: GatewayConfig): string => {
   try {

@@ -36,6 +36,8 @@ import { exposeName } from "../protocol/exposed-names.ts";
 import { classificationOf } from "../front/preview.ts";
 import { requestConfig, servableConfig } from "./config-view.ts";
 import { searchRoute, traceRoute } from "./ledger-api.ts";
+import { metricsWindow } from "./metrics-api.ts";
+import { OverviewPage, overviewOf } from "../console/overview-page.tsx";
 import {
   type C,
   type ConsoleEnv,
@@ -240,6 +242,40 @@ consoleRoutes.route("/", consoleRunsRoutes);
 // ---- connections: ./console-connections.ts -------------------------------------------------------
 
 consoleRoutes.route("/", connectionsRoutes);
+
+// ---- overview -------------------------------------------------------------------------------------
+
+const OVERVIEW_MINUTES = 60;
+
+consoleRoutes.get("/console/overview", signedIn, async (c) => {
+  const now = Date.now();
+  const toMinute = Math.floor(now / 60_000);
+  const fromMinute = toMinute - OVERVIEW_MINUTES + 1;
+  const p = c.var.principal;
+  const sees = principalHas(p, "auditor") || principalHas(p, "operator");
+  const [metrics, holds, ks] = await Promise.all([
+    sees ? metricsWindow(c.env, p, null, fromMinute, toMinute).catch(() => null) : Promise.resolve(null),
+    listHolds(c.env, c.var.cfg, p, { state: "pending", limit: 500 }).catch(() => null),
+    killSwitchStatus(c.env),
+  ]);
+  const m = metrics instanceof Response ? null : metrics;
+  const pendingHolds = holds?.ok ? holds.value : null;
+  return htmlResponse(
+    OverviewPage({
+      viewer: c.var.viewer,
+      overview: m ? overviewOf(m.rows, fromMinute, toMinute) : null,
+      metricsNote: sees
+        ? "The metrics could not be read just now."
+        : "Charts need an auditor, operator or admin grant; an approver sees the holds and the kill switch.",
+      unavailable: m?.unavailable ?? [],
+      pending: pendingHolds
+        ? { count: pendingHolds.length, oldest: pendingHolds.length ? Math.min(...pendingHolds.map((h) => h.hold.createdAt)) : null }
+        : null,
+      halts: ks.ok ? { count: ks.snapshot.halts.length, scopes: [...new Set(ks.snapshot.halts.map((h) => h.scope))] } : null,
+      now,
+    }),
+  );
+});
 
 // ---- tools ----------------------------------------------------------------------------------------
 

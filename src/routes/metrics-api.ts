@@ -43,6 +43,23 @@ async function chainsFor(env: Env, principal: Principal, team: string | null): P
   return chains.sort();
 }
 
+/**
+ * The rollup rows the caller may read for epoch minutes [fromMinute, toMinute], summed over chains
+ * (the console's overview reads this too); a Response when the team asked for is out of scope.
+ */
+export async function metricsWindow(
+  env: Env,
+  principal: Principal,
+  team: string | null,
+  fromMinute: number,
+  toMinute: number,
+): Promise<{ rows: MetricRow[]; chains: string[]; unavailable: string[] } | Response> {
+  const chains = await chainsFor(env, principal, team);
+  if (chains instanceof Response) return chains;
+  const { rows, unavailable } = await rowsOf(env, chains, Math.max(fromMinute, 1), toMinute);
+  return { rows: sumRows(rows), chains, unavailable };
+}
+
 /** Every chain's rows for the window (or totals), with the chains that did not answer. */
 async function rowsOf(env: Env, chains: string[], from: number, to: number): Promise<{ rows: MetricRow[]; unavailable: string[] }> {
   const rows: MetricRow[] = [];

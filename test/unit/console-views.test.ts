@@ -20,6 +20,8 @@ import { RunPage, RunsPage, runPath } from "../../src/console/runs-page.tsx";
 import { htmlResponse } from "../../src/console/render.ts";
 import { csrfToken, csrfValid, originProblem, readCookie } from "../../src/console/cookie-session.ts";
 import { ToolsPage } from "../../src/console/tools.tsx";
+import { OverviewPage, overviewOf } from "../../src/console/overview-page.tsx";
+import { rollupOf, sumRows } from "../../src/ledger/metrics.ts";
 import type { LedgerEntry } from "../../src/ledger/records.ts";
 import type { RunDetail } from "../../src/services/run-records.ts";
 import type { RunStep } from "../../src/governance/rollback.ts";
@@ -101,6 +103,53 @@ function inert(text: string) {
 const base64 = (bytes: ArrayBuffer) => btoa(String.fromCharCode(...new Uint8Array(bytes)));
 
 describe("pages render hostile strings inert", () => {
+  it("the overview: numbers from the rollups, SVG charts (bars per minute by decision, top tools, error rate), hostile tool names inert, a meta refresh", async () => {
+    const minute = Math.floor(NOW / 60_000);
+    const at = (m: number) => new Date(m * 60_000 + 5000).toISOString();
+    const evil = '"><script>alert(1)</script>';
+    const rows = sumRows(
+      rollupOf("t1", [
+        { kind: "decision", id: "d1", at: at(minute - 2), body: { team: "t1", upstream: "up", tool: evil, decision: "allow", mode: "enforce" } },
+        { kind: "decision", id: "d2", at: at(minute), body: { team: "t1", upstream: "up", tool: "read", decision: "allow", mode: "enforce" } },
+        { kind: "decision", id: "d3", at: at(minute), body: { team: "t1", upstream: "up", tool: "read", decision: "allow", mode: "enforce" } },
+        { kind: "blocked", id: "b1", at: at(minute), body: { team: "t1", tool: "up__drop", check: "rule" } },
+        { kind: "outcome", id: "o1", at: at(minute), body: { status: "failed", duration_ms: 12 }, metrics: { upstream: "up", tool: "read" } },
+        { kind: "outcome", id: "o2", at: at(minute), body: { status: "succeeded", duration_ms: 12 }, metrics: { upstream: "up", tool: "read" } },
+        { kind: "hold.approved", id: "h1", at: at(minute), body: { team: "t1" }, metrics: { wait_ms: 40_000 } },
+      ]),
+    ).filter((r) => r.minute !== 0);
+    const o = overviewOf(rows, minute - 59, minute);
+    expect(o.minutes).toHaveLength(60);
+    expect(o.minutes.at(-1)!.byDecision).toEqual({ allow: 2, blocked: 1 });
+    expect(o.totals).toEqual({ calls: 3, blocked: 1 });
+    expect(o.topTools[0]).toEqual({ upstream: "up", tool: "read", calls: 2 });
+    expect(o.upstreams).toEqual([{ upstream: "up", total: 2, failed: 1 }]);
+    expect(o.holdWait).toEqual({ decided: 1, p50: 60000, p90: 60000 });
+    const t = await html(
+      OverviewPage({ viewer: viewer(), overview: o, unavailable: [], pending: { count: 2, oldest: NOW - 300_000 }, halts: { count: 0, scopes: [] }, now: NOW }),
+    );
+    // The page's own charts are its only SVG (three), and the hostile tool name is text in them.
+    expect((t.match(/<svg/g) ?? []).length).toBe(3);
+    expect(t).not.toMatch(/<script/i);
+    expect(t).not.toContain(evil);
+    expect(t).toContain("&quot;&gt;&lt;script&gt;alert(1)&lt;/script&gt;");
+    for (const tag of t.match(/<[A-Za-z][^>]*>/g) ?? []) expect(tag.replace(/"[^"]*"/g, '""')).not.toMatch(/\son[a-z]+\s*=/i);
+    expect(t).toContain('<meta http-equiv="refresh" content="15"/>');
+    expect(t).toContain('<svg class="chart" id="chart-calls"');
+    expect((t.match(/data-decision="allow"/g) ?? []).length).toBe(2);
+    expect((t.match(/data-decision="blocked"/g) ?? []).length).toBe(1);
+    expect(t).toContain('id="chart-tools"');
+    expect(t).toContain("50% of 2");
+    expect(t).toContain("oldest 5m 0s ago");
+    expect(t).toContain("running");
+    // A viewer without a metrics role sees why, and no chart.
+    const plain = await html(
+      OverviewPage({ viewer: viewer(), overview: null, metricsNote: "Charts need an auditor", unavailable: [], pending: null, halts: null, now: NOW }),
+    );
+    expect(plain).toContain("Charts need an auditor");
+    expect(plain).not.toContain("<svg");
+  });
+
   it("the pending holds list", async () => {
     const t = await html(HoldsPage({ viewer: viewer(), holds: [{ hold: hold(), resolvable: true, url: "x" }], state: "pending", now: NOW }));
     inert(t);

@@ -487,6 +487,8 @@ describe("resolve", () => {
           approver: BOB,
           reason: "looks right",
         },
+        // Beside the record, for the ledger's metric rollups only: how long the hold waited.
+        metrics: { wait_ms: 5 },
       },
     ]);
   });

@@ -64,7 +64,14 @@ function fakeLedger(faultAt: number, fault: Fault, extra: Record<string, unknown
   return { env, entries };
 }
 
-async function run(faultAt: number, fault: Fault, args: JsonObject = { secret_arg: "hunter2" }, meta?: JsonObject, trace?: TraceContext, extra: Record<string, unknown> = {}) {
+async function run(
+  faultAt: number,
+  fault: Fault,
+  args: JsonObject = { secret_arg: "hunter2" },
+  meta?: JsonObject,
+  trace?: TraceContext,
+  extra: Record<string, unknown> = {},
+) {
   const { env, entries } = fakeLedger(faultAt, fault, extra);
   let reached = 0;
   const sent: JsonObject[] = [];
@@ -171,7 +178,9 @@ describe("the ledger write path under faults", () => {
   it("with an Analytics Engine dataset bound, an outcome writes one data point (team, kind, upstream, tool, status, principal, trace; upstream and gateway ms), never an argument; a throwing dataset fails nothing", async () => {
     const points: AnalyticsEngineDataPoint[] = [];
     const trace: TraceContext = { traceId: "4bf92f3577b34da6a3ce929d0e0e4736", spanId: "b7ad6b7169203331", parentSpanId: null, flags: "01" };
-    const r = await run(0, "none", { secret_arg: "hunter2" }, undefined, trace, { PORTCULLIS_ANALYTICS: { writeDataPoint: (p: AnalyticsEngineDataPoint) => points.push(p) } });
+    const r = await run(0, "none", { secret_arg: "hunter2" }, undefined, trace, {
+      PORTCULLIS_ANALYTICS: { writeDataPoint: (p: AnalyticsEngineDataPoint) => points.push(p) },
+    });
     expect(r.reached).toBe(1);
     expect(points).toHaveLength(1);
     expect(points[0]!.indexes).toEqual(["team-a"]);
