@@ -16,7 +16,8 @@ export const CONSOLE_CSS = `
 body { margin: 0; font: 15px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; color: var(--fg); background: var(--bg); }
 header { display: flex; flex-wrap: wrap; gap: 1rem; align-items: center; padding: .6rem 1.2rem; border-bottom: 1px solid var(--line); background: var(--panel); }
 header .brand { font-weight: 700; }
-header nav a { margin-right: .9rem; }
+header nav { display: flex; flex-wrap: wrap; row-gap: .2rem; }
+header nav a { margin-right: .9rem; white-space: nowrap; }
 header .who { margin-left: auto; color: var(--muted); font-size: .9em; }
 header form { display: inline; margin: 0; }
 main { padding: 1rem 1.2rem 3rem; max-width: 80rem; }

@@ -2,7 +2,8 @@
 /**
  * The console's overview: the last hour at a glance, drawn as server-rendered SVG from the
  * ledger's metric rollups (no script, no image: the CSP allows neither) — calls per minute by
- * decision, the top tools, error rate per upstream, time to a hold's decision — beside the held
+ * decision (a held call counts as `held` when its hold is created; it has a decision of its own
+ * once approved and run), the top tools, error rate per upstream, time to a hold's decision — beside the held
  * calls waiting (and the oldest) and the kill switch's state. It refreshes itself every 15 s.
  * The numbers are computed here from plain rows (`overviewOf`), so a test can check them without
  * a browser. Must never: show a number the rollups did not give, or build markup from a value
@@ -20,7 +21,8 @@ export interface Overview {
   upstreams: { upstream: string; total: number; failed: number }[];
   /** Median and 90th percentile of time to a decision (ms, bucket upper bounds), or null with no decided hold. */
   holdWait: { decided: number; p50: number | null; p90: number | null };
-  totals: { calls: number; blocked: number };
+  /** Decisions of calls that may run, refusals, and calls held for an approver (hold.created). */
+  totals: { calls: number; blocked: number; held: number };
 }
 
 /** The overview's numbers from the window's per-minute rows. */
@@ -31,7 +33,7 @@ export function overviewOf(rows: MetricRow[], fromMinute: number, toMinute: numb
   const tools = new Map<string, { upstream: string; tool: string; calls: number }>();
   const ups = new Map<string, { upstream: string; total: number; failed: number }>();
   const waits = new Map<string, number>();
-  const totals = { calls: 0, blocked: 0 };
+  const totals = { calls: 0, blocked: 0, held: 0 };
   for (const r of rows) {
     const slot = minutes.get(r.minute);
     if (r.name === SERIES.calls || r.name === SERIES.blocked) {
@@ -46,6 +48,11 @@ export function overviewOf(rows: MetricRow[], fromMinute: number, toMinute: numb
         t.calls += r.value;
         tools.set(k, t);
       }
+    } else if (r.name === SERIES.holds && r.labels.event === "created") {
+      // A held call has no decision record until it runs: its hold.created is what the minute saw.
+      decisions.add("held");
+      if (slot) slot.held = (slot.held ?? 0) + r.value;
+      totals.held += r.value;
     } else if (r.name === SERIES.outcomes) {
       const u = ups.get(r.labels.upstream ?? "") ?? { upstream: r.labels.upstream ?? "", total: 0, failed: 0 };
       u.total += r.value;
@@ -67,7 +74,7 @@ export function overviewOf(rows: MetricRow[], fromMinute: number, toMinute: numb
     }
     return null;
   };
-  const rank = ["allow", "require_approval", "blocked"];
+  const rank = ["allow", "require_approval", "held", "blocked"];
   return {
     minutes: [...minutes.entries()].map(([minute, byDecision]) => ({ minute, byDecision })),
     decisions: [...decisions].sort((a, b) => (rank.indexOf(a) + 1 || 99) - (rank.indexOf(b) + 1 || 99) || (a < b ? -1 : 1)),
@@ -78,7 +85,7 @@ export function overviewOf(rows: MetricRow[], fromMinute: number, toMinute: numb
   };
 }
 
-const COLORS: Record<string, string> = { allow: "chart-ok", blocked: "chart-bad", require_approval: "chart-warn" };
+const COLORS: Record<string, string> = { allow: "chart-ok", blocked: "chart-bad", held: "chart-warn", require_approval: "chart-other" };
 const colorOf = (d: string) => COLORS[d] ?? "chart-other";
 const waitText = (ms: number | null) => (ms === null ? "—" : ms === Number.POSITIVE_INFINITY ? `over ${duration(60_000)}` : `≤ ${duration(ms)}`);
 
@@ -181,8 +188,8 @@ export function OverviewPage(props: {
         {o ? (
           <div class="tile" id="tile-calls">
             <span class="tile-label">Calls (last hour)</span>
-            <span class="tile-value">{String(o.totals.calls + o.totals.blocked)}</span>
-            <span class="muted">{`${o.totals.blocked} refused`}</span>
+            <span class="tile-value">{String(o.totals.calls + o.totals.blocked + o.totals.held)}</span>
+            <span class="muted">{`${o.totals.blocked} refused, ${o.totals.held} held`}</span>
           </div>
         ) : null}
         {o ? (

@@ -268,7 +268,13 @@ describe("governance sees /mcp's names on every route", () => {
     expect(texts(onSessionRoute).replace(sessionId, "<id>")).toBe(texts(onMcp).replace(mcpId, "<id>"));
 
     const blocked = await ledgerKinds(origin, auditor, "blocked", (e) => [routeId, mcpId, sessionId].every((id) => e.some((x) => x.id === id)));
-    const body = (id: string) => blocked.find((x) => x.id === id)?.body;
+    // Each request is its own W3C trace: the records read the same but for their trace ids.
+    const traced = (id: string) => blocked.find((x) => x.id === id)?.body;
+    expect(new Set([routeId, mcpId, sessionId].map((id) => traced(id)?.trace_id)).size).toBe(3);
+    const body = (id: string) => {
+      const { trace_id: _t, ...rest } = traced(id) ?? {};
+      return rest;
+    };
     expect(body(routeId)).toEqual(body(mcpId));
     expect(body(mcpId)).toMatchObject({ principal: "agent:policy", team: "routes", tool: "ev__get-sum", check: "rule", rule: "big-sums", run: null });
     const { run, ...rest } = body(sessionId);
@@ -283,7 +289,10 @@ describe("governance sees /mcp's names on every route", () => {
     expect(ids.every((id) => typeof id === "string" && id.length > 0)).toBe(true);
     const decisions = await ledgerKinds(origin, auditor, "decision", (e) => ids.every((id) => e.some((x) => x.id === id)));
     const [dRoute, dMcp] = ids.map((id) => decisions.find((x) => x.id === id)?.body);
-    expect(dRoute).toEqual(dMcp);
+    expect(dRoute.trace.trace_id).not.toBe(dMcp.trace.trace_id);
+    const { trace: _r, ...routeRest } = dRoute;
+    const { trace: _m, ...mcpRest } = dMcp;
+    expect(routeRest).toEqual(mcpRest);
     expect(dRoute).toMatchObject({ principal: "agent:policy", upstream: "ev", tool: "get-sum", decision: "allow" });
   });
 

@@ -121,7 +121,7 @@ describe("pages render hostile strings inert", () => {
     const o = overviewOf(rows, minute - 59, minute);
     expect(o.minutes).toHaveLength(60);
     expect(o.minutes.at(-1)!.byDecision).toEqual({ allow: 2, blocked: 1 });
-    expect(o.totals).toEqual({ calls: 3, blocked: 1 });
+    expect(o.totals).toEqual({ calls: 3, blocked: 1, held: 0 });
     expect(o.topTools[0]).toEqual({ upstream: "up", tool: "read", calls: 2 });
     expect(o.upstreams).toEqual([{ upstream: "up", total: 2, failed: 1 }]);
     expect(o.holdWait).toEqual({ decided: 1, p50: 60000, p90: 60000 });
