@@ -56,6 +56,7 @@ export function HoldsPage(props: { viewer: Viewer; holds: HoldView[]; state: Hol
           <thead>
             <tr>
               <th>Tool</th>
+              <th>Arguments</th>
               <th>Upstream</th>
               <th>Requester</th>
               <th>Rule</th>
@@ -71,6 +72,9 @@ export function HoldsPage(props: { viewer: Viewer; holds: HoldView[]; state: Hol
               <tr>
                 <td>
                   <a href={holdPath(h.id)}>{h.exposedName}</a>
+                </td>
+                <td>
+                  <code class="args">{argumentsPreview(h.action)}</code>
                 </td>
                 <td>{h.upstream}</td>
                 <td>{h.principal}</td>
@@ -91,22 +95,47 @@ export function HoldsPage(props: { viewer: Viewer; holds: HoldView[]; state: Hol
   );
 }
 
+/** How the consumed call ended, in words: a status only (the answer itself is the agent's, never shown here). */
+function answerText(answered: HoldView["answered"]): string {
+  if (answered === "succeeded") return "it succeeded";
+  if (answered === "tool_error") return "the tool reported an error";
+  if (answered === "error") return "it answered with a JSON-RPC error";
+  return "it is running, or the gateway stopped before its answer was kept (the ledger's outcome record says which)";
+}
+
+/** The call's arguments in one short line (the list's preview; the hold's page has them whole). */
+export function argumentsPreview(action: string, max = 80): string {
+  let args: unknown;
+  try {
+    args = (JSON.parse(action) as { arguments?: unknown }).arguments;
+  } catch {
+    return "(unreadable)";
+  }
+  if (args === undefined || args === null) return "(none)";
+  const text = JSON.stringify(args);
+  if (text === "{}") return "(none)";
+  return text.length > max ? `${text.slice(0, max - 1)}…` : text;
+}
+
 /** What became of the hold, in one sentence (from the record only). */
-function outcome(h: HoldRecord): string | null {
+function outcome(h: HoldRecord, answered: HoldView["answered"]): string | null {
   const by = h.approver ?? "unknown";
   const why = h.resolveReason ? `: ${h.resolveReason}` : "";
   if (h.state === "approved") return `approved by ${by} at ${iso(h.resolvedAt)}${why}`;
   if (h.state === "rejected") return `rejected by ${by} at ${iso(h.resolvedAt)}${why}`;
-  if (h.state === "consumed")
-    return `approved by ${by} at ${iso(h.resolvedAt)}${why}; the call ran once at ${iso(h.consumedAt)}${h.result ? "" : " (its answer is not recorded yet)"}`;
+  if (h.state === "consumed") return `approved by ${by} at ${iso(h.resolvedAt)}${why}; the call ran once at ${iso(h.consumedAt)}: ${answerText(answered)}`;
   if (h.state === "expired") return `expired at ${iso(h.expiresAt)} without a decision`;
   return null;
 }
 
-export function HoldPage(props: { viewer: Viewer; view: HoldView; now: number; notice?: Notice | null }) {
+/**
+ * One hold. `reason`: the text the approver had typed, when a decision was refused and the page is
+ * shown again (kept in the form, with the notice saying why).
+ */
+export function HoldPage(props: { viewer: Viewer; view: HoldView; now: number; notice?: Notice | null; reason?: string }) {
   const { view, now } = props;
   const h = view.hold;
-  const done = outcome(h);
+  const done = outcome(h, view.answered);
   const off = !view.resolvable;
   return (
     <Layout title={`Hold ${h.id}`} viewer={props.viewer}>
@@ -176,24 +205,30 @@ export function HoldPage(props: { viewer: Viewer; view: HoldView; now: number; n
         {"Action hash (SHA-256): "}
         <code id="action-hash">{h.actionHash}</code>
       </p>
-      <h2>Decision</h2>
-      <form class="resolve" method="post" action={`${holdPath(h.id)}/resolve`}>
-        <input type="hidden" name="csrf" value={props.viewer.csrf} />
-        <input type="hidden" name="action_hash" value={h.actionHash} />
-        {off ? (
-          <div class="notice" id="not-resolvable">
-            {`You cannot approve or reject this hold: ${view.why ?? (h.state === "pending" ? "not allowed" : `it is ${h.state}`)}`}
-          </div>
-        ) : null}
-        <label for="reason">Reason (recorded on the ledger with your decision)</label>
-        <textarea id="reason" name="reason" maxlength={500} disabled={off} />
-        <button type="submit" name="decision" value="approve" disabled={off}>
-          Approve this exact call
-        </button>
-        <button type="submit" name="decision" value="reject" disabled={off}>
-          Reject
-        </button>
-      </form>
+      {h.state === "pending" ? (
+        <>
+          <h2>Decision</h2>
+          <form class="resolve" method="post" action={`${holdPath(h.id)}/resolve`}>
+            <input type="hidden" name="csrf" value={props.viewer.csrf} />
+            <input type="hidden" name="action_hash" value={h.actionHash} />
+            {off ? (
+              <div class="notice" id="not-resolvable">
+                {`You cannot approve or reject this hold: ${view.why ?? "not allowed"}`}
+              </div>
+            ) : null}
+            <label for="reason">Reason (recorded on the ledger with your decision; a rejection needs one: the agent is told it)</label>
+            <textarea id="reason" name="reason" maxlength={500} disabled={off}>
+              {props.reason ?? ""}
+            </textarea>
+            <button type="submit" name="decision" value="approve" disabled={off}>
+              Approve this exact call
+            </button>
+            <button type="submit" name="decision" value="reject" disabled={off}>
+              Reject
+            </button>
+          </form>
+        </>
+      ) : null}
     </Layout>
   );
 }

@@ -107,14 +107,14 @@ consoleRoutes.get("/console", signedIn, async (c) => {
   }
 });
 
-async function holdPage(c: C, id: string, status: number, notice: Notice | null): Promise<Response> {
+async function holdPage(c: C, id: string, status: number, notice: Notice | null, reason?: string): Promise<Response> {
   const r = await getHold(c.env, c.var.cfg, c.var.principal, id);
   if (!r.ok)
     return errorPage(c.var.viewer, notice && r.status === 404 ? status : r.status, "Hold", notice ? `${notice.text} (${r.message})` : r.message, {
       href: "/console",
       label: "← Pending holds",
     });
-  return htmlResponse(HoldPage({ viewer: c.var.viewer, view: r.value, now: Date.now(), notice }), status);
+  return htmlResponse(HoldPage({ viewer: c.var.viewer, view: r.value, now: Date.now(), notice, ...(reason !== undefined ? { reason } : {}) }), status);
 }
 
 consoleRoutes.get("/console/holds/:id", signedIn, async (c) => {
@@ -143,6 +143,9 @@ consoleRoutes.post("/console/holds/:id/resolve", signedIn, async (c) => {
     if (r.ok) return seeOther(holdPath(id));
     // Already resolved, expired or changed (a double click's second POST lands here): the hold as it is now.
     if (r.status === 409) return await holdPage(c, id, 409, { kind: "info", text: `Nothing changed: ${r.message}` });
+    // A decision the form got wrong (a rejection without its reason): the hold again, the form kept, the reason said inline.
+    if (r.status === 400)
+      return await holdPage(c, id, 400, { kind: "error", text: `Not ${decision === "approve" ? "approved" : "rejected"}: ${r.message}` }, reason);
     const title = r.status === 403 ? "Not allowed" : r.status === 503 ? "Not recorded" : "Not resolved";
     return errorPage(c.var.viewer, r.status, title, r.message, back);
   } catch (e) {

@@ -7,7 +7,7 @@
  * resolve which rule), then the `resolved` webhooks. A hold of a team the viewer may not see is
  * answered exactly like a hold that does not exist (404), so ids reveal nothing across teams.
  * Views carry the hold record without its stored result (the upstream's answer to the agent is
- * replayed to that agent only, never shown to approvers). Must never: resolve for a principal the
+ * replayed to that agent only, never shown to approvers): only how it ended (`answered`). Must never: resolve for a principal the
  * config does not allow, take the approver's identity from a request body, or say "approved"
  * before the `hold.approved` record is durable (HoldsApi.resolve answers ok only after it is).
  */
@@ -30,6 +30,12 @@ export interface HoldView {
   why?: string;
   /** The console page of the hold. */
   url: string;
+  /**
+   * How a consumed hold's call ended, as a status only (the answer itself stays with the agent):
+   * `succeeded`, `tool_error` (an isError result), `error` (a JSON-RPC error); absent while it runs
+   * or when the hold was not consumed.
+   */
+  answered?: "succeeded" | "tool_error" | "error";
 }
 
 export type HoldsResult<T> = { ok: true; value: T } | { ok: false; status: 400 | 403 | 404 | 409 | 503; message: string };
@@ -70,7 +76,15 @@ function viewOf(cfg: GatewayConfig, viewer: Principal, hold: HoldRecord, now: nu
     if (!may.ok) why = may.why;
     else if (!viewer.authenticated) why = "only a principal signed in with its own grant may resolve holds";
   }
-  return { hold: { ...hold, result: null }, resolvable: why === undefined, ...(why !== undefined ? { why } : {}), url: holdPageUrl(cfg, hold.id) };
+  const r = hold.result;
+  const answered = r ? (r.error ? "error" : (r.result as { isError?: unknown } | undefined)?.isError === true ? "tool_error" : "succeeded") : undefined;
+  return {
+    hold: { ...hold, result: null },
+    resolvable: why === undefined,
+    ...(why !== undefined ? { why } : {}),
+    url: holdPageUrl(cfg, hold.id),
+    ...(answered ? { answered } : {}),
+  };
 }
 
 /** Internal (tests): listHolds over `deps`. */

@@ -213,6 +213,8 @@ describe.skipIf(skipBrowser)("the approver console in Chromium", () => {
     expect(rowText).toContain("attestations-need-a-human");
     expect(rowText).toContain("attestations are signed off by a person");
     expect(rowText).toContain("pending");
+    // The arguments, previewed in the list (escaped text, like everything else).
+    expect(await row.locator("code.args").textContent().then(str)).toContain(`"quarter":"Q4 ${HOSTILE}`.slice(0, 60));
     await shot(page, "02-pending-holds");
     // Open it (through the link the agent was given).
     const response = await page.goto(held.url);
@@ -277,7 +279,9 @@ describe.skipIf(skipBrowser)("the approver console in Chromium", () => {
     // The detail page says who approved, from the record.
     await page.goto(held.url);
     expect(await page.locator("#outcome").textContent().then(str)).toMatch(/^approved by human:approver at .*: checked the quarter/);
-    expect(await page.locator('button[value="approve"]').isDisabled()).toBe(true);
+    // Decided: no decision form is left, and no warning that it cannot be decided.
+    expect(await page.locator('button[value="approve"]').count()).toBe(0);
+    expect(await page.locator("#not-resolvable").count()).toBe(0);
     await shot(page, "05-approved");
     // One approval on the hold and on the ledger.
     const view = (await (
@@ -307,7 +311,7 @@ describe.skipIf(skipBrowser)("the approver console in Chromium", () => {
       await a.close();
     }
     await page.goto(held.url);
-    expect(await page.locator("#outcome").textContent().then(str)).toMatch(/approved by human:approver .*the call ran once/);
+    expect(await page.locator("#outcome").textContent().then(str)).toMatch(/approved by human:approver .*the call ran once at \S+: it succeeded$/);
     await shot(page, "06-consumed");
   });
 
@@ -389,6 +393,28 @@ describe.skipIf(skipBrowser)("the approver console in Chromium", () => {
       await fetch(`${origin}/v1/holds/${encodeURIComponent(fresh.id)}`, { headers: { authorization: `Bearer ${approver.token}` } })
     ).json()) as Any;
     expect(view.hold.state).toBe("pending");
+  });
+
+  it("a rejection without a reason keeps the form, says why inline and rejects nothing; with a reason it rejects", async () => {
+    const pending = await (async () => {
+      const a = await agentClient(agent.token);
+      try {
+        const name = (await a.client.listTools()).tools.find((t) => t.name.startsWith("rec__record_"))!.name;
+        return heldAs(await a.client.callTool({ name, arguments: { quarter: "Q3 needs a reason" } }));
+      } finally {
+        await a.close();
+      }
+    })();
+    await page.goto(pending.url);
+    await Promise.all([page.waitForLoadState("load"), page.click('button[value="reject"]')]);
+    expect(new URL(page.url()).pathname).toBe(`/console/holds/${encodeURIComponent(pending.id)}/resolve`);
+    expect(await page.locator('.notice.error[role="alert"]').textContent().then(str)).toMatch(/Not rejected: a rejection needs a reason/);
+    expect(await page.locator('button[value="reject"]').isDisabled()).toBe(false);
+    await shot(page, "11-reject-needs-a-reason");
+    await page.fill("#reason", "wrong quarter");
+    await Promise.all([page.waitForURL(pending.url), page.click('button[value="reject"]')]);
+    expect(await page.locator("#outcome").textContent().then(str)).toMatch(/^rejected by human:approver at .*: wrong quarter/);
+    expect(await page.locator("#not-resolvable").count()).toBe(0);
   });
 
   it("a Cloudflare Access JWT signs an approver in without a cookie; a foreign one does not", async () => {

@@ -183,10 +183,51 @@ describe("pages render hostile strings inert", () => {
     expect(t).toContain('name="csrf" value="c&quot;&lt;/script&gt;');
   });
 
-  it("a hold the viewer cannot resolve: buttons disabled, and the note says why", async () => {
+  it("a decided hold shows what became of it and no decision form (no stale 'cannot approve' warning); a consumed one says how its call ended", async () => {
+    const approved = await html(
+      HoldPage({
+        viewer: viewer(),
+        view: { hold: hold({ state: "approved", approver: "human:bo", resolvedAt: NOW }), resolvable: false, why: "it is approved", url: "x" },
+        now: NOW,
+      }),
+    );
+    expect(approved).toContain('id="outcome"');
+    expect(approved).toContain("approved by human:bo");
+    expect(approved).not.toContain('id="not-resolvable"');
+    expect(approved).not.toContain('<form class="resolve"');
+    const consumed = (answered?: "succeeded" | "tool_error" | "error") =>
+      html(
+        HoldPage({
+          viewer: viewer(),
+          view: {
+            hold: hold({ state: "consumed", approver: "human:bo", resolvedAt: NOW, consumedAt: NOW + 1000 }),
+            resolvable: false,
+            url: "x",
+            ...(answered ? { answered } : {}),
+          },
+          now: NOW,
+        }),
+      );
+    expect(await consumed("succeeded")).toContain("the call ran once at 2026-12-01T12:00:01Z: it succeeded");
+    expect(await consumed("tool_error")).toContain("the tool reported an error");
+    expect(await consumed("error")).toContain("it answered with a JSON-RPC error");
+    const running = await consumed();
+    expect(running).toContain("the ledger&#39;s outcome record says which");
+    expect(running).not.toContain("not recorded yet");
+    const expired = await html(
+      HoldPage({ viewer: viewer(), view: { hold: hold({ state: "expired", expiresAt: NOW - 1000 }), resolvable: false, why: "expired", url: "x" }, now: NOW }),
+    );
+    expect(expired).toContain("without a decision");
+    expect(expired).not.toContain('<form class="resolve"');
+  });
+
+  it("a pending hold the viewer cannot resolve: buttons disabled, and the note says why; a refused rejection keeps the typed reason", async () => {
+    const kept = await html(HoldPage({ viewer: viewer(), view: { hold: hold(), resolvable: true, url: "x" }, now: NOW, reason: `my reason ${EVIL}` }));
+    expect(kept).toContain(`<textarea id="reason" name="reason" maxlength="500">my reason`);
+    expect(kept).not.toContain(EVIL);
     for (const [h, why] of [
       [hold({ principal: "human:me" }), "you raised this hold: the requester never resolves its own hold"],
-      [hold({ state: "expired", expiresAt: NOW - 1000 }), `expired ${EVIL}`],
+      [hold({ expiresAt: NOW - 1000 }), `expired ${EVIL}`],
     ] as const) {
       const t = await html(HoldPage({ viewer: viewer(), view: { hold: h, resolvable: false, why, url: "x" }, now: NOW }));
       expect(t).toMatch(/<button type="submit" name="decision" value="approve" disabled="">/);
