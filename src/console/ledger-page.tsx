@@ -17,7 +17,15 @@ function callId(e: LedgerEntry): string {
   return typeof d === "string" && d !== "" ? d : e.id;
 }
 
-export function LedgerPage(props: { viewer: Viewer; entries: LedgerEntry[]; kind: string | null; tool: string | null; next: string | null }) {
+/** `index`: what the store indexed for each entry, in the same order (an outcome's tool and principal are its decision's). */
+export function LedgerPage(props: {
+  viewer: Viewer;
+  entries: LedgerEntry[];
+  index?: { principal: string | null; tool: string | null }[];
+  kind: string | null;
+  tool: string | null;
+  next: string | null;
+}) {
   const { entries, kind, tool, next } = props;
   const more = new URLSearchParams();
   if (kind) more.set("kind", kind);
@@ -62,12 +70,12 @@ export function LedgerPage(props: { viewer: Viewer; entries: LedgerEntry[]; kind
             </tr>
           </thead>
           <tbody>
-            {entries.map((e) => (
+            {entries.map((e, i) => (
               <tr>
                 <td>{e.at}</td>
                 <td>{e.kind}</td>
-                <td>{field(e.body, "tool")}</td>
-                <td>{field(e.body, "principal", field(e.body, "by"))}</td>
+                <td>{props.index?.[i]?.tool ?? field(e.body, "tool")}</td>
+                <td>{props.index?.[i]?.principal ?? field(e.body, "principal", field(e.body, "by"))}</td>
                 <td>{field(e.body, "status", field(e.body, "decision"))}</td>
                 <td>{`${e.chain} · ${e.seq}`}</td>
                 <td>

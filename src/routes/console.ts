@@ -35,7 +35,7 @@ import { changeKillSwitch, killSwitchStatus } from "../ports/killswitch-client.t
 import { exposeName } from "../protocol/exposed-names.ts";
 import { classificationOf } from "../front/preview.ts";
 import { requestConfig, servableConfig } from "./config-view.ts";
-import { searchRoute, traceRoute } from "./ledger-api.ts";
+import { type EntryIndex, searchRoute, traceRoute } from "./ledger-api.ts";
 import { metricsWindow } from "./metrics-api.ts";
 import { OverviewPage, overviewOf } from "../console/overview-page.tsx";
 import {
@@ -182,9 +182,9 @@ consoleRoutes.get("/console/ledger", signedIn, auditorOnly, async (c) => {
   if (kind) q.set("kind", kind);
   if (tool) q.set("tool", tool);
   if (after) q.set("after", after);
-  const body = await routeJson<{ entries: LedgerEntry[]; next: string | null }>(c, await searchRoute(c.env, c.var.principal, q));
+  const body = await routeJson<{ entries: LedgerEntry[]; index?: EntryIndex[]; next: string | null }>(c, await searchRoute(c.env, c.var.principal, q));
   if (body instanceof Response) return body;
-  return htmlResponse(LedgerPage({ viewer: c.var.viewer, entries: body.entries, kind, tool, next: body.next }));
+  return htmlResponse(LedgerPage({ viewer: c.var.viewer, entries: body.entries, index: body.index ?? [], kind, tool, next: body.next }));
 });
 
 consoleRoutes.get("/console/ledger/:id", signedIn, auditorOnly, async (c) => {

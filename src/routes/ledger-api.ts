@@ -131,6 +131,18 @@ interface SearchRow {
   prev: string;
   hash: string;
   body: string;
+  principal: string | null;
+  tool: string | null;
+  upstream: string | null;
+  status: string | null;
+}
+
+/** What the store indexed for an entry (an outcome's principal, tool and upstream come from its decision): beside the entry, never in it. */
+export interface EntryIndex {
+  principal: string | null;
+  tool: string | null;
+  upstream: string | null;
+  status: string | null;
 }
 
 const entryOf = (r: SearchRow): LedgerEntry => ({
@@ -183,7 +195,7 @@ export async function searchRoute(env: Env, principal: Principal, q: URLSearchPa
     where.push("(at, chain, seq) < (SELECT at, chain, seq FROM ledger_entries WHERE chain = ? AND seq = ?)");
     args.push(m[1], Number(m[2]));
   }
-  const sql = `SELECT chain, seq, v, id, kind, at, prev, hash, body FROM ledger_entries WHERE ${where.join(" AND ")} ORDER BY at DESC, chain DESC, seq DESC LIMIT ?`;
+  const sql = `SELECT chain, seq, v, id, kind, at, prev, hash, body, principal, tool, upstream, status FROM ledger_entries WHERE ${where.join(" AND ")} ORDER BY at DESC, chain DESC, seq DESC LIMIT ?`;
   let rows: SearchRow[];
   try {
     rows = (
@@ -196,5 +208,12 @@ export async function searchRoute(env: Env, principal: Principal, q: URLSearchPa
   }
   const page = rows.slice(0, limit);
   const last = page.at(-1);
-  return jsonResponse({ entries: page.map(entryOf), next: rows.length > limit && last ? `${last.chain}:${last.seq}` : null });
+  // `index`, one per entry in the same order: the store's indexed facts, so a reader needs no second query for an outcome's tool.
+  const index: EntryIndex[] = page.map((r) => ({
+    principal: r.principal ?? null,
+    tool: r.tool ?? null,
+    upstream: r.upstream ?? null,
+    status: r.status ?? null,
+  }));
+  return jsonResponse({ entries: page.map(entryOf), index, next: rows.length > limit && last ? `${last.chain}:${last.seq}` : null });
 }

@@ -324,6 +324,19 @@ describe.skipIf(skipBrowser)("the approver console in Chromium", () => {
     expect(await page.locator("h2").count()).toBeGreaterThanOrEqual(1);
     expect(await page.locator("img").count()).toBe(0);
     await shot(page, "08-trace");
+    // An outcome row names its call's tool and principal (its decision's, as the store indexed them), never "—".
+    const outcomeRow = page.locator("table.ledger tbody tr").first();
+    // The page reads the shared store, which the ledger fills within a few seconds.
+    for (let i = 0; i < 30; i++) {
+      await page.goto(`${origin}/console/ledger?kind=outcome`);
+      if ((await outcomeRow.count()) === 1) break;
+      await new Promise((r) => setTimeout(r, 500));
+    }
+    expect(await outcomeRow.count()).toBe(1);
+    const cellsOf = await outcomeRow.locator("td").allTextContents();
+    expect(cellsOf[1]).toBe("outcome");
+    expect(cellsOf[2]).toMatch(/^record_quarterly_/);
+    expect(cellsOf[3]).toBe("agent:attester");
     await page.goto(`${origin}/console/killswitch`);
     expect(await page.locator("#ks-status").textContent().then(str)).toMatch(/version \d+/);
     await page.goto(`${origin}/console/tools`);
