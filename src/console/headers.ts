@@ -48,6 +48,7 @@ form.filters { display: flex; gap: .8rem; align-items: end; flex-wrap: wrap; mar
 form.filters label { margin: 0; }
 form.filters select, form.filters input { width: 14rem; }
 section.box { border: 1px solid var(--line); padding: .2rem .9rem .8rem; margin: .8rem 0; max-width: 52rem; }
+label.confirm { font-weight: normal; }
 a.button { display: inline-block; border: 1px solid var(--line); background: var(--panel); padding: .35rem .9rem; text-decoration: none; }
 button.danger { color: var(--bad); }
 .tiles { display: flex; flex-wrap: wrap; gap: .8rem; margin: .6rem 0 1rem; }

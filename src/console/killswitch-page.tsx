@@ -9,8 +9,27 @@ import { HALT_SCOPES, type KillSwitchSnapshot } from "../../durable-objects/cont
 import { iso } from "./format.ts";
 import { Layout, type Notice, NoticeBox, type Viewer } from "./layout.tsx";
 
-export function KillSwitchPage(props: { viewer: Viewer; snapshot: KillSwitchSnapshot; admin: boolean; notice?: Notice | null }) {
+/** One change from the ledger's `killswitch.changed` records (the `_global` chain), newest first. */
+export interface KillSwitchChangeRow {
+  at: string;
+  action: string;
+  scope: string;
+  target: string | null;
+  reason: string;
+  by: string;
+  version: number;
+}
+
+export function KillSwitchPage(props: {
+  viewer: Viewer;
+  snapshot: KillSwitchSnapshot;
+  admin: boolean;
+  notice?: Notice | null;
+  /** The switch's history from the ledger; null when the store could not be read. */
+  history?: KillSwitchChangeRow[] | null;
+}) {
   const { snapshot, admin, viewer } = props;
+  const history = props.history;
   return (
     <Layout title="Kill switch" viewer={viewer}>
       <h1>Kill switch</h1>
@@ -48,6 +67,10 @@ export function KillSwitchPage(props: { viewer: Viewer; snapshot: KillSwitchSnap
                       <input type="hidden" name="scope" value={h.scope} />
                       <input type="hidden" name="target" value={h.target ?? ""} />
                       <input type="text" name="reason" required maxlength={500} placeholder="why resume" aria-label="reason to resume" />
+                      <label class="confirm">
+                        <input type="checkbox" name="confirm" value="yes" required />
+                        {h.scope === "global" ? " resume every call" : ` resume ${h.scope} ${h.target ?? ""}`}
+                      </label>
                       <button type="submit">Resume</button>
                     </form>
                   </td>
@@ -72,10 +95,49 @@ export function KillSwitchPage(props: { viewer: Viewer; snapshot: KillSwitchSnap
           <input type="text" id="target" name="target" maxlength={200} />
           <label for="halt-reason">Reason</label>
           <input type="text" id="halt-reason" name="reason" required maxlength={500} />
-          <button type="submit">Halt</button>
+          <label class="confirm" for="halt-confirm">
+            <input type="checkbox" id="halt-confirm" name="confirm" value="yes" required />
+            {" I understand: every new call in this scope is refused, and calls in flight are cancelled, until someone resumes it"}
+          </label>
+          <button type="submit" class="danger">
+            Halt
+          </button>
         </form>
       ) : (
         <p class="muted">Halting and resuming need the admin role.</p>
+      )}
+      <h2>History</h2>
+      {history === null || history === undefined ? (
+        <p class="muted">The history could not be read from the ledger just now.</p>
+      ) : history.length === 0 ? (
+        <p class="muted">No change recorded yet.</p>
+      ) : (
+        <table class="ks-history">
+          <thead>
+            <tr>
+              <th>At</th>
+              <th>Change</th>
+              <th>Scope</th>
+              <th>Target</th>
+              <th>Reason</th>
+              <th>By</th>
+              <th>Version</th>
+            </tr>
+          </thead>
+          <tbody>
+            {history.map((c) => (
+              <tr>
+                <td>{c.at}</td>
+                <td class={c.action === "halt" ? "bad" : "ok"}>{c.action}</td>
+                <td>{c.scope}</td>
+                <td>{c.target ?? "(everything)"}</td>
+                <td>{c.reason}</td>
+                <td>{c.by}</td>
+                <td>{String(c.version)}</td>
+              </tr>
+            ))}
+          </tbody>
+        </table>
       )}
     </Layout>
   );

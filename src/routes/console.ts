@@ -19,7 +19,7 @@ import type { HoldState } from "../../durable-objects/contract-holds.ts";
 import { principalHas } from "../config/principal.ts";
 import { withSecurityHeaders } from "../console/headers.ts";
 import { HOLD_STATES, HoldPage, HoldsPage, holdPath } from "../console/holds-page.tsx";
-import { KillSwitchPage } from "../console/killswitch-page.tsx";
+import { type KillSwitchChangeRow, KillSwitchPage } from "../console/killswitch-page.tsx";
 import { LoginPage, type Notice } from "../console/layout.tsx";
 import { LedgerPage, TracePage } from "../console/ledger-page.tsx";
 import { htmlResponse, seeOther } from "../console/render.ts";
@@ -29,7 +29,7 @@ import { type ToolRow, ToolsPage } from "../console/tools.tsx";
 import type { BannerLevel } from "../governance/classify.ts";
 import { grantAllowsTool } from "../governance/grant-scope.ts";
 import { canonicalUrl } from "../identity/metadata.ts";
-import { ENTRY_KINDS, type LedgerEntry } from "../ledger/records.ts";
+import { ENTRY_KINDS, GLOBAL_CHAIN, type KillSwitchBody, type LedgerEntry } from "../ledger/records.ts";
 import { getHold, listHolds, resolveHold } from "../services/approvals.ts";
 import { changeKillSwitch, killSwitchStatus } from "../ports/killswitch-client.ts";
 import { exposeName } from "../protocol/exposed-names.ts";
@@ -204,12 +204,38 @@ const CHANGED: Record<string, Notice> = {
   none: { kind: "info", text: "Nothing changed: that scope was already in that state." },
 };
 
+/** The kill switch's last changes from the ledger (the `_global` chain's killswitch.changed records, as D1 holds them), newest first; null when D1 cannot be read. */
+async function killSwitchHistory(env: ConsoleEnv["Bindings"], limit = 50): Promise<KillSwitchChangeRow[] | null> {
+  try {
+    const rows = await env.LEDGER_DB.prepare("SELECT at, body FROM ledger_entries WHERE chain = ? AND kind = ? ORDER BY seq DESC LIMIT ?")
+      .bind(GLOBAL_CHAIN, "killswitch.changed", limit)
+      .all<{ at: string; body: string }>();
+    return rows.results.map((r) => {
+      const b = JSON.parse(r.body) as Partial<KillSwitchBody>;
+      return {
+        at: r.at,
+        action: String(b.action ?? "?"),
+        scope: String(b.scope ?? "?"),
+        target: typeof b.target === "string" ? b.target : null,
+        reason: String(b.reason ?? ""),
+        by: String(b.by ?? "?"),
+        version: Number(b.version ?? 0),
+      };
+    });
+  } catch {
+    return null;
+  }
+}
+
+async function killSwitchPage(c: C, status: number, notice: Notice | null): Promise<Response> {
+  const [r, history] = await Promise.all([killSwitchStatus(c.env), killSwitchHistory(c.env)]);
+  if (!r.ok) return errorPage(c.var.viewer, r.status, "Kill switch", `the kill switch's state is unknown right now: ${r.message}`);
+  return htmlResponse(KillSwitchPage({ viewer: c.var.viewer, snapshot: r.snapshot, admin: principalHas(c.var.principal, "admin"), notice, history }), status);
+}
+
 consoleRoutes.get("/console/killswitch", signedIn, async (c) => {
   try {
-    const r = await killSwitchStatus(c.env);
-    if (!r.ok) return errorPage(c.var.viewer, r.status, "Kill switch", `the kill switch's state is unknown right now: ${r.message}`);
-    const notice = CHANGED[c.req.query("changed") ?? ""] ?? null;
-    return htmlResponse(KillSwitchPage({ viewer: c.var.viewer, snapshot: r.snapshot, admin: principalHas(c.var.principal, "admin"), notice }));
+    return await killSwitchPage(c, 200, CHANGED[c.req.query("changed") ?? ""] ?? null);
   } catch (e) {
     return unavailable(c.var.viewer, "the kill switch", e);
   }
@@ -229,6 +255,12 @@ consoleRoutes.post("/console/killswitch", signedIn, async (c) => {
     return errorPage(c.var.viewer, 400, "Bad request", `scope must be one of ${HALT_SCOPES.join(", ")}`, back);
   if (reason === "" || reason.length > MAX_REASON)
     return errorPage(c.var.viewer, 400, "Bad request", `a reason of 1 to ${MAX_REASON} characters is required`, back);
+  // The form asks for confirmation; a POST without it changes nothing and shows the page again, saying so.
+  if (form.get("confirm") !== "yes")
+    return killSwitchPage(c, 400, {
+      kind: "error",
+      text: `Nothing changed: tick the confirmation to ${action} ${scope === "global" ? "everything" : `${scope} ${target}`}`,
+    });
   try {
     const r = await changeKillSwitch(c.env, c.var.cfg, c.var.principal, action, scope as HaltScopeName, target === "" ? null : target, reason);
     if (!r.ok) return errorPage(c.var.viewer, r.status, "Kill switch", r.message, back);

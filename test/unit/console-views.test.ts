@@ -718,6 +718,52 @@ describe("the console through the Worker", () => {
     expect(out.headers.get("set-cookie")).toMatch(/^__Host-portcullis=; .*Max-Age=0$/);
   });
 
+  it("the kill switch asks for confirmation: a halt without it changes nothing and says so; with it, it halts; the page shows the ledger's history", async () => {
+    const admin = await grant(["admin"], "human:ks-admin");
+    const csrf = csrfToken(env.PORTCULLIS_SIGNING_KEY as string, `grant:${admin.jti}`);
+    const target = `confirm_${Date.now().toString(36)}__tool`;
+    const post = (fields: Record<string, string>) =>
+      SELF.fetch(`${GW}/console/killswitch`, {
+        method: "POST",
+        redirect: "manual",
+        headers: { ...FORM, ...cookieOf(admin.token), origin: GW },
+        body: new URLSearchParams({ csrf, action: "halt", scope: "tool", target, reason: "drill", ...fields }).toString(),
+      });
+    const page = await SELF.fetch(`${GW}/console/killswitch`, { headers: cookieOf(admin.token) });
+    const text = await page.text();
+    expect(text).toMatch(/<input type="checkbox" id="halt-confirm" name="confirm" value="yes" required=""\/>/);
+    expect(text).toContain("<h2>History</h2>");
+    const unconfirmed = await post({});
+    expect(unconfirmed.status).toBe(400);
+    expect(await unconfirmed.text()).toContain(`Nothing changed: tick the confirmation to halt tool ${target}`);
+    const state = async () => (await (await SELF.fetch(`${GW}/console/killswitch`, { headers: cookieOf(admin.token) })).text()).includes(target);
+    expect(await state()).toBe(false);
+    const confirmed = await post({ confirm: "yes" });
+    expect(confirmed.status).toBe(303);
+    expect(confirmed.headers.get("location")).toBe("/console/killswitch?changed=halt");
+    expect(await state()).toBe(true);
+    // Resume it again (confirmed), so other tests see nothing halted.
+    expect((await post({ action: "resume", confirm: "yes" })).status).toBe(303);
+    // The history table, from rows as the ledger keeps them, escaped.
+    const rendered = await html(
+      KillSwitchPage({
+        viewer: viewer(),
+        snapshot: { version: 3, halts: [] },
+        admin: true,
+        history: [
+          { at: "2026-12-01T12:00:00.000Z", action: "resume", scope: "tool", target: `t${EVIL}`, reason: "done", by: "human:ks-admin", version: 3 },
+          { at: "2026-12-01T11:00:00.000Z", action: "halt", scope: "global", target: null, reason: "incident", by: "human:ks-admin", version: 2 },
+        ],
+      }),
+    );
+    inert(rendered);
+    expect((rendered.match(/<tr>/g) ?? []).length).toBe(3);
+    expect(rendered).toContain("(everything)");
+    expect(await html(KillSwitchPage({ viewer: viewer(), snapshot: { version: 0, halts: [] }, admin: false, history: null }))).toContain(
+      "The history could not be read from the ledger just now.",
+    );
+  });
+
   it("keeps the ledger to auditors and admins, and the kill-switch controls to admins", async () => {
     const approver = await grant(["approver"], "human:di");
     const r = await SELF.fetch(`${GW}/console/ledger`, { headers: cookieOf(approver.token) });
