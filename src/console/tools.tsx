@@ -36,7 +36,7 @@ export function ToolsPage(props: { viewer: Viewer; mode: string; rows: ToolRow[]
   return (
     <Layout title="Tools" viewer={props.viewer}>
       <h1>Tool classification</h1>
-      <p>{`Mode ${props.mode} · ${props.rows.length} tool${props.rows.length === 1 ? "" : "s"} your grant reaches: ${t.OK} OK, ${t.NOTE} NOTE, ${t.WARN} WARN, ${t.BLOCK} BLOCK`}</p>
+      <p>{`Mode ${props.mode} · ${props.rows.length} tool${props.rows.length === 1 ? "" : "s"} shown (your grant's; an approver's also those whose holds it may decide; an auditor's or operator's every one): ${t.OK} OK, ${t.NOTE} NOTE, ${t.WARN} WARN, ${t.BLOCK} BLOCK`}</p>
       {props.unlisted.length ? (
         <div class="notice error">
           {`Could not list the tools of ${props.unlisted.length} upstream${props.unlisted.length === 1 ? "" : "s"}; their tools are missing below:`}

@@ -28,6 +28,8 @@ import { verifyConsoleGrant } from "../console/signin.ts";
 import { type ToolRow, ToolsPage } from "../console/tools.tsx";
 import type { BannerLevel } from "../governance/classify.ts";
 import { grantAllowsTool } from "../governance/grant-scope.ts";
+import { mayResolve } from "../governance/approvers.ts";
+import type { ToolPolicy } from "../governance/policy-view.ts";
 import { canonicalUrl } from "../identity/metadata.ts";
 import { ENTRY_KINDS, GLOBAL_CHAIN, type KillSwitchBody, type LedgerEntry } from "../ledger/records.ts";
 import { getHold, listHolds, resolveHold } from "../services/approvals.ts";
@@ -314,11 +316,25 @@ consoleRoutes.get("/console/overview", signedIn, async (c) => {
 
 // ---- tools ----------------------------------------------------------------------------------------
 
+/** The rules under which a tool's calls may be held: its deciding rule when that is an approval (null: the mapping's), and each conditional approval rule. */
+function heldRules(policy: ToolPolicy | null | undefined): (string | null)[] {
+  if (!policy) return [];
+  const out: (string | null)[] = policy.decision === "require_approval" ? [policy.rule] : [];
+  for (const s of policy.sometimes) {
+    const m = /^require_approval\b.*\(rule ([^)]+)\)$/.exec(s);
+    if (m) out.push(m[1]!);
+  }
+  return out;
+}
+
 consoleRoutes.get("/console/tools", signedIn, async (c) => {
   const p = c.var.principal;
   const cfg = c.var.cfg;
   try {
-    const view = await requestConfig(c.env, cfg, c.req.raw, p);
+    // An approver, auditor or operator looks beyond its grant's tools (below): every upstream, listed
+    // with the config's own credentials (a per-principal or OAuth upstream then lists only for its own principals).
+    const beyondGrant = principalHas(p, "approver") || principalHas(p, "auditor") || principalHas(p, "operator");
+    const view = beyondGrant ? await requestConfig(c.env, cfg, c.req.raw) : await requestConfig(c.env, cfg, c.req.raw, p);
     const { banner, unlisted, unavailable, policies } = await classificationOf(
       { env: c.env, cfg: view, principal: p, gateway: canonicalUrl(cfg), waitUntil: waitUntil(c) },
       c.req.raw,
@@ -326,10 +342,20 @@ consoleRoutes.get("/console/tools", signedIn, async (c) => {
     const ups = new Map(view.upstreams.map((u) => [u.name, u]));
     const totals: Record<BannerLevel, number> = { OK: 0, NOTE: 0, WARN: 0, BLOCK: 0 };
     const rows: ToolRow[] = [];
+    // Who sees which tool: the grant's own tools; every tool for an auditor, operator or admin (they
+    // oversee them all); for an approver, also each tool whose calls may be held for a rule it may resolve.
+    const overseer = principalHas(p, "auditor") || principalHas(p, "operator");
+    const mayDecide = (policy: ToolPolicy | null | undefined) =>
+      principalHas(p, "approver") &&
+      heldRules(policy).some(
+        (rule) =>
+          // A hold of the approver's team raised by someone else (the requester never resolves its own).
+          mayResolve(cfg.holds, p, { principal: "agent:(another principal)", team: p.team, rule }).ok,
+      );
     for (const [i, line] of banner.lines.entries()) {
       const up = ups.get(line.upstream);
       const exposedName = up ? exposeName(up, line.tool) : line.tool;
-      if (!up || !grantAllowsTool(p, exposedName)) continue;
+      if (!up || !(overseer || grantAllowsTool(p, exposedName) || mayDecide(policies[i]))) continue;
       rows.push({ ...line, exposedName, policy: policies[i] ?? null });
       totals[line.level]++;
     }

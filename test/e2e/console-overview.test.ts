@@ -4,7 +4,8 @@
  * decision, the top tools, the error rate per upstream) and its tiles (held calls waiting, the
  * kill switch), and fits a phone's width; the pending holds list, left open, shows a hold created
  * meanwhile and drops one resolved meanwhile, with no reload by the person (the page refreshes
- * itself: the console allows no script). Screenshots in test-artifacts/console/overview-*.png.
+ * itself: the console allows no script); the Tools page shows an approver the tools whose holds it
+ * may decide. Screenshots in test-artifacts/console/overview-*.png.
  * Owns its gateway, upstreams and browser; everything on loopback.
  */
 import { mkdirSync } from "node:fs";
@@ -132,6 +133,25 @@ policy:
     expect(overflow).toBeLessThanOrEqual(0);
     await shot(page, "overview-phone");
     await page.setViewportSize({ width: 1280, height: 800 });
+  });
+
+  it("the Tools page: an approver with no tools of its own sees the tools whose holds it may decide; an auditor sees every tool", async () => {
+    const context = await browser.newContext();
+    const p = await context.newPage();
+    await p.goto(`${origin}/console`);
+    await p.fill("#token", await grant("human:just-approves", ["approver"], []));
+    await Promise.all([p.waitForURL(`${origin}/console`), p.click('form.box button[type="submit"]')]);
+    await p.goto(`${origin}/console/tools`);
+    const approverTable = await p.locator("table.tools").textContent();
+    expect(approverTable).toContain("rec / bump");
+    expect(approverTable).toContain("require_approval (rule bumps-need-a-human)");
+    expect(approverTable).not.toContain("many / many_0");
+    await shot(p, "overview-tools-approver");
+    await context.close();
+    await page.goto(`${origin}/console/tools`);
+    const auditorTable = await page.locator("table.tools").textContent();
+    expect(auditorTable).toContain("rec / bump");
+    expect(auditorTable).toContain("many / many_0");
   });
 
   it("the pending list, left open, shows a new hold and drops a resolved one within seconds, with no reload by the person", async () => {
