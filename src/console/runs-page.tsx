@@ -57,8 +57,9 @@ export function RunsPage(props: { viewer: Viewer; runs: RunSummary[]; team: stri
           <thead>
             <tr>
               <th>Run</th>
-              <th>Principal</th>
+              <th>Who</th>
               <th>Steps</th>
+              <th>Touched</th>
               <th>Started</th>
               <th>Last activity</th>
             </tr>
@@ -73,6 +74,7 @@ export function RunsPage(props: { viewer: Viewer; runs: RunSummary[]; team: stri
                 </td>
                 <td>{r.principal}</td>
                 <td>{String(r.steps)}</td>
+                <td class="touched">{`${(r.touched ?? []).join(", ")}${r.touched_more ? ` and ${r.touched_more} more` : ""}`}</td>
                 <td>{r.started_at}</td>
                 <td>{r.last_at}</td>
               </tr>

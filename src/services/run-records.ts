@@ -116,7 +116,13 @@ export interface RunSummary {
   steps: number;
   started_at: string;
   last_at: string;
+  /** What the run touched: each `upstream/tool` it called, in first-call order (at most TOUCHED_SHOWN; `touched_more` counts the rest). */
+  touched: string[];
+  touched_more: number;
 }
+
+/** How many distinct tools a run summary names (the run's page has them all). */
+export const TOUCHED_SHOWN = 8;
 
 /** GET /v1/runs: the runs the caller may see, newest first (`principal` narrows a team reader's list). */
 export async function listRuns(env: Env, caller: Principal, q: { principal?: string; team?: string; limit?: number }): Promise<RunsResult<RunSummary[]>> {
@@ -143,11 +149,15 @@ export async function listRuns(env: Env, caller: Principal, q: { principal?: str
     const run = e.body.run as string;
     const principal = String(e.body.principal);
     const key = `${principal}\u0000${run}`;
-    const r = runs.get(key);
-    if (r) {
-      r.steps++;
-      r.last_at = e.at;
-    } else runs.set(key, { run, principal, steps: 1, started_at: e.at, last_at: e.at });
+    const tool = `${String(e.body.upstream ?? "?")}/${String(e.body.tool ?? "?")}`;
+    const r = runs.get(key) ?? { run, principal, steps: 0, started_at: e.at, last_at: e.at, touched: [], touched_more: 0 };
+    r.steps++;
+    r.last_at = e.at;
+    if (!r.touched.includes(tool)) {
+      if (r.touched.length < TOUCHED_SHOWN) r.touched.push(tool);
+      else r.touched_more++;
+    }
+    runs.set(key, r);
   }
   return { ok: true, value: [...runs.values()].sort((a, b) => (a.last_at < b.last_at ? 1 : -1)).slice(0, limit) };
 }

@@ -139,6 +139,9 @@ describe.skipIf(skipBrowser)("the run page in Chromium", () => {
     expect(await link.count()).toBe(1);
     const row = page.locator("table.runs tbody tr", { has: page.locator("a", { hasText: run }) });
     expect(await row.textContent().then(str)).toContain("agent:writer");
+    // Who, how many steps and what the run touched, in the list itself.
+    expect(await row.locator("td.touched").textContent().then(str)).toBe("notes/create_note, notes/update_note");
+    expect((await row.locator("td").allTextContents())[2]).toBe("4");
     await Promise.all([page.waitForURL(/\/console\/runs\/[^/]+\?principal=/), link.click()]);
     runUrl = page.url();
     for (let i = 0; i < 20 && (await page.locator("table.plan tbody tr").count()) < 4; i++) {

@@ -436,13 +436,25 @@ describe("run pages", () => {
     const t = await html(
       RunsPage({
         viewer: viewer({ roles: ["operator"], team: "t1" }),
-        runs: [{ run: "run-1", principal: `agent:${EVIL}`, steps: 4, started_at: "a", last_at: `b${EVIL}` }],
+        runs: [
+          {
+            run: "run-1",
+            principal: `agent:${EVIL}`,
+            steps: 4,
+            started_at: "a",
+            last_at: `b${EVIL}`,
+            touched: ["notes/create_note", `notes/update${EVIL}`],
+            touched_more: 2,
+          },
+        ],
         team: "t1",
         admin: false,
       }),
     );
     inert(t);
-    for (const c of ["Run", "Principal", "Steps", "Last activity"]) expect(t).toContain(`<th>${c}</th>`);
+    for (const c of ["Run", "Who", "Steps", "Touched", "Started", "Last activity"]) expect(t).toContain(`<th>${c}</th>`);
+    expect(t).toContain("notes/create_note, notes/update&lt;/script&gt;");
+    expect(t).toContain("and 2 more");
     expect(t).toContain(`href="${runPath("run-1", { principal: `agent:${EVIL}` })}"`);
     expect(t).toMatch(/href="\/console\/runs\/run-1\?principal=agent%3A%3C%2Fscript%3E/);
     expect(t).not.toContain('name="team"');
@@ -625,8 +637,10 @@ describe("the console through the Worker", () => {
     const page = await SELF.fetch(`${GW}/console/tools`, { headers: cookieOf(g.token) });
     expect(page.status).toBe(200);
     const text = await page.text();
-    expect(text).toContain("Could not list the tools of 1 upstream; their tools are missing below:");
+    // An approver looks beyond its grant's upstream (alpha): every upstream whose holds it may decide is listed, so both gaps show.
+    expect(text).toContain("Could not list the tools of 2 upstreams; their tools are missing below:");
     expect(text).toMatch(/<li><strong>alpha<\/strong> — unreachable: unreachable \([^)]+\)<\/li>/);
+    expect(text).toMatch(/<li><strong>beta<\/strong> — unreachable: unreachable \([^)]+\)<\/li>/);
     expect(text).toContain("No tools could be listed for your grant.");
   });
 
