@@ -51,6 +51,7 @@ section.box { border: 1px solid var(--line); padding: .2rem .9rem .8rem; margin:
 label.confirm { font-weight: normal; }
 a.button { display: inline-block; border: 1px solid var(--line); background: var(--panel); padding: .35rem .9rem; text-decoration: none; }
 button.danger { color: var(--bad); }
+button.proposed { outline: 3px solid var(--warn); font-weight: 700; }
 .tiles { display: flex; flex-wrap: wrap; gap: .8rem; margin: .6rem 0 1rem; }
 .tile { border: 1px solid var(--line); background: var(--panel); padding: .6rem .9rem; min-width: 11rem; display: flex; flex-direction: column; gap: .15rem; }
 .tile-label { color: var(--muted); font-size: .85em; }

@@ -132,7 +132,7 @@ function outcome(h: HoldRecord, answered: HoldView["answered"]): string | null {
  * One hold. `reason`: the text the approver had typed, when a decision was refused and the page is
  * shown again (kept in the form, with the notice saying why).
  */
-export function HoldPage(props: { viewer: Viewer; view: HoldView; now: number; notice?: Notice | null; reason?: string }) {
+export function HoldPage(props: { viewer: Viewer; view: HoldView; now: number; notice?: Notice | null; reason?: string; proposed?: "approve" | "reject" }) {
   const { view, now } = props;
   const h = view.hold;
   const done = outcome(h, view.answered);
@@ -220,10 +220,10 @@ export function HoldPage(props: { viewer: Viewer; view: HoldView; now: number; n
             <textarea id="reason" name="reason" maxlength={500} disabled={off}>
               {props.reason ?? ""}
             </textarea>
-            <button type="submit" name="decision" value="approve" disabled={off}>
+            <button type="submit" name="decision" value="approve" disabled={off} class={props.proposed === "approve" ? "proposed" : undefined}>
               Approve this exact call
             </button>
-            <button type="submit" name="decision" value="reject" disabled={off}>
+            <button type="submit" name="decision" value="reject" disabled={off} class={props.proposed === "reject" ? "proposed danger" : undefined}>
               Reject
             </button>
           </form>

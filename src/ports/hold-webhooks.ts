@@ -2,7 +2,8 @@
  * Hold webhooks: tells each `holds.webhooks` endpoint that wants it when a hold is created or
  * resolved. Owns the message (Slack-compatible: `text` and `blocks`, plus a `portcullis` object
  * with the hold's facts — never its arguments, its canonical action or its stored result, which
- * may carry secrets, and never a token), its signature (`X-Portcullis-Signature: sha256=<hex>`,
+ * may carry secrets, and never a token; for a new hold, signed approve and reject links to its
+ * console page, ./hold-links.ts, which decide nothing by themselves), its signature (`X-Portcullis-Signature: sha256=<hex>`,
  * HMAC-SHA256 of the exact body under the Worker secret the entry names), the delivery id (one
  * per webhook and event, the same on every retry) and the delivery itself: through
  * `guardedFetch` under the egress rules, no redirect, 5 s per attempt, at most 4 attempts with
@@ -19,6 +20,7 @@ import type { GatewayConfig } from "../config/gateway-config.ts";
 import { EgressError, guardedFetch } from "../egress/guarded-fetch.ts";
 import type { Env } from "../env.ts";
 import { canonicalUrl } from "../identity/metadata.ts";
+import { holdLink } from "./hold-links.ts";
 
 export type HoldEvent = "created" | "resolved";
 
@@ -66,8 +68,12 @@ function originOf(url: string): string {
   }
 }
 
-/** The body of one event: what a person reads in Slack, and the facts a program reads. */
-export function webhookBody(event: HoldEvent, hold: HoldRecord, url: string): string {
+/**
+ * The body of one event: what a person reads in Slack, and the facts a program reads. `links`: a
+ * created hold's signed approve and reject links (./hold-links.ts), which open its console page
+ * with that decision proposed; the person still signs in and confirms there.
+ */
+export function webhookBody(event: HoldEvent, hold: HoldRecord, url: string, links?: { approve: string; reject: string }): string {
   const rule = hold.rule ?? "(mapping)";
   const expires = new Date(hold.expiresAt).toISOString();
   const who = esc(hold.principal);
@@ -91,6 +97,17 @@ export function webhookBody(event: HoldEvent, hold: HoldRecord, url: string): st
       ],
     },
     { type: "section", text: { type: "mrkdwn", text: `<${url}|Open hold ${esc(hold.id)} in the console>` } },
+    ...(links
+      ? [
+          {
+            type: "actions",
+            elements: [
+              { type: "button", text: { type: "plain_text", text: "Approve…" }, style: "primary", url: links.approve, action_id: "portcullis_approve" },
+              { type: "button", text: { type: "plain_text", text: "Reject…" }, style: "danger", url: links.reject, action_id: "portcullis_reject" },
+            ],
+          },
+        ]
+      : []),
     { type: "context", elements: [{ type: "mrkdwn", text: `action ${hold.actionHash.slice(0, 16)}… · hold ${esc(hold.id)}` }] },
   ];
   const portcullis = {
@@ -109,6 +126,7 @@ export function webhookBody(event: HoldEvent, hold: HoldRecord, url: string): st
       approver: hold.approver,
       resolve_reason: hold.resolveReason,
       url,
+      ...(links ? { links } : {}),
     },
   };
   return JSON.stringify({ text, blocks, portcullis });
@@ -190,7 +208,14 @@ export async function deliverHoldEvent(env: Env, cfg: GatewayConfig, event: Hold
   try {
     const hooks = cfg.holds.webhooks.filter((w) => w.events.includes(event));
     if (hooks.length === 0) return [];
-    const body = webhookBody(event, hold, holdPageUrl(cfg, hold.id));
+    const page = holdPageUrl(cfg, hold.id);
+    // A new hold's message carries signed decision links when the gateway has its signing secret (they open the page; nothing is decided there).
+    const secret = env[cfg.auth.signingKeySecret];
+    const links =
+      event === "created" && typeof secret === "string" && secret !== ""
+        ? { approve: holdLink(secret, page, hold, "approve"), reject: holdLink(secret, page, hold, "reject") }
+        : undefined;
+    const body = webhookBody(event, hold, page, links);
     const out = await Promise.all(
       hooks.map(async (hook): Promise<WebhookDelivery> => {
         let signature: string | null = null;

@@ -49,7 +49,8 @@ export function unavailable(viewer: Viewer | null, what: string, e: unknown): Pr
 
 /** A console path (with its query) a sign-in may return to; null for anything else. */
 export function returnPath(v: string | null | undefined): string | null {
-  return v && v.length <= 300 && /^\/console(\/[A-Za-z0-9/_.-]*)?(\?[A-Za-z0-9=&%_.+-]*)?$/.test(v) ? v : null;
+  // `~` is in hold ids (`<team>~<hex>`), so a hold's page (and its decision link) survives the sign-in.
+  return v && v.length <= 300 && /^\/console(\/[A-Za-z0-9/_.~-]*)?(\?[A-Za-z0-9=&%_.+-]*)?$/.test(v) ? v : null;
 }
 
 /**

@@ -33,6 +33,7 @@ import type { ToolPolicy } from "../governance/policy-view.ts";
 import { canonicalUrl } from "../identity/metadata.ts";
 import { ENTRY_KINDS, GLOBAL_CHAIN, type KillSwitchBody, type LedgerEntry } from "../ledger/records.ts";
 import { getHold, listHolds, resolveHold } from "../services/approvals.ts";
+import { holdLinkValid, type LinkDecision } from "../ports/hold-links.ts";
 import { changeKillSwitch, killSwitchStatus } from "../ports/killswitch-client.ts";
 import { exposeName } from "../protocol/exposed-names.ts";
 import { classificationOf } from "../front/preview.ts";
@@ -109,18 +110,59 @@ consoleRoutes.get("/console", signedIn, async (c) => {
   }
 });
 
-async function holdPage(c: C, id: string, status: number, notice: Notice | null, reason?: string): Promise<Response> {
+async function holdPage(
+  c: C,
+  id: string,
+  status: number,
+  notice: Notice | null,
+  reason?: string,
+  link?: { decision: LinkDecision; link: string },
+): Promise<Response> {
   const r = await getHold(c.env, c.var.cfg, c.var.principal, id);
   if (!r.ok)
     return errorPage(c.var.viewer, notice && r.status === 404 ? status : r.status, "Hold", notice ? `${notice.text} (${r.message})` : r.message, {
       href: "/console",
       label: "← Pending holds",
     });
-  return htmlResponse(HoldPage({ viewer: c.var.viewer, view: r.value, now: Date.now(), notice, ...(reason !== undefined ? { reason } : {}) }), status);
+  let shown = notice;
+  let proposed: LinkDecision | undefined;
+  if (link) {
+    const secret = c.env[c.var.cfg.auth.signingKeySecret];
+    const h = r.value.hold;
+    const valid = typeof secret === "string" && secret !== "" && holdLinkValid(secret, h, link.decision, link.link);
+    if (!valid)
+      shown = {
+        kind: "error",
+        text: "This link does not match this hold (altered, for another action, or from another gateway): decide from the page itself.",
+      };
+    else if (h.state !== "pending") shown = { kind: "info", text: `The link's hold is already ${h.state}: there is nothing left to decide.` };
+    else {
+      proposed = link.decision;
+      shown = {
+        kind: "info",
+        text: `You opened the link to ${link.decision} this exact call. Check the action below, then confirm with the ${link.decision === "approve" ? "Approve" : "Reject"} button: nothing is decided until you do.`,
+      };
+    }
+  }
+  return htmlResponse(
+    HoldPage({
+      viewer: c.var.viewer,
+      view: r.value,
+      now: Date.now(),
+      notice: shown,
+      ...(reason !== undefined ? { reason } : {}),
+      ...(proposed ? { proposed } : {}),
+    }),
+    status,
+  );
 }
 
 consoleRoutes.get("/console/holds/:id", signedIn, async (c) => {
   try {
+    // Opened from a notification's decision link: propose that decision, once the link is checked against this very hold.
+    const decide = c.req.query("decide");
+    if (decide === "approve" || decide === "reject")
+      return await holdPage(c, c.req.param("id"), 200, null, undefined, { decision: decide, link: c.req.query("link") ?? "" });
     return await holdPage(c, c.req.param("id"), 200, null);
   } catch (e) {
     return unavailable(c.var.viewer, "the hold service", e);

@@ -5,7 +5,9 @@
  * kill switch), and fits a phone's width; the pending holds list, left open, shows a hold created
  * meanwhile and drops one resolved meanwhile, with no reload by the person (the page refreshes
  * itself: the console allows no script); the Tools page shows an approver the tools whose holds it
- * may decide. Screenshots in test-artifacts/console/overview-*.png.
+ * may decide; a notification's signed approve link asks for sign-in, proposes that decision for
+ * that exact hold, is told apart when altered, and decides nothing until the person confirms.
+ * Screenshots in test-artifacts/console/overview-*.png.
  * Owns its gateway, upstreams and browser; everything on loopback.
  */
 import { mkdirSync } from "node:fs";
@@ -18,6 +20,7 @@ import { startModernOnlyUpstream } from "../fixtures/modern-only-upstream.ts";
 import { CHROMIUM, launchChromium, skipBrowser } from "./browser.ts";
 import { freePort, type Proc, root, startPortcullis } from "./harness.ts";
 import { api, grantFor, modern, texts } from "./mcp.ts";
+import { holdLink } from "../../src/ports/hold-links.ts";
 
 if (skipBrowser) console.warn(`console-overview.test.ts: skipped — ${CHROMIUM} is absent (apt-get install chromium; .ci/run installs it)`);
 
@@ -173,5 +176,39 @@ policy:
     ).toBe(200);
     await page.waitForFunction((n) => document.querySelectorAll("table.holds tbody tr").length === n, before, { timeout: 15_000, polling: 250 });
     expect(await page.locator(`a[href="/console/holds/${encodeURIComponent(id!)}"]`).count()).toBe(0);
+  });
+
+  it("a notification's signed approve link: signed out it asks for sign-in and comes back; it proposes that decision for that exact hold; an altered link is told apart; the person still confirms", async () => {
+    const agent = await grant("agent:linked", ["agent"]);
+    const id = heldId(await call(agent, "rec__bump"))!;
+    expect(id).toBeTruthy();
+    const approver = await grant("human:link-approver", ["approver"], []);
+    const { hold } = (await api(origin, approver, `/v1/holds/${encodeURIComponent(id)}`)).json;
+    const pageUrl = `${origin}/console/holds/${encodeURIComponent(id)}`;
+    // What the webhook would carry (the gateway signs with its signing secret, here the test's key).
+    const link = holdLink(jwk, pageUrl, hold, "approve");
+    const context = await browser.newContext();
+    const p = await context.newPage();
+    await p.goto(link);
+    expect(new URL(p.url()).pathname).toBe("/console/login");
+    await p.fill("#token", approver);
+    await Promise.all([p.waitForURL(link), p.click('form.box button[type="submit"]')]);
+    expect(await p.locator(".notice").first().textContent()).toContain("You opened the link to approve this exact call");
+    expect(await p.locator('button[value="approve"]').getAttribute("class")).toBe("proposed");
+    await shot(p, "overview-link-approve");
+    // The same MAC for the other decision, or for another hold: told apart, nothing proposed.
+    await p.goto(link.replace("decide=approve", "decide=reject"));
+    expect(await p.locator('.notice.error[role="alert"]').textContent()).toContain("This link does not match this hold");
+    expect(await p.locator("button.proposed").count()).toBe(0);
+    // Nothing was decided by opening it; the person confirms on the page.
+    expect((await api(origin, approver, `/v1/holds/${encodeURIComponent(id)}`)).json.hold.state).toBe("pending");
+    await p.goto(link);
+    await Promise.all([p.waitForURL(pageUrl), p.click('button[value="approve"]')]);
+    await shot(p, "overview-link-approved");
+    expect(await p.locator("#outcome").textContent()).toMatch(/^approved by human:link-approver/);
+    // Once decided, the link has nothing left to decide.
+    await p.goto(link);
+    expect(await p.locator(".notice").first().textContent()).toContain("already approved");
+    await context.close();
   });
 });

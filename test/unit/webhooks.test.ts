@@ -14,6 +14,7 @@ import { DEFAULT_EGRESS_RULES } from "../../src/config/egress-schema.ts";
 import type { GatewayConfig, HoldsConfig } from "../../src/config/gateway-config.ts";
 import type { Env } from "../../src/env.ts";
 import { deliverHoldEvent, notifyHold, WEBHOOK_ATTEMPTS } from "../../src/ports/hold-webhooks.ts";
+import { holdLinkValid } from "../../src/ports/hold-links.ts";
 import { testConfig, testUpstream } from "./fixtures.ts";
 
 const GATEWAY = "https://gw.example.com";
@@ -91,6 +92,44 @@ async function hmacHex(key: string, body: string): Promise<string> {
 
 describe("hold webhooks", () => {
   afterEach(() => vi.unstubAllGlobals());
+
+  it("a new hold's message carries signed approve and reject links (Slack buttons too) that check against this hold only; a resolved one carries none", async () => {
+    const signing = { ...env, PORTCULLIS_SIGNING_KEY: '{"kty":"OKP","d":"link-test-secret"}' } as unknown as Env;
+    const secret = signing.PORTCULLIS_SIGNING_KEY as string;
+    const r = receiver([200, 200]);
+    const hold = holdRecord();
+    await deliverHoldEvent(signing, config([{ url: HOOK, events: ["created", "resolved"] }]), "created", hold, r.deps);
+    const msg = JSON.parse(r.sent[0]!.body);
+    const page = `${GATEWAY}/console/holds/eng~0123456789abcdef01234567`;
+    const { approve, reject } = msg.portcullis.hold.links;
+    expect(approve).toMatch(new RegExp(`^${page.replace(/[.?]/g, "\\$&")}\\?decide=approve&link=[A-Za-z0-9_-]{43}$`));
+    expect(reject).toMatch(/\?decide=reject&link=[A-Za-z0-9_-]{43}$/);
+    const actions = msg.blocks.find((b: { type: string }) => b.type === "actions");
+    expect(actions.elements.map((e: { url: string }) => e.url)).toEqual([approve, reject]);
+    const mac = (u: string) => new URL(u).searchParams.get("link");
+    expect(holdLinkValid(secret, hold, "approve", mac(approve))).toBe(true);
+    expect(holdLinkValid(secret, hold, "reject", mac(reject))).toBe(true);
+    // Told apart: the other decision's MAC, another hold, a changed action, another expiry, another gateway's secret, garbage.
+    expect(holdLinkValid(secret, hold, "reject", mac(approve))).toBe(false);
+    expect(holdLinkValid(secret, { ...hold, id: "eng~ffffffffffffffffffffffff" }, "approve", mac(approve))).toBe(false);
+    expect(holdLinkValid(secret, { ...hold, actionHash: "b".repeat(64) }, "approve", mac(approve))).toBe(false);
+    expect(holdLinkValid(secret, { ...hold, expiresAt: hold.expiresAt + 1 }, "approve", mac(approve))).toBe(false);
+    expect(holdLinkValid("another-secret", hold, "approve", mac(approve))).toBe(false);
+    expect(holdLinkValid(secret, hold, "approve", `${mac(approve)!.slice(0, -1)}A`)).toBe(false);
+    expect(holdLinkValid(secret, hold, "approve", null)).toBe(false);
+    expect(JSON.stringify(msg)).not.toContain("link-test-secret");
+    // A resolved hold has nothing left to decide: no links.
+    await deliverHoldEvent(
+      signing,
+      config([{ url: HOOK, events: ["created", "resolved"] }]),
+      "resolved",
+      { ...hold, state: "approved", approver: "human:bo" },
+      r.deps,
+    );
+    const resolved = JSON.parse(r.sent[1]!.body);
+    expect(resolved.portcullis.hold.links).toBeUndefined();
+    expect(resolved.blocks.some((b: { type: string }) => b.type === "actions")).toBe(false);
+  });
 
   it("signs the exact body with the named secret and sends the hold's facts, never its arguments, answer or grant", async () => {
     const r = receiver([200]);
