@@ -19,10 +19,13 @@ const OUTCOME_GRACE_MS = 15 * 60_000;
 
 const bad = (message: string, status = 400) => jsonResponse({ error: message }, status);
 
-/** The chains the caller may read: its team's, or — for an admin — the one asked for, or every chain. */
-async function scope(env: Env, principal: Principal, team: string | null): Promise<string[] | Response> {
+/**
+ * The chains the caller may read: its team's, or — for an admin — the one asked for, or every
+ * chain D1 knows (and its own). `what` names what is read, for the refusal (the metrics read the same scope).
+ */
+export async function chainsInScope(env: Env, principal: Principal, team: string | null, what = "ledger"): Promise<string[] | Response> {
   const admin = principalHas(principal, "admin");
-  if (team !== null && team !== principal.team && !admin) return bad(`an auditor of team ${principal.team} cannot read team ${team}'s ledger`, 403);
+  if (team !== null && team !== principal.team && !admin) return bad(`a grant of team ${principal.team} cannot read team ${team}'s ${what}`, 403);
   if (team !== null || !admin) return [team ?? principal.team];
   const rows = await env.LEDGER_DB.prepare("SELECT DISTINCT chain FROM ledger_entries WHERE chain != ?")
     .bind(GLOBAL_CHAIN)
@@ -41,7 +44,7 @@ async function scope(env: Env, principal: Principal, team: string | null): Promi
  * limited to.
  */
 export async function exportRoute(env: Env, principal: Principal, team: string | null, gateway: string): Promise<Response> {
-  const chains = await scope(env, principal, team);
+  const chains = await chainsInScope(env, principal, team);
   if (chains instanceof Response) return chains;
   const limited = team !== null || !principalHas(principal, "admin");
   const all = [GLOBAL_CHAIN, ...chains];
@@ -101,7 +104,7 @@ export async function exportRoute(env: Env, principal: Principal, team: string |
 /** GET /v1/ledger/:id/trace[?team=T]: a call's decision, enforcement, outcome and hold records, with its status. */
 export async function traceRoute(env: Env, principal: Principal, id: string, team: string | null): Promise<Response> {
   if (!/^[A-Za-z0-9-]{8,64}$/.test(id)) return bad("the id is not a ledger record id");
-  const chains = await scope(env, principal, team);
+  const chains = await chainsInScope(env, principal, team);
   if (chains instanceof Response) return chains;
   for (const chain of chains) {
     const ledger = ledgerObject(env, chain);
@@ -159,7 +162,7 @@ const entryOf = (r: SearchRow): LedgerEntry => ({
 
 /** GET /v1/ledger?team&principal&tool&kind&status&since&until&after&limit — newest first; `next` continues. */
 export async function searchRoute(env: Env, principal: Principal, q: URLSearchParams): Promise<Response> {
-  const chains = await scope(env, principal, q.get("team"));
+  const chains = await chainsInScope(env, principal, q.get("team"));
   if (chains instanceof Response) return chains;
   const limit = Math.min(Math.max(Number(q.get("limit") ?? 100) || 100, 1), 1000);
   const where: string[] = [`chain IN (${chains.map(() => "?").join(", ")})`];

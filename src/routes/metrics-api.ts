@@ -13,13 +13,12 @@
 import { ledgerObject } from "../../durable-objects/object-names.ts";
 import type { LedgerStatus } from "../../durable-objects/contract-ledger.ts";
 import type { Principal } from "../config/principal.ts";
-import { principalHas } from "../config/principal.ts";
 import type { Env } from "../env.ts";
 import { ALL_TIME, boundTools, type Gauge, type MetricRow, prometheusText, sumRows } from "../ledger/metrics.ts";
-import { GLOBAL_CHAIN } from "../ledger/records.ts";
 import { killSwitchStatus } from "../ports/killswitch-client.ts";
 import { bounded } from "../wire/bounded.ts";
 import { jsonResponse } from "../wire/http.ts";
+import { chainsInScope } from "./ledger-api.ts";
 
 const READ_TIMEOUT_MS = 5000;
 const DEFAULT_TOP = 20;
@@ -29,19 +28,8 @@ const MAX_STEPS = 1440;
 
 const bad = (message: string, status = 400) => jsonResponse({ error: message }, status);
 
-/** The team chains the caller may read: its own, or for an admin the one asked for or every chain D1 knows (and its own). */
-async function chainsFor(env: Env, principal: Principal, team: string | null): Promise<string[] | Response> {
-  const admin = principalHas(principal, "admin");
-  if (team !== null && team !== principal.team && !admin) return bad(`a grant of team ${principal.team} cannot read team ${team}'s metrics`, 403);
-  if (team !== null || !admin) return [team ?? principal.team];
-  const rows = await env.LEDGER_DB.prepare("SELECT DISTINCT chain FROM ledger_entries WHERE chain != ?")
-    .bind(GLOBAL_CHAIN)
-    .all<{ chain: string }>()
-    .catch(() => ({ results: [] as { chain: string }[] }));
-  const chains = rows.results.map((r) => r.chain);
-  if (!chains.includes(principal.team)) chains.push(principal.team);
-  return chains.sort();
-}
+/** The team chains the caller may read, as the ledger's read API scopes them. */
+const chainsFor = (env: Env, principal: Principal, team: string | null) => chainsInScope(env, principal, team, "metrics");
 
 /**
  * The rollup rows the caller may read for epoch minutes [fromMinute, toMinute], summed over chains

@@ -11,6 +11,7 @@ import { describe, expect, it } from "vitest";
 import type { LedgerApi, LedgerSigning } from "../../durable-objects/contract-ledger.ts";
 import type { LedgerDO } from "../../durable-objects/ledger.ts";
 import { pruneRollup, readRollup } from "../../durable-objects/ledger-metrics.ts";
+import dashboard from "../../docs/dashboards/grafana-portcullis.json";
 import { ALL_TIME, boundTools, type MeteredDraft, type MetricRow, prometheusText, rollupOf, SERIES, sumRows } from "../../src/ledger/metrics.ts";
 
 const AT = "2026-12-06T10:00:30.000Z";
@@ -101,6 +102,35 @@ describe("rollups", () => {
     expect(bounded.filter((r) => r.name === SERIES.entries)[0]!.value).toBe(508);
     const text = prometheusText(boundTools(totals, 20), []);
     expect(text.split("\n").filter((l) => l.startsWith("portcullis_calls_total{"))).toHaveLength(21);
+  });
+});
+
+describe("the Grafana dashboard (docs/dashboards/grafana-portcullis.json)", () => {
+  it("queries only series the gateway exports, every panel has a query, and the team selector reads a real label", () => {
+    const exported = new Set<string>();
+    for (const name of Object.values(SERIES)) {
+      exported.add(name);
+      for (const part of ["_bucket", "_sum", "_count"]) exported.add(`${name}${part}`);
+    }
+    // The scrape-time gauges, by the names /metrics writes (src/routes/metrics-api.ts).
+    for (const g of [
+      "portcullis_killswitch_halts",
+      "portcullis_ledger_head_seq",
+      "portcullis_ledger_checkpoint_lag_entries",
+      "portcullis_ledger_flush_lag_entries",
+    ])
+      exported.add(g);
+    const panels = (dashboard as { panels: { title: string; targets: { expr: string }[] }[] }).panels;
+    expect(panels.length).toBeGreaterThanOrEqual(8);
+    const used = new Set<string>();
+    for (const p of panels) {
+      expect(p.targets.length, p.title).toBeGreaterThan(0);
+      for (const t of p.targets) for (const m of t.expr.matchAll(/portcullis_[a-z_]+/g)) used.add(m[0]);
+    }
+    expect([...used].filter((n) => !exported.has(n))).toEqual([]);
+    for (const must of [SERIES.calls, SERIES.blocked, `${SERIES.gatewayMs}_bucket`, `${SERIES.holdWaitMs}_bucket`, "portcullis_killswitch_halts"])
+      expect(used.has(must), must).toBe(true);
+    expect(JSON.stringify(dashboard)).toContain("label_values(portcullis_calls_total, team)");
   });
 });
 
