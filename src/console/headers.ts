@@ -52,6 +52,7 @@ label.confirm { font-weight: normal; }
 a.button { display: inline-block; border: 1px solid var(--line); background: var(--panel); padding: .35rem .9rem; text-decoration: none; }
 button.danger { color: var(--bad); }
 button.proposed { outline: 3px solid var(--warn); font-weight: 700; }
+@media (max-width: 720px) { main { padding: .8rem .7rem 2rem; } table { display: block; overflow-x: auto; max-width: 100%; } table:not(.facts) td { overflow-wrap: break-word; min-width: 5rem; } form.filters select, form.filters input { width: 100%; } }
 .tiles { display: flex; flex-wrap: wrap; gap: .8rem; margin: .6rem 0 1rem; }
 .tile { border: 1px solid var(--line); background: var(--panel); padding: .6rem .9rem; min-width: 11rem; display: flex; flex-direction: column; gap: .15rem; }
 .tile-label { color: var(--muted); font-size: .85em; }

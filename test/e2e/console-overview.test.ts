@@ -211,4 +211,28 @@ policy:
     expect(await p.locator(".notice").first().textContent()).toContain("already approved");
     await context.close();
   });
+
+  it("every console page fits a phone's width (390 px): nothing scrolls sideways", async () => {
+    const agent = await grant("agent:phone", ["agent"]);
+    const id = heldId(await call(agent, "rec__bump"))!;
+    await page.setViewportSize({ width: 390, height: 844 });
+    const wide: string[] = [];
+    for (const path of [
+      "/console/overview",
+      "/console",
+      `/console/holds/${encodeURIComponent(id)}`,
+      "/console/ledger",
+      "/console/runs",
+      "/console/killswitch",
+      "/console/tools",
+      "/console/connections",
+    ]) {
+      await page.goto(`${origin}${path}`);
+      const over = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+      if (over > 0) wide.push(`${path}: ${over}px too wide`);
+      await shot(page, `phone-${path === "/console" ? "holds" : path.startsWith("/console/holds/") ? "hold" : path.slice("/console/".length)}`);
+    }
+    await page.setViewportSize({ width: 1280, height: 800 });
+    expect(wide).toEqual([]);
+  });
 });
