@@ -3,9 +3,10 @@
  * src/index.ts: server-rendered pages (Hono JSX, src/console/), no script. Sign-in by pasting a
  * grant (kept in the `__Host-portcullis` cookie) or by Cloudflare Access; every request
  * re-verifies it (src/console/signin.ts). Pages: pending holds, one hold with its exact action
- * and the approve / reject form, the ledger and one call's trace (auditor, admin), the kill
- * switch (status for every console role, halt / resume for admin), tool classification, and the
- * run pages of ./console-runs.ts; the shared gate, form checks and error pages are
+ * and the approve / reject form (or a notification's signed decision link, proposing one), the
+ * ledger and one call's trace (auditor, admin), tool classification, the run pages of
+ * ./console-runs.ts, the overview and the kill switch of ./console-status.ts, and the Connections
+ * pages of ./console-connections.ts; the shared gate, form checks and error pages are
  * ./console-gate.ts's. Every POST needs the gateway's own Origin and the session's CSRF token. Owns the HTTP shape only:
  * holds, the kill switch and the ledger are their services'. Must never: render a value as
  * markup, put the token in a page, URL, log or redirect, take the approver's identity from a
@@ -14,12 +15,10 @@
  */
 import { Hono } from "hono";
 import { createMiddleware } from "hono/factory";
-import { HALT_SCOPES, type HaltScopeName } from "../../durable-objects/contract-killswitch.ts";
 import type { HoldState } from "../../durable-objects/contract-holds.ts";
 import { principalHas } from "../config/principal.ts";
 import { withSecurityHeaders } from "../console/headers.ts";
 import { HOLD_STATES, HoldPage, HoldsPage, holdPath } from "../console/holds-page.tsx";
-import { type KillSwitchChangeRow, KillSwitchPage } from "../console/killswitch-page.tsx";
 import { LoginPage, type Notice } from "../console/layout.tsx";
 import { LedgerPage, TracePage } from "../console/ledger-page.tsx";
 import { htmlResponse, seeOther } from "../console/render.ts";
@@ -31,16 +30,13 @@ import { grantAllowsTool } from "../governance/grant-scope.ts";
 import { mayResolve } from "../governance/approvers.ts";
 import type { ToolPolicy } from "../governance/policy-view.ts";
 import { canonicalUrl } from "../identity/metadata.ts";
-import { ENTRY_KINDS, GLOBAL_CHAIN, type KillSwitchBody, type LedgerEntry } from "../ledger/records.ts";
+import { ENTRY_KINDS, type LedgerEntry } from "../ledger/records.ts";
 import { getHold, listHolds, resolveHold } from "../services/approvals.ts";
 import { holdLinkValid, type LinkDecision } from "../ports/hold-links.ts";
-import { changeKillSwitch, killSwitchStatus } from "../ports/killswitch-client.ts";
 import { exposeName } from "../protocol/exposed-names.ts";
 import { classificationOf } from "../front/preview.ts";
 import { requestConfig, servableConfig } from "./config-view.ts";
 import { type EntryIndex, searchRoute, traceRoute } from "./ledger-api.ts";
-import { metricsWindow } from "./metrics-api.ts";
-import { OverviewPage, overviewOf } from "../console/overview-page.tsx";
 import {
   type C,
   type ConsoleEnv,
@@ -55,6 +51,7 @@ import {
 } from "./console-gate.ts";
 import { consoleRunsRoutes } from "./console-runs.ts";
 import { connectionsRoutes } from "./console-connections.ts";
+import { consoleStatusRoutes } from "./console-status.ts";
 
 export const consoleRoutes = new Hono<ConsoleEnv>();
 
@@ -240,80 +237,6 @@ consoleRoutes.get("/console/ledger/:id", signedIn, auditorOnly, async (c) => {
   return htmlResponse(TracePage({ viewer: c.var.viewer, ...body }));
 });
 
-// ---- kill switch --------------------------------------------------------------------------------
-
-const CHANGED: Record<string, Notice> = {
-  halt: { kind: "good", text: "Halted. The change is on the ledger and reaches every new call within a second." },
-  resume: { kind: "good", text: "Resumed. The change is on the ledger." },
-  none: { kind: "info", text: "Nothing changed: that scope was already in that state." },
-};
-
-/** The kill switch's last changes from the ledger (the `_global` chain's killswitch.changed records, as D1 holds them), newest first; null when D1 cannot be read. */
-async function killSwitchHistory(env: ConsoleEnv["Bindings"], limit = 50): Promise<KillSwitchChangeRow[] | null> {
-  try {
-    const rows = await env.LEDGER_DB.prepare("SELECT at, body FROM ledger_entries WHERE chain = ? AND kind = ? ORDER BY seq DESC LIMIT ?")
-      .bind(GLOBAL_CHAIN, "killswitch.changed", limit)
-      .all<{ at: string; body: string }>();
-    return rows.results.map((r) => {
-      const b = JSON.parse(r.body) as Partial<KillSwitchBody>;
-      return {
-        at: r.at,
-        action: String(b.action ?? "?"),
-        scope: String(b.scope ?? "?"),
-        target: typeof b.target === "string" ? b.target : null,
-        reason: String(b.reason ?? ""),
-        by: String(b.by ?? "?"),
-        version: Number(b.version ?? 0),
-      };
-    });
-  } catch {
-    return null;
-  }
-}
-
-async function killSwitchPage(c: C, status: number, notice: Notice | null): Promise<Response> {
-  const [r, history] = await Promise.all([killSwitchStatus(c.env), killSwitchHistory(c.env)]);
-  if (!r.ok) return errorPage(c.var.viewer, r.status, "Kill switch", `the kill switch's state is unknown right now: ${r.message}`);
-  return htmlResponse(KillSwitchPage({ viewer: c.var.viewer, snapshot: r.snapshot, admin: principalHas(c.var.principal, "admin"), notice, history }), status);
-}
-
-consoleRoutes.get("/console/killswitch", signedIn, async (c) => {
-  try {
-    return await killSwitchPage(c, 200, CHANGED[c.req.query("changed") ?? ""] ?? null);
-  } catch (e) {
-    return unavailable(c.var.viewer, "the kill switch", e);
-  }
-});
-
-consoleRoutes.post("/console/killswitch", signedIn, async (c) => {
-  const form = await postedForm(c, c.var.cfg, c.var.session);
-  if (form instanceof Response) return form;
-  const back = { href: "/console/killswitch", label: "← Kill switch" };
-  if (!principalHas(c.var.principal, "admin")) return errorPage(c.var.viewer, 403, "Not allowed", "halting and resuming need the admin role", back);
-  const action = form.get("action");
-  const scope = form.get("scope") ?? "";
-  const target = (form.get("target") ?? "").trim();
-  const reason = (form.get("reason") ?? "").trim();
-  if (action !== "halt" && action !== "resume") return errorPage(c.var.viewer, 400, "Bad request", "action must be halt or resume", back);
-  if (!(HALT_SCOPES as readonly string[]).includes(scope))
-    return errorPage(c.var.viewer, 400, "Bad request", `scope must be one of ${HALT_SCOPES.join(", ")}`, back);
-  if (reason === "" || reason.length > MAX_REASON)
-    return errorPage(c.var.viewer, 400, "Bad request", `a reason of 1 to ${MAX_REASON} characters is required`, back);
-  // The form asks for confirmation; a POST without it changes nothing and shows the page again, saying so.
-  if (form.get("confirm") !== "yes")
-    return killSwitchPage(c, 400, {
-      kind: "error",
-      text: `Nothing changed: tick the confirmation to ${action} ${scope === "global" ? "everything" : `${scope} ${target}`}`,
-    });
-  try {
-    const r = await changeKillSwitch(c.env, c.var.cfg, c.var.principal, action, scope as HaltScopeName, target === "" ? null : target, reason);
-    if (!r.ok) return errorPage(c.var.viewer, r.status, "Kill switch", r.message, back);
-    return seeOther(`/console/killswitch?changed=${r.changed ? action : "none"}`);
-  } catch (e) {
-    return unavailable(c.var.viewer, "the kill switch", e);
-  }
-});
-
 // ---- runs: ./console-runs.ts ---------------------------------------------------------------
 
 consoleRoutes.route("/", consoleRunsRoutes);
@@ -322,39 +245,9 @@ consoleRoutes.route("/", consoleRunsRoutes);
 
 consoleRoutes.route("/", connectionsRoutes);
 
-// ---- overview -------------------------------------------------------------------------------------
+// ---- the overview and the kill switch: ./console-status.ts ---------------------------------------
 
-const OVERVIEW_MINUTES = 60;
-
-consoleRoutes.get("/console/overview", signedIn, async (c) => {
-  const now = Date.now();
-  const toMinute = Math.floor(now / 60_000);
-  const fromMinute = toMinute - OVERVIEW_MINUTES + 1;
-  const p = c.var.principal;
-  const sees = principalHas(p, "auditor") || principalHas(p, "operator");
-  const [metrics, holds, ks] = await Promise.all([
-    sees ? metricsWindow(c.env, p, null, fromMinute, toMinute).catch(() => null) : Promise.resolve(null),
-    listHolds(c.env, c.var.cfg, p, { state: "pending", limit: 500 }).catch(() => null),
-    killSwitchStatus(c.env),
-  ]);
-  const m = metrics instanceof Response ? null : metrics;
-  const pendingHolds = holds?.ok ? holds.value : null;
-  return htmlResponse(
-    OverviewPage({
-      viewer: c.var.viewer,
-      overview: m ? overviewOf(m.rows, fromMinute, toMinute) : null,
-      metricsNote: sees
-        ? "The metrics could not be read just now."
-        : "Charts need an auditor, operator or admin grant; an approver sees the holds and the kill switch.",
-      unavailable: m?.unavailable ?? [],
-      pending: pendingHolds
-        ? { count: pendingHolds.length, oldest: pendingHolds.length ? Math.min(...pendingHolds.map((h) => h.hold.createdAt)) : null }
-        : null,
-      halts: ks.ok ? { count: ks.snapshot.halts.length, scopes: [...new Set(ks.snapshot.halts.map((h) => h.scope))] } : null,
-      now,
-    }),
-  );
-});
+consoleRoutes.route("/", consoleStatusRoutes);
 
 // ---- tools ----------------------------------------------------------------------------------------
 
