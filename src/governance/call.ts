@@ -82,6 +82,9 @@ async function governedSteps(deps: GovernanceDeps, call: ToolCall): Promise<Answ
     }
   }
 
+  // The gateway's own time so far (the metrics' overhead): the hold step may wait for a person, which is not the gateway's.
+  const beforeHoldMs = call.receivedAt !== undefined ? Math.max(0, deps.clock() - call.receivedAt) : undefined;
+
   // 9 hold: an approved hold for this exact action is consumed once; otherwise the hold answers
   // (created or still pending, rejected, expired, in flight — or the consumed call's recorded answer, replayed).
   const hold = await step("hold", () => holdFor(deps.holds, call, target, decision, verdict.classification));
@@ -89,7 +92,7 @@ async function governedSteps(deps: GovernanceDeps, call: ToolCall): Promise<Answ
     if ("answer" in hold) return { response: { ...hold.answer, id: call.request.id }, status: 200 };
     return hold.recorded ? refused(call, hold.refusal, hold.recorded) : block(deps, call, hold.refusal);
   }
-  const history = { admitted, recorded };
+  const history = { admitted, recorded, beforeHoldMs };
   if (!hold.holdId) return executeCall(deps, call, verdict, decision, callId, history, undefined);
   // A consumed hold keeps the answer its call got: identical retries get it back instead of a second run.
   const holdId = hold.holdId;
@@ -116,10 +119,12 @@ async function executeCall(
   verdict: { target: Target; classification: Classification; mapping: ToolMapping | undefined },
   decision: Decision,
   callId: string,
-  history: { admitted: boolean; recorded: boolean },
+  history: { admitted: boolean; recorded: boolean; beforeHoldMs: number | undefined },
   holdId: string | undefined,
 ): Promise<Answer> {
   const { target, classification, mapping } = verdict;
+  const executing = deps.clock();
+  const metricsOf = (upstreamMs: number): NonNullable<OutcomeRecord["metrics"]> => gatewayMetrics(deps, target, history.beforeHoldMs, executing, upstreamMs);
   // 10 write-ahead: the decision is durable before anything reaches the upstream (a consumed hold
   // whose decision could not be recorded is released: its call never ran, and it may be approved again).
   // It names the client's `portcullis/` `_meta` keys the forward drops (upstreamRequest), never their values.
@@ -162,7 +167,7 @@ async function executeCall(
         obligationsApplied: [],
         reason: retried ? `${leg.reason} (${retried})` : leg.reason,
         ...(call.trace ? { traceId: call.trace.traceId } : {}),
-        metrics: metricsOf(deps, call, target, durationMs),
+        metrics: metricsOf(durationMs),
       }),
     );
     if (history.admitted) await deps.history.settle(call.principal.sub, callId, leg.kind === "failed" ? "failed" : "uncertain").catch(() => undefined);
@@ -186,7 +191,7 @@ async function executeCall(
       ...(outputProblems.length ? { outputProblems } : {}),
       ...(reason !== undefined ? { reason } : {}),
       ...(call.trace ? { traceId: call.trace.traceId } : {}),
-      metrics: metricsOf(deps, call, target, durationMs),
+      metrics: metricsOf(durationMs),
     }),
   );
   // A success matters to history queries (`succeeded`), not to budgets, which count every admitted call.
@@ -197,10 +202,20 @@ async function executeCall(
   return { response: withReceipt(withAdvisory(shaped.response, decision), outcome ?? receipt), status: leg.status };
 }
 
-/** What the outcome's metric rollups need: the upstream and its tool, and the gateway's own time (since it took the call, upstream time excluded). */
-function metricsOf(deps: GovernanceDeps, call: ToolCall, target: Target, upstreamMs: number): NonNullable<OutcomeRecord["metrics"]> {
+/**
+ * What the outcome's metric rollups need: the upstream and its tool, and the gateway's own time —
+ * its steps before the hold, then from the write-ahead to now less the upstream's time (a hold's
+ * wait for a person is not the gateway's).
+ */
+function gatewayMetrics(
+  deps: GovernanceDeps,
+  target: Target,
+  beforeHoldMs: number | undefined,
+  executing: number,
+  upstreamMs: number,
+): NonNullable<OutcomeRecord["metrics"]> {
   const m: NonNullable<OutcomeRecord["metrics"]> = { upstream: target.upstream.name, tool: target.tool.name };
-  if (call.receivedAt !== undefined) m.gatewayMs = Math.max(0, deps.clock() - call.receivedAt - upstreamMs);
+  if (beforeHoldMs !== undefined) m.gatewayMs = beforeHoldMs + Math.max(0, deps.clock() - executing - upstreamMs);
   return m;
 }
 

@@ -33,6 +33,8 @@ type Fault = "none" | "throw" | "hang" | "partial";
 /** A LedgerApi in memory that chains for real, with one fault injected at the n-th append. */
 function fakeLedger(faultAt: number, fault: Fault, extra: Record<string, unknown> = {}) {
   const entries: LedgerEntry[] = [];
+  /** Every draft as the writer sent it (with the rollup facts beside it). */
+  const drafts: EntryDraft[] = [];
   let head: Head = EMPTY_HEAD;
   let calls = 0;
   const api: Pick<LedgerApi, "append" | "appendEach"> = {
@@ -47,21 +49,22 @@ function fakeLedger(faultAt: number, fault: Fault, extra: Record<string, unknown
         ),
       );
     },
-    async append(drafts: EntryDraft[]) {
+    async append(sent: EntryDraft[]) {
+      drafts.push(...sent);
       calls++;
       if (calls === faultAt) {
         if (fault === "throw") throw new Error("disk on fire");
         if (fault === "hang") return new Promise<LedgerEntry[]>(() => undefined);
         if (fault === "partial") return [];
       }
-      const chained = chainEntries("team-a", head, drafts);
+      const chained = chainEntries("team-a", head, sent);
       entries.push(...chained);
       head = { seq: chained.at(-1)!.seq, hash: chained.at(-1)!.hash };
       return chained;
     },
   };
   const env = { LEDGER: { idFromName: (n: string) => n, get: () => api }, ...extra } as unknown as Env;
-  return { env, entries };
+  return { env, entries, drafts };
 }
 
 async function run(
@@ -104,6 +107,57 @@ async function run(
   const answer = await governToolCall(deps, call);
   return { answer, reached, entries, sent, text: JSON.stringify(answer) };
 }
+
+describe("the outcome's rollup facts", () => {
+  it("name the upstream and its tool, and the gateway's own time without the upstream's or a hold's wait; never reach the record", async () => {
+    const { env, entries, drafts } = fakeLedger(0, "none");
+    let now = 1_000_000;
+    const deps: GovernanceDeps = {
+      catalog: { resolve: async (name) => ({ upstream: up, tool: (await catalogEntry({ name: name.slice(7), inputSchema: {} }, name))! }) },
+      killSwitch: NO_HALTS,
+      mappings: NO_MAPPINGS,
+      // Every call needs approval; the hold step waits 60 s for a person (holds.wait), who approves: the call runs, consuming the hold.
+      policy: {
+        ...OPEN_POLICY,
+        decide: () => ({ decision: "require_approval", rule: "people", reason: "a person decides", obligations: [], mode: "enforce", policyVersion: "none" }),
+      },
+      holds: {
+        ...NO_HOLDS,
+        settle: async () => {
+          now += 60_000;
+          return { proceed: true, holdId: "team-a~0123456789abcdef01234567" };
+        },
+      },
+      ledger: callLedger({ env, principal: agent, signing: { secret: "PORTCULLIS_SIGNING_KEY", gateway: "http://127.0.0.1" }, waitUntil: () => undefined }),
+      upstream: {
+        call: async (): Promise<LegResult> => {
+          now += 250; // the upstream's time
+          return { kind: "answered", response: { jsonrpc: "2.0", id: 1, result: { content: [] } }, status: 200 };
+        },
+      },
+      history: NO_HISTORY,
+      clock: () => now,
+    };
+    const call: ToolCall = {
+      principal: agent,
+      era: "modern",
+      request: { jsonrpc: "2.0", id: 1, method: "tools/call", params: { name: "alpha__do", arguments: {} } },
+      exposedName: "alpha__do",
+      arguments: {},
+      runId: null,
+      receivedAt: now - 3,
+    };
+    const answer = await governToolCall(deps, call);
+    expect(answer.response.result?.isError, JSON.stringify(answer.response)).not.toBe(true);
+    const outcome = drafts.find((d) => d.kind === "outcome") as EntryDraft & { metrics?: Record<string, unknown> };
+    expect(outcome.metrics).toMatchObject({ upstream: "alpha", tool: "do" });
+    expect(outcome.metrics!.gateway_ms as number).toBeGreaterThanOrEqual(3);
+    expect(outcome.metrics!.gateway_ms as number).toBeLessThan(250);
+    expect(entries.every((e) => !("metrics" in e))).toBe(true);
+    // The hold step did run (and waited): the decision names the hold it consumed.
+    expect(entries.find((e) => e.kind === "decision")!.body.hold_id).toBe("team-a~0123456789abcdef01234567");
+  });
+});
 
 describe("the ledger write path under faults", () => {
   it("no fault: decision before forwarding, outcome before the answer, receipt in _meta; arguments only as a hash", async () => {
