@@ -7,10 +7,7 @@
  * never: put the token anywhere but the Set-Cookie header, accept a POST without a matching
  * Origin, or compare CSRF tokens in time that depends on their content.
  */
-import { hmac } from "@noble/hashes/hmac.js";
-import { sha256 } from "@noble/hashes/sha2.js";
-import { utf8ToBytes } from "@noble/hashes/utils.js";
-import { Memo } from "../wire/memo.ts";
+import { labelledMac, sameMac } from "../identity/secret-mac.ts";
 
 /** The session cookie's name (`__Host-`: Secure, Path=/, no Domain — the browser enforces it). */
 export const SESSION_COOKIE = "__Host-portcullis";
@@ -44,38 +41,15 @@ export function readCookie(req: Request, name: string): string | null {
   return null;
 }
 
-function base64url(bytes: Uint8Array): string {
-  let s = "";
-  for (const b of bytes) s += String.fromCharCode(b);
-  return btoa(s).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
-}
-
-/** The key of the one secret in use (a new secret replaces it). */
-const keys = new Memo<string, Uint8Array>({ max: 1 });
-
-/** The CSRF key: SHA-256 over a label and the signing-key secret (never the secret itself). */
-function csrfKey(secret: string): Uint8Array {
-  let k = keys.get(secret);
-  if (!k) {
-    k = sha256(utf8ToBytes(`portcullis console csrf v1\n${secret}`));
-    keys.set(secret, k);
-  }
-  return k;
-}
-
 /** The CSRF token of a session binding (`grant:<jti>`, `access:<sub>:<iat>`). */
 export function csrfToken(secret: string, binding: string): string {
-  return base64url(hmac(sha256, csrfKey(secret), utf8ToBytes(`csrf\n${binding}`)));
+  // Its own key: SHA-256 over this label and the signing-key secret (src/identity/secret-mac.ts).
+  return labelledMac(secret, "portcullis console csrf v1", `csrf\n${binding}`);
 }
 
 /** Whether `given` is the session's CSRF token (constant time over the expected length). */
 export function csrfValid(secret: string, binding: string, given: string | null | undefined): boolean {
-  if (typeof given !== "string") return false;
-  const want = csrfToken(secret, binding);
-  if (given.length !== want.length) return false;
-  let diff = 0;
-  for (let i = 0; i < want.length; i++) diff |= want.charCodeAt(i) ^ given.charCodeAt(i);
-  return diff === 0;
+  return sameMac(csrfToken(secret, binding), given);
 }
 
 /** The origin the browser addressed: the request URL's scheme with its Host header. */

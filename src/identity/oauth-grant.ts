@@ -9,8 +9,6 @@
  * never: widen a grant beyond its template, offer a code whose principal or team the gateway
  * refuses, accept a signed value made for another handle, or put a token or code into what it signs.
  */
-import { hmac } from "@noble/hashes/hmac.js";
-import { sha256 } from "@noble/hashes/sha2.js";
 import { utf8ToBytes } from "@noble/hashes/utils.js";
 import type { GrantTemplate } from "../config/oauth-schema.ts";
 import { principalNameProblem, reservedNameProblem } from "../config/principal.ts";
@@ -18,6 +16,7 @@ import type { Role } from "../config/roles.ts";
 import { isRole } from "../config/roles.ts";
 import { globMatch } from "../wire/glob.ts";
 import { decodeCanonical, encode } from "./base64url.ts";
+import { labelledMac, sameMac } from "./secret-mac.ts";
 import type { SignInSource } from "./oauth-server.ts";
 
 /** The grant a signed-in person would receive: shown on the consent page, then issued as is. */
@@ -92,7 +91,7 @@ export function enrollmentOffer(
 }
 
 function mac(secret: string, handle: string, body: string): string {
-  return encode(hmac(sha256, sha256(utf8ToBytes(`portcullis oauth offer\n${secret}`)), utf8ToBytes(`${handle}\n${body}`)));
+  return labelledMac(secret, "portcullis oauth offer", `${handle}\n${body}`);
 }
 
 /** `body.mac`: the offer, signed for this consent handle only. */
@@ -106,11 +105,7 @@ export function openOffer(secret: string, handle: string, signed: string | null)
   if (typeof signed !== "string" || signed.length > 16_384) return null;
   const [body, given, extra] = signed.split(".");
   if (!body || !given || extra !== undefined) return null;
-  const want = mac(secret, handle, body);
-  if (given.length !== want.length) return null;
-  let diff = 0;
-  for (let i = 0; i < want.length; i++) diff |= want.charCodeAt(i) ^ given.charCodeAt(i);
-  if (diff !== 0) return null;
+  if (!sameMac(mac(secret, handle, body), given)) return null;
   const bytes = decodeCanonical(body);
   if (!bytes) return null;
   try {

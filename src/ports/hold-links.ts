@@ -9,25 +9,16 @@
  * hold has nothing left to decide. Must never: decide anything, carry a token, or accept a MAC
  * without comparing it in constant time.
  */
-import { hmac } from "@noble/hashes/hmac.js";
-import { sha256 } from "@noble/hashes/sha2.js";
-import { utf8ToBytes } from "@noble/hashes/utils.js";
 import type { HoldRecord } from "../../durable-objects/contract-holds.ts";
+import { labelledMac, sameMac } from "../identity/secret-mac.ts";
 
 export type LinkDecision = "approve" | "reject";
-
-function base64url(bytes: Uint8Array): string {
-  let s = "";
-  for (const b of bytes) s += String.fromCharCode(b);
-  return btoa(s).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
-}
 
 type LinkFacts = Pick<HoldRecord, "id" | "actionHash" | "expiresAt">;
 
 /** The MAC of a decision link for `hold` (never the secret: a key derived from it under its own label). */
 export function holdLinkMac(secret: string, hold: LinkFacts, decision: LinkDecision): string {
-  const key = sha256(utf8ToBytes(`portcullis hold link v1\n${secret}`));
-  return base64url(hmac(sha256, key, utf8ToBytes(`${hold.id}\n${decision}\n${hold.actionHash}\n${hold.expiresAt}`)));
+  return labelledMac(secret, "portcullis hold link v1", `${hold.id}\n${decision}\n${hold.actionHash}\n${hold.expiresAt}`);
 }
 
 /** The link that opens `pageUrl` (the hold's console page) with `decision` proposed. */
@@ -37,10 +28,5 @@ export function holdLink(secret: string, pageUrl: string, hold: LinkFacts, decis
 
 /** Whether `mac` is this hold's link for `decision` (constant time over the expected length). */
 export function holdLinkValid(secret: string, hold: LinkFacts, decision: LinkDecision, mac: string | null | undefined): boolean {
-  if (typeof mac !== "string") return false;
-  const want = holdLinkMac(secret, hold, decision);
-  if (mac.length !== want.length) return false;
-  let diff = 0;
-  for (let i = 0; i < want.length; i++) diff |= want.charCodeAt(i) ^ mac.charCodeAt(i);
-  return diff === 0;
+  return sameMac(holdLinkMac(secret, hold, decision), mac);
 }

@@ -25,7 +25,9 @@ import { type AppEnv, gate, waitUntilOf } from "./gate.ts";
 
 export const mcpRoutes = new Hono<AppEnv>();
 
-async function serve(fc: FrontContext, req: Request): Promise<Response> {
+/** One MCP request in its era's front; it belongs to the W3C trace its headers continue (or a new one). */
+async function serve(route: Omit<FrontContext, "trace">, req: Request): Promise<Response> {
+  const fc: FrontContext = { ...route, trace: traceOf(req.headers) };
   const hasSession = req.headers.get("mcp-session-id") !== null;
   const modernHeader = req.headers.get("mcp-protocol-version")?.trim() === MODERN_VERSION;
   if (req.method === "POST") {
@@ -45,10 +47,7 @@ async function serve(fc: FrontContext, req: Request): Promise<Response> {
 }
 
 mcpRoutes.on(["POST", "GET", "DELETE"], "/mcp", gate({ path: "/mcp", role: "agent", allowActor: true, scoped: true }), (c) =>
-  serve(
-    { env: c.env, cfg: c.var.cfg, principal: c.var.principal, gateway: canonicalUrl(c.var.cfg), waitUntil: waitUntilOf(c), trace: traceOf(c.req.raw.headers) },
-    c.req.raw,
-  ),
+  serve({ env: c.env, cfg: c.var.cfg, principal: c.var.principal, gateway: canonicalUrl(c.var.cfg), waitUntil: waitUntilOf(c) }, c.req.raw),
 );
 
 mcpRoutes.all("/mcp", () => refuse(405, ErrorCode.InvalidRequest, "Method Not Allowed: use POST, GET or DELETE", null, { allow: "POST, GET, DELETE" }));
@@ -59,15 +58,7 @@ mcpRoutes.on(["POST", "GET", "DELETE"], "/mcp/:upstream", gate({ path: "/mcp", r
   const view = routeView(c.var.cfg, name);
   if (!view) return refuse(404, ErrorCode.ServerError, noSuchRoute(name));
   return serve(
-    {
-      env: c.env,
-      cfg: view.cfg,
-      route: view.route,
-      principal: c.var.principal,
-      gateway: canonicalUrl(c.var.cfg),
-      waitUntil: waitUntilOf(c),
-      trace: traceOf(c.req.raw.headers),
-    },
+    { env: c.env, cfg: view.cfg, route: view.route, principal: c.var.principal, gateway: canonicalUrl(c.var.cfg), waitUntil: waitUntilOf(c) },
     c.req.raw,
   );
 });
