@@ -7,7 +7,7 @@
  * comes back to. Every value is JSX text or an attribute. Must never: render a token, a code, a
  * state or a verifier, or a form without the session's CSRF token.
  */
-import type { ConnectionView } from "../services/connections.ts";
+import type { ConnectionView } from "../services/connections-consent.ts";
 import { Layout, type Notice, NoticeBox, type Viewer } from "./layout.tsx";
 
 const when = (ms: number) =>

@@ -6,7 +6,7 @@
  * against this browser's connect cookie), and the disconnect form; plus the gateway's client ID
  * metadata document. Owns the HTTP shape and the connect cookie (`__Host-portcullis-connect`,
  * SameSite=Lax so that it comes back on the authorization server's redirect); the flow is
- * services/connections.ts's. Must never: accept a form without its Origin and CSRF checks, put a
+ * services/connections.ts and connections-consent.ts. Must never: accept a form without its Origin and CSRF checks, put a
  * token, code or state in a page or log, or connect for a browser that did not start the attempt.
  */
 import { Hono } from "hono";
@@ -16,7 +16,8 @@ import { consoleSession } from "../console/signin.ts";
 import type { Notice } from "../console/layout.tsx";
 import { htmlResponse, seeOther } from "../console/render.ts";
 import { isLoopbackRequest } from "../identity/auth.ts";
-import { CALLBACK_PATH, clientMetadataDocument, disconnect, finishConnect, listConnections, startConnect } from "../services/connections.ts";
+import { CALLBACK_PATH } from "../services/connections.ts";
+import { clientMetadataDocument, disconnect, finishConnect, listConnections, startConnect } from "../services/connections-consent.ts";
 import { jsonResponse } from "../wire/http.ts";
 import { servableConfig } from "./config-view.ts";
 import { type ConsoleEnv, errorPage, postedForm, signedInForConnections, unavailable } from "./console-gate.ts";
