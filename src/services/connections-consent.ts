@@ -14,7 +14,6 @@ import {
   type AuthorizationServer,
   authorizationUrl,
   clientMetadata,
-  discover,
   exchangeCode,
   type Fetcher,
   type OAuthClient,
@@ -23,6 +22,7 @@ import {
   registerClient,
   revokeToken,
 } from "../egress/oauth-client.ts";
+import { discover } from "../egress/oauth-discovery.ts";
 import { keyVersion, seal, unseal } from "../egress/sealing.ts";
 import type { Env } from "../env.ts";
 import { canonicalOrigin } from "../identity/metadata.ts";
