@@ -156,6 +156,7 @@ function legacyContext(
       // first), and where it closes its stream early the client's stream closes too, while the
       // call runs on into the buffer the client resumes from with GET + Last-Event-ID.
       streamOpened: () => stream?.open(),
+      streamPrimed: () => stream?.prime(),
       keepAlive: async () => {
         await stream?.keepAlive();
       },

@@ -48,6 +48,12 @@ export interface StreamControl {
    * client's stream is not resumable; the call then answers on the open stream as before.
    */
   closeEarly(): Promise<boolean>;
+  /**
+   * The upstream's stream opened with a priming event (SEP-1699): the client's stream opens with
+   * one too (an id of this gateway's and `retry`), even where its version alone would not have
+   * one, and becomes one the gateway may close early. Idempotent; never after another event.
+   */
+  prime(): void;
   /** Keeps an idle answer alive: opens the stream (idempotent) and writes an SSE comment, which carries no event. */
   keepAlive(): Promise<void>;
 }
@@ -76,6 +82,7 @@ export function respond(
     /** The client went away, or its stream was closed early: nothing more is written to it. */
     let clientGone = false;
     let closedEarly = false;
+    let primed = false;
     let seq = 0;
     const write = async (chunk: Uint8Array) => {
       if (clientGone || !writer) return;
@@ -93,8 +100,17 @@ export function respond(
       resolve(new Response(ts.readable, { status: 200, headers: { ...opts.headers, ...SSE_HEADERS } }));
       const r = opts.resumable;
       r?.open();
-      if (r?.priming) void write(encodeEvent({ id: `${r.streamId}/0`, retry: r.retryMs, data: "" }));
-      else void write(encodeComment("portcullis"));
+      if (r?.priming) {
+        primed = true;
+        void write(encodeEvent({ id: `${r.streamId}/0`, retry: r.retryMs, data: "" }));
+      } else void write(encodeComment("portcullis"));
+    };
+    const prime = () => {
+      const r = opts.resumable;
+      open();
+      if (!r || primed || seq > 0) return;
+      primed = true;
+      void write(encodeEvent({ id: `${r.streamId}/0`, retry: r.retryMs, data: "" }));
     };
     const emit = async (m: JsonRpcMessage, final = false) => {
       open();
@@ -106,7 +122,7 @@ export function respond(
     };
     const closeEarly = async (): Promise<boolean> => {
       const r = opts.resumable;
-      if (!r?.priming) return false;
+      if (!r || !primed) return false;
       if (closedEarly) return true;
       closedEarly = true;
       open();
@@ -125,7 +141,7 @@ export function respond(
       open();
       await write(encodeComment("keep-alive"));
     };
-    const done = run(emit, { open, closeEarly, keepAlive })
+    const done = run(emit, { open, closeEarly, prime, keepAlive })
       .catch((e) => failureOutcome(id, e))
       .then(async (out) => {
         if (!writer) {

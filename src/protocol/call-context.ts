@@ -42,6 +42,8 @@ export interface Relay {
   ask?(method: string, params: JsonObject): Promise<JsonObject>;
   /** The upstream answered this request with an SSE stream: answer the client with one too, now (legacy fronts). */
   streamOpened?(): void;
+  /** The upstream's stream opened with a priming event: open the client's the same way (legacy fronts). */
+  streamPrimed?(): void;
   /**
    * The upstream closed its resumable stream before the response (SEP-1699 polling): close the
    * client's stream the same way if the client can resume it; the call goes on either way.

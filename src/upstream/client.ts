@@ -17,6 +17,7 @@ import {
   baseHeaders,
   type Frame,
   readAnswer,
+  readFrames,
   type SendOptions,
   send,
   sleep,
@@ -59,7 +60,11 @@ export async function* requestUpstream(up: UpstreamConfig, leg: Leg, msg: JsonRp
   let sse = (res.headers.get("content-type") ?? "").includes("text/event-stream");
   if (opts.control && sse && res.ok) yield { kind: "stream-opened", status: res.status };
   let frames = 0;
-  for await (const f of readAnswer(up, res, track)) {
+  for await (const f of readFrames(up, res, track)) {
+    if (!("message" in f)) {
+      if (opts.control) yield track.retryMs !== undefined ? { kind: "stream-primed", retryMs: track.retryMs } : { kind: "stream-primed" };
+      continue;
+    }
     frames++;
     yield f;
     if (answers(f.message, msg.id)) {

@@ -120,7 +120,15 @@ export interface Frame {
  * resuming it with GET + Last-Event-ID. A stream closed without an event id is not resumable
  * and yields no signal (the request fails as before).
  */
-export type StreamSignal = { kind: "stream-opened"; status: number } | { kind: "stream-closed-early"; lastEventId: string; retryMs?: number };
+export type StreamSignal =
+  | { kind: "stream-opened"; status: number }
+  | { kind: "stream-primed"; retryMs?: number }
+  | { kind: "stream-closed-early"; lastEventId: string; retryMs?: number };
+
+/** The upstream's stream opened with a priming event (an event id with empty data, SEP-1699), read by readFrames. */
+export interface Primed {
+  kind: "primed";
+}
 
 /** A message frame or a stream signal (requestUpstream with `control: true`). */
 export type UpstreamFrame = Frame | StreamSignal;
@@ -264,10 +272,19 @@ function bodyError(up: UpstreamConfig, e: unknown): UpstreamError {
  * Errors of the body (cap, deadline, lost connection) become upstream errors (bodyError).
  */
 export async function* readAnswer(up: UpstreamConfig, res: Response, track: { lastEventId?: string; retryMs?: number }): AsyncGenerator<Frame> {
+  for await (const f of readFrames(up, res, track)) if ("message" in f) yield f;
+}
+
+/**
+ * readAnswer, and a Primed marker where the stream's first event is a priming event (an id and
+ * empty data), so a front can open its own stream the same way the moment the upstream does.
+ */
+export async function* readFrames(up: UpstreamConfig, res: Response, track: { lastEventId?: string; retryMs?: number }): AsyncGenerator<Frame | Primed> {
   const ct = res.headers.get("content-type") ?? "";
   if (ct.includes("text/event-stream") && res.body) {
     const events = parseSse(res.body, (ms) => (track.retryMs = ms));
     let done = false;
+    let first = true;
     try {
       for (;;) {
         let next: IteratorResult<SseEvent>;
@@ -283,7 +300,12 @@ export async function* readAnswer(up: UpstreamConfig, res: Response, track: { la
         }
         const ev = next.value;
         if (ev.id !== undefined) track.lastEventId = ev.id;
-        if (ev.data.trim() === "") continue;
+        const wasFirst = first;
+        first = false;
+        if (ev.data.trim() === "") {
+          if (wasFirst && ev.id !== undefined) yield { kind: "primed" };
+          continue;
+        }
         const v = parseMessage(ev.data);
         if (!v.ok) throw new UpstreamUncertain(up.name, `sent an invalid SSE message (${v.reason})`, 502, undefined, "invalid_answer");
         yield { message: v.message, status: res.status };

@@ -188,6 +188,7 @@ async function once(ctx: CallContext, up: UpstreamConfig, leg: Leg, upMsg: JsonR
     // The upstream's stream, mirrored to the client where its front can (SEP-1699).
     if ("kind" in f) {
       if (f.kind === "stream-opened") ctx.relay.streamOpened?.();
+      else if (f.kind === "stream-primed") ctx.relay.streamPrimed?.();
       else await ctx.relay.mirrorClose?.();
       continue;
     }

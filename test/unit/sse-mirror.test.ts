@@ -62,11 +62,12 @@ describe("requestUpstream: stream signals", () => {
     return sse(`id: e2\ndata: ${JSON.stringify(result)}\n\n`);
   };
 
-  it("signals the stream, its early close (with the upstream's id and retry), then resumes to the result", async () => {
+  it("signals the stream, its priming event, its early close (with the upstream's id and retry), then resumes to the result", async () => {
     const seen = upstream(polling);
     const frames = await all(requestUpstream(up, leg, req, { control: true }));
-    expect(frames.map(describeFrame)).toEqual(["stream-opened", "stream-closed-early", "message c:n:1"]);
-    expect(frames[1]).toEqual({ kind: "stream-closed-early", lastEventId: "e1", retryMs: 5 });
+    expect(frames.map(describeFrame)).toEqual(["stream-opened", "stream-primed", "stream-closed-early", "message c:n:1"]);
+    expect(frames[1]).toEqual({ kind: "stream-primed", retryMs: 5 });
+    expect(frames[2]).toEqual({ kind: "stream-closed-early", lastEventId: "e1", retryMs: 5 });
     expect(seen).toEqual([
       { method: "POST", lastEventId: null },
       { method: "GET", lastEventId: "e1" },
@@ -193,6 +194,50 @@ describe("respond: the client side of the mirror", () => {
     expect(got[1]).toBe(`id: sabc/1\ndata: ${JSON.stringify({ jsonrpc: "2.0", id: 2, result: { ok: true } })}`);
     expect(b.registered()).toBe(true);
     expect(b.finished()).toBe(true);
+  });
+
+  it("primes a stream its version alone would not prime when the upstream's stream opens with a priming event, and may then close it early", async () => {
+    const log: string[] = [];
+    const b = buffer(false, log); // an older client version: no priming event of the gateway's own
+    const work: Promise<unknown>[] = [];
+    let release!: () => void;
+    const later = new Promise<void>((r) => (release = r));
+    const res = await respond(
+      4,
+      async (emit, stream) => {
+        stream.open();
+        stream.prime(); // the upstream's first event was a priming event
+        stream.prime(); // idempotent
+        expect(await stream.closeEarly()).toBe(true); // the upstream closed its stream
+        await later;
+        await emit({ jsonrpc: "2.0", method: "notifications/message", params: { level: "info", data: "after the close" } });
+        return { response: { jsonrpc: "2.0", id: 4, result: { ok: true } }, status: 200 };
+      },
+      { waitUntil: (p) => work.push(p), resumable: b.r },
+    );
+    const got = await blocks(res, log);
+    expect(got).toEqual([": portcullis", "id: sabc/0\nretry: 750\ndata: "]);
+    release();
+    await Promise.all(work);
+    expect(b.events.map((e) => e.seq)).toEqual([1, 2]);
+  });
+
+  it("never primes after an event went out (a priming event is first or not at all)", async () => {
+    const log: string[] = [];
+    const b = buffer(false, log);
+    const res = await respond(
+      5,
+      async (emit, stream) => {
+        await emit({ jsonrpc: "2.0", method: "notifications/message", params: { level: "info", data: "first" } });
+        stream.prime();
+        expect(await stream.closeEarly()).toBe(false);
+        return { response: { jsonrpc: "2.0", id: 5, result: { ok: true } }, status: 200 };
+      },
+      { waitUntil: () => undefined, resumable: b.r },
+    );
+    const got = await blocks(res, log);
+    expect(got.some((g) => g.includes("data: \n") || g.endsWith("data: "))).toBe(false);
+    expect(got).toHaveLength(3);
   });
 
   it("answers JSON when the upstream gave no stream and nothing went out first", async () => {
