@@ -43,14 +43,30 @@ export function sseObject(env: Env, id: string): SseApi | null {
   return SESSION_ID.test(id) ? objectFor<SseApi>(env.SSE, `sse:${id}`) : null;
 }
 
+/** Input round ids the gateway issues (src/upstream/rounds.ts newRoundId): 128 random bits as 32 lowercase hex characters. */
+export const ROUND_ID = /^[0-9a-f]{32}$/;
+
+/**
+ * One parked upstream call of a modern client's input rounds (RoundsDO, `round:<id>`); null when
+ * `id` is not a round id this gateway could have issued. Typed by its caller (the surface lives in
+ * src/upstream/rounds.ts, above this layer).
+ */
+export function roundObject<T>(env: Env, id: string): T | null {
+  return ROUND_ID.test(id) ? objectFor<T>(env.ROUNDS, `round:${id}`) : null;
+}
+
 /** A modern run's object (`Portcullis-Run-Id`); null when the id is malformed. */
 export function runObject(env: Env, id: string): SessionApi | null {
   return RUN_ID.test(id) ? objectFor<SessionApi>(env.SESSIONS, `run:${id}`) : null;
 }
 
-/** The object holding one modern principal's legacy session with one upstream (built from config, not client input). */
-export function legObject(env: Env, principal: string, upstream: string, url: string): SessionApi {
-  return objectFor<SessionApi>(env.SESSIONS, `leg:${principal}\u0000${upstream}\u0000${url}`);
+/**
+ * The object holding one modern principal's legacy session with one upstream (built from config,
+ * not client input); `caps` names the client capabilities that session declared ("" for none, the
+ * name it always had).
+ */
+export function legObject(env: Env, principal: string, upstream: string, url: string, caps = ""): SessionApi {
+  return objectFor<SessionApi>(env.SESSIONS, `leg:${principal}\u0000${upstream}\u0000${url}${caps ? `\u0000${caps}` : ""}`);
 }
 
 function shardOf(jti: string): number {

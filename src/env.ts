@@ -19,6 +19,8 @@ export interface Env {
   CONFIG: DurableObjectNamespace;
   /** SseDO: one legacy HTTP+SSE session's open stream, in memory (durable-objects/http-sse.ts; `gateway.legacy_sse`). */
   SSE: DurableObjectNamespace;
+  /** RoundsDO: one modern client's call parked on a legacy upstream between input rounds, in memory (src/upstream/rounds-object.ts). */
+  ROUNDS: DurableObjectNamespace;
   /** The shared ledger store all teams' auditors query (migrations/). */
   LEDGER_DB: D1Database;
   /**

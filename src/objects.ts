@@ -14,3 +14,4 @@ export { HoldsDO } from "../durable-objects/holds.ts";
 export { KillSwitchDO } from "../durable-objects/killswitch.ts";
 export { ConfigDO } from "../durable-objects/config.ts";
 export { SseDO } from "../durable-objects/http-sse.ts";
+export { RoundsDO } from "./upstream/rounds-object.ts";

@@ -7,7 +7,10 @@
  */
 import type { GovernanceDeps } from "../governance/call-decide.ts";
 import { mappingsOf, policyEngine } from "../governance/engine.ts";
-import { type HistoryStore, NO_HOLDS, type UpstreamLeg } from "../governance/steps.ts";
+import { type CallRounds, type HistoryStore, NO_HOLDS, type RoundState, type UpstreamLeg } from "../governance/steps.ts";
+import { ledgerSigning, outcomeBody, outcomeMetrics } from "../ports/ledger-writer.ts";
+import { bindingDigest, isRoundToken, openRoundToken, type RoundExpiry, type RoundsApi } from "../upstream/rounds.ts";
+import type { JsonObject } from "../wire/jsonrpc.ts";
 import type { KillSwitchReader } from "../governance/halts.ts";
 import { holdStore } from "../ports/hold-store.ts";
 import { haltableLeg } from "../ports/killswitch-client.ts";
@@ -53,6 +56,49 @@ export function governance(ctx: CallContext): GovernanceDeps {
     history: ctx.stores.history?.() ?? NO_HISTORY_STORE,
     upstream: governedUpstream(ctx, killSwitch),
     clock: Date.now,
+    ...(ctx.legs.round ? { rounds: callRounds(ctx) } : {}),
+  };
+}
+
+/**
+ * A governed call's input rounds over its RoundsDO (src/upstream/rounds.ts): the token checked
+ * against this caller and call, governance's state kept with the parked call between rounds,
+ * and the uncertain outcome the object records if the client never completes a round.
+ */
+function callRounds(ctx: CallContext): CallRounds {
+  const secret = ctx.cfg.auth.signingKeySecret;
+  const sub = ctx.principal.sub;
+  const objectOf = (id: string) => ctx.legs.round?.<RoundsApi>(id) ?? null;
+  return {
+    carries: (call) => isRoundToken(call.request.params?.requestState),
+    async continuation(call, target) {
+      const digest = await bindingDigest({
+        principal: sub,
+        upstream: target.upstream.name,
+        method: "tools/call",
+        name: target.tool.name,
+        arguments: call.arguments,
+      });
+      const opened = openRoundToken(secret, String(call.request.params?.requestState), digest);
+      if (!opened) return { ok: false, reason: "is not one Portcullis issued for this call and caller, or it was altered" };
+      const state = await objectOf(opened.id)?.peek(sub, digest, opened.n);
+      if (!state) return { ok: false, reason: "names an input round that has ended, was answered already, or is not this caller's" };
+      return { ok: true, ref: { id: opened.id, n: opened.n, digest, asks: {} }, state: state as unknown as RoundState };
+    },
+    async park(ref, state, abandoned) {
+      const obj = objectOf(ref.id);
+      if (!obj) throw new Error("no object for this input round");
+      const metrics = outcomeMetrics(abandoned);
+      const expiry: RoundExpiry = {
+        chain: ctx.principal.team,
+        signing: ledgerSigning(ctx.cfg),
+        draft: { kind: "outcome", body: outcomeBody(abandoned), ...(metrics ? { metrics: metrics as unknown as JsonObject } : {}) },
+      };
+      if (!(await obj.keep(sub, ref.digest, ref.n, state as unknown as JsonObject, expiry))) throw new Error("the input round ended before it was kept");
+    },
+    async cancel(ref, reason) {
+      await objectOf(ref.id)?.cancel(sub, ref.digest, reason);
+    },
   };
 }
 

@@ -11,7 +11,7 @@ import { dispatch } from "./dispatch.ts";
 import { postUpstream } from "../upstream/client.ts";
 import { ErrorCode, type JsonObject, type JsonRpcMessage, type JsonRpcRequest, errorResponse, isNotification, isObject, isRequest } from "../wire/jsonrpc.ts";
 import type { FrontContext } from "../protocol/call-context.ts";
-import { runObject } from "../../durable-objects/object-names.ts";
+import { roundObject, runObject } from "../../durable-objects/object-names.ts";
 import { applyLogLevel, mergeCapabilities, mergeInstructions, modernLegFor } from "../upstream/legs.ts";
 import { listen } from "./listen.ts";
 import { type StreamControl, respond } from "./respond.ts";
@@ -90,6 +90,8 @@ export function modernContext(
   const logLevel = typeof rawLevel === "string" ? rawLevel : undefined;
   const paramHeaders: [string, string][] = [];
   for (const [k, v] of req.headers) if (k.toLowerCase().startsWith("mcp-param-")) paramHeaders.push([k, v]);
+  // A legacy-only upstream gets a session per set of the client's relayable capabilities, so it asks only what this client can answer.
+  const caps = isObject(meta[META.clientCapabilities]) ? (meta[META.clientCapabilities] as JsonObject) : {};
   const legs = new Map<string, Promise<UpstreamLegRecord>>();
   const legRec = (name: string, p: () => Promise<UpstreamLegRecord>) => {
     let r = legs.get(name);
@@ -113,17 +115,18 @@ export function modernContext(
     stores: callerStores(fc),
     legs: {
       leg: async (up) => {
-        const rec = await legRec(up.name, () => modernLegFor(fc.env, fc.principal.sub, up));
+        const rec = await legRec(up.name, () => modernLegFor(fc.env, fc.principal.sub, up, false, caps));
         if (logLevel !== undefined) await applyLogLevel(up, fc.principal.sub, rec, logLevel).catch(() => undefined);
         return rec.leg ?? null;
       },
       renew: async (up) => {
-        const r = modernLegFor(fc.env, fc.principal.sub, up, true);
+        const r = modernLegFor(fc.env, fc.principal.sub, up, true, caps);
         legs.set(up.name, r);
         return (await r).leg ?? null;
       },
-      capabilities: async (up) => (await legRec(up.name, () => modernLegFor(fc.env, fc.principal.sub, up))).capabilities,
+      capabilities: async (up) => (await legRec(up.name, () => modernLegFor(fc.env, fc.principal.sub, up, false, caps))).capabilities,
       recordRequest: async () => undefined,
+      round: <T>(id: string) => roundObject<T>(fc.env, id),
     },
     relay: {
       send: async (m) => {

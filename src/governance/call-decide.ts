@@ -12,6 +12,7 @@ import { classifyTool } from "./classify.ts";
 import { grantAllowsTool, toolAllowed } from "./grant-scope.ts";
 import { obligationFailures, obligationQueries } from "./obligations.ts";
 import {
+  type CallRounds,
   CatalogUnreadable,
   type Classification,
   type Decision,
@@ -40,6 +41,8 @@ export interface GovernanceDeps {
   history: HistoryStore;
   upstream: UpstreamLeg;
   clock: () => number;
+  /** Input rounds of calls on legacy upstreams for modern clients (absent: no call is ever continued). */
+  rounds?: CallRounds;
 }
 
 const NO_HISTORY_ANSWERS: HistorySnapshot = { answers: {} };

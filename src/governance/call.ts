@@ -12,11 +12,24 @@
  * whose outcome was not recorded.
  */
 import { ErrorCode, errorResponse, type JsonObject, type JsonRpcRequest } from "../wire/jsonrpc.ts";
-import { type Answer, gatewayMetaKeys, notAnswered, refused, StepFailed, step, upstreamRequest, withAdvisory, withReceipt } from "./call-answers.ts";
+import {
+  type Answer,
+  gatewayMetaKeys,
+  notAnswered,
+  refused,
+  StepFailed,
+  step,
+  unknownTool,
+  upstreamRequest,
+  withAdvisory,
+  withReceipt,
+} from "./call-answers.ts";
 import { decideCall, type GovernanceDeps, violation } from "./call-decide.ts";
+import { grantAllowsTool, toolAllowed } from "./grant-scope.ts";
 import { fullAudit } from "./obligations.ts";
 import { applyResultObligations } from "./obligations-shape.ts";
 import {
+  type CallRounds,
   type Classification,
   type Decision,
   holdFor,
@@ -24,6 +37,7 @@ import {
   type OutcomeRecord,
   outcomeOf,
   type Refusal,
+  type RoundState,
   type Target,
   type ToolCall,
 } from "./steps.ts";
@@ -49,6 +63,8 @@ async function stepRefused(deps: GovernanceDeps, call: ToolCall, e: StepFailed):
 }
 
 async function governedSteps(deps: GovernanceDeps, call: ToolCall): Promise<Answer> {
+  // A later round of a call on a legacy upstream: decided in its first round, it goes on from there.
+  if (deps.rounds?.carries(call)) return continueRounds(deps, deps.rounds, call);
   const verdict = await decideCall(deps, call);
   if (verdict.kind === "answer") return verdict.answer;
   if (verdict.kind === "refused") return block(deps, call, verdict.refusal);
@@ -124,7 +140,6 @@ async function executeCall(
 ): Promise<Answer> {
   const { target, classification, mapping } = verdict;
   const executing = deps.clock();
-  const metricsOf = (upstreamMs: number): NonNullable<OutcomeRecord["metrics"]> => gatewayMetrics(deps, target, history.beforeHoldMs, executing, upstreamMs);
   // 10 write-ahead: the decision is durable before anything reaches the upstream (a consumed hold
   // whose decision could not be recorded is released: its call never ran, and it may be approved again).
   // It names the client's `portcullis/` `_meta` keys the forward drops (upstreamRequest), never their values.
@@ -154,7 +169,104 @@ async function executeCall(
   // and a safe call whose connection was lost before any answer is sent once more.
   const started = deps.clock();
   const { leg, lostConnection } = await forwardWithRetry(deps, target, mapping, classification, upstreamRequest(call, target.tool.name, decision), call);
-  const durationMs = deps.clock() - started;
+  const state: RoundState = { receipt, decision, callId, admitted: history.admitted, recorded: history.recorded, startedAt: started };
+  if (history.beforeHoldMs !== undefined) state.beforeHoldMs = history.beforeHoldMs;
+  return settle(deps, call, target, state, executing, leg, lostConnection);
+}
+
+/**
+ * A call that continues a parked one (its requestState is a round token of the gateway's): the
+ * decision was made in its first round, so it is neither decided, admitted nor held again. The
+ * tool is resolved again (the catalog may have changed), the token must hold for this caller and
+ * call and name the current round, and the kill switch is read again; then the leg resumes the
+ * parked call with the client's answers, and the call settles as any other.
+ */
+async function continueRounds(deps: GovernanceDeps, rounds: CallRounds, call: ToolCall): Promise<Answer> {
+  // 4 resolve: the grant, then the catalog as it is now.
+  if (!grantAllowsTool(call.principal, call.exposedName)) {
+    return block(deps, call, { check: "grant", reason: `tool "${call.exposedName}" is outside the grant of ${call.principal.sub}` });
+  }
+  const target = await step("resolve", () => deps.catalog.resolve(call.exposedName));
+  if (!target || !toolAllowed(target.upstream, target.tool.name)) return unknownTool(call);
+  // The round: its token holds for this caller and call, and its call is still parked at that round.
+  const cont = await step("round", () => rounds.continuation(call, target));
+  if (!cont.ok) {
+    const refusal: Refusal = { check: "round", reason: `requestState ${cont.reason}` };
+    const id = await deps.ledger.blocked(call, refusal).catch(() => null);
+    const data = id ? { "portcullis/blocked": id } : undefined;
+    return {
+      response: errorResponse(call.request.id, ErrorCode.InvalidParams, `Invalid params: ${refusal.reason}; nothing was sent upstream`, data),
+      status: call.era === "modern" ? 400 : 200,
+    };
+  }
+  // 5 kill switch: a halt that landed between rounds ends the call here, and upstream.
+  const halted = haltFor(await step("kill_switch", () => deps.killSwitch.read()), call, target.upstream, target.tool.name);
+  if (halted) {
+    await rounds.cancel(cont.ref, halted.reason).catch(() => undefined);
+    await step("ledger", () =>
+      deps.ledger.outcome({
+        decision: cont.state.receipt,
+        status: "uncertain",
+        answer: null,
+        durationMs: deps.clock() - cont.state.startedAt,
+        obligationsApplied: [],
+        reason: `halted between input rounds (${halted.reason}); the upstream request was cancelled`,
+        ...(call.trace ? { traceId: call.trace.traceId } : {}),
+      }),
+    );
+    return block(deps, call, halted);
+  }
+  // 11 forward: the parked call goes on with the client's answers.
+  const executing = deps.clock();
+  const leg = await deps.upstream.call(target, upstreamRequest(call, target.tool.name, cont.state.decision), call);
+  return settle(deps, call, target, cont.state, executing, leg, undefined);
+}
+
+/**
+ * Steps 12–14 (or the next input round) for a call whose leg has answered or failed: `state` is
+ * the call's one decision and what settling it needs (kept between rounds), `executing` when the
+ * gateway took up this request's part of it.
+ */
+async function settle(
+  deps: GovernanceDeps,
+  call: ToolCall,
+  target: Target,
+  state: RoundState,
+  executing: number,
+  leg: LegResult,
+  lostConnection: string | undefined,
+): Promise<Answer> {
+  const { receipt, decision } = state;
+  const durationMs = deps.clock() - state.startedAt;
+  const metricsOf = (upstreamMs: number): NonNullable<OutcomeRecord["metrics"]> => gatewayMetrics(deps, target, state.beforeHoldMs, executing, upstreamMs);
+  // An input round: the upstream asked the client something; the call goes on when the client
+  // answers. The round is on the record before the client sees it; no outcome yet.
+  if (leg.kind === "answered" && leg.round && deps.rounds) {
+    const answered = Object.keys(
+      call.request.params?.inputResponses && typeof call.request.params.inputResponses === "object" ? call.request.params.inputResponses : {},
+    );
+    await step("ledger", async () => {
+      await deps.ledger.round?.({
+        decision: receipt,
+        round: leg.round!.n,
+        asks: leg.round!.asks,
+        answered,
+        ...(call.trace ? { traceId: call.trace.traceId } : {}),
+      });
+    });
+    const abandoned: OutcomeRecord = {
+      decision: receipt,
+      status: "uncertain",
+      answer: null,
+      durationMs,
+      obligationsApplied: [],
+      reason: "the client did not complete an input round in time; the upstream request was cancelled",
+      ...(call.trace ? { traceId: call.trace.traceId } : {}),
+      metrics: metricsOf(durationMs),
+    };
+    await step("round", () => deps.rounds!.park(leg.round!, state, abandoned));
+    return { response: withReceipt(leg.response, receipt), status: leg.status };
+  }
   // The outcome says so when the answer (or failure) came from that one extra attempt.
   const retried = lostConnection === undefined ? undefined : `after one retry: the first attempt's connection was lost (${lostConnection})`;
   if (leg.kind !== "answered") {
@@ -170,7 +282,7 @@ async function executeCall(
         metrics: metricsOf(durationMs),
       }),
     );
-    if (history.admitted) await deps.history.settle(call.principal.sub, callId, leg.kind === "failed" ? "failed" : "uncertain").catch(() => undefined);
+    if (state.admitted) await deps.history.settle(call.principal.sub, state.callId, leg.kind === "failed" ? "failed" : "uncertain").catch(() => undefined);
     return notAnswered(call, leg);
   }
 
@@ -195,7 +307,7 @@ async function executeCall(
     }),
   );
   // A success matters to history queries (`succeeded`), not to budgets, which count every admitted call.
-  if (history.recorded) await deps.history.settle(call.principal.sub, callId, status).catch(() => undefined);
+  if (state.recorded) await deps.history.settle(call.principal.sub, state.callId, status).catch(() => undefined);
   if (!shaped.ok) return refused(call, shaped.refusal);
 
   // 14 answer: the upstream's result, changed only by obligations (and advise's advisory), plus the receipt.

@@ -19,6 +19,7 @@ export const GLOBAL_CHAIN = "_global";
 export type EntryKind =
   | "decision"
   | "outcome"
+  | "call.round"
   | "blocked"
   | "tools.listed"
   | "policy.unmatched"
@@ -44,6 +45,7 @@ export type EntryKind =
 export const ENTRY_KINDS: readonly EntryKind[] = [
   "decision",
   "outcome",
+  "call.round",
   "blocked",
   "tools.listed",
   "policy.unmatched",
@@ -141,6 +143,21 @@ export interface OutcomeBody extends JsonObject {
   // the compensation resolved against this call — `{v, status: "planned", tool, arguments, approval,
   // verification}`, only the values its references name — or `{v, status: "unavailable" | "not_needed", reason}`.
   // `trace_id` (when the call had a trace): its W3C trace id, as on the decision.
+}
+
+/**
+ * One input round of a governed call (a 2025-11-25 upstream asked the 2026-07-28 client something
+ * mid-call, src/upstream/rounds.ts): the call's decision, the round's number, what it asked by key
+ * (methods only, never the questions) and which keys this request answered (never the answers).
+ * The call's one outcome follows its last round.
+ */
+export interface RoundBody extends JsonObject {
+  decision_id: string | null;
+  principal: string;
+  team: string;
+  round: number;
+  asks: Record<string, string>;
+  answered: string[];
 }
 
 export interface BlockedBody extends JsonObject {

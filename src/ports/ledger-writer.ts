@@ -24,9 +24,9 @@ import type { LedgerSigning } from "../../durable-objects/contract-ledger.ts";
 import type { GatewayConfig } from "../config/gateway-config.ts";
 import type { Principal } from "../config/principal.ts";
 import type { Env } from "../env.ts";
-import type { Receipt, ToolCall } from "../governance/steps.ts";
+import type { OutcomeRecord, Receipt, ToolCall } from "../governance/steps.ts";
 import { canonicalHash, sha256Hex } from "../wire/canonical.ts";
-import type { BlockedBody, ConfigChangedBody, DecisionBody, EntryDraft, EntryKind, OutcomeBody } from "../ledger/records.ts";
+import type { BlockedBody, ConfigChangedBody, DecisionBody, EntryDraft, EntryKind, OutcomeBody, RoundBody } from "../ledger/records.ts";
 import type { JsonObject } from "../wire/jsonrpc.ts";
 import type { CallLedger, FrontContext } from "../protocol/call-context.ts";
 import { policyEngine } from "../governance/engine.ts";
@@ -152,18 +152,21 @@ export function callLedger(t: LedgerTarget): CallLedger {
       });
       return receipt;
     },
-    async outcome(r) {
-      const answer = r.answer ? (r.answer.error ? { error: r.answer.error } : { result: r.answer.result ?? {} }) : null;
-      const body: OutcomeBody = {
+    async round(r) {
+      const body: RoundBody = {
         decision_id: r.decision?.decision_id ?? null,
-        status: r.status,
-        result_hash: answer ? canonicalHash(answer) : null,
-        duration_ms: r.durationMs,
-        obligations_applied: r.obligationsApplied,
-        output_problems: r.outputProblems ?? [],
-        reason: r.reason ?? null,
+        principal: p.sub,
+        team: p.team,
+        round: r.round,
+        asks: r.asks,
+        answered: r.answered,
       };
       if (r.traceId) body.trace_id = r.traceId;
+      const d = draft("call.round", body);
+      return write(d, r.decision?.decision_id ?? "");
+    },
+    async outcome(r) {
+      const body = outcomeBody(r);
       const pending = r.decision ? compensable.get(r.decision.decision_id) : undefined;
       if (pending && r.decision) {
         compensable.delete(r.decision.decision_id);
@@ -171,8 +174,8 @@ export function callLedger(t: LedgerTarget): CallLedger {
       }
       const d: MeteredDraft = draft("outcome", body);
       // Beside the draft, for the LedgerDO's rollups only (src/ledger/metrics.ts): never part of the record.
-      if (r.metrics)
-        d.metrics = { upstream: r.metrics.upstream, tool: r.metrics.tool, ...(r.metrics.gatewayMs !== undefined ? { gateway_ms: r.metrics.gatewayMs } : {}) };
+      const metrics = outcomeMetrics(r);
+      if (metrics) d.metrics = metrics;
       const receipt = await write(d, r.decision?.decision_id ?? "");
       writeCallPoint(t.env, {
         team: p.team,
@@ -250,6 +253,28 @@ export function callLedger(t: LedgerTarget): CallLedger {
       );
     },
   };
+}
+
+/** An outcome record's body (the result only as its hash). */
+export function outcomeBody(r: OutcomeRecord): OutcomeBody {
+  const answer = r.answer ? (r.answer.error ? { error: r.answer.error } : { result: r.answer.result ?? {} }) : null;
+  const body: OutcomeBody = {
+    decision_id: r.decision?.decision_id ?? null,
+    status: r.status,
+    result_hash: answer ? canonicalHash(answer) : null,
+    duration_ms: r.durationMs,
+    obligations_applied: r.obligationsApplied,
+    output_problems: r.outputProblems ?? [],
+    reason: r.reason ?? null,
+  };
+  if (r.traceId) body.trace_id = r.traceId;
+  return body;
+}
+
+/** What the LedgerDO's rollups read beside an outcome draft (never part of the record). */
+export function outcomeMetrics(r: OutcomeRecord): MeteredDraft["metrics"] | undefined {
+  if (!r.metrics) return undefined;
+  return { upstream: r.metrics.upstream, tool: r.metrics.tool, ...(r.metrics.gatewayMs !== undefined ? { gateway_ms: r.metrics.gatewayMs } : {}) };
 }
 
 /** An administrative record (grant minted or revoked, config or mode changed) on a team's chain; durable when it resolves. */

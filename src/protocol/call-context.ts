@@ -76,6 +76,12 @@ export interface UpstreamLegs {
   capabilities(up: UpstreamConfig): Promise<JsonObject | undefined>;
   /** Records which upstream serves client request `id`, and the id it carries there (legacy cancellation). */
   recordRequest(id: string | number, up: UpstreamConfig, upstreamId: string): Promise<void>;
+  /**
+   * The object that parks round `id` of a modern client's call on a legacy upstream (RoundsDO,
+   * typed by src/upstream/rounds.ts); null for an id the gateway could not have issued. Absent
+   * where the front has no input rounds (legacy clients are asked on their own stream).
+   */
+  round?<T>(id: string): T | null;
 }
 
 /**
@@ -136,4 +142,9 @@ export interface Outcome {
   response: import("../wire/jsonrpc.ts").JsonRpcResponse;
   /** HTTP status for a JSON answer (an upstream's 4xx passes through for modern clients). */
   status: number;
+  /** Set when the answer is an input round of the gateway's (a legacy upstream asked the modern client something): which one. */
+  round?: import("../governance/steps.ts").RoundRef;
 }
+
+/** One input round of a parked call (src/upstream/rounds.ts). */
+export type { RoundRef } from "../governance/steps.ts";

@@ -38,7 +38,19 @@ import {
   upstreamRequestId,
 } from "./exchange.ts";
 import type { Leg } from "../../durable-objects/contract.ts";
-import { META } from "../protocol/versions.ts";
+import { LATEST_LEGACY, META } from "../protocol/versions.ts";
+import {
+  bindingDigest,
+  isRoundToken,
+  newRoundId,
+  openRoundToken,
+  relayableCapabilities,
+  ROUND_METHODS,
+  type RoundBinding,
+  type RoundReply,
+  type RoundsApi,
+  roundToken,
+} from "./rounds.ts";
 
 /** Relays one interim upstream message to the client (names mapped), or answers it. */
 async function relayInterim(ctx: CallContext, up: UpstreamConfig, leg: Leg, msg: JsonRpcMessage): Promise<void> {
@@ -76,7 +88,7 @@ async function attempt(ctx: CallContext, up: UpstreamConfig, msg: JsonRpcRequest
  */
 export async function callLeg(ctx: CallContext, up: UpstreamConfig, msg: JsonRpcRequest): Promise<LegResult> {
   const a = await attempt(ctx, up, msg);
-  if ("out" in a) return { kind: "answered", response: a.out.response, status: a.out.status };
+  if ("out" in a) return { kind: "answered", response: a.out.response, status: a.out.status, ...(a.out.round ? { round: a.out.round } : {}) };
   const e = a.error;
   if (e instanceof LegUnavailable) return { kind: "failed", reason: e.message, auth: false };
   if (e instanceof UpstreamNotConnected) return { kind: "failed", reason: e.message, auth: true, connect: { upstream: up.name, url: e.connectUrl } };
@@ -137,6 +149,11 @@ async function forwardOnce(ctx: CallContext, up: UpstreamConfig, msg: JsonRpcReq
   if (!leg) {
     if (up.credentialProblem) throw credentialRefusal(up, up.credentialProblem);
     throw new LegUnavailable(up);
+  }
+  // A modern client's input rounds on a legacy upstream: the call is parked in a RoundsDO (rounds.ts).
+  if (ctx.era === "modern" && ROUND_METHODS.has(msg.method) && ctx.legs.round) {
+    if (isRoundToken(msg.params?.requestState)) return continueRound(ctx, up, msg);
+    if (leg.era === "legacy" && Object.keys(relayableCapabilities(ctx.clientCapabilities ?? {})).length > 0) return beginRound(ctx, up, leg, msg);
   }
   // The upstream never sees the client's id: the leg may be shared (see upstreamRequestId). A
   // renewed session gets the same request under the same id (the one recorded for cancellation);
@@ -205,6 +222,79 @@ async function once(ctx: CallContext, up: UpstreamConfig, leg: Leg, upMsg: JsonR
     await relayInterim(ctx, up, leg, m);
   }
   throw new UpstreamError(up.name, `no response to ${upMsg.method}`, 502, undefined, "invalid_answer");
+}
+
+/** What a round token binds for this request: the principal, the upstream, the method and what it names, the arguments. */
+function bindingOf(ctx: CallContext, up: UpstreamConfig, msg: JsonRpcRequest): RoundBinding {
+  const p = msg.params ?? {};
+  const name = typeof p.name === "string" ? p.name : typeof p.uri === "string" ? p.uri : "";
+  return { principal: ctx.principal.sub, upstream: up.name, method: msg.method, name, arguments: isObject(p.arguments) ? p.arguments : undefined };
+}
+
+/** The request as the legacy upstream gets it: no round fields (it never asked in rounds), its own id. */
+function firstRoundRequest(ctx: CallContext, leg: Leg, msg: JsonRpcRequest): JsonRpcRequest {
+  const params: JsonObject = { ...(msg.params ?? {}) };
+  delete params.inputResponses;
+  delete params.requestState;
+  const upMsg: JsonRpcRequest = { jsonrpc: "2.0", id: upstreamRequestId(), method: msg.method };
+  const withMeta = withLegMeta(params, leg, ctx);
+  if (withMeta !== undefined) upMsg.params = withMeta;
+  return upMsg;
+}
+
+/** Parks the call in a fresh RoundsDO and answers with its first step. */
+async function beginRound(ctx: CallContext, up: UpstreamConfig, leg: Leg, msg: JsonRpcRequest): Promise<Outcome> {
+  const id = newRoundId();
+  const obj = ctx.legs.round!<RoundsApi>(id)!;
+  const digest = await bindingDigest(bindingOf(ctx, up, msg));
+  const declared = relayableCapabilities(ctx.clientCapabilities ?? {});
+  const given = isObject(msg.params?.inputResponses) ? msg.params.inputResponses : {};
+  const begin = { owner: ctx.principal.sub, digest, up, leg, request: firstRoundRequest(ctx, leg, msg), declared, given };
+  const reply = await obj.begin(ctx.trace ? { ...begin, trace: ctx.trace } : begin);
+  return roundAnswer(ctx, up, msg, reply, id, digest);
+}
+
+/** A round token that does not hold for this call (altered, another principal's, another call's, or spent): refused, the upstream untouched. */
+function badRound(msg: JsonRpcRequest, why: string): Outcome {
+  return { response: errorResponse(msg.id, ErrorCode.InvalidParams, `Invalid params: requestState ${why}`), status: 400 };
+}
+
+/** The client's answers to a round: delivered to the parked call, which goes on to its next step. */
+async function continueRound(ctx: CallContext, up: UpstreamConfig, msg: JsonRpcRequest): Promise<Outcome> {
+  const digest = await bindingDigest(bindingOf(ctx, up, msg));
+  const opened = openRoundToken(ctx.cfg.auth.signingKeySecret, String(msg.params?.requestState), digest);
+  if (!opened) return badRound(msg, "is not one Portcullis issued for this call and caller, or it was altered");
+  const obj = ctx.legs.round!<RoundsApi>(opened.id);
+  if (!obj) return badRound(msg, "names no input round");
+  const responses = isObject(msg.params?.inputResponses) ? msg.params.inputResponses : {};
+  const reply = await obj.resume(ctx.principal.sub, digest, opened.n, responses, relayableCapabilities(ctx.clientCapabilities ?? {}));
+  if (reply.kind === "gone") return badRound(msg, `cannot be used: ${reply.reason}`);
+  return roundAnswer(ctx, up, msg, reply, opened.id, digest);
+}
+
+/** A parked call's step as the client's answer: its notifications first, then an input_required round, the result, or the failure. */
+async function roundAnswer(ctx: CallContext, up: UpstreamConfig, msg: JsonRpcRequest, reply: RoundReply, id: string, digest: string): Promise<Outcome> {
+  for (const n of reply.interim) await relayInterim(ctx, up, { era: "legacy", protocolVersion: LATEST_LEGACY }, n);
+  if (reply.kind === "answered") {
+    const response: JsonRpcResponse = { ...reply.response, id: msg.id };
+    if (isObject(response.result) && CACHEABLE.has(msg.method) && response.result.ttlMs === undefined) {
+      response.result = { ...response.result, ttlMs: 0, cacheScope: "private" };
+    }
+    return { response, status: reply.status };
+  }
+  if (reply.kind === "failed") {
+    if (reply.auth) throw new UpstreamAuthError(up.name, reply.reason, 401);
+    if (reply.uncertain) throw new UpstreamUncertain(up.name, reply.reason, 502);
+    throw new UpstreamError(up.name, reply.reason, 502);
+  }
+  const requestState = roundToken(ctx.cfg.auth.signingKeySecret, id, reply.n, digest);
+  const asks: Record<string, string> = {};
+  for (const [k, r] of Object.entries(reply.requests)) asks[k] = String(r.method);
+  return {
+    response: { jsonrpc: "2.0", id: msg.id, result: { resultType: "input_required", inputRequests: reply.requests, requestState } },
+    status: 200,
+    round: { id, n: reply.n, digest, asks },
+  };
 }
 
 /** The `_meta` the upstream leg needs: modern legs carry per-request protocol metadata. */

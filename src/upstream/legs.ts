@@ -19,13 +19,7 @@ import { LATEST_LEGACY } from "../protocol/versions.ts";
 import { mergeExtensions } from "../protocol/extensions.ts";
 import { Memo } from "../wire/memo.ts";
 import { noteOpened, noteOpenFailure } from "./unavailable.ts";
-
-/** The client capabilities a legacy client may receive relays for. */
-function relayableCapabilities(clientCaps: JsonObject): JsonObject {
-  const out: JsonObject = {};
-  for (const k of ["sampling", "elicitation", "roots"]) if (clientCaps[k] !== undefined) out[k] = clientCaps[k]!;
-  return out;
-}
+import { relayableCapabilities } from "./rounds.ts";
 
 /** Opens a leg to `up` for a legacy client session: legacy if the upstream speaks it, else modern. */
 export async function openLegacyClientLeg(up: UpstreamConfig, version: string, clientCaps: JsonObject, clientInfo?: JsonObject): Promise<UpstreamLegRecord> {
@@ -153,9 +147,15 @@ interface LegStore {
   keep(rec: UpstreamLegRecord): Promise<{ rec: UpstreamLegRecord; stored: boolean } | null>;
 }
 
-function legStore(env: Env, principal: string, up: UpstreamConfig): LegStore {
+/** The relayable capabilities as one stable text (the leg's key): "" for none. */
+function capsKey(caps: JsonObject): string {
+  const keys = Object.keys(caps).sort();
+  return keys.length === 0 ? "" : JSON.stringify(keys.map((k) => [k, caps[k]]));
+}
+
+function legStore(env: Env, principal: string, up: UpstreamConfig, caps: JsonObject): LegStore {
   // Addressed lazily: most requests reach modern upstreams and never touch it.
-  const s = () => legObject(env, principal, up.name, up.url);
+  const s = () => legObject(env, principal, up.name, up.url, capsKey(caps));
   return { get: () => s().getLeg(principal), put: (rec) => s().putLeg(principal, rec), keep: (rec) => s().keepLeg(principal, rec) };
 }
 
@@ -163,10 +163,17 @@ function legStore(env: Env, principal: string, up: UpstreamConfig): LegStore {
  * The leg a 2026-07-28 client uses: pass-through for modern upstreams; for legacy-only upstreams
  * one upstream session per (principal, upstream), kept in SessionDO (`store`) so every isolate
  * shares it, cached per isolate, and renewed on expiry. Two requests that open it at once (no
- * in-flight promise is shared) keep the first stored (SessionDO.keepLeg); the other closes its own. Such a session declares no client
- * capabilities: a modern client cannot take server→client requests.
+ * in-flight promise is shared) keep the first stored (SessionDO.keepLeg); the other closes its own. Such a session declares
+ * the client capabilities `caps` (sampling, elicitation, roots of the request's `_meta`; one session per set), so the
+ * upstream asks only what the client can answer — in input rounds (rounds.ts).
  */
-export async function modernClientLeg(up: UpstreamConfig, principal: string, renew = false, store?: LegStore): Promise<UpstreamLegRecord> {
+export async function modernClientLeg(
+  up: UpstreamConfig,
+  principal: string,
+  renew = false,
+  store?: LegStore,
+  caps: JsonObject = {},
+): Promise<UpstreamLegRecord> {
   const discover = await modernDiscovery(up);
   if (discover) {
     const rec: UpstreamLegRecord = { leg: { era: "modern", meta: {} } };
@@ -174,7 +181,8 @@ export async function modernClientLeg(up: UpstreamConfig, principal: string, ren
     if (typeof discover.instructions === "string") rec.instructions = discover.instructions;
     return rec;
   }
-  const key = `${principal}\u0000${up.name}\u0000${up.url}`;
+  const relayable = relayableCapabilities(caps);
+  const key = `${principal}\u0000${up.name}\u0000${up.url}\u0000${capsKey(relayable)}`;
   const have = renew ? undefined : modernClientLegs.get(key);
   if (have) return have.rec;
   const at = Date.now();
@@ -183,7 +191,7 @@ export async function modernClientLeg(up: UpstreamConfig, principal: string, ren
     keepModernLeg(key, { rec: kept, at });
     return kept;
   }
-  const opened = await openLegacyClientLeg(up, LATEST_LEGACY, {});
+  const opened = await openLegacyClientLeg(up, LATEST_LEGACY, relayable);
   let rec = opened;
   if (opened.leg && store) {
     // A renewal replaces the forgotten session; a first opening keeps the leg another request stored first (and closes its own).
@@ -216,9 +224,10 @@ export async function applyLogLevel(up: UpstreamConfig, principal: string, rec: 
   appliedLevels.set(key, level);
 }
 
-/** modernClientLeg with the leg kept in SessionDO for this principal. */
-export function modernLegFor(env: Env, principal: string, up: UpstreamConfig, renew = false): Promise<UpstreamLegRecord> {
-  return modernClientLeg(up, principal, renew, legStore(env, principal, up));
+/** modernClientLeg with the leg kept in SessionDO for this principal (one per set of relayable client capabilities). */
+export function modernLegFor(env: Env, principal: string, up: UpstreamConfig, renew = false, caps: JsonObject = {}): Promise<UpstreamLegRecord> {
+  const relayable = relayableCapabilities(caps);
+  return modernClientLeg(up, principal, renew, legStore(env, principal, up, relayable), relayable);
 }
 
 /** The list-change notifications an upstream's capabilities say it can send. */

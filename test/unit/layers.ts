@@ -72,7 +72,17 @@ export const SIBLINGS: Record<string, { shared?: string[]; also?: Record<string,
   "src/ports": { shared: ["ledger-writer.ts"] },
   "src/services": { also: { "policy-live.ts": ["health.ts"], "runs.ts": ["run-records.ts", "run-rollback.ts"] } },
   "src/upstream": {
-    rank: { "exchange.ts": 0, "client.ts": 1, "catalog-cache.ts": 1, "unavailable.ts": 1, "legs.ts": 2, "forward.ts": 2, "tool-catalog.ts": 3 },
+    rank: {
+      "exchange.ts": 0,
+      "client.ts": 1,
+      "catalog-cache.ts": 1,
+      "unavailable.ts": 1,
+      "rounds.ts": 1,
+      "rounds-object.ts": 2,
+      "legs.ts": 2,
+      "forward.ts": 2,
+      "tool-catalog.ts": 3,
+    },
   },
   "src/front": {
     never: [
