@@ -44,7 +44,7 @@ export const GLOBAL_TEAM = "_global";
  * identifier, so no identifier can address an object of another kind; a team or principal that
  * starts with a kind is refused all the same, so no name ever reads like an object's name.
  */
-export const OBJECT_NAME_KINDS = ["session:", "sse:", "run:", "leg:", "principal:", "team:", "chain:", "shard-", "enroll:"] as const;
+export const OBJECT_NAME_KINDS = ["session:", "sse:", "run:", "round:", "leg:", "principal:", "team:", "chain:", "shard-", "enroll:"] as const;
 
 /** Separates the team from the random part of a hold id (`<team>~<24 hex>`). */
 export const HOLD_ID_SEPARATOR = "~";

@@ -84,7 +84,7 @@ export class RoundsDO extends DurableObject<Env> implements RoundsApi {
   override async alarm(): Promise<void> {
     const h = this.held;
     if (!h) return;
-    await this.giveUp(h, `the client did not complete input round ${h.n - 1} within ${h.begin.up.timeoutMs} ms; the upstream request was cancelled`, true);
+    await this.giveUp(h, `the client did not complete input round ${h.n} within ${h.begin.up.timeoutMs} ms; the upstream request was cancelled`, true);
   }
 
   private async step(h: Held): Promise<RoundReply> {
