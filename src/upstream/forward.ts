@@ -250,8 +250,26 @@ async function beginRound(ctx: CallContext, up: UpstreamConfig, leg: Leg, msg: J
   const declared = relayableCapabilities(ctx.clientCapabilities ?? {});
   const given = isObject(msg.params?.inputResponses) ? msg.params.inputResponses : {};
   const begin = { owner: ctx.principal.sub, digest, up, leg, request: firstRoundRequest(ctx, leg, msg), declared, given };
-  const reply = await obj.begin(ctx.trace ? { ...begin, trace: ctx.trace } : begin);
+  const reply = await whileListening(ctx, obj, digest, () => obj.begin(ctx.trace ? { ...begin, trace: ctx.trace } : begin));
   return roundAnswer(ctx, up, msg, reply, id, digest);
+}
+
+/**
+ * Runs one step of a parked call; if this request is aborted meanwhile (the client went away, or
+ * the kill switch's in-flight watch cancelled it), the parked call is cancelled upstream too.
+ */
+async function whileListening<T>(ctx: CallContext, obj: RoundsApi, digest: string, step: () => Promise<T>): Promise<T> {
+  const cancel = () => {
+    const why = ctx.signal.reason instanceof Error ? ctx.signal.reason.message : "the client's request was aborted";
+    void obj.cancel(ctx.principal.sub, digest, why).catch(() => undefined);
+  };
+  if (ctx.signal.aborted) cancel();
+  ctx.signal.addEventListener("abort", cancel, { once: true });
+  try {
+    return await step();
+  } finally {
+    ctx.signal.removeEventListener("abort", cancel);
+  }
 }
 
 /** A round token that does not hold for this call (altered, another principal's, another call's, or spent): refused, the upstream untouched. */
@@ -267,7 +285,9 @@ async function continueRound(ctx: CallContext, up: UpstreamConfig, msg: JsonRpcR
   const obj = ctx.legs.round!<RoundsApi>(opened.id);
   if (!obj) return badRound(msg, "names no input round");
   const responses = isObject(msg.params?.inputResponses) ? msg.params.inputResponses : {};
-  const reply = await obj.resume(ctx.principal.sub, digest, opened.n, responses, relayableCapabilities(ctx.clientCapabilities ?? {}));
+  const reply = await whileListening(ctx, obj, digest, () =>
+    obj.resume(ctx.principal.sub, digest, opened.n, responses, relayableCapabilities(ctx.clientCapabilities ?? {})),
+  );
   if (reply.kind === "gone") return badRound(msg, `cannot be used: ${reply.reason}`);
   return roundAnswer(ctx, up, msg, reply, opened.id, digest);
 }

@@ -234,13 +234,23 @@ describe("modern-only features", () => {
     await sub.close();
   });
 
-  it("never advertises upstream a capability it cannot route back to a modern client", async () => {
-    // server-everything registers its sampling/elicitation tools only for clients that declared
-    // those capabilities; the gateway's per-principal legacy session for modern clients declares none.
+  it("declares upstream exactly the capabilities a modern client declared, and answers a legacy upstream's requests in input rounds", async () => {
+    // server-everything (a 2025-11-25-only SDK server) registers its sampling/elicitation tools only
+    // for sessions that declared those capabilities: the gateway's legacy session for a modern
+    // client declares what that client's requests declare (one session per set), and the
+    // upstream's sampling request mid-call reaches the client as an input_required round.
     const { client } = await connect({ pin: "2026-07-28" });
     const names = (await client.listTools()).tools.map((t) => t.name);
-    expect(names).toContain("everything__echo");
-    expect(names).not.toContain("everything__trigger-sampling-request");
-    expect(names).not.toContain("everything__trigger-elicitation-request");
+    expect(names).toContain("everything__trigger-sampling-request");
+    const r = await client.callTool({ name: "everything__trigger-sampling-request", arguments: { prompt: "a haiku", maxTokens: 20 } });
+    expect(text(r)).toContain("sampled(");
+    const bare = new Client({ name: "e2e-bare", version: "1.0.0" }, { versionNegotiation: { mode: { pin: "2026-07-28" } }, capabilities: {} });
+    const transport = new StreamableHTTPClientTransport(new URL(url));
+    await bare.connect(transport);
+    open.push({ client: bare, transport });
+    const bareNames = (await bare.listTools()).tools.map((t) => t.name);
+    expect(bareNames).toContain("everything__echo");
+    expect(bareNames).not.toContain("everything__trigger-sampling-request");
+    expect(bareNames).not.toContain("everything__trigger-elicitation-request");
   });
 });

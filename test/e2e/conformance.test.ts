@@ -7,14 +7,18 @@
  * every scenario that passes directly must pass through the gateway, and the gateway must run as
  * many checks to SUCCESS as the upstream does (in total and per scenario), with no more failures
  * or warnings: a scenario that "passes" by running fewer checks (JSON where the upstream streams,
- * say) is a transparency loss. The three targets run at once (each its suites in order). Owns the
- * two-upstream gateway it starts.
+ * say) is a transparency loss; 0.1.16 server-sse-polling runs its 3 checks both ways. A fourth
+ * target: the 2026-07-28 requirements through a gateway in front of the fixture in legacy-only
+ * mode, where every input-required-result-* scenario must pass (the gateway turns the upstream's
+ * server→client requests into input rounds) and only what its baseline names may fail. The
+ * targets run at once (each its suites in order). Owns the gateways and fixture it starts.
  */
 import { spawn } from "node:child_process";
 import { mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, inject, it } from "vitest";
+import { type ConformanceUpstream, startConformanceUpstream } from "../fixtures/conformance-upstream/server.ts";
 import { freePort, type Proc, root, startPortcullis } from "./harness.ts";
 
 type Counts = Record<"SUCCESS" | "FAILURE" | "WARNING" | "SKIPPED" | "INFO" | "OTHER", number>;
@@ -25,12 +29,25 @@ afterAll(() => rmSync(dir, { recursive: true, force: true }));
 /** dns-rebinding-protection wants a localhost URL. */
 const localhost = (u: string) => u.replace("127.0.0.1", "localhost");
 
-function runSuites(name: string, url: string, baselines: string): Promise<{ code: number; report: Report; output: string }> {
+function runSuites(name: string, url: string, baselines: string, only: string[] = []): Promise<{ code: number; report: Report; output: string }> {
   const json = join(dir, `${name}.json`);
   return new Promise((resolve) => {
     const child = spawn(
       process.execPath,
-      [join(root, "scripts/conformance.mjs"), "--url", localhost(url), "--out", join(dir, name), "--baselines", baselines, "--json", json, "--timeout", "400"],
+      [
+        join(root, "scripts/conformance.mjs"),
+        "--url",
+        localhost(url),
+        "--out",
+        join(dir, name),
+        "--baselines",
+        baselines,
+        "--json",
+        json,
+        "--timeout",
+        "400",
+        ...only.flatMap((o) => ["--only", o]),
+      ],
       { cwd: root },
     );
     let output = "";
@@ -90,7 +107,8 @@ describe("official conformance suites", () => {
   // on the network, and the comparisons below only need every run finished.
   type Run = Awaited<ReturnType<typeof runSuites>>;
   let twoUpstreams: (Proc & { url: string }) | undefined;
-  let runs: { direct: Promise<Run>; through: Promise<Run>; routed: Promise<Run> };
+  let legacyOnly: { up: ConformanceUpstream; gw: Proc & { url: string } } | undefined;
+  let runs: { direct: Promise<Run>; through: Promise<Run>; routed: Promise<Run>; legacyOnly: Promise<Run> };
   beforeAll(async () => {
     const port = await freePort();
     const direct = runSuites("direct", inject("conformanceUrl"), join(root, "conformance"));
@@ -113,13 +131,34 @@ upstreams:
       twoUpstreams = gw;
       return runSuites("route", `http://127.0.0.1:${port}/mcp/conf`, join(root, "conformance/gateway"));
     });
-    runs = { direct, through, routed };
+    // A 2025-11-25-only upstream (the fixture without its modern leg) behind a transparent gateway:
+    // 2026-07-28 clients get its server→client requests as input rounds.
+    const loPort = await freePort();
+    const bridged = startConformanceUpstream({ legacyOnly: true }).then(async (up) => {
+      const gw = await startPortcullis(
+        `
+actor: local:e2e
+egress:
+  allow_loopback: true
+upstreams:
+  - name: legacy
+    url: ${up.url}
+    timeout: 30s
+`,
+        loPort,
+      );
+      legacyOnly = { up, gw };
+      return runSuites("legacy-only", gw.url, join(root, "conformance/gateway-legacy-only"), ["alpha-2026"]);
+    });
+    runs = { direct, through, routed, legacyOnly: bridged };
     // Each test awaits its own run; a failed start is reported by the test that needs it.
     for (const r of Object.values(runs)) r.catch(() => undefined);
   }, 180_000);
   afterAll(async () => {
     await Promise.allSettled(Object.values(runs ?? {}));
     await twoUpstreams?.stop();
+    await legacyOnly?.gw.stop();
+    await legacyOnly?.up.close();
   });
 
   it("pass directly against the conformance upstream", async () => {
@@ -134,6 +173,23 @@ upstreams:
     console.log(through.output.slice(through.output.lastIndexOf("== summary")));
     expect(through.code, through.output.slice(-3000)).toBe(0);
     expectAsDirect(direct, through, "transparent");
+    // SSE polling as the upstream does it: the priming event, `retry`, and the result after GET + Last-Event-ID.
+    for (const r of [direct, through]) expect(r.report.stable!.perScenario["server-sse-polling"]).toMatchObject({ SUCCESS: 3, FAILURE: 0, WARNING: 0 });
+  }, 900_000);
+
+  it("pass every input-required-result scenario for 2026-07-28 clients of a 2025-11-25-only upstream, and lose nothing else", async () => {
+    const run = await runs.legacyOnly;
+    console.log(run.output.slice(run.output.lastIndexOf("== summary")));
+    // Exit 0: the failing scenarios are exactly the baseline's (what a legacy-only upstream cannot serve), nothing else.
+    expect(run.code, run.output.slice(-3000)).toBe(0);
+    const r = run.report["alpha-2026"]!;
+    const irr = Object.entries(r.perScenario).filter(([s]) => s.startsWith("input-required-result-"));
+    expect(irr.length).toBeGreaterThanOrEqual(14);
+    for (const [s, c] of irr) expect(c, s).toMatchObject({ FAILURE: 0, WARNING: 0 });
+    for (const [s, c] of irr) expect(c.SUCCESS, s).toBeGreaterThan(0);
+    console.log(
+      `legacy-only upstream, 2026-07-28 client: ${JSON.stringify(r.counts)}; ${irr.map(([s, c]) => `${s} ${c.SUCCESS}/${c.FAILURE}/${c.WARNING}`).join("; ")}`,
+    );
   }, 900_000);
 
   it("pass through /mcp/conf of a gateway fronting two upstreams exactly as through the transparent gateway", async () => {
