@@ -272,7 +272,7 @@ describe("governance across input rounds", () => {
     expect(r2.response.result?.resultType).toBe("input_required");
     const r3 = await governToolCall(deps, call({ inputResponses: { colour: { action: "accept" } }, requestState: "pcr1.r2" }));
     expect(r3.response.result?.content).toEqual([{ type: "text", text: "ok" }]);
-    expect((r3.response.result?._meta as JsonObject)["portcullis/receipt"]).toMatchObject({ decision_id: "d1" });
+    expect(((r3.response.result?._meta ?? {}) as JsonObject)["portcullis/receipt"]).toMatchObject({ decision_id: "d1" });
     expect(events).toEqual([
       "decide",
       "admit",
