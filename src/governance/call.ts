@@ -264,7 +264,13 @@ async function settle(
       ...(call.trace ? { traceId: call.trace.traceId } : {}),
       metrics: metricsOf(durationMs),
     };
-    await step("round", () => deps.rounds!.park(leg.round!, state, abandoned));
+    const rounds = deps.rounds;
+    const ref = leg.round;
+    // A round whose state cannot be kept is ended upstream too: nothing is left parked unrecorded.
+    await step("round", () => rounds.park(ref, state, abandoned)).catch(async (e: unknown) => {
+      await rounds.cancel(ref, "the gateway could not keep the input round").catch(() => undefined);
+      throw e;
+    });
     return { response: withReceipt(leg.response, receipt), status: leg.status };
   }
   // The outcome says so when the answer (or failure) came from that one extra attempt.
