@@ -10,8 +10,6 @@
  * Must never: reach a network.
  */
 import { describe, expect, it } from "vitest";
-import type { UpstreamConfig } from "../../src/config/gateway-config.ts";
-import { DEFAULT_EGRESS_RULES } from "../../src/config/egress-schema.ts";
 import type { Principal } from "../../src/config/principal.ts";
 import { governToolCall } from "../../src/governance/call.ts";
 import type { GovernanceDeps } from "../../src/governance/call-decide.ts";
@@ -30,6 +28,7 @@ import {
 import type { Frame } from "../../src/upstream/exchange.ts";
 import { bindingDigest, newRoundId, openRoundToken, ParkedCall, type RoundBinding, roundToken } from "../../src/upstream/rounds.ts";
 import type { JsonObject, JsonRpcMessage } from "../../src/wire/jsonrpc.ts";
+import { testUpstream } from "./fixtures.ts";
 
 /** A scripted upstream stream: frames pushed by the test, read by the parked call. */
 function script() {
@@ -151,18 +150,7 @@ describe("round tokens", () => {
 
 // ---- governance across rounds -------------------------------------------------------------
 
-const up: UpstreamConfig = {
-  name: "alpha",
-  url: "http://127.0.0.1:9/mcp",
-  namespaced: true,
-  headers: {},
-  allow: [],
-  deny: [],
-  timeoutMs: 1000,
-  credentials: { mode: "none", header: "Authorization", prefix: "Bearer " },
-  egress: DEFAULT_EGRESS_RULES,
-  onLoopback: true,
-};
+const up = testUpstream();
 const agent: Principal = { sub: "agent:a", team: "infra", roles: ["agent"], tools: ["alpha__*"], authenticated: true, jti: "j-1" };
 
 function call(params: JsonObject = {}): ToolCall {
