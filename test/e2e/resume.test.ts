@@ -57,7 +57,7 @@ async function collect(body: ReadableStream): Promise<Ev[]> {
 }
 
 /** A fresh 2025-11-25 session on the namespaced gateway; returns the headers for its requests. */
-async function session(): Promise<Record<string, string>> {
+async function session(version = "2025-11-25"): Promise<Record<string, string>> {
   const init = await fetch(url, {
     method: "POST",
     headers: { "content-type": "application/json", accept: ACCEPT },
@@ -65,13 +65,13 @@ async function session(): Promise<Record<string, string>> {
       jsonrpc: "2.0",
       id: 1,
       method: "initialize",
-      params: { protocolVersion: "2025-11-25", capabilities: {}, clientInfo: { name: "mirror", version: "1" } },
+      params: { protocolVersion: version, capabilities: {}, clientInfo: { name: "mirror", version: "1" } },
     }),
   });
   const sid = init.headers.get("mcp-session-id")!;
   await init.text();
   expect(sid).toBeTruthy();
-  return { "content-type": "application/json", accept: ACCEPT, "mcp-session-id": sid, "mcp-protocol-version": "2025-11-25" };
+  return { "content-type": "application/json", accept: ACCEPT, "mcp-session-id": sid, "mcp-protocol-version": version };
 }
 
 const call = (h: Record<string, string>, id: number, method: string, params: object) =>
@@ -103,8 +103,8 @@ describe("the upstream's stream, mirrored (SEP-1699)", () => {
     await fetch(url, { method: "DELETE", headers: { "mcp-session-id": h["mcp-session-id"]! } });
   });
 
-  it("keeps the stream open for a client of an older version (no priming event, nothing to resume from)", async () => {
-    const h: Record<string, string> = { ...(await session()), "mcp-protocol-version": "2025-06-18" };
+  it("keeps the stream open for a session of an older version (the upstream, on that version too, primes nothing: nothing to resume from)", async () => {
+    const h = await session("2025-06-18");
     const post = await call(h, 8, "tools/call", { name: "conf__test_reconnection", arguments: {} });
     expect(post.headers.get("content-type")).toContain("text/event-stream");
     const onPost = await collect(post.body!);
@@ -113,6 +113,21 @@ describe("the upstream's stream, mirrored (SEP-1699)", () => {
     const final = JSON.parse(onPost[0]!.data);
     expect(final.id).toBe(8);
     expect(final.result.content[0].text).toMatch(/^Reconnection test completed successfully/);
+    await fetch(url, { method: "DELETE", headers: { "mcp-session-id": h["mcp-session-id"]! } });
+  });
+
+  it("primes and closes the stream of a 2025-11-25 session whose request names an older version, as the upstream does its own", async () => {
+    // The header alone (2025-06-18, the 0.1.16 suite's bug) would get no priming event; the upstream keeps to its session's version and primes.
+    const h: Record<string, string> = { ...(await session()), "mcp-protocol-version": "2025-06-18" };
+    const post = await call(h, 11, "tools/call", { name: "conf__test_reconnection", arguments: {} });
+    const onPost = await collect(post.body!);
+    expect(onPost).toHaveLength(1);
+    expect(onPost[0]!.data).toBe("");
+    expect(onPost[0]!.retry).toBeGreaterThan(0);
+    await new Promise((r) => setTimeout(r, 2500));
+    const get = await fetch(url, { method: "GET", headers: { ...h, accept: "text/event-stream", "last-event-id": onPost[0]!.id! } });
+    const rest = await collect(get.body!);
+    expect(JSON.parse(rest[0]!.data).id).toBe(11);
     await fetch(url, { method: "DELETE", headers: { "mcp-session-id": h["mcp-session-id"]! } });
   });
 
