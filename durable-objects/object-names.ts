@@ -43,16 +43,14 @@ export function sseObject(env: Env, id: string): SseApi | null {
   return SESSION_ID.test(id) ? objectFor<SseApi>(env.SSE, `sse:${id}`) : null;
 }
 
-/** Input round ids the gateway issues (src/upstream/rounds.ts newRoundId): 128 random bits as 32 lowercase hex characters. */
-export const ROUND_ID = /^[0-9a-f]{32}$/;
-
 /**
- * One parked upstream call of a modern client's input rounds (RoundsDO, `round:<id>`); null when
- * `id` is not a round id this gateway could have issued. Typed by its caller (the surface lives in
+ * The object holding one modern principal's calls parked between input rounds (RoundsDO,
+ * `round:<sub>`), by the verified principal's `sub`: a round id (checked with its token by the caller)
+ * addresses a call inside it, never an object. Typed by its caller (the surface lives in
  * src/upstream/rounds.ts, above this layer).
  */
-export function roundObject<T>(env: Env, id: string): T | null {
-  return ROUND_ID.test(id) ? objectFor<T>(env.ROUNDS, `round:${id}`) : null;
+export function roundObject<T>(env: Env, principal: string): T {
+  return objectFor<T>(env.ROUNDS, `round:${principal}`);
 }
 
 /** A modern run's object (`Portcullis-Run-Id`); null when the id is malformed. */

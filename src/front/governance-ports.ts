@@ -56,7 +56,7 @@ export function governance(ctx: CallContext): GovernanceDeps {
     history: ctx.stores.history?.() ?? NO_HISTORY_STORE,
     upstream: governedUpstream(ctx, killSwitch),
     clock: Date.now,
-    ...(ctx.legs.round ? { rounds: callRounds(ctx) } : {}),
+    ...(ctx.legs.rounds ? { rounds: callRounds(ctx) } : {}),
   };
 }
 
@@ -68,7 +68,7 @@ export function governance(ctx: CallContext): GovernanceDeps {
 function callRounds(ctx: CallContext): CallRounds {
   const secret = ctx.cfg.auth.signingKeySecret;
   const sub = ctx.principal.sub;
-  const objectOf = (id: string) => ctx.legs.round?.<RoundsApi>(id) ?? null;
+  const object = () => ctx.legs.rounds?.<RoundsApi>() ?? null;
   return {
     carries: (call) => isRoundToken(call.request.params?.requestState),
     async continuation(call, target) {
@@ -81,23 +81,24 @@ function callRounds(ctx: CallContext): CallRounds {
       });
       const opened = openRoundToken(secret, String(call.request.params?.requestState), digest);
       if (!opened) return { ok: false, reason: "is not one Portcullis issued for this call and caller, or it was altered" };
-      const state = await objectOf(opened.id)?.peek(sub, digest, opened.n);
+      const state = await object()?.peek(opened.id, sub, digest, opened.n);
       if (!state) return { ok: false, reason: "names an input round that has ended, was answered already, or is not this caller's" };
       return { ok: true, ref: { id: opened.id, n: opened.n, digest, asks: {} }, state: state as unknown as RoundState };
     },
     async park(ref, state, abandoned) {
-      const obj = objectOf(ref.id);
-      if (!obj) throw new Error("no object for this input round");
+      const obj = object();
+      if (!obj) throw new Error("no object for input rounds here");
       const metrics = outcomeMetrics(abandoned);
       const expiry: RoundExpiry = {
         chain: ctx.principal.team,
         signing: ledgerSigning(ctx.cfg),
         draft: { kind: "outcome", body: outcomeBody(abandoned), ...(metrics ? { metrics: metrics as unknown as JsonObject } : {}) },
       };
-      if (!(await obj.keep(sub, ref.digest, ref.n, state as unknown as JsonObject, expiry))) throw new Error("the input round ended before it was kept");
+      if (!(await obj.keep(ref.id, sub, ref.digest, ref.n, state as unknown as JsonObject, expiry)))
+        throw new Error("the input round ended before it was kept");
     },
     async cancel(ref, reason) {
-      await objectOf(ref.id)?.cancel(sub, ref.digest, reason);
+      await object()?.cancel(ref.id, sub, ref.digest, reason);
     },
   };
 }

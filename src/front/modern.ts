@@ -126,7 +126,7 @@ export function modernContext(
       },
       capabilities: async (up) => (await legRec(up.name, () => modernLegFor(fc.env, fc.principal.sub, up, false, caps))).capabilities,
       recordRequest: async () => undefined,
-      round: <T>(id: string) => roundObject<T>(fc.env, id),
+      rounds: <T>() => roundObject<T>(fc.env, fc.principal.sub),
     },
     relay: {
       send: async (m) => {

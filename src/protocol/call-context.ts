@@ -77,11 +77,11 @@ export interface UpstreamLegs {
   /** Records which upstream serves client request `id`, and the id it carries there (legacy cancellation). */
   recordRequest(id: string | number, up: UpstreamConfig, upstreamId: string): Promise<void>;
   /**
-   * The object that parks round `id` of a modern client's call on a legacy upstream (RoundsDO,
-   * typed by src/upstream/rounds.ts); null for an id the gateway could not have issued. Absent
-   * where the front has no input rounds (legacy clients are asked on their own stream).
+   * The object that parks this caller's calls on legacy upstreams between input rounds (RoundsDO,
+   * typed by src/upstream/rounds.ts). Absent where the front has no input rounds (legacy clients
+   * are asked on their own stream).
    */
-  round?<T>(id: string): T | null;
+  rounds?<T>(): T;
 }
 
 /**

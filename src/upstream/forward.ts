@@ -151,7 +151,7 @@ async function forwardOnce(ctx: CallContext, up: UpstreamConfig, msg: JsonRpcReq
     throw new LegUnavailable(up);
   }
   // A modern client's input rounds on a legacy upstream: the call is parked in a RoundsDO (rounds.ts).
-  if (ctx.era === "modern" && ROUND_METHODS.has(msg.method) && ctx.legs.round) {
+  if (ctx.era === "modern" && ROUND_METHODS.has(msg.method) && ctx.legs.rounds) {
     if (isRoundToken(msg.params?.requestState)) return continueRound(ctx, up, msg);
     if (leg.era === "legacy" && Object.keys(relayableCapabilities(ctx.clientCapabilities ?? {})).length > 0) return beginRound(ctx, up, leg, msg);
   }
@@ -242,15 +242,15 @@ function firstRoundRequest(ctx: CallContext, leg: Leg, msg: JsonRpcRequest): Jso
   return upMsg;
 }
 
-/** Parks the call in a fresh RoundsDO and answers with its first step. */
+/** Parks the call under a fresh round id in the caller's RoundsDO and answers with its first step. */
 async function beginRound(ctx: CallContext, up: UpstreamConfig, leg: Leg, msg: JsonRpcRequest): Promise<Outcome> {
   const id = newRoundId();
-  const obj = ctx.legs.round!<RoundsApi>(id)!;
+  const obj = ctx.legs.rounds!<RoundsApi>();
   const digest = await bindingDigest(bindingOf(ctx, up, msg));
   const declared = relayableCapabilities(ctx.clientCapabilities ?? {});
   const given = isObject(msg.params?.inputResponses) ? msg.params.inputResponses : {};
   const begin = { owner: ctx.principal.sub, digest, up, leg, request: firstRoundRequest(ctx, leg, msg), declared, given };
-  const reply = await whileListening(ctx, obj, digest, () => obj.begin(ctx.trace ? { ...begin, trace: ctx.trace } : begin));
+  const reply = await whileListening(ctx, obj, id, digest, () => obj.begin(id, ctx.trace ? { ...begin, trace: ctx.trace } : begin));
   return roundAnswer(ctx, up, msg, reply, id, digest);
 }
 
@@ -258,10 +258,10 @@ async function beginRound(ctx: CallContext, up: UpstreamConfig, leg: Leg, msg: J
  * Runs one step of a parked call; if this request is aborted meanwhile (the client went away, or
  * the kill switch's in-flight watch cancelled it), the parked call is cancelled upstream too.
  */
-async function whileListening<T>(ctx: CallContext, obj: RoundsApi, digest: string, step: () => Promise<T>): Promise<T> {
+async function whileListening<T>(ctx: CallContext, obj: RoundsApi, id: string, digest: string, step: () => Promise<T>): Promise<T> {
   const cancel = () => {
     const why = ctx.signal.reason instanceof Error ? ctx.signal.reason.message : "the client's request was aborted";
-    void obj.cancel(ctx.principal.sub, digest, why).catch(() => undefined);
+    void obj.cancel(id, ctx.principal.sub, digest, why).catch(() => undefined);
   };
   if (ctx.signal.aborted) cancel();
   ctx.signal.addEventListener("abort", cancel, { once: true });
@@ -282,11 +282,10 @@ async function continueRound(ctx: CallContext, up: UpstreamConfig, msg: JsonRpcR
   const digest = await bindingDigest(bindingOf(ctx, up, msg));
   const opened = openRoundToken(ctx.cfg.auth.signingKeySecret, String(msg.params?.requestState), digest);
   if (!opened) return badRound(msg, "is not one Portcullis issued for this call and caller, or it was altered");
-  const obj = ctx.legs.round!<RoundsApi>(opened.id);
-  if (!obj) return badRound(msg, "names no input round");
+  const obj = ctx.legs.rounds!<RoundsApi>();
   const responses = isObject(msg.params?.inputResponses) ? msg.params.inputResponses : {};
-  const reply = await whileListening(ctx, obj, digest, () =>
-    obj.resume(ctx.principal.sub, digest, opened.n, responses, relayableCapabilities(ctx.clientCapabilities ?? {})),
+  const reply = await whileListening(ctx, obj, opened.id, digest, () =>
+    obj.resume(opened.id, ctx.principal.sub, digest, opened.n, responses, relayableCapabilities(ctx.clientCapabilities ?? {})),
   );
   if (reply.kind === "gone") return badRound(msg, `cannot be used: ${reply.reason}`);
   return roundAnswer(ctx, up, msg, reply, opened.id, digest);

@@ -9,7 +9,7 @@
  * round token the client echoes as `requestState` (`pcr1.<round id>.<n>.<mac>`: a MAC under the
  * gateway's secret over the round, its number, the principal and the call, so another
  * principal's, an altered or a replayed one never reaches the upstream), and the surface of the
- * object that holds parked calls (RoundsDO, rounds-object.ts).
+ * object that holds a principal's parked calls (RoundsDO, rounds-object.ts).
  * Must never: send the upstream a client's requestState or inputResponses keys it did not ask
  * for, answer one upstream request twice, or keep a parked call past its bound.
  */
@@ -315,18 +315,25 @@ export interface RoundExpiry {
 /** A step of the call, with the round number it opened (input) — the token's `n`. */
 export type RoundReply = RoundStep & { n: number };
 
-/** RoundsDO's RPC surface (one object per parked call, `round:<id>`). */
+/** RoundsDO's RPC surface (one object per principal, `round:<sub>`; each call by its round id). */
 export interface RoundsApi {
-  begin(b: RoundBegin): Promise<RoundReply>;
+  begin(id: string, b: RoundBegin): Promise<RoundReply>;
   /** The answers to round `n`; `gone` when the call is over, expired, or never was this owner's. */
-  resume(owner: string, digest: string, n: number, responses: JsonObject, declared: JsonObject): Promise<RoundReply | { kind: "gone"; reason: string }>;
+  resume(
+    id: string,
+    owner: string,
+    digest: string,
+    n: number,
+    responses: JsonObject,
+    declared: JsonObject,
+  ): Promise<RoundReply | { kind: "gone"; reason: string }>;
   /**
    * Keeps a governed call's state (opaque here) with round `n`, and what to record if the client
    * never completes it; false when the round is not this owner's current one.
    */
-  keep(owner: string, digest: string, n: number, state: JsonObject, expiry: RoundExpiry): Promise<boolean>;
+  keep(id: string, owner: string, digest: string, n: number, state: JsonObject, expiry: RoundExpiry): Promise<boolean>;
   /** The state kept with round `n`, when `n` is this owner's current round; null otherwise. */
-  peek(owner: string, digest: string, n: number): Promise<JsonObject | null>;
-  /** The call ended on the gateway's side (a halt, a refusal): the upstream request is cancelled. */
-  cancel(owner: string, digest: string, reason: string): Promise<void>;
+  peek(id: string, owner: string, digest: string, n: number): Promise<JsonObject | null>;
+  /** The call ended on the gateway's side (a halt, a refusal, the client's request aborted): the upstream request is cancelled. */
+  cancel(id: string, owner: string, digest: string, reason: string): Promise<void>;
 }

@@ -17,6 +17,7 @@ import {
   SESSION_ID,
   credentialsObject,
   historyObject,
+  roundObject,
   legObject,
   newSessionId,
   revocationObject,
@@ -44,7 +45,7 @@ const tricky = fc.oneof(
 const upstreamName = fc.stringMatching(/^[a-z][a-z0-9-]{0,30}$/);
 const upstreamUrl = fc.webUrl().map((u) => new URL(u).href);
 
-type Kind = "session" | "run" | "leg" | "shard" | "principal" | "tasks" | "history";
+type Kind = "session" | "run" | "leg" | "shard" | "principal" | "tasks" | "history" | "round";
 /** The namespace (binding) each kind's objects live in: a name addresses an object only within its namespace. */
 const NAMESPACE: Record<Kind, string> = {
   session: "SESSIONS",
@@ -54,6 +55,7 @@ const NAMESPACE: Record<Kind, string> = {
   principal: "CREDENTIALS",
   tasks: "TASKS",
   history: "HISTORY",
+  round: "ROUNDS",
 };
 const PREFIX: Record<Kind, string> = {
   session: "session:",
@@ -63,6 +65,7 @@ const PREFIX: Record<Kind, string> = {
   principal: "principal:",
   tasks: "principal:",
   history: "principal:",
+  round: "round:",
 };
 /** Where an object is: its namespace and its name. */
 const addressOf = ([kind, name]: [Kind, string]) => `${NAMESPACE[kind]}\u0000${name}`;
@@ -84,6 +87,7 @@ function namesOf(id: string, up: string, url: string): Array<[Kind, string]> {
     ["principal", nameOf(credentialsObject(env, id))],
     ["tasks", nameOf(taskObject(env, id))],
     ["history", nameOf(historyObject(env, id))],
+    ["round", nameOf(roundObject(env, id))],
   );
   return out;
 }
