@@ -242,15 +242,26 @@ function firstRoundRequest(ctx: CallContext, leg: Leg, msg: JsonRpcRequest): Jso
   return upMsg;
 }
 
-/** Parks the call under a fresh round id in the caller's RoundsDO and answers with its first step. */
+/**
+ * Parks the call under a fresh round id in the caller's RoundsDO and answers with its first step.
+ * An upstream that forgot the legacy session (404) gets a renewed one and the call once more.
+ */
 async function beginRound(ctx: CallContext, up: UpstreamConfig, leg: Leg, msg: JsonRpcRequest): Promise<Outcome> {
-  const id = newRoundId();
   const obj = ctx.legs.rounds!<RoundsApi>();
   const digest = await bindingDigest(bindingOf(ctx, up, msg));
   const declared = relayableCapabilities(ctx.clientCapabilities ?? {});
   const given = isObject(msg.params?.inputResponses) ? msg.params.inputResponses : {};
-  const begin = { owner: ctx.principal.sub, digest, up, leg, request: firstRoundRequest(ctx, leg, msg), declared, given };
-  const reply = await whileListening(ctx, obj, id, digest, () => obj.begin(id, ctx.trace ? { ...begin, trace: ctx.trace } : begin));
+  const once = async (l: Leg) => {
+    const id = newRoundId();
+    const begin = { owner: ctx.principal.sub, digest, up, leg: l, request: firstRoundRequest(ctx, l, msg), declared, given };
+    return { id, reply: await whileListening(ctx, obj, id, digest, () => obj.begin(id, ctx.trace ? { ...begin, trace: ctx.trace } : begin)) };
+  };
+  let { id, reply } = await once(leg);
+  if (reply.kind === "failed" && reply.sessionGone) {
+    const renewed = await ctx.legs.renew(up);
+    if (!renewed) throw new LegUnavailable(up);
+    ({ id, reply } = await once(renewed));
+  }
   return roundAnswer(ctx, up, msg, reply, id, digest);
 }
 

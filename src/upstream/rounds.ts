@@ -30,7 +30,7 @@ import {
   type JsonRpcRequest,
   type JsonRpcResponse,
 } from "../wire/jsonrpc.ts";
-import { answers, type Frame, UpstreamAuthError, UpstreamError, UpstreamUncertain } from "./exchange.ts";
+import { answers, type Frame, UpstreamAuthError, UpstreamError, UpstreamSessionGone, UpstreamUncertain } from "./exchange.ts";
 
 /** The client capability each server→client request needs (what a 2025-11-25 client checks). */
 export const CAPABILITY_FOR: Record<string, string> = {
@@ -56,7 +56,7 @@ const GATHER_MS = 40;
 export type RoundStep =
   | { kind: "input"; requests: Record<string, JsonObject>; interim: JsonRpcNotification[] }
   | { kind: "answered"; response: JsonRpcResponse; status: number; interim: JsonRpcNotification[] }
-  | { kind: "failed"; reason: string; uncertain: boolean; auth: boolean; interim: JsonRpcNotification[] };
+  | { kind: "failed"; reason: string; uncertain: boolean; auth: boolean; interim: JsonRpcNotification[]; sessionGone?: true };
 
 /** What a parked call reads from and writes to: the upstream request's frames, and the way to post answers upstream. */
 export interface ParkedIo {
@@ -240,7 +240,10 @@ export class ParkedCall {
     this.stop();
     const reason = e instanceof UpstreamError ? e.detail || e.message : String((e as Error)?.message ?? e);
     const uncertain = !(e instanceof UpstreamError) || e instanceof UpstreamUncertain;
-    return { kind: "failed", reason, uncertain, auth: e instanceof UpstreamAuthError, interim: this.drain() };
+    const failed: RoundStep = { kind: "failed", reason, uncertain, auth: e instanceof UpstreamAuthError, interim: this.drain() };
+    // The upstream forgot the session (404): nothing ran; the caller renews the session and begins again.
+    if (e instanceof UpstreamSessionGone) failed.sessionGone = true;
+    return failed;
   }
 }
 

@@ -25,7 +25,7 @@ import {
   type RoundState,
   type ToolCall,
 } from "../../src/governance/steps.ts";
-import type { Frame } from "../../src/upstream/exchange.ts";
+import { type Frame, UpstreamSessionGone, UpstreamUncertain } from "../../src/upstream/exchange.ts";
 import { bindingDigest, newRoundId, openRoundToken, ParkedCall, type RoundBinding, roundToken } from "../../src/upstream/rounds.ts";
 import type { JsonObject, JsonRpcMessage } from "../../src/wire/jsonrpc.ts";
 import { testUpstream } from "./fixtures.ts";
@@ -124,6 +124,26 @@ describe("ParkedCall", () => {
     const end = call.next();
     s.end();
     expect(await end).toMatchObject({ kind: "failed", uncertain: true, reason: expect.stringContaining("closed the stream before answering") });
+  });
+});
+
+describe("ParkedCall failures", () => {
+  it("names a session the upstream forgot (404), so the caller renews it and begins again", async () => {
+    const gone: AsyncIterator<Frame> = {
+      next: async () => {
+        throw new UpstreamSessionGone("alpha", "session expired", 404, 404);
+      },
+    };
+    const r = await new ParkedCall({ frames: gone, post: async () => undefined }, ALL, "up-4").next();
+    expect(r).toMatchObject({ kind: "failed", sessionGone: true, uncertain: false });
+    const lost: AsyncIterator<Frame> = {
+      next: async () => {
+        throw new UpstreamUncertain("alpha", "no answer within 1000 ms", 504);
+      },
+    };
+    const u = await new ParkedCall({ frames: lost, post: async () => undefined }, ALL, "up-5").next();
+    expect(u).toMatchObject({ kind: "failed", uncertain: true, reason: "no answer within 1000 ms" });
+    expect("sessionGone" in u).toBe(false);
   });
 });
 
