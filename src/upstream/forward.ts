@@ -14,6 +14,7 @@ import {
   ErrorCode,
   type JsonObject,
   type JsonRpcMessage,
+  type JsonRpcNotification,
   type JsonRpcRequest,
   type JsonRpcResponse,
   errorResponse,
@@ -48,6 +49,7 @@ import {
   ROUND_METHODS,
   type RoundBinding,
   type RoundReply,
+  readRoundLines,
   type RoundsApi,
   roundToken,
 } from "./rounds.ts";
@@ -254,7 +256,8 @@ async function beginRound(ctx: CallContext, up: UpstreamConfig, leg: Leg, msg: J
   const once = async (l: Leg) => {
     const id = newRoundId();
     const begin = { owner: ctx.principal.sub, digest, up, leg: l, request: firstRoundRequest(ctx, l, msg), declared, given };
-    return { id, reply: await whileListening(ctx, obj, id, digest, () => obj.begin(id, ctx.trace ? { ...begin, trace: ctx.trace } : begin)) };
+    const stream = () => obj.begin(id, ctx.trace ? { ...begin, trace: ctx.trace } : begin);
+    return { id, reply: (await whileListening(ctx, obj, id, digest, async () => readRoundLines(await stream(), relay(ctx, up)))) as RoundReply };
   };
   let { id, reply } = await once(leg);
   if (reply.kind === "failed" && reply.sessionGone) {
@@ -283,6 +286,9 @@ async function whileListening<T>(ctx: CallContext, obj: RoundsApi, id: string, d
   }
 }
 
+/** A parked call's notifications, relayed to the client as they arrive (names mapped, as on the direct path). */
+const relay = (ctx: CallContext, up: UpstreamConfig) => (m: JsonRpcNotification) => relayInterim(ctx, up, { era: "legacy", protocolVersion: LATEST_LEGACY }, m);
+
 /** A round token that does not hold for this call (altered, another principal's, another call's, or spent): refused, the upstream untouched. */
 function badRound(msg: JsonRpcRequest, why: string): Outcome {
   return { response: errorResponse(msg.id, ErrorCode.InvalidParams, `Invalid params: requestState ${why}`), status: 400 };
@@ -295,8 +301,9 @@ async function continueRound(ctx: CallContext, up: UpstreamConfig, msg: JsonRpcR
   if (!opened) return badRound(msg, "is not one Portcullis issued for this call and caller, or it was altered");
   const obj = ctx.legs.rounds!<RoundsApi>();
   const responses = isObject(msg.params?.inputResponses) ? msg.params.inputResponses : {};
-  const reply = await whileListening(ctx, obj, opened.id, digest, () =>
-    obj.resume(opened.id, ctx.principal.sub, digest, opened.n, responses, relayableCapabilities(ctx.clientCapabilities ?? {})),
+  const declared = relayableCapabilities(ctx.clientCapabilities ?? {});
+  const reply = await whileListening(ctx, obj, opened.id, digest, async () =>
+    readRoundLines(await obj.resume(opened.id, ctx.principal.sub, digest, opened.n, responses, declared), relay(ctx, up)),
   );
   if (reply.kind === "gone") return badRound(msg, `cannot be used: ${reply.reason}`);
   return roundAnswer(ctx, up, msg, reply, opened.id, digest);

@@ -14,9 +14,9 @@
 import { DurableObject } from "cloudflare:workers";
 import type { Env } from "../env.ts";
 import { ledgerObject } from "../../durable-objects/object-names.ts";
-import type { JsonObject } from "../wire/jsonrpc.ts";
+import type { JsonObject, JsonRpcNotification } from "../wire/jsonrpc.ts";
 import { postUpstream, requestUpstream } from "./client.ts";
-import { ParkedCall, type RoundBegin, type RoundExpiry, type RoundReply, type RoundsApi } from "./rounds.ts";
+import { ParkedCall, type RoundBegin, type RoundExpiry, type RoundLine, type RoundReply, type RoundsApi } from "./rounds.ts";
 
 /** Time past the upstream's own bound before the object gives the call up (its read fails first). */
 const GRACE_MS = 2000;
@@ -37,6 +37,35 @@ interface Held {
   deadline: number;
 }
 
+/**
+ * A step as the object's answer stream: the call's notifications as they arrive, then the step,
+ * one JSON line each (rounds.ts RoundLine). `work` is handed where notifications go from the
+ * moment it takes the call (a resume waiting its turn must not take another's).
+ */
+function lines(work: (sink: (m: JsonRpcNotification) => void) => Promise<RoundReply | { kind: "gone"; reason: string }>): ReadableStream<Uint8Array> {
+  const ts = new TransformStream<Uint8Array, Uint8Array>();
+  const w = ts.writable.getWriter();
+  const enc = new TextEncoder();
+  const put = (line: RoundLine) => w.write(enc.encode(`${JSON.stringify(line)}\n`)).catch(() => undefined);
+  void work((m) => void put({ interim: m }))
+    .catch((e: unknown): RoundReply => ({ kind: "failed", reason: String((e as Error)?.message ?? e), uncertain: true, auth: false, interim: [], n: 0 }))
+    .then(async (step) => {
+      await put({ step });
+      await w.close().catch(() => undefined);
+    });
+  return ts.readable;
+}
+
+/** Runs one step of `call` with its notifications going to `sink` meanwhile. */
+async function withSink<T>(call: ParkedCall, sink: (m: JsonRpcNotification) => void, step: () => Promise<T>): Promise<T> {
+  call.onInterim = sink;
+  try {
+    return await step();
+  } finally {
+    if (call.onInterim === sink) call.onInterim = undefined;
+  }
+}
+
 /** Ended round ids kept to refuse a second begin under one (bounded; ids are random, so this is belt and braces). */
 const MAX_ENDED = 1000;
 
@@ -46,9 +75,10 @@ export class RoundsDO extends DurableObject<Env> implements RoundsApi {
   /** The alarm time set now (null: none). */
   private alarmAt: number | null = null;
 
-  async begin(id: string, b: RoundBegin): Promise<RoundReply> {
-    if (this.held.has(id) || this.ended.has(id))
-      return { kind: "failed", reason: "this round was begun before", uncertain: false, auth: false, interim: [], n: 0 };
+  async begin(id: string, b: RoundBegin): Promise<ReadableStream<Uint8Array>> {
+    if (this.held.has(id) || this.ended.has(id)) {
+      return lines(async () => ({ kind: "failed", reason: "this round was begun before", uncertain: false, auth: false, interim: [], n: 0 }));
+    }
     const abort = new AbortController();
     const frames = requestUpstream(b.up, b.leg, b.request, { signal: abort.signal, ...(b.trace ? { trace: b.trace } : {}) });
     const call = new ParkedCall({ frames, post: (m) => postUpstream(b.up, b.leg, m) }, b.declared, String(b.request.id), { ...(b.given ?? {}) });
@@ -63,27 +93,27 @@ export class RoundsDO extends DurableObject<Env> implements RoundsApi {
       deadline: Date.now() + b.up.timeoutMs + GRACE_MS,
     };
     this.held.set(id, h);
-    return this.step(id, h);
+    return lines((sink) => withSink(call, sink, () => this.step(id, h)));
   }
 
-  async resume(
-    id: string,
-    owner: string,
-    digest: string,
-    n: number,
-    responses: JsonObject,
-    declared: JsonObject,
-  ): Promise<RoundReply | { kind: "gone"; reason: string }> {
+  async resume(id: string, owner: string, digest: string, n: number, responses: JsonObject, declared: JsonObject): Promise<ReadableStream<Uint8Array>> {
     const h = this.mine(id, owner, digest);
-    if (!h) return { kind: "gone", reason: "this input round has ended, or was never this call's" };
-    const turn = h.busy.then(async () => {
-      if (this.held.get(id) !== h || h.n !== n) return { kind: "gone" as const, reason: "this input round was answered already (its requestState is spent)" };
-      h.n++;
-      await h.call.answer(responses, declared);
-      return this.step(id, h);
+    if (!h) return lines(async () => ({ kind: "gone", reason: "this input round has ended, or was never this call's" }));
+    // One resume at a time: a second for the same round waits for the first, then finds its number spent.
+    let release!: () => void;
+    const before = h.busy;
+    h.busy = new Promise<void>((r) => (release = r));
+    return lines(async (sink) => {
+      await before;
+      try {
+        if (this.held.get(id) !== h || h.n !== n) return { kind: "gone", reason: "this input round was answered already (its requestState is spent)" };
+        h.n++;
+        await h.call.answer(responses, declared);
+        return await withSink(h.call, sink, () => this.step(id, h));
+      } finally {
+        release();
+      }
     });
-    h.busy = turn.catch(() => undefined);
-    return turn;
   }
 
   async keep(id: string, owner: string, digest: string, n: number, state: JsonObject, expiry: RoundExpiry): Promise<boolean> {

@@ -81,6 +81,8 @@ export class ParkedCall {
   private readonly asks = new Map<string, Ask>();
   private interim: JsonRpcNotification[] = [];
   private over = false;
+  /** Where notifications go as they arrive (the object's stream to the waiting request); unset: they wait for the step. */
+  onInterim: ((m: JsonRpcNotification) => void) | undefined;
 
   /**
    * `given`: inputResponses the client sent with its first request (before any round): a request
@@ -178,7 +180,10 @@ export class ParkedCall {
       await this.request(m);
       return null;
     }
-    if (isNotification(m)) this.interim.push(m);
+    if (isNotification(m)) {
+      if (this.onInterim) this.onInterim(m);
+      else this.interim.push(m);
+    }
     return null;
   }
 
@@ -318,18 +323,39 @@ export interface RoundExpiry {
 /** A step of the call, with the round number it opened (input) — the token's `n`. */
 export type RoundReply = RoundStep & { n: number };
 
+/** What a step of the object's stream carries: a notification as it arrived, then the step (or `gone`), one JSON line each. */
+export type RoundLine = { interim: JsonRpcNotification } | { step: RoundReply | { kind: "gone"; reason: string } };
+
+/** Reads an object's step stream: each notification to `interim` as it comes, then the step. */
+export async function readRoundLines(
+  stream: ReadableStream<Uint8Array>,
+  interim: (m: JsonRpcNotification) => Promise<void>,
+): Promise<RoundReply | { kind: "gone"; reason: string }> {
+  const reader = stream.pipeThrough(new TextDecoderStream()).getReader();
+  let buf = "";
+  try {
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (value) buf += value;
+      for (let i = buf.indexOf("\n"); i >= 0; i = buf.indexOf("\n")) {
+        const line = JSON.parse(buf.slice(0, i)) as RoundLine;
+        buf = buf.slice(i + 1);
+        if ("step" in line) return line.step;
+        await interim(line.interim);
+      }
+      if (done) throw new Error("the input round's object ended its answer early");
+    }
+  } finally {
+    void reader.cancel().catch(() => undefined);
+  }
+}
+
 /** RoundsDO's RPC surface (one object per principal, `round:<sub>`; each call by its round id). */
 export interface RoundsApi {
-  begin(id: string, b: RoundBegin): Promise<RoundReply>;
-  /** The answers to round `n`; `gone` when the call is over, expired, or never was this owner's. */
-  resume(
-    id: string,
-    owner: string,
-    digest: string,
-    n: number,
-    responses: JsonObject,
-    declared: JsonObject,
-  ): Promise<RoundReply | { kind: "gone"; reason: string }>;
+  /** Starts the call; its step stream (a RoundLine per line). */
+  begin(id: string, b: RoundBegin): Promise<ReadableStream<Uint8Array>>;
+  /** The answers to round `n`, and the next step's stream; its step is `gone` when the call is over, expired, or never was this owner's. */
+  resume(id: string, owner: string, digest: string, n: number, responses: JsonObject, declared: JsonObject): Promise<ReadableStream<Uint8Array>>;
   /**
    * Keeps a governed call's state (opaque here) with round `n`, and what to record if the client
    * never completes it; false when the round is not this owner's current one.

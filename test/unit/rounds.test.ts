@@ -127,6 +127,27 @@ describe("ParkedCall", () => {
   });
 });
 
+describe("ParkedCall notifications", () => {
+  it("hands notifications to the waiting request as they arrive when it listens, and keeps them for the step otherwise", async () => {
+    const s = script();
+    const call = new ParkedCall(s.io, ALL, "up-6");
+    const live: string[] = [];
+    call.onInterim = (m) => live.push(String((m.params as JsonObject).progress));
+    const step = call.next();
+    s.send({ jsonrpc: "2.0", method: "notifications/progress", params: { progressToken: 1, progress: 1 } });
+    await new Promise((r) => setTimeout(r, 20));
+    expect(live).toEqual(["1"]); // before the step ended
+    s.send(ask("q", "roots/list"));
+    expect((await step).interim).toEqual([]);
+    call.onInterim = undefined;
+    s.send({ jsonrpc: "2.0", method: "notifications/progress", params: { progressToken: 1, progress: 2 } });
+    await call.answer({ q: { roots: [] } }, ALL);
+    const next = call.next();
+    s.send({ jsonrpc: "2.0", id: "up-6", result: {} });
+    expect((await next).interim.map((m) => (m.params as JsonObject).progress)).toEqual([2]);
+  });
+});
+
 describe("ParkedCall failures", () => {
   it("names a session the upstream forgot (404), so the caller renews it and begins again", async () => {
     const gone: AsyncIterator<Frame> = {
