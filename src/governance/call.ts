@@ -2,7 +2,8 @@
  * The governed tools/call: one function that reads top to bottom in the request-path order of
  * docs/architecture.md — resolve → kill switch → classify → validate → decide (steps 4–8, side-effect free,
  * in call-decide.ts) → budget → hold → write-ahead → forward → obligations → outcome → answer
- * (answer shapes in call-answers.ts) — and `governedPassThrough`, its documented
+ * (the last three, or the next input round, in call-settle.ts; answer shapes in call-answers.ts; a
+ * later input round of a parked call goes on in call-rounds.ts) — and `governedPassThrough`, its documented
  * equivalent for requests that reach a tool without naming it (tasks/* that deliver a tool's
  * result, unknown methods forwarded verbatim to a transparent upstream). Storage, clock and the
  * upstream are handed in (`GovernanceDeps`). Owns the fail-closed rule: a step that throws
@@ -12,38 +13,14 @@
  * whose outcome was not recorded.
  */
 import { ErrorCode, errorResponse, type JsonObject, type JsonRpcRequest } from "../wire/jsonrpc.ts";
-import {
-  type Answer,
-  gatewayMetaKeys,
-  notAnswered,
-  refused,
-  StepFailed,
-  step,
-  unknownTool,
-  upstreamRequest,
-  withAdvisory,
-  withReceipt,
-} from "./call-answers.ts";
+import { type Answer, gatewayMetaKeys, refused, StepFailed, step, upstreamRequest } from "./call-answers.ts";
 import { decideCall, type GovernanceDeps, violation } from "./call-decide.ts";
-import { grantAllowsTool, toolAllowed } from "./grant-scope.ts";
+import { continueRounds } from "./call-rounds.ts";
+import { block, settle } from "./call-settle.ts";
 import { fullAudit } from "./obligations.ts";
-import { applyResultObligations } from "./obligations-shape.ts";
-import {
-  type CallRounds,
-  type Classification,
-  type Decision,
-  holdFor,
-  type LegResult,
-  type OutcomeRecord,
-  outcomeOf,
-  type Refusal,
-  type RoundState,
-  type Target,
-  type ToolCall,
-} from "./steps.ts";
+import { type Classification, type Decision, holdFor, type LegResult, type Refusal, type RoundState, type Target, type ToolCall } from "./steps.ts";
 import { haltFor } from "./halts.ts";
 import type { ToolMapping } from "../config/mapping-schema.ts";
-import { validateOutput } from "./validate.ts";
 
 /** Steps 4–14 for one tools/call. */
 export async function governToolCall(deps: GovernanceDeps, call: ToolCall): Promise<Answer> {
@@ -172,174 +149,6 @@ async function executeCall(
   const state: RoundState = { receipt, decision, callId, admitted: history.admitted, recorded: history.recorded, startedAt: started };
   if (history.beforeHoldMs !== undefined) state.beforeHoldMs = history.beforeHoldMs;
   return settle(deps, call, target, state, executing, leg, lostConnection);
-}
-
-/**
- * A call that continues a parked one (its requestState is a round token of the gateway's): the
- * decision was made in its first round, so it is neither decided, admitted nor held again. The
- * tool is resolved again (the catalog may have changed), the token must hold for this caller and
- * call and name the current round, and the kill switch is read again; then the leg resumes the
- * parked call with the client's answers, and the call settles as any other.
- */
-async function continueRounds(deps: GovernanceDeps, rounds: CallRounds, call: ToolCall): Promise<Answer> {
-  // 4 resolve: the grant, then the catalog as it is now.
-  if (!grantAllowsTool(call.principal, call.exposedName)) {
-    return block(deps, call, { check: "grant", reason: `tool "${call.exposedName}" is outside the grant of ${call.principal.sub}` });
-  }
-  const target = await step("resolve", () => deps.catalog.resolve(call.exposedName));
-  if (!target || !toolAllowed(target.upstream, target.tool.name)) return unknownTool(call);
-  // The round: its token holds for this caller and call, and its call is still parked at that round.
-  const cont = await step("round", () => rounds.continuation(call, target));
-  if (!cont.ok) {
-    const refusal: Refusal = { check: "round", reason: `requestState ${cont.reason}` };
-    const id = await deps.ledger.blocked(call, refusal).catch(() => null);
-    const data = id ? { "portcullis/blocked": id } : undefined;
-    return {
-      response: errorResponse(call.request.id, ErrorCode.InvalidParams, `Invalid params: ${refusal.reason}; nothing was sent upstream`, data),
-      status: call.era === "modern" ? 400 : 200,
-    };
-  }
-  // 5 kill switch: a halt that landed between rounds ends the call here, and upstream.
-  const halted = haltFor(await step("kill_switch", () => deps.killSwitch.read()), call, target.upstream, target.tool.name);
-  if (halted) {
-    await rounds.cancel(cont.ref, halted.reason).catch(() => undefined);
-    await step("ledger", () =>
-      deps.ledger.outcome({
-        decision: cont.state.receipt,
-        status: "uncertain",
-        answer: null,
-        durationMs: deps.clock() - cont.state.startedAt,
-        obligationsApplied: [],
-        reason: `halted between input rounds (${halted.reason}); the upstream request was cancelled`,
-        ...(call.trace ? { traceId: call.trace.traceId } : {}),
-      }),
-    );
-    return block(deps, call, halted);
-  }
-  // 11 forward: the parked call goes on with the client's answers.
-  const executing = deps.clock();
-  const leg = await deps.upstream.call(target, upstreamRequest(call, target.tool.name, cont.state.decision), call);
-  return settle(deps, call, target, cont.state, executing, leg, undefined);
-}
-
-/**
- * Steps 12–14 (or the next input round) for a call whose leg has answered or failed: `state` is
- * the call's one decision and what settling it needs (kept between rounds), `executing` when the
- * gateway took up this request's part of it.
- */
-async function settle(
-  deps: GovernanceDeps,
-  call: ToolCall,
-  target: Target,
-  state: RoundState,
-  executing: number,
-  leg: LegResult,
-  lostConnection: string | undefined,
-): Promise<Answer> {
-  const { receipt, decision } = state;
-  const durationMs = deps.clock() - state.startedAt;
-  const metricsOf = (upstreamMs: number): NonNullable<OutcomeRecord["metrics"]> => gatewayMetrics(deps, target, state.beforeHoldMs, executing, upstreamMs);
-  // An input round: the upstream asked the client something; the call goes on when the client
-  // answers. The round is on the record before the client sees it; no outcome yet.
-  if (leg.kind === "answered" && leg.round && deps.rounds) {
-    const answered = Object.keys(
-      call.request.params?.inputResponses && typeof call.request.params.inputResponses === "object" ? call.request.params.inputResponses : {},
-    );
-    await step("ledger", async () => {
-      await deps.ledger.round?.({
-        decision: receipt,
-        round: leg.round!.n,
-        asks: leg.round!.asks,
-        answered,
-        ...(call.trace ? { traceId: call.trace.traceId } : {}),
-      });
-    });
-    const abandoned: OutcomeRecord = {
-      decision: receipt,
-      status: "uncertain",
-      answer: null,
-      durationMs,
-      obligationsApplied: [],
-      reason: "the client did not complete an input round in time; the upstream request was cancelled",
-      ...(call.trace ? { traceId: call.trace.traceId } : {}),
-      metrics: metricsOf(durationMs),
-    };
-    const rounds = deps.rounds;
-    const ref = leg.round;
-    // A round whose state cannot be kept is ended upstream too: nothing is left parked unrecorded.
-    await step("round", () => rounds.park(ref, state, abandoned)).catch(async (e: unknown) => {
-      await rounds.cancel(ref, "the gateway could not keep the input round").catch(() => undefined);
-      throw e;
-    });
-    return { response: withReceipt(leg.response, receipt), status: leg.status };
-  }
-  // The outcome says so when the answer (or failure) came from that one extra attempt.
-  const retried = lostConnection === undefined ? undefined : `after one retry: the first attempt's connection was lost (${lostConnection})`;
-  if (leg.kind !== "answered") {
-    await step("ledger", () =>
-      deps.ledger.outcome({
-        decision: receipt,
-        status: leg.kind === "failed" ? "failed" : "uncertain",
-        answer: null,
-        durationMs,
-        obligationsApplied: [],
-        reason: retried ? `${leg.reason} (${retried})` : leg.reason,
-        ...(call.trace ? { traceId: call.trace.traceId } : {}),
-        metrics: metricsOf(durationMs),
-      }),
-    );
-    if (state.admitted) await deps.history.settle(call.principal.sub, state.callId, leg.kind === "failed" ? "failed" : "uncertain").catch(() => undefined);
-    return notAnswered(call, leg);
-  }
-
-  // 12 obligations
-  const shaped = await step("obligations", () => applyResultObligations(decision.obligations, leg.response));
-
-  // 13 outcome: durable before the agent sees the result (with where it broke its outputSchema, if it did).
-  const status = shaped.ok ? outcomeOf(leg.response) : "failed";
-  const reason = shaped.ok ? (retried ? `answered ${retried}` : undefined) : retried ? `${shaped.refusal.reason} (answered ${retried})` : shaped.refusal.reason;
-  const outputProblems = leg.response.result && !leg.response.result.isError ? validateOutput(target, leg.response.result.structuredContent) : [];
-  const outcome = await step("ledger", () =>
-    deps.ledger.outcome({
-      decision: receipt,
-      status,
-      answer: leg.response,
-      durationMs,
-      obligationsApplied: shaped.ok ? shaped.applied : [],
-      ...(outputProblems.length ? { outputProblems } : {}),
-      ...(reason !== undefined ? { reason } : {}),
-      ...(call.trace ? { traceId: call.trace.traceId } : {}),
-      metrics: metricsOf(durationMs),
-    }),
-  );
-  // A success matters to history queries (`succeeded`), not to budgets, which count every admitted call.
-  if (state.recorded) await deps.history.settle(call.principal.sub, state.callId, status).catch(() => undefined);
-  if (!shaped.ok) return refused(call, shaped.refusal);
-
-  // 14 answer: the upstream's result, changed only by obligations (and advise's advisory), plus the receipt.
-  return { response: withReceipt(withAdvisory(shaped.response, decision), outcome ?? receipt), status: leg.status };
-}
-
-/**
- * What the outcome's metric rollups need: the upstream and its tool, and the gateway's own time —
- * its steps before the hold, then from the write-ahead to now less the upstream's time (a hold's
- * wait for a person is not the gateway's).
- */
-function gatewayMetrics(
-  deps: GovernanceDeps,
-  target: Target,
-  beforeHoldMs: number | undefined,
-  executing: number,
-  upstreamMs: number,
-): NonNullable<OutcomeRecord["metrics"]> {
-  const m: NonNullable<OutcomeRecord["metrics"]> = { upstream: target.upstream.name, tool: target.tool.name };
-  if (beforeHoldMs !== undefined) m.gatewayMs = beforeHoldMs + Math.max(0, deps.clock() - executing - upstreamMs);
-  return m;
-}
-
-async function block(deps: GovernanceDeps, call: ToolCall, refusal: Refusal): Promise<Answer> {
-  const id = await step("ledger", () => deps.ledger.blocked(call, refusal));
-  return refused(call, refusal, id);
 }
 
 /** Numeric arguments by dotted path (what history totals read; nothing else is kept). */
