@@ -10,7 +10,7 @@
 import type { LedgerEntry } from "../src/ledger/records.ts";
 import app from "../src/index.ts";
 
-export { ConfigDO, CredentialsDO, HistoryDO, HoldsDO, KillSwitchDO, LedgerDO, RevocationsDO, SessionDO, SseDO, TasksDO } from "../src/index.ts";
+export { ConfigDO, CredentialsDO, HistoryDO, HoldsDO, KillSwitchDO, LedgerDO, RevocationsDO, RoundsDO, SessionDO, SseDO, TasksDO } from "../src/index.ts";
 
 const ZERO_HASH = "0".repeat(64);
 
