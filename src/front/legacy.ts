@@ -31,6 +31,7 @@ import { respond, type Resumable, type StreamControl } from "./respond.ts";
 import { newSessionId, sessionObject } from "../../durable-objects/object-names.ts";
 import { type Leg, SESSION_RECORD_VERSION, type SessionApi, type SessionRecord, type UpstreamLegRecord } from "../../durable-objects/contract.ts";
 import { relayGetStream, replayStream } from "./streams.ts";
+import { forgetSession, idMap, inFlightRequest, openSession, writingStore } from "./session-cache.ts";
 import { postUpstream, modernMeta } from "../upstream/client.ts";
 import { GATEWAY_INFO, LATEST_LEGACY, LEGACY_VERSIONS, META, isLegacyVersion } from "../protocol/versions.ts";
 import { jsonResponse, refuse } from "../wire/http.ts";
@@ -123,6 +124,7 @@ function legacyContext(
   signal: AbortSignal,
   emit: (m: JsonRpcMessage) => Promise<void>,
   stream?: StreamControl,
+  ids?: ReturnType<typeof idMap>,
 ): CallContext {
   return {
     cfg: fc.cfg,
@@ -146,8 +148,10 @@ function legacyContext(
         return legOf(rec, up);
       },
       capabilities: async (up) => (await sessionLeg(store, rec, up))?.capabilities,
+      // Here at once, in the SessionDO once the call has run a while (session-cache.ts idMap): a fast call writes nothing.
       recordRequest: async (id, up, upstreamId) => {
-        await store.begin(fc.principal.sub, JSON.stringify(id), up.name, upstreamId);
+        if (ids) ids.record(JSON.stringify(id), up.name, upstreamId);
+        else await store.begin(fc.principal.sub, JSON.stringify(id), up.name, upstreamId);
       },
     },
     relay: {
@@ -184,7 +188,8 @@ async function clientMessage(fc: FrontContext, store: Store, rec: SessionRecord,
     // Forwarded notifications lose the client's `portcullis/` `_meta` keys (that namespace is the gateway's).
     if (msg.method === "notifications/cancelled" && msg.params && (typeof msg.params.requestId === "string" || typeof msg.params.requestId === "number")) {
       // The upstream knows the request by the gateway-made id it was sent under (forward.ts), kept in the id map.
-      const sent = await store.lookupRequest(fc.principal.sub, JSON.stringify(msg.params.requestId));
+      const downId = JSON.stringify(msg.params.requestId);
+      const sent = inFlightRequest(rec.id, downId) ?? (await store.lookupRequest(fc.principal.sub, downId));
       const up = sent ? fc.cfg.upstreams.find((u) => u.name === sent.upstream) : undefined;
       const leg = up ? legOf(rec, up) : null;
       if (up && leg?.era === "legacy" && sent?.upstreamId) {
@@ -252,9 +257,11 @@ export async function legacyPost(fc: FrontContext, req: Request, msg: JsonRpcMes
   }
   const bad = versionHeaderProblem(req);
   if (bad) return bad;
-  const store = sessionObject(fc.env, sid);
-  const rec = store && (await store.open(fc.principal.sub));
-  if (!store || !rec || !onThisRoute(fc, rec)) return notFound(msg);
+  const object = sessionObject(fc.env, sid);
+  // The session as this isolate read it within SESSION_CACHE_MS, else its SessionDO (session-cache.ts).
+  const rec = object && (await openSession(sid, object, fc.principal.sub));
+  if (!object || !rec || !onThisRoute(fc, rec)) return notFound(msg);
+  const store = writingStore(sid, object);
   if (!isRequest(msg)) return clientMessage(fc, store, rec, msg);
   const held = await heldSubscription(fc, store, rec, msg);
   if (held) return held;
@@ -310,7 +317,17 @@ export async function legacyPost(fc: FrontContext, req: Request, msg: JsonRpcMes
   };
   // A disconnect is not a cancellation: the call runs on and its events stay resumable.
   const signal = new AbortController().signal;
-  return respond(msg.id, (emit, stream) => dispatch(legacyContext(fc, store, rec, signal, emit, stream), msg), {
+  const ids = idMap(sid, async (downId, upstream, upstreamId) => {
+    await object.begin(fc.principal.sub, downId, upstream, upstreamId);
+  });
+  const run = async (emit: (m: JsonRpcMessage) => Promise<void>, stream: StreamControl) => {
+    try {
+      return await dispatch(legacyContext(fc, store, rec, signal, emit, stream, ids), msg);
+    } finally {
+      ids.done();
+    }
+  };
+  return respond(msg.id, run, {
     waitUntil: fc.waitUntil,
     resumable,
   });
@@ -340,6 +357,7 @@ export async function legacyDelete(fc: FrontContext, req: Request): Promise<Resp
   const open = store && (await store.open(fc.principal.sub));
   if (!store || !open || !onThisRoute(fc, open)) return notFound();
   const rec = await store.end(fc.principal.sub);
+  forgetSession(sid);
   if (!rec) return notFound();
   for (const up of fc.cfg.upstreams) {
     const leg = rec.upstreams[up.name]?.leg;
