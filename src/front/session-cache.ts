@@ -42,14 +42,15 @@ export function writingStore(sid: string, store: SessionApi): SessionApi {
     p.finally(() => {
       sessions.delete(sid);
     });
+  // A Durable Object stub is itself a proxy: its methods are read and called on the stub, never through this one.
   return new Proxy(store, {
-    get(target, prop, receiver) {
-      const v = Reflect.get(target, prop, receiver) as unknown;
-      if (typeof v !== "function") return v;
+    get(target, prop) {
+      const stub = target as unknown as Record<string | symbol, (...a: unknown[]) => Promise<unknown>>;
       if (prop === "update" || prop === "adoptLeg" || prop === "end" || prop === "create") {
-        return (...args: unknown[]) => forget((v as (...a: unknown[]) => Promise<unknown>).apply(target, args));
+        return (...args: unknown[]) => forget(stub[prop]!(...args));
       }
-      return (...args: unknown[]) => (v as (...a: unknown[]) => unknown).apply(target, args);
+      const v = stub[prop];
+      return typeof v === "function" ? (...args: unknown[]) => stub[prop]!(...args) : v;
     },
   });
 }
