@@ -128,6 +128,23 @@ for (const mode of ["legacy", { pin: "2026-07-28" }] as Mode[]) {
 }
 
 describe("legacy-only features", () => {
+  it("cancels upstream a call cancelled in its first 250 ms, before its id map is written to the session (found in the isolate)", async () => {
+    const { client } = await connect("legacy");
+    const before = text(await client.callTool({ name: "conf__test_last_cancelled", arguments: {} }));
+    const ac = new AbortController();
+    const call = client.callTool({ name: "conf__test_slow_cancellable", arguments: { ms: 10_000 } }, { signal: ac.signal });
+    await new Promise((r) => setTimeout(r, 150));
+    ac.abort();
+    await expect(call).rejects.toThrow();
+    let last = before;
+    for (let i = 0; i < 40 && last === before; i++) {
+      await new Promise((r) => setTimeout(r, 100));
+      last = text(await client.callTool({ name: "conf__test_last_cancelled", arguments: {} }));
+    }
+    expect(last).not.toBe(before);
+    expect(last).not.toMatch(/none|null/i);
+  });
+
   it("relays sampling and elicitation from both upstreams, and roots", async () => {
     const { client } = await connect("legacy");
     expect(text(await client.callTool({ name: "conf__test_sampling", arguments: { prompt: "capital?" } }))).toContain("sampled(");
