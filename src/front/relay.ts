@@ -9,14 +9,9 @@ import type { UpstreamConfig } from "../config/gateway-config.ts";
 import { ErrorCode, type JsonObject, type JsonRpcRequest, errorResponse } from "../wire/jsonrpc.ts";
 import type { SessionApi } from "../../durable-objects/contract.ts";
 import { postUpstream } from "../upstream/client.ts";
+import { CAPABILITY_FOR } from "../upstream/rounds.ts";
 import type { Leg } from "../../durable-objects/contract.ts";
 
-/** The client capability each server→client request needs. */
-const CAPABILITY_FOR: Record<string, string> = {
-  "sampling/createMessage": "sampling",
-  "elicitation/create": "elicitation",
-  "roots/list": "roots",
-};
 
 export async function relayServerRequest(
   store: SessionApi,

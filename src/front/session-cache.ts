@@ -36,21 +36,21 @@ export async function openSession(sid: string, store: SessionApi, principal: str
   return rec;
 }
 
-/** `store` as the front writes through it: every change drops the session's record here. */
+/** The SessionApi methods that change a session: after each, this isolate's record of it is dropped. */
+const WRITES = new Set<string | symbol>(["create", "update", "adoptLeg", "end"]);
+
+/**
+ * `store` as the front writes through it: every change drops the session's record here. The
+ * object's RPC handle is a proxy itself, so each method is looked up and called on the handle.
+ */
 export function writingStore(sid: string, store: SessionApi): SessionApi {
-  const forget = <T>(p: Promise<T>): Promise<T> =>
-    p.finally(() => {
-      sessions.delete(sid);
-    });
-  // A Durable Object stub is itself a proxy: its methods are read and called on the stub, never through this one.
+  const handle = store as unknown as Record<string | symbol, (...args: unknown[]) => Promise<unknown>>;
   return new Proxy(store, {
-    get(target, prop) {
-      const stub = target as unknown as Record<string | symbol, (...a: unknown[]) => Promise<unknown>>;
-      if (prop === "update" || prop === "adoptLeg" || prop === "end" || prop === "create") {
-        return (...args: unknown[]) => forget(stub[prop]!(...args));
-      }
-      const v = stub[prop];
-      return typeof v === "function" ? (...args: unknown[]) => stub[prop]!(...args) : v;
+    get(_target, prop) {
+      // Not a thenable, and no symbol is an RPC method.
+      if (prop === "then" || typeof prop === "symbol") return undefined;
+      if (WRITES.has(prop)) return (...args: unknown[]) => handle[prop]!(...args).finally(() => sessions.delete(sid));
+      return (...args: unknown[]) => handle[prop]!(...args);
     },
   });
 }

@@ -271,15 +271,22 @@ function bodyError(up: UpstreamConfig, e: unknown): UpstreamError {
  * Reads one upstream answer (JSON or SSE) as frames. Tracks the last event id and retry hint.
  * Errors of the body (cap, deadline, lost connection) become upstream errors (bodyError).
  */
-export async function* readAnswer(up: UpstreamConfig, res: Response, track: { lastEventId?: string; retryMs?: number }): AsyncGenerator<Frame> {
-  for await (const f of readFrames(up, res, track)) if ("message" in f) yield f;
+export function readAnswer(up: UpstreamConfig, res: Response, track: { lastEventId?: string; retryMs?: number }): AsyncGenerator<Frame> {
+  // Without `primed`, readFrames yields message frames only.
+  return readFrames(up, res, track, false) as AsyncGenerator<Frame>;
 }
 
 /**
- * readAnswer, and a Primed marker where the stream's first event is a priming event (an id and
- * empty data), so a front can open its own stream the same way the moment the upstream does.
+ * readAnswer, and (with `primed`) a Primed marker where the stream's first event is a priming
+ * event (an id and empty data), so a front can open its own stream the same way the moment the
+ * upstream does.
  */
-export async function* readFrames(up: UpstreamConfig, res: Response, track: { lastEventId?: string; retryMs?: number }): AsyncGenerator<Frame | Primed> {
+export async function* readFrames(
+  up: UpstreamConfig,
+  res: Response,
+  track: { lastEventId?: string; retryMs?: number },
+  primed = true,
+): AsyncGenerator<Frame | Primed> {
   const ct = res.headers.get("content-type") ?? "";
   if (ct.includes("text/event-stream") && res.body) {
     const events = parseSse(res.body, (ms) => (track.retryMs = ms));
@@ -303,7 +310,7 @@ export async function* readFrames(up: UpstreamConfig, res: Response, track: { la
         const wasFirst = first;
         first = false;
         if (ev.data.trim() === "") {
-          if (wasFirst && ev.id !== undefined) yield { kind: "primed" };
+          if (primed && wasFirst && ev.id !== undefined) yield { kind: "primed" };
           continue;
         }
         const v = parseMessage(ev.data);

@@ -39,7 +39,7 @@ import {
   upstreamRequestId,
 } from "./exchange.ts";
 import type { Leg } from "../../durable-objects/contract.ts";
-import { LATEST_LEGACY, META } from "../protocol/versions.ts";
+import { META } from "../protocol/versions.ts";
 import {
   bindingDigest,
   isRoundToken,
@@ -57,7 +57,11 @@ import {
 /** Relays one interim upstream message to the client (names mapped), or answers it. */
 async function relayInterim(ctx: CallContext, up: UpstreamConfig, leg: Leg, msg: JsonRpcMessage): Promise<void> {
   if (isRequest(msg)) return ctx.relay.upstreamRequest(up, leg, msg);
-  if (!isNotification(msg)) return;
+  if (isNotification(msg)) return relayNotification(ctx, up, msg);
+}
+
+/** Relays one upstream notification to the client (resource URIs in their exposed names). */
+async function relayNotification(ctx: CallContext, up: UpstreamConfig, msg: JsonRpcNotification): Promise<void> {
   noteNotification(up.name, msg.method);
   if (msg.method === "notifications/resources/updated" && isObject(msg.params) && typeof msg.params.uri === "string") {
     return ctx.relay.send({ ...msg, params: { ...msg.params, uri: exposeUri(up, msg.params.uri) } });
@@ -287,7 +291,7 @@ async function whileListening<T>(ctx: CallContext, obj: RoundsApi, id: string, d
 }
 
 /** A parked call's notifications, relayed to the client as they arrive (names mapped, as on the direct path). */
-const relay = (ctx: CallContext, up: UpstreamConfig) => (m: JsonRpcNotification) => relayInterim(ctx, up, { era: "legacy", protocolVersion: LATEST_LEGACY }, m);
+const relay = (ctx: CallContext, up: UpstreamConfig) => (m: JsonRpcNotification) => relayNotification(ctx, up, m);
 
 /** A round token that does not hold for this call (altered, another principal's, another call's, or spent): refused, the upstream untouched. */
 function badRound(msg: JsonRpcRequest, why: string): Outcome {
@@ -311,7 +315,7 @@ async function continueRound(ctx: CallContext, up: UpstreamConfig, msg: JsonRpcR
 
 /** A parked call's step as the client's answer: its notifications first, then an input_required round, the result, or the failure. */
 async function roundAnswer(ctx: CallContext, up: UpstreamConfig, msg: JsonRpcRequest, reply: RoundReply, id: string, digest: string): Promise<Outcome> {
-  for (const n of reply.interim) await relayInterim(ctx, up, { era: "legacy", protocolVersion: LATEST_LEGACY }, n);
+  for (const n of reply.interim) await relayNotification(ctx, up, n);
   if (reply.kind === "answered") {
     const response: JsonRpcResponse = { ...reply.response, id: msg.id };
     if (isObject(response.result) && CACHEABLE.has(msg.method) && response.result.ttlMs === undefined) {

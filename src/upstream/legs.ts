@@ -19,7 +19,7 @@ import { LATEST_LEGACY } from "../protocol/versions.ts";
 import { mergeExtensions } from "../protocol/extensions.ts";
 import { Memo } from "../wire/memo.ts";
 import { noteOpened, noteOpenFailure } from "./unavailable.ts";
-import { relayableCapabilities } from "./rounds.ts";
+import { capabilitiesKey, relayableCapabilities } from "./rounds.ts";
 
 /** Opens a leg to `up` for a legacy client session: legacy if the upstream speaks it, else modern. */
 export async function openLegacyClientLeg(up: UpstreamConfig, version: string, clientCaps: JsonObject, clientInfo?: JsonObject): Promise<UpstreamLegRecord> {
@@ -147,15 +147,9 @@ interface LegStore {
   keep(rec: UpstreamLegRecord): Promise<{ rec: UpstreamLegRecord; stored: boolean } | null>;
 }
 
-/** The relayable capabilities as one stable text (the leg's key): "" for none. */
-function capsKey(caps: JsonObject): string {
-  const keys = Object.keys(caps).sort();
-  return keys.length === 0 ? "" : JSON.stringify(keys.map((k) => [k, caps[k]]));
-}
-
 function legStore(env: Env, principal: string, up: UpstreamConfig, caps: JsonObject): LegStore {
   // Addressed lazily: most requests reach modern upstreams and never touch it.
-  const s = () => legObject(env, principal, up.name, up.url, capsKey(caps));
+  const s = () => legObject(env, principal, up.name, up.url, capabilitiesKey(caps));
   return { get: () => s().getLeg(principal), put: (rec) => s().putLeg(principal, rec), keep: (rec) => s().keepLeg(principal, rec) };
 }
 
@@ -182,7 +176,7 @@ export async function modernClientLeg(
     return rec;
   }
   const relayable = relayableCapabilities(caps);
-  const key = `${principal}\u0000${up.name}\u0000${up.url}\u0000${capsKey(relayable)}`;
+  const key = `${principal}\u0000${up.name}\u0000${up.url}\u0000${capabilitiesKey(relayable)}`;
   const have = renew ? undefined : modernClientLegs.get(key);
   if (have) return have.rec;
   const at = Date.now();
@@ -226,8 +220,7 @@ export async function applyLogLevel(up: UpstreamConfig, principal: string, rec: 
 
 /** modernClientLeg with the leg kept in SessionDO for this principal (one per set of relayable client capabilities). */
 export function modernLegFor(env: Env, principal: string, up: UpstreamConfig, renew = false, caps: JsonObject = {}): Promise<UpstreamLegRecord> {
-  const relayable = relayableCapabilities(caps);
-  return modernClientLeg(up, principal, renew, legStore(env, principal, up, relayable), relayable);
+  return modernClientLeg(up, principal, renew, legStore(env, principal, up, caps), caps);
 }
 
 /** The list-change notifications an upstream's capabilities say it can send. */

@@ -46,6 +46,16 @@ export function relayableCapabilities(clientCaps: JsonObject): JsonObject {
   return out;
 }
 
+/**
+ * The relayable subset of `clientCaps` as one stable text: what keys an upstream session (and the
+ * tool list it is shown) per set of capabilities; "" for none.
+ */
+export function capabilitiesKey(clientCaps: JsonObject): string {
+  const caps = relayableCapabilities(clientCaps);
+  const keys = Object.keys(caps).sort();
+  return keys.length === 0 ? "" : JSON.stringify(keys.map((k) => [k, caps[k]]));
+}
+
 /** Requests whose 2026-07-28 results may be input_required (SEP-2322): the ones a round can bridge. */
 export const ROUND_METHODS = new Set(["tools/call", "prompts/get", "resources/read"]);
 
@@ -100,11 +110,6 @@ export class ParkedCall {
   /** Whether the call came to its answer or its failure (nothing more to read). */
   get done(): boolean {
     return this.over;
-  }
-
-  /** The keys still waiting for the client's answer. */
-  get pending(): string[] {
-    return [...this.asks.keys()];
   }
 
   /**

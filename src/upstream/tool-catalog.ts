@@ -21,7 +21,7 @@ import type { CallContext } from "../protocol/call-context.ts";
 import { callLeg } from "./forward.ts";
 import { governedName, type RouteView, splitGoverned } from "../protocol/exposed-names.ts";
 import { cached, credentialScope, type Entry, store } from "./catalog-cache.ts";
-import { relayableCapabilities } from "./rounds.ts";
+import { capabilitiesKey } from "./rounds.ts";
 import { modernMeta } from "./client.ts";
 
 const CATALOG_TTL_MS = 30_000;
@@ -33,9 +33,7 @@ function keyOf(ctx: CallContext, up: UpstreamConfig): string {
   const scope = credentialScope(up, ctx.principal);
   // Its naming is part of the key: a reload that prefixes an upstream does not serve the old names.
   // So are the client's relayable capabilities: a legacy upstream may list tools only to sessions that declared them.
-  const caps = Object.keys(relayableCapabilities(ctx.clientCapabilities ?? {}))
-    .sort()
-    .join(",");
+  const caps = capabilitiesKey(ctx.clientCapabilities ?? {});
   return `${up.name}\u0000${up.url}\u0000${up.namespaced}\u0000${ctx.era}\u0000${scope}\u0000${caps}`;
 }
 
