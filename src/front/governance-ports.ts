@@ -7,7 +7,8 @@
  */
 import type { GovernanceDeps } from "../governance/call-decide.ts";
 import { mappingsOf, policyEngine } from "../governance/engine.ts";
-import { type CallRounds, type HistoryStore, NO_HOLDS, type RoundState, type UpstreamLeg } from "../governance/steps.ts";
+import { type HistoryStore, NO_HOLDS, type UpstreamLeg } from "../governance/steps.ts";
+import type { CallRounds, RoundState } from "../governance/round-steps.ts";
 import { ledgerSigning, outcomeBody, outcomeMetrics } from "../ports/ledger-writer.ts";
 import { bindingDigest, isRoundToken, openRoundToken, type RoundExpiry, type RoundsApi } from "../upstream/rounds.ts";
 import type { JsonObject } from "../wire/jsonrpc.ts";

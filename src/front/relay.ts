@@ -12,7 +12,6 @@ import { postUpstream } from "../upstream/client.ts";
 import { CAPABILITY_FOR } from "../upstream/rounds.ts";
 import type { Leg } from "../../durable-objects/contract.ts";
 
-
 export async function relayServerRequest(
   store: SessionApi,
   principal: string,

@@ -12,7 +12,6 @@ import { classifyTool } from "./classify.ts";
 import { grantAllowsTool, toolAllowed } from "./grant-scope.ts";
 import { obligationFailures, obligationQueries } from "./obligations.ts";
 import {
-  type CallRounds,
   CatalogUnreadable,
   type Classification,
   type Decision,
@@ -27,6 +26,7 @@ import {
   type ToolCall,
   type UpstreamLeg,
 } from "./steps.ts";
+import type { CallRounds } from "./round-steps.ts";
 import { haltFor, type KillSwitchReader } from "./halts.ts";
 import type { ToolMapping } from "../config/mapping-schema.ts";
 import { validateCall } from "./validate.ts";

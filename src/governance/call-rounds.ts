@@ -12,7 +12,8 @@ import type { GovernanceDeps } from "./call-decide.ts";
 import { block, settle } from "./call-settle.ts";
 import { grantAllowsTool, toolAllowed } from "./grant-scope.ts";
 import { haltFor } from "./halts.ts";
-import type { CallRounds, Refusal, ToolCall } from "./steps.ts";
+import type { Refusal, ToolCall } from "./steps.ts";
+import type { CallRounds } from "./round-steps.ts";
 
 /**
  * A call that continues a parked one (its requestState is a round token of the gateway's): the

@@ -10,7 +10,8 @@
 import { applyResultObligations } from "./obligations-shape.ts";
 import { type Answer, notAnswered, refused, step, withAdvisory, withReceipt } from "./call-answers.ts";
 import type { GovernanceDeps } from "./call-decide.ts";
-import { type LegResult, type OutcomeRecord, outcomeOf, type Refusal, type RoundState, type Target, type ToolCall } from "./steps.ts";
+import { type LegResult, type OutcomeRecord, outcomeOf, type Refusal, type Target, type ToolCall } from "./steps.ts";
+import type { RoundState } from "./round-steps.ts";
 import { validateOutput } from "./validate.ts";
 
 /**

@@ -18,7 +18,8 @@ import { decideCall, type GovernanceDeps, violation } from "./call-decide.ts";
 import { continueRounds } from "./call-rounds.ts";
 import { block, settle } from "./call-settle.ts";
 import { fullAudit } from "./obligations.ts";
-import { type Classification, type Decision, holdFor, type LegResult, type Refusal, type RoundState, type Target, type ToolCall } from "./steps.ts";
+import { type Classification, type Decision, holdFor, type LegResult, type Refusal, type Target, type ToolCall } from "./steps.ts";
+import type { RoundState } from "./round-steps.ts";
 import { haltFor } from "./halts.ts";
 import type { ToolMapping } from "../config/mapping-schema.ts";
 

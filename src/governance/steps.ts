@@ -19,6 +19,7 @@ import type { MappingEffect, ToolMapping } from "../config/mapping-schema.ts";
 import type { JsonObject, JsonRpcRequest, JsonRpcResponse } from "../wire/jsonrpc.ts";
 import type { TraceContext } from "../wire/trace-context.ts";
 import type { CatalogTool } from "./catalog-entry.ts";
+import type { RoundRecord, RoundRef } from "./round-steps.ts";
 
 /** What the agent asked for, as the front received it. */
 export interface ToolCall {
@@ -306,51 +307,6 @@ export interface OutcomeRecord {
   traceId?: string;
   /** For the metric rollups only (never in the record): the call's upstream, its own tool name, and the gateway's own time so far, upstream time excluded. */
   metrics?: { upstream: string; tool: string; gatewayMs?: number };
-}
-/** One input round of a parked call (src/upstream/rounds.ts): the object, the round number, the binding its token covers, what it asks by key. */
-export interface RoundRef {
-  id: string;
-  n: number;
-  digest: string;
-  asks: Record<string, string>;
-}
-
-/** What governance keeps with a parked call between its rounds (plain JSON): the one decision and what settling it needs. */
-export interface RoundState {
-  receipt: Receipt | null;
-  decision: Decision;
-  callId: string;
-  admitted: boolean;
-  recorded: boolean;
-  beforeHoldMs?: number;
-  /** When the first round's forward started (the outcome's duration spans every round). */
-  startedAt: number;
-}
-
-/**
- * A governed call's input rounds (src/front/governance-ports.ts over RoundsDO): one decision, then
- * rounds until the one outcome. Absent where the front has no rounds.
- */
-export interface CallRounds {
-  /** Whether the call's requestState is a round token of the gateway's: it continues a parked call. */
-  carries(call: ToolCall): boolean;
-  /** The continued round's kept state, when its token holds for this caller, call and target and the round is current; else why not. */
-  continuation(call: ToolCall, target: Target): Promise<{ ok: true; ref: RoundRef; state: RoundState } | { ok: false; reason: string }>;
-  /** Keeps `state` with round `ref`, and the outcome to record if the client never completes it. */
-  park(ref: RoundRef, state: RoundState, abandoned: OutcomeRecord): Promise<void>;
-  /** Ends a parked call on the gateway's side (a halt): the upstream request is cancelled. */
-  cancel(ref: RoundRef, reason: string): Promise<void>;
-}
-
-/** One input round of a governed call (src/upstream/rounds.ts): durable before the client sees it. */
-export interface RoundRecord {
-  decision: Receipt | null;
-  round: number;
-  /** What the round asks, by key: the methods (never the questions). */
-  asks: Record<string, string>;
-  /** The keys this request answered (never the answers). */
-  answered: string[];
-  traceId?: string;
 }
 /** LedgerDO in [L]: a decision is durable before forwarding, an outcome before the agent sees it. */
 export interface LedgerWriter {

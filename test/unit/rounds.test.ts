@@ -14,17 +14,8 @@ import type { Principal } from "../../src/config/principal.ts";
 import { governToolCall } from "../../src/governance/call.ts";
 import type { GovernanceDeps } from "../../src/governance/call-decide.ts";
 import { catalogEntry } from "../../src/governance/catalog-entry.ts";
-import {
-  type CallRounds,
-  type LegResult,
-  NO_HISTORY,
-  NO_HOLDS,
-  NO_MAPPINGS,
-  OPEN_POLICY,
-  type RoundRef,
-  type RoundState,
-  type ToolCall,
-} from "../../src/governance/steps.ts";
+import { type LegResult, NO_HISTORY, NO_HOLDS, NO_MAPPINGS, OPEN_POLICY, type ToolCall } from "../../src/governance/steps.ts";
+import type { CallRounds, RoundRef, RoundState } from "../../src/governance/round-steps.ts";
 import { type Frame, UpstreamSessionGone, UpstreamUncertain } from "../../src/upstream/exchange.ts";
 import { bindingDigest, newRoundId, openRoundToken, ParkedCall, type RoundBinding, roundToken } from "../../src/upstream/rounds.ts";
 import type { JsonObject, JsonRpcMessage } from "../../src/wire/jsonrpc.ts";

@@ -1,0 +1,54 @@
+/**
+ * The types of a governed call's input rounds (a 2025-11-25 upstream asking a 2026-07-28 client
+ * mid-call, src/upstream/rounds.ts): which round of which parked call, what governance keeps with
+ * it between rounds, the port that keeps it (built over RoundsDO by src/front/governance-ports.ts),
+ * and the ledger's round record. Types only; the path that uses them is call-settle.ts and
+ * call-rounds.ts. Must never: hold logic.
+ */
+import type { Decision, OutcomeRecord, Receipt, Target, ToolCall } from "./steps.ts";
+
+/** One input round of a parked call (src/upstream/rounds.ts): the object, the round number, the binding its token covers, what it asks by key. */
+export interface RoundRef {
+  id: string;
+  n: number;
+  digest: string;
+  asks: Record<string, string>;
+}
+
+/** What governance keeps with a parked call between its rounds (plain JSON): the one decision and what settling it needs. */
+export interface RoundState {
+  receipt: Receipt | null;
+  decision: Decision;
+  callId: string;
+  admitted: boolean;
+  recorded: boolean;
+  beforeHoldMs?: number;
+  /** When the first round's forward started (the outcome's duration spans every round). */
+  startedAt: number;
+}
+
+/**
+ * A governed call's input rounds (src/front/governance-ports.ts over RoundsDO): one decision, then
+ * rounds until the one outcome. Absent where the front has no rounds.
+ */
+export interface CallRounds {
+  /** Whether the call's requestState is a round token of the gateway's: it continues a parked call. */
+  carries(call: ToolCall): boolean;
+  /** The continued round's kept state, when its token holds for this caller, call and target and the round is current; else why not. */
+  continuation(call: ToolCall, target: Target): Promise<{ ok: true; ref: RoundRef; state: RoundState } | { ok: false; reason: string }>;
+  /** Keeps `state` with round `ref`, and the outcome to record if the client never completes it. */
+  park(ref: RoundRef, state: RoundState, abandoned: OutcomeRecord): Promise<void>;
+  /** Ends a parked call on the gateway's side (a halt): the upstream request is cancelled. */
+  cancel(ref: RoundRef, reason: string): Promise<void>;
+}
+
+/** One input round of a governed call (src/upstream/rounds.ts): durable before the client sees it. */
+export interface RoundRecord {
+  decision: Receipt | null;
+  round: number;
+  /** What the round asks, by key: the methods (never the questions). */
+  asks: Record<string, string>;
+  /** The keys this request answered (never the answers). */
+  answered: string[];
+  traceId?: string;
+}
