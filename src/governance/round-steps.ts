@@ -1,19 +1,11 @@
 /**
  * The types of a governed call's input rounds (a 2025-11-25 upstream asking a 2026-07-28 client
- * mid-call, src/upstream/rounds.ts): which round of which parked call, what governance keeps with
- * it between rounds, the port that keeps it (built over RoundsDO by src/front/governance-ports.ts),
- * and the ledger's round record. Types only; the path that uses them is call-settle.ts and
+ * mid-call, src/upstream/rounds.ts): what governance keeps with a parked call between rounds, and
+ * the port that keeps it (built over RoundsDO by src/front/governance-ports.ts). The round's
+ * reference and ledger record are steps.ts's (the leg and the ledger port name them). Types only; the path that uses them is call-settle.ts and
  * call-rounds.ts. Must never: hold logic.
  */
-import type { Decision, OutcomeRecord, Receipt, Target, ToolCall } from "./steps.ts";
-
-/** One input round of a parked call (src/upstream/rounds.ts): the object, the round number, the binding its token covers, what it asks by key. */
-export interface RoundRef {
-  id: string;
-  n: number;
-  digest: string;
-  asks: Record<string, string>;
-}
+import type { Decision, OutcomeRecord, Receipt, RoundRef, Target, ToolCall } from "./steps.ts";
 
 /** What governance keeps with a parked call between its rounds (plain JSON): the one decision and what settling it needs. */
 export interface RoundState {
@@ -40,15 +32,4 @@ export interface CallRounds {
   park(ref: RoundRef, state: RoundState, abandoned: OutcomeRecord): Promise<void>;
   /** Ends a parked call on the gateway's side (a halt): the upstream request is cancelled. */
   cancel(ref: RoundRef, reason: string): Promise<void>;
-}
-
-/** One input round of a governed call (src/upstream/rounds.ts): durable before the client sees it. */
-export interface RoundRecord {
-  decision: Receipt | null;
-  round: number;
-  /** What the round asks, by key: the methods (never the questions). */
-  asks: Record<string, string>;
-  /** The keys this request answered (never the answers). */
-  answered: string[];
-  traceId?: string;
 }

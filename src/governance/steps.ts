@@ -19,7 +19,6 @@ import type { MappingEffect, ToolMapping } from "../config/mapping-schema.ts";
 import type { JsonObject, JsonRpcRequest, JsonRpcResponse } from "../wire/jsonrpc.ts";
 import type { TraceContext } from "../wire/trace-context.ts";
 import type { CatalogTool } from "./catalog-entry.ts";
-import type { RoundRecord, RoundRef } from "./round-steps.ts";
 
 /** What the agent asked for, as the front received it. */
 export interface ToolCall {
@@ -308,6 +307,25 @@ export interface OutcomeRecord {
   /** For the metric rollups only (never in the record): the call's upstream, its own tool name, and the gateway's own time so far, upstream time excluded. */
   metrics?: { upstream: string; tool: string; gatewayMs?: number };
 }
+/** One input round of a parked call (src/upstream/rounds.ts): the object, the round number, the binding its token covers, what it asks by key. */
+export interface RoundRef {
+  id: string;
+  n: number;
+  digest: string;
+  asks: Record<string, string>;
+}
+
+/** One input round of a governed call (src/upstream/rounds.ts): durable before the client sees it. */
+export interface RoundRecord {
+  decision: Receipt | null;
+  round: number;
+  /** What the round asks, by key: the methods (never the questions). */
+  asks: Record<string, string>;
+  /** The keys this request answered (never the answers). */
+  answered: string[];
+  traceId?: string;
+}
+
 /** LedgerDO in [L]: a decision is durable before forwarding, an outcome before the agent sees it. */
 export interface LedgerWriter {
   decision(record: DecisionRecord): Promise<Receipt | null>;

@@ -143,8 +143,8 @@ export interface Outcome {
   /** HTTP status for a JSON answer (an upstream's 4xx passes through for modern clients). */
   status: number;
   /** Set when the answer is an input round of the gateway's (a legacy upstream asked the modern client something): which one. */
-  round?: import("../governance/round-steps.ts").RoundRef;
+  round?: import("../governance/steps.ts").RoundRef;
 }
 
 /** One input round of a parked call (src/upstream/rounds.ts). */
-export type { RoundRef } from "../governance/round-steps.ts";
+export type { RoundRef } from "../governance/steps.ts";
