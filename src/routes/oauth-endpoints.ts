@@ -5,16 +5,15 @@
  * with RFC 8252 loopback ports, resource, PKCE), insist on PKCE S256 for every client, check a
  * client metadata document's URL against the egress rules before anything fetches it, sign the
  * person in (Cloudflare Access, an enrollment code, or an OIDC issuer by authorization-code
- * redirect with PKCE and nonce), show the consent page with the grant the source's template
- * allows, and on Allow record `grant.minted` and complete the authorization. Must never: redirect
+ * redirect with PKCE and nonce: oauth-oidc.ts), show the consent page with the grant the source's
+ * template allows, and on Allow record `grant.minted` and complete the authorization
+ * (oauth-complete.ts). Must never: redirect
  * to a redirect URI the library has not validated, issue a grant wider than its template, issue
  * one whose ledger record is not durable, or let a code, token or secret reach a page or a log.
  */
 import { AuthorizationError, type AuthRequest, CimdFetchError, type ConsentDescription, authorizationErrorRedirect } from "@cloudflare/workers-oauth-provider";
-import { decodeJwt } from "jose";
 import { Hono } from "hono";
 import type { GatewayConfig } from "../config/gateway-config.ts";
-import { ErrorPage } from "../console/layout.tsx";
 import { type ClientFacts, OAuthConsentPage, OAuthSignInPage, type OfferFacts } from "../console/oauth-page.tsx";
 import { htmlResponse } from "../console/render.ts";
 import { originProblem } from "../console/cookie-session.ts";
@@ -26,22 +25,17 @@ import { isLoopbackRequest } from "../identity/auth.ts";
 import { readEnrollment } from "../identity/enrollment.ts";
 import { canonicalUrl } from "../identity/metadata.ts";
 import { type GrantOffer, coveredTools, enrollmentOffer, openOffer, signOffer, templateOffer } from "../identity/oauth-grant.ts";
-import { OAUTH_PATHS, type OAuthGrantProps, newGrantJti, oauthApi, oauthIssuer, oauthServer, userIdOf } from "../identity/oauth-server.ts";
-import { verifyExternal } from "../identity/oidc.ts";
-import { appendRecord, ledgerSigning } from "../ports/ledger-writer.ts";
-import { sha256 } from "@noble/hashes/sha2.js";
-import { utf8ToBytes } from "@noble/hashes/utils.js";
-import { encode } from "../identity/base64url.ts";
+import { OAUTH_PATHS, oauthApi, oauthIssuer, oauthServer } from "../identity/oauth-server.ts";
 import { readBodyText } from "../wire/body.ts";
 import { jsonResponse } from "../wire/http.ts";
 import { servableConfig } from "./config-view.ts";
 import { signingSecret } from "./console-gate.ts";
 import { canonicalRequest, tokenRoute } from "./oauth-token.ts";
+import { complete, egressFetch, page } from "./oauth-complete.ts";
+import { oidcCallback, startOidc } from "./oauth-oidc.ts";
 
 type OAuthEnv = { Bindings: Env };
 export const oauthRoutes = new Hono<OAuthEnv>();
-
-const page = (status: number, title: string, message: string) => htmlResponse(ErrorPage({ viewer: null, status, title, message }), status);
 
 async function enabledConfig(env: Env, req: Request): Promise<GatewayConfig | Response> {
   const cfg = await servableConfig(env, req);
@@ -187,9 +181,6 @@ function signInPage(cfg: GatewayConfig, facts: ClientFacts, query: string, probl
   );
 }
 
-const egressFetch = (cfg: GatewayConfig, req: Request) => (url: string, init: RequestInit) =>
-  guardedFetch(url, init, { rules: cfg.egress, gatewayOnLoopback: isLoopbackRequest(req), maxRedirects: 0, timeoutMs: 10_000, maxBytes: 1024 * 1024 });
-
 /** The person Cloudflare Access signed in on this request, if the request carries a valid Access JWT. */
 async function accessSub(cfg: GatewayConfig, req: Request): Promise<string | null> {
   const token = req.headers.get(ACCESS_HEADER);
@@ -272,132 +263,8 @@ async function decide(cfg: GatewayConfig, env: Env, req: Request, form: URLSearc
   }
 }
 
-/** PKCE S256 (RFC 7636): base64url of the verifier's SHA-256. */
-const s256 = (verifier: string): string => encode(sha256(utf8ToBytes(verifier)));
-
-/** 256 random bits, base64url: a PKCE verifier or a nonce. */
-function randomToken(): string {
-  return encode(crypto.getRandomValues(new Uint8Array(32)));
-}
-
-interface OidcData {
-  verifier: string;
-  nonce: string;
-  issuer: string;
-  offer: GrantOffer;
-}
-
-/** After consent: to the issuer's authorization endpoint (state from the library, bound to this browser). */
-async function startOidc(cfg: GatewayConfig, env: Env, areq: AuthRequest, offer: GrantOffer, headers: Headers): Promise<Response> {
-  const o = cfg.auth.oauth.oidc.find((x) => x.issuer === offer.issuer);
-  if (!o) return page(400, "Refused", "that identity provider is no longer configured");
-  const data: OidcData = { verifier: randomToken(), nonce: randomToken(), issuer: o.issuer, offer };
-  const tx = await oauthApi(cfg, env)!.beginUpstream(areq, { data, headers });
-  const u = new URL(o.authorizationEndpoint);
-  u.searchParams.set("response_type", "code");
-  u.searchParams.set("client_id", o.clientId);
-  u.searchParams.set("redirect_uri", `${oauthIssuer(cfg)}${OAUTH_PATHS.callback}`);
-  u.searchParams.set("scope", o.scopes.join(" "));
-  u.searchParams.set("state", tx.state);
-  u.searchParams.set("nonce", data.nonce);
-  u.searchParams.set("code_challenge", s256(data.verifier));
-  u.searchParams.set("code_challenge_method", "S256");
-  tx.headers.set("location", u.href);
-  return new Response(null, { status: 302, headers: tx.headers });
-}
-
 oauthRoutes.get(OAUTH_PATHS.callback, async (c) => {
   const cfg = await enabledConfig(c.env, c.req.raw);
   if (cfg instanceof Response) return cfg;
-  const api = oauthApi(cfg, c.env)!;
-  let resumed: { request: AuthRequest; data: OidcData; headers: Headers };
-  try {
-    resumed = await api.finishUpstream<OidcData>(canonicalRequest(cfg, c.req.raw));
-  } catch (e) {
-    if (e instanceof AuthorizationError) return page(400, "This sign-in has expired", `${e.description}. Start connecting again from your client.`);
-    throw e;
-  }
-  const { request: areq, data, headers } = resumed;
-  const q = new URL(c.req.url).searchParams;
-  const deny = (why: string) => {
-    headers.set("location", authorizationErrorRedirect(areq, "access_denied", why));
-    return new Response(null, { status: 302, headers });
-  };
-  if (q.get("error") || !q.get("code")) return deny("the identity provider did not sign you in");
-  const o = cfg.auth.oauth.oidc.find((x) => x.issuer === data.issuer);
-  const ext = cfg.auth.externalIssuers.find((x) => x.issuer === data.issuer);
-  if (!o || !ext) return deny("that identity provider is no longer configured");
-  const body = new URLSearchParams({
-    grant_type: "authorization_code",
-    code: q.get("code")!,
-    redirect_uri: `${oauthIssuer(cfg)}${OAUTH_PATHS.callback}`,
-    client_id: o.clientId,
-    code_verifier: data.verifier,
-  });
-  if (o.clientSecret) {
-    const secret = c.env[o.clientSecret];
-    if (typeof secret !== "string" || secret === "") return page(503, "Temporarily unavailable", `the ${o.clientSecret} secret is not set`);
-    body.set("client_secret", secret);
-  }
-  const fetcher = egressFetch(cfg, c.req.raw);
-  let idToken: unknown;
-  try {
-    const r = await fetcher(o.tokenEndpoint, {
-      method: "POST",
-      headers: { "content-type": "application/x-www-form-urlencoded", accept: "application/json" },
-      body: body.toString(),
-    });
-    idToken = ((await r.json()) as { id_token?: unknown }).id_token;
-  } catch (e) {
-    return deny(
-      e instanceof EgressError
-        ? `the identity provider's token endpoint is refused by the egress rules (${e.reason})`
-        : "the identity provider's token endpoint did not answer",
-    );
-  }
-  if (typeof idToken !== "string") return deny("the identity provider returned no id_token");
-  // The id_token is for this gateway's client at the issuer: its aud is the client id.
-  const principal = await verifyExternal(idToken, { ...ext, audience: o.clientId }, fetcher, cfg.auth.maxTokenLifetimeS);
-  if (typeof principal === "string") return deny(principal);
-  if (decodeJwt(idToken).nonce !== data.nonce) return deny("the id_token's nonce does not match this sign-in");
-  return complete(cfg, c.env, areq, { ...data.offer, sub: principal.sub }, headers);
+  return oidcCallback(cfg, c.env, c.req.raw);
 });
-
-/** Records the grant (durable before anything is issued) and completes the authorization: a 302 to the client with code, state and iss. */
-async function complete(cfg: GatewayConfig, env: Env, areq: AuthRequest, offer: GrantOffer, headers: Headers): Promise<Response> {
-  const api = oauthApi(cfg, env)!;
-  const client = await api.lookupClient(areq.clientId);
-  // The grant as a minted one carries it (its props, encrypted by the library; its ledger record, with where it went).
-  const grant = {
-    jti: newGrantJti(),
-    sub: offer.sub,
-    team: offer.team,
-    roles: offer.roles,
-    tools: offer.tools,
-    exp: Math.floor(Date.now() / 1000) + offer.lifetimeS,
-  };
-  const props: OAuthGrantProps = { ...grant, client_id: areq.clientId, source: offer.source, ...(offer.budget ? { budget: offer.budget } : {}) };
-  const jti = grant.jti;
-  try {
-    await appendRecord(env, ledgerSigning(cfg), offer.team, "grant.minted", {
-      ...grant,
-      by: `oauth:${areq.clientId}`,
-      client_id: areq.clientId,
-      client_name: client?.clientName ?? areq.clientId,
-      redirect_host: new URL(areq.redirectUri).host,
-      source: offer.source,
-    });
-  } catch (e) {
-    return page(503, "Temporarily unavailable", `no grant was issued: its ledger record could not be written (${(e as Error).message})`);
-  }
-  const { redirectTo } = await api.completeAuthorization({
-    request: areq,
-    userId: userIdOf(offer.sub),
-    metadata: { jti, team: offer.team, source: offer.source },
-    scope: offer.roles,
-    props,
-    revokeExistingGrants: false,
-  });
-  headers.set("location", redirectTo);
-  return new Response(null, { status: 302, headers });
-}
